@@ -1,0 +1,138 @@
+"""The `askspec` command line: check, compile, fmt, run, query, runs, metrics, export."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _overrides(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for p in pairs or []:
+        if "=" not in p:
+            print(f"error: --set takes name=value, got {p!r}", file=sys.stderr)
+            raise SystemExit(2)
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def cmd_check(args) -> int:
+    from .lang.compiler import compile_file
+
+    failed = False
+    for path in args.files:
+        res = compile_file(path, _overrides(args.set))
+        res.sink.emit(res.sources)
+        if res.sink.has_errors:
+            failed = True
+    if not failed and not args.quiet:
+        n = len(args.files)
+        print(f"ok: {n} spec{'s' if n != 1 else ''} checked", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_compile(args) -> int:
+    from .ir import canonical, render
+    from .lang.compiler import compile_file
+
+    res = compile_file(args.file, _overrides(args.set))
+    res.sink.emit(res.sources)
+    if not res.ok:
+        return 1
+    fmt = args.format
+    text = {
+        "json": lambda: canonical.to_json(res.ir) + "\n",
+        "text": lambda: render.to_text(res.ir),
+        "dot": lambda: render.to_dot(res.ir),
+        "mermaid": lambda: render.to_mermaid(res.ir),
+        "hash": lambda: canonical.experiment_hash(res.ir) + "\n",
+    }[fmt]()
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_fmt(args) -> int:
+    from .lang.diagnostics import DiagnosticSink, Sources
+    from .lang.fmt import format_source
+    from .lang.parser import decode_source, parse
+
+    status = 0
+    for path in args.files:
+        sink, sources = DiagnosticSink(), Sources()
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            print(f"error: cannot read {path}: {e.strerror}", file=sys.stderr)
+            status = 1
+            continue
+        text = decode_source(path, data, sink)
+        if text is not None:
+            sources.add(path, text)
+            parse(path, text, sink)
+        if sink.has_errors:
+            sink.emit(sources)
+            status = 1
+            continue
+        out = format_source(text)
+        if out != text:
+            if args.check:
+                print(f"would reformat {path}", file=sys.stderr)
+                status = 1
+            else:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(out)
+                print(f"reformatted {path}", file=sys.stderr)
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="askspec", description="Compile and run multi-model experiment specs (.ask files).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("check", help="check specs and print diagnostics")
+    c.add_argument("files", nargs="+")
+    c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    c.add_argument("-q", "--quiet", action="store_true")
+    c.set_defaults(func=cmd_check)
+
+    c = sub.add_parser("compile", help="compile a spec to its game-graph IR")
+    c.add_argument("file")
+    c.add_argument("--format", choices=["json", "text", "dot", "mermaid", "hash"], default="json")
+    c.add_argument("-o", "--output")
+    c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    c.set_defaults(func=cmd_compile)
+
+    c = sub.add_parser("fmt", help="format specs in place (idempotent)")
+    c.add_argument("files", nargs="+")
+    c.add_argument("--check", action="store_true", help="only report files that would change")
+    c.set_defaults(func=cmd_fmt)
+
+    for module in ("askspec.runtime.commands", "askspec.runtime.store.commands"):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ImportError:
+            continue
+        mod.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

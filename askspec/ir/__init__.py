@@ -1,0 +1,1 @@
+"""The game-graph IR: typed pydantic models, canonical JSON, content hash, renderers."""

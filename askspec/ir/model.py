@@ -1,0 +1,366 @@
+"""The game-graph IR: plain typed data (pydantic) that the runtime executes.
+
+The IR is the only contract between compiler and runtime. Every node carries the span
+of the `.ask` text it came from so runtime errors can point back at the spec. Spans are
+excluded from the canonical JSON used for the content hash, so reformatting a spec never
+changes its experiment hash.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Span(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    file: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    span: Span | None = None
+
+
+# ---- expressions ---------------------------------------------------------------------
+class Lit(Node):
+    kind: Literal["lit"] = "lit"
+    value: Any
+    type: str  # number | bool | string | outcome | list | record
+
+
+class Ref(Node):
+    kind: Literal["ref"] = "ref"
+    name: str
+    scope: Literal["var", "param", "role", "item"]
+
+
+class GetAttr(Node):
+    kind: Literal["attr"] = "attr"
+    obj: "Expr"
+    name: str
+
+
+class GetIndex(Node):
+    kind: Literal["index"] = "index"
+    obj: "Expr"
+    index: "Expr"
+
+
+class CallFn(Node):
+    kind: Literal["call"] = "call"
+    fn: str
+    args: list["Expr"] = Field(default_factory=list)
+    kwargs: dict[str, "Expr"] = Field(default_factory=dict)
+    site: str = ""  # stable id of the call site, for stateful built-ins (diversity, novelty)
+
+
+class UnaryOp(Node):
+    kind: Literal["unary"] = "unary"
+    op: Literal["-", "not"]
+    operand: "Expr"
+
+
+class BinaryOp(Node):
+    kind: Literal["binary"] = "binary"
+    op: str
+    left: "Expr"
+    right: "Expr"
+
+
+class CaseArm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    when: "Expr"
+    then: "Expr"
+
+
+class CaseOf(Node):
+    kind: Literal["case"] = "case"
+    subject: "Expr | None" = None
+    arms: list[CaseArm]
+    default: "Expr | None" = None
+
+
+class ListOf(Node):
+    kind: Literal["list"] = "list"
+    items: list["Expr"]
+
+
+class RecordOf(Node):
+    kind: Literal["record"] = "record"
+    fields: dict[str, "Expr"]
+
+
+class Filter(Node):
+    """`seq where cond`: names in cond resolve to the item's fields first."""
+
+    kind: Literal["where"] = "where"
+    seq: "Expr"
+    cond: "Expr"
+
+
+Expr = Annotated[
+    Union[Lit, Ref, GetAttr, GetIndex, CallFn, UnaryOp, BinaryOp, CaseOf, ListOf, RecordOf, Filter],
+    Field(discriminator="kind"),
+]
+
+
+# ---- steps ---------------------------------------------------------------------------
+class AskStep(Node):
+    """Ask one or more roles (in parallel). `targets[i]` receives role i's reply record;
+    with `sample` each target receives a list of `sample` replies."""
+
+    kind: Literal["ask"] = "ask"
+    roles: list[str]
+    targets: list[str | None]
+    sample: Expr | None = None
+    template: str | None = None  # key into Experiment.templates
+    message: Expr | None = None  # data sent as the user message verbatim
+    context: Expr | None = None  # `with {...}`: extra template variables
+
+
+class AssignStep(Node):
+    kind: Literal["assign"] = "assign"
+    name: str
+    value: Expr
+
+
+class OutcomeStep(Node):
+    kind: Literal["outcome"] = "outcome"
+    value: Expr
+
+
+class RepeatStep(Node):
+    kind: Literal["repeat"] = "repeat"
+    var: str | None = None
+    start: Expr
+    stop: Expr  # inclusive
+    bound: int  # static upper bound on iterations
+    body: list["Step"]
+
+
+class WhileStep(Node):
+    kind: Literal["while"] = "while"
+    cond: Expr
+    until: bool = False
+    limit: int
+    body: list["Step"]
+
+
+class ForStep(Node):
+    kind: Literal["for"] = "for"
+    names: list[str]
+    iter: Expr
+    limit: int
+    body: list["Step"]
+
+
+class Branch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cond: Expr
+    body: list["Step"]
+
+
+class IfStep(Node):
+    kind: Literal["if"] = "if"
+    branches: list[Branch]
+    orelse: list["Step"] = Field(default_factory=list)
+
+
+class RewardStep(Node):
+    """A reward for `role`: terminal when `turn_var` is None, otherwise attached to the
+    turn whose reply is held in variable `turn_var`."""
+
+    kind: Literal["reward"] = "reward"
+    role: str
+    turn_var: str | None = None
+    name: str
+    value: Expr
+
+
+class BindStep(Node):
+    kind: Literal["bind"] = "bind"
+    role: str
+    model: Expr  # evaluates to a model name (declared) or "backend:weights"
+
+
+class EndStep(Node):
+    kind: Literal["end"] = "end"
+    outcome: str | None = None
+
+
+Step = Annotated[
+    Union[AskStep, AssignStep, OutcomeStep, RepeatStep, WhileStep, ForStep, IfStep, RewardStep, BindStep, EndStep],
+    Field(discriminator="kind"),
+]
+
+
+# ---- declarations --------------------------------------------------------------------
+class Param(Node):
+    name: str
+    type: str
+    value: Any
+
+
+class Model(Node):
+    name: str
+    backend: Literal["hf", "openai", "vllm", "python", "replay"]
+    weights: str
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+    derived_from: str | None = None
+
+
+class Template(Node):
+    name: str
+    source: str
+    path: str | None = None  # relative to the spec file, when loaded from a file
+    variables: list[str] = Field(default_factory=list)
+
+
+class ReplyParser(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["text", "sections", "boxed", "summary", "json"] = "text"
+    args: dict[str, Any] = Field(default_factory=dict)
+    fields: list[str] = Field(default_factory=list)
+    required: list[str] = Field(default_factory=list)
+
+
+class Recovery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    truncated: str | None = None  # template keys
+    malformed: str | None = None
+    retries: int = 0
+
+
+class Memory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["full", "none", "window"] = "full"
+    size: int = 0
+
+
+class Role(Node):
+    name: str
+    model: str | None = None
+    trained: bool = False
+    memory: Memory = Field(default_factory=Memory)
+    system: str | None = None
+    prompt: str | None = None
+    reply: ReplyParser = Field(default_factory=ReplyParser)
+    recover: Recovery = Field(default_factory=Recovery)
+    max_tokens: int | None = None
+    sampling: dict[str, Any] = Field(default_factory=dict)
+
+
+class Dataset(Node):
+    name: str
+    format: Literal["jsonl", "parquet", "list", "knowledge"]
+    path: str | None = None
+    items: list[Any] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Buffer(Node):
+    name: str
+    capacity: int
+    eviction: str = "oldest"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Tournament(Node):
+    name: str
+    judge: str
+    template: str
+    pairing: Literal["round_robin", "live"] = "live"
+    live_opponents: list[str] = Field(default_factory=lambda: ["best", "worst", "median"])
+    verdicts: list[str] = Field(default_factory=lambda: ["A", "B", "Tie"])
+    gamma: float = 1.0
+    aggregate: Literal["win_rate", "bradley_terry"] = "bradley_terry"
+    retries: int = 2
+
+
+class PointwiseJudge(Node):
+    name: str
+    judge: str
+    template: str
+    scores: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])
+    retries: int = 2
+
+
+class RouteArm(Node):
+    cond: Expr | None = None
+    action: Literal["keep", "drop", "tournament", "judge"]
+    target: str | None = None
+
+
+class Route(Node):
+    role: str
+    arms: list[RouteArm]
+
+
+class Game(Node):
+    name: str
+    pattern: list[str] = Field(default_factory=list)
+    iter: Expr | None = None
+    times: int = 1
+    group_size: int = 1
+    outcomes: list[str] = Field(default_factory=list)
+    body: list[Step]
+    routes: list[Route] = Field(default_factory=list)
+    call_bounds: dict[str, int] = Field(default_factory=dict)
+
+
+class Training(Node):
+    role: str
+    algorithm: str
+    algorithm_args: dict[str, Any] = Field(default_factory=dict)
+    hyper: dict[str, Any] = Field(default_factory=dict)
+
+
+class Schedule(Node):
+    kind: Literal["online", "alternating", "nested"]
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Metric(Node):
+    name: str
+    value: Expr
+    by: list[str] = Field(default_factory=list)
+
+
+class Experiment(Node):
+    ir_version: int = 1
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    params: list[Param] = Field(default_factory=list)
+    models: list[Model] = Field(default_factory=list)
+    roles: list[Role] = Field(default_factory=list)
+    templates: dict[str, Template] = Field(default_factory=dict)
+    datasets: list[Dataset] = Field(default_factory=list)
+    buffers: list[Buffer] = Field(default_factory=list)
+    tournaments: list[Tournament] = Field(default_factory=list)
+    judges: list[PointwiseJudge] = Field(default_factory=list)
+    games: list[Game] = Field(default_factory=list)
+    training: list[Training] = Field(default_factory=list)
+    schedule: Schedule | None = None
+    metrics: list[Metric] = Field(default_factory=list)
+
+    # lookups used by the runtime
+    def role(self, name: str) -> Role:
+        return next(r for r in self.roles if r.name == name)
+
+    def model(self, name: str) -> Model | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def param_values(self) -> dict[str, Any]:
+        return {p.name: p.value for p in self.params}
+
+
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, BaseModel) and _cls is not BaseModel:
+        _cls.model_rebuild()

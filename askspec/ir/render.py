@@ -1,0 +1,254 @@
+"""Renderers of the IR: a readable text outline (with the static per-role bound on model
+calls per session), Graphviz DOT and Mermaid flowcharts of each game."""
+
+from __future__ import annotations
+
+import json
+from math import comb
+
+from . import model as ir
+from .canonical import experiment_hash
+
+
+def expr_text(e: ir.Expr | None) -> str:
+    if e is None:
+        return ""
+    k = e.kind
+    if k == "lit":
+        return json.dumps(e.value) if e.type in ("string",) else ("none" if e.value is None else str(e.value).lower() if isinstance(e.value, bool) else str(e.value))
+    if k == "ref":
+        return e.name
+    if k == "attr":
+        return f"{expr_text(e.obj)}.{e.name}"
+    if k == "index":
+        return f"{expr_text(e.obj)}[{expr_text(e.index)}]"
+    if k == "call":
+        args = [expr_text(a) for a in e.args] + [f"{n}={expr_text(v)}" for n, v in e.kwargs.items()]
+        return f"{e.fn}({', '.join(args)})"
+    if k == "unary":
+        return f"{e.op}{' ' if e.op == 'not' else ''}{expr_text(e.operand)}"
+    if k == "binary":
+        return f"({expr_text(e.left)} {e.op} {expr_text(e.right)})"
+    if k == "case":
+        arms = "; ".join(f"{expr_text(a.when)} -> {expr_text(a.then)}" for a in e.arms)
+        if e.default is not None:
+            arms += f"; else -> {expr_text(e.default)}"
+        subj = f" {expr_text(e.subject)}" if e.subject is not None else ""
+        return f"case{subj} {{ {arms} }}"
+    if k == "list":
+        return "[" + ", ".join(expr_text(x) for x in e.items) + "]"
+    if k == "record":
+        return "{" + ", ".join(f"{n}: {expr_text(v)}" for n, v in e.fields.items()) + "}"
+    if k == "where":
+        return f"({expr_text(e.seq)} where {expr_text(e.cond)})"
+    return "?"
+
+
+def step_text(s: ir.Step) -> str:
+    k = s.kind
+    if k == "ask":
+        lhs = ", ".join(t for t in s.targets if t)
+        parts = [f"ask {', '.join(s.roles)}"]
+        if s.sample is not None:
+            parts.insert(0, f"sample {expr_text(s.sample)}")
+        if s.template:
+            parts.append(f"using {s.template}")
+        if s.message is not None:
+            parts.append(f": {expr_text(s.message)}")
+        if s.context is not None:
+            parts.append(f"with {expr_text(s.context)}")
+        return (f"{lhs} = " if lhs else "") + " ".join(parts)
+    if k == "assign":
+        return f"{s.name} = {expr_text(s.value)}"
+    if k == "outcome":
+        return f"outcome = {expr_text(s.value)}"
+    if k == "reward":
+        target = s.turn_var or s.role
+        kind = "turn" if s.turn_var else "terminal"
+        return f"reward {target} as {s.name} ({kind}) = {expr_text(s.value)}"
+    if k == "bind":
+        return f"bind {s.role} = {expr_text(s.model)}"
+    if k == "end":
+        return "end" + (f" {s.outcome}" if s.outcome else "")
+    if k == "repeat":
+        var = f"{s.var} in " if s.var else ""
+        return f"repeat {var}{expr_text(s.start)}..{expr_text(s.stop)} (≤ {s.bound})"
+    if k == "while":
+        return f"{'until' if s.until else 'while'} {expr_text(s.cond)} (≤ {s.limit})"
+    if k == "for":
+        return f"for {', '.join(s.names)} in {expr_text(s.iter)} (≤ {s.limit})"
+    if k == "if":
+        return f"if {expr_text(s.branches[0].cond)}"
+    return k
+
+
+def _children(s: ir.Step) -> list[tuple[str | None, list]]:
+    if s.kind in ("repeat", "while", "for"):
+        return [(None, s.body)]
+    if s.kind == "if":
+        out = [(f"elif {expr_text(b.cond)}" if i else None, b.body) for i, b in enumerate(s.branches)]
+        if s.orelse:
+            out.append(("else", s.orelse))
+        return out
+    return []
+
+
+def judge_calls_per_group(t: ir.Tournament, n: int) -> int:
+    if t.pairing == "round_robin":
+        return comb(n, 2) * (1 + t.retries)
+    k = len(set(t.live_opponents))
+    matches = sum(min(i, k) for i in range(n))
+    return matches * (1 + t.retries)
+
+
+def to_text(exp: ir.Experiment) -> str:
+    out = [f"experiment {exp.name}  (hash {experiment_hash(exp)[:16]})"]
+    if exp.params:
+        out.append("params:")
+        for p in exp.params:
+            out.append(f"  {p.name}: {p.type} = {json.dumps(p.value)}")
+    if exp.models:
+        out.append("models:")
+        for m in exp.models:
+            samp = ", ".join(f"{k}={v}" for k, v in sorted(m.sampling.items()))
+            out.append(f"  {m.name}: {m.backend}({m.weights!r}){' ' + samp if samp else ''}")
+    out.append("roles:")
+    for r in exp.roles:
+        bits = [f"model={r.model or '(bound per session)'}", "trained" if r.trained else "frozen",
+                f"memory={r.memory.kind}{f'({r.memory.size})' if r.memory.kind == 'window' else ''}", f"reply={r.reply.kind}"]
+        if r.recover.retries:
+            bits.append(f"recover×{r.recover.retries}")
+        out.append(f"  {r.name}: " + ", ".join(bits))
+    for g in exp.games:
+        head = f"game {g.name}"
+        if g.iter is not None:
+            head += f" for {', '.join(g.pattern)} in {expr_text(g.iter)}"
+        if g.times > 1:
+            head += f" times {g.times}"
+        if g.group_size > 1:
+            head += f" sample {g.group_size}"
+        out.append(head)
+        if g.outcomes:
+            out.append(f"  outcomes: {', '.join(g.outcomes)}")
+
+        def walk(steps, depth):
+            for s in steps:
+                out.append("  " * depth + "- " + step_text(s))
+                for label, body in _children(s):
+                    if label:
+                        out.append("  " * depth + "  " + label)
+                    walk(body, depth + 1)
+
+        walk(g.body, 1)
+        for rt in g.routes:
+            arms = "; ".join(f"{'when ' + expr_text(a.cond) if a.cond is not None else 'else'} -> {a.action}{' ' + a.target if a.target else ''}" for a in rt.arms)
+            out.append(f"  route {rt.role}: {arms}")
+        out.append("  model calls per session (upper bound, recovery retries included):")
+        for role, n in g.call_bounds.items():
+            out.append(f"    {role}: ≤ {n}")
+        for rt in g.routes:
+            for a in rt.arms:
+                if a.action == "tournament":
+                    t = next((t for t in exp.tournaments if t.name == a.target), None)
+                    if t:
+                        out.append(f"    {t.judge}: ≤ {judge_calls_per_group(t, g.group_size)} per group of {g.group_size} (tournament {t.name}, {t.pairing})")
+                elif a.action == "judge":
+                    j = next((j for j in exp.judges if j.name == a.target), None)
+                    if j:
+                        out.append(f"    {j.judge}: ≤ {g.group_size * (1 + j.retries)} per group of {g.group_size} (judge {j.name})")
+    for t in exp.training:
+        hp = ", ".join(f"{k}={v}" for k, v in sorted(t.hyper.items()))
+        out.append(f"train {t.role} with {t.algorithm}{' ' + json.dumps(t.algorithm_args) if t.algorithm_args else ''}{' {' + hp + '}' if hp else ''}")
+    if exp.schedule:
+        out.append(f"schedule {exp.schedule.kind} {json.dumps(exp.schedule.options) if exp.schedule.options else ''}".rstrip())
+    for m in exp.metrics:
+        out.append(f"metric {m.name} = {expr_text(m.value)}{' by (' + ', '.join(m.by) + ')' if m.by else ''}")
+    return "\n".join(out) + "\n"
+
+
+def _esc(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class _Graph:
+    def __init__(self) -> None:
+        self.nodes: list[tuple[str, str, str]] = []  # id, label, shape
+        self.edges: list[tuple[str, str, str]] = []
+        self.n = 0
+
+    def node(self, label: str, shape: str = "box") -> str:
+        self.n += 1
+        nid = f"n{self.n}"
+        self.nodes.append((nid, label, shape))
+        return nid
+
+    def edge(self, a: str, b: str, label: str = "") -> None:
+        self.edges.append((a, b, label))
+
+
+def _build(g: ir.Game) -> _Graph:
+    gr = _Graph()
+    start = gr.node(f"start {g.name}", "oval")
+    end = gr.node("end", "oval")
+
+    def seq(steps, prev: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        for s in steps:
+            nid = gr.node(step_text(s), "diamond" if s.kind in ("if", "while", "repeat", "for") else "box")
+            for p, label in prev:
+                gr.edge(p, nid, label)
+            if s.kind in ("repeat", "while", "for"):
+                tail = seq(s.body, [(nid, "body")])
+                for t, label in tail:
+                    gr.edge(t, nid, label or "next")
+                prev = [(nid, "done")]
+            elif s.kind == "if":
+                outs = []
+                for i, b in enumerate(s.branches):
+                    outs += seq(b.body, [(nid, "yes" if i == 0 else f"elif {expr_text(b.cond)}")])
+                outs += seq(s.orelse, [(nid, "else")]) if s.orelse else [(nid, "else")]
+                prev = outs
+            elif s.kind == "end":
+                gr.edge(nid, end, "")
+                prev = []
+            else:
+                prev = [(nid, "")]
+        return prev
+
+    for p, label in seq(g.body, [(start, "")]):
+        gr.edge(p, end, label)
+    return gr
+
+
+def to_dot(exp: ir.Experiment) -> str:
+    out = [f'digraph "{_esc(exp.name)}" {{', "  rankdir=TB;", '  node [fontname="Helvetica"];']
+    for gi, g in enumerate(exp.games):
+        gr = _build(g)
+        out.append(f'  subgraph "cluster_{_esc(g.name)}" {{')
+        out.append(f'    label="game {_esc(g.name)}";')
+        for nid, label, shape in gr.nodes:
+            out.append(f'    g{gi}{nid} [label="{_esc(label)}", shape={shape}];')
+        for a, b, label in gr.edges:
+            lab = f' [label="{_esc(label)}"]' if label else ""
+            out.append(f"    g{gi}{a} -> g{gi}{b}{lab};")
+        out.append("  }")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _mm(label: str) -> str:
+    return label.replace('"', "#quot;").replace("\n", " ")
+
+
+def to_mermaid(exp: ir.Experiment) -> str:
+    out = ["flowchart TD"]
+    for gi, g in enumerate(exp.games):
+        gr = _build(g)
+        out.append(f'  subgraph g{gi}["game {_mm(g.name)}"]')
+        for nid, label, shape in gr.nodes:
+            left, right = {"oval": ("([", "])"), "diamond": ("{", "}"), "box": ("[", "]")}[shape]
+            out.append(f'    g{gi}{nid}{left}"{_mm(label)}"{right}')
+        for a, b, label in gr.edges:
+            arrow = f' -->|"{_mm(label)}"| ' if label else " --> "
+            out.append(f"    g{gi}{a}{arrow}g{gi}{b}")
+        out.append("  end")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,1 @@
+"""The .ask language front end: grammar, parser, AST with spans, checker, formatter."""

@@ -1,0 +1,446 @@
+"""Type-checks expressions and lowers them to IR expressions in one walk.
+
+Names resolve through a chain of scopes (loop and session variables, parameters, roles);
+outcomes declared by the game resolve as enum literals. Errors are reported to the sink
+and the walk goes on with type `any`, so one run reports every independent error."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..ir import model as ir
+from . import ast as A
+from .diagnostics import DiagnosticSink
+from .span import Span
+from .types import ANY, BOOL, NUM, OUTCOME, STR, TEMPLATE, T, boolish, is_a, list_of, numeric, record, unify
+
+
+def irspan(s: Span | None) -> ir.Span | None:
+    if s is None:
+        return None
+    return ir.Span(file=s.file, line=s.line, col=s.col, end_line=s.end_line, end_col=s.end_col)
+
+
+@dataclass
+class Sym:
+    kind: str  # param | var | role | item
+    type: T
+    span: Span | None
+    used: bool = False
+
+
+@dataclass
+class Scope:
+    parent: "Scope | None" = None
+    names: dict[str, Sym] = field(default_factory=dict)
+
+    def lookup(self, name: str) -> Sym | None:
+        s: Scope | None = self
+        while s is not None:
+            if name in s.names:
+                return s.names[name]
+            s = s.parent
+        return None
+
+    def define(self, name: str, sym: Sym) -> None:
+        self.names[name] = sym
+
+    def all_names(self) -> set[str]:
+        out: set[str] = set()
+        s: Scope | None = self
+        while s is not None:
+            out |= set(s.names)
+            s = s.parent
+        return out
+
+    def child(self) -> "Scope":
+        return Scope(self)
+
+
+def suggest(name: str, candidates) -> str | None:
+    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.7)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+AGGREGATES = {"mean", "var", "std", "sum", "count", "min", "max", "all", "any", "rate"}
+STATEFUL = {"diversity", "novelty"}
+BUILTINS = sorted(
+    AGGREGATES
+    | STATEFUL
+    | {"len", "clip", "abs", "round", "equiv", "jaccard", "words", "boxed", "lower", "upper", "strip",
+       "contains", "pairs", "product", "range", "str", "num", "file", "reward", "exists"}
+)
+
+
+class ExprChecker:
+    def __init__(self, sink: DiagnosticSink, outcomes: set[str] | None = None, metric: bool = False) -> None:
+        self.sink = sink
+        self.outcomes = outcomes or set()
+        self.metric = metric  # aggregates lift over sessions in metric expressions
+        self._site = 0
+        self.role_reply: dict[str, T] = {}  # role name -> its reply record type
+
+    # -- helpers
+    def error(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
+        self.sink.error(code, msg, span, hint)
+
+    def expect(self, t: T, want: T, span: Span, what: str) -> None:
+        if not is_a(t, want):
+            self.error("E201", f"{what} must be {want}, found {t}", span)
+
+    # -- main entry
+    def check(self, e: A.Expr, scope: Scope) -> tuple[ir.Expr, T]:
+        method: Callable = getattr(self, "_" + type(e).__name__)
+        return method(e, scope)
+
+    def _Number(self, e: A.Number, scope):
+        return ir.Lit(span=irspan(e.span), value=e.value, type="number"), NUM
+
+    def _String(self, e: A.String, scope):
+        return ir.Lit(span=irspan(e.span), value=e.value, type="string"), STR
+
+    def _Bool(self, e: A.Bool, scope):
+        return ir.Lit(span=irspan(e.span), value=e.value, type="bool"), BOOL
+
+    def _Name(self, e: A.Name, scope: Scope):
+        sym = scope.lookup(e.id)
+        if sym is not None:
+            sym.used = True
+            kind = sym.kind if sym.kind in ("param", "role", "item") else "var"
+            return ir.Ref(span=irspan(e.span), name=e.id, scope=kind), sym.type
+        if e.id in self.outcomes:
+            return ir.Lit(span=irspan(e.span), value=e.id, type="outcome"), OUTCOME
+        self.error("E101", f"undefined name '{e.id}'", e.span, suggest(e.id, scope.all_names() | self.outcomes))
+        return ir.Lit(span=irspan(e.span), value=None, type="any"), ANY
+
+    def _ListLit(self, e: A.ListLit, scope):
+        items, elem = [], ANY
+        for i, it in enumerate(e.items):
+            x, t = self.check(it, scope)
+            items.append(x)
+            elem = t if i == 0 else unify(elem, t)
+        return ir.ListOf(span=irspan(e.span), items=items), list_of(elem)
+
+    def _RecordLit(self, e: A.RecordLit, scope):
+        fields, types = {}, {}
+        for k, v in e.fields:
+            if k in fields:
+                self.error("E104", f"field '{k}' given twice", v.span)
+            fields[k], types[k] = self.check(v, scope)
+        return ir.RecordOf(span=irspan(e.span), fields=fields), record(types)
+
+    def _Attr(self, e: A.Attr, scope):
+        obj, t = self.check(e.obj, scope)
+        node = ir.GetAttr(span=irspan(e.span), obj=obj, name=e.name)
+        return node, self.attr_type(t, e.name, e.span)
+
+    def attr_type(self, t: T, name: str, span: Span) -> T:
+        if t.name == "any":
+            return ANY
+        if t.name == "role":
+            views = {"turns": self.role_reply.get(t.role or "", ANY), "calls": NUM, "model": STR}
+            if name == "turns":
+                return list_of(views["turns"])
+            if name in views:
+                return views[name]
+            self.error("E202", f"a role has no field '{name}'", span, "roles have 'turns', 'calls' and 'model'")
+            return ANY
+        if t.name == "list":
+            elem = t.elem or ANY
+            if elem.name in ("record", "any"):
+                return list_of(self.attr_type(elem, name, span))
+        if t.name == "record":
+            ft = t.field(name)
+            if ft is None:
+                names = [k for k, _ in (t.fields or ())]
+                self.error("E202", f"no field '{name}' in {t}", span, suggest(name, names))
+                return ANY
+            return ft
+        self.error("E202", f"a {t} value has no fields", span)
+        return ANY
+
+    def _Index(self, e: A.Index, scope):
+        obj, t = self.check(e.obj, scope)
+        idx, it = self.check(e.index, scope)
+        node = ir.GetIndex(span=irspan(e.span), obj=obj, index=idx)
+        if t.name == "list":
+            self.expect(it, NUM, e.index.span, "a list index")
+            return node, t.elem or ANY
+        if t.name in ("record", "any"):
+            return node, ANY
+        self.error("E201", f"cannot index a {t} value", e.span)
+        return node, ANY
+
+    def _Unary(self, e: A.Unary, scope):
+        x, t = self.check(e.operand, scope)
+        node = ir.UnaryOp(span=irspan(e.span), op=e.op, operand=x)
+        if e.op == "-":
+            if not numeric(t):
+                self.error("E201", f"'-' needs a number, found {t}", e.operand.span)
+            return node, NUM
+        if not boolish(t):
+            self.error("E201", f"'not' needs a bool, found {t}", e.operand.span)
+        return node, BOOL
+
+    def _Binary(self, e: A.Binary, scope):
+        l, lt = self.check(e.left, scope)
+        r, rt = self.check(e.right, scope)
+        node = ir.BinaryOp(span=irspan(e.span), op=e.op, left=l, right=r)
+        op = e.op
+        if op in ("and", "or"):
+            for side, t in ((e.left, lt), (e.right, rt)):
+                if not boolish(t):
+                    self.error("E201", f"'{op}' needs bools, found {t}", side.span)
+            return node, BOOL
+        if op in ("==", "!="):
+            scalar = {"number", "string", "bool", "outcome"}
+            if lt.name in scalar and rt.name in scalar and lt.name != rt.name:
+                self.error("E201", f"cannot compare {lt} with {rt}", e.span)
+            return node, BOOL
+        if op in ("<", "<=", ">", ">="):
+            ok = (numeric(lt) and numeric(rt)) or (lt.name in ("string", "any") and rt.name in ("string", "any"))
+            if not ok:
+                self.error("E201", f"cannot order {lt} and {rt} with '{op}'", e.span)
+            return node, BOOL
+        if op == "+" and lt.name == "string" and rt.name in ("string", "any"):
+            return node, STR
+        for side, t in ((e.left, lt), (e.right, rt)):
+            if not numeric(t):
+                self.error("E201", f"'{op}' needs numbers, found {t}", side.span)
+        return node, NUM
+
+    def _Case(self, e: A.Case, scope):
+        arms = []
+        result: T | None = None
+        subj = None
+        st = None
+        if e.subject is not None:
+            subj, st = self.check(e.subject, scope)
+        for cond, value in e.arms:
+            if st is not None and st.name == "outcome" and isinstance(cond, A.Name):
+                if cond.id not in self.outcomes:
+                    self.error("E203", f"unknown outcome '{cond.id}'", cond.span,
+                               suggest(cond.id, self.outcomes) or f"declared outcomes: {', '.join(sorted(self.outcomes)) or 'none'}")
+                c = ir.Lit(span=irspan(cond.span), value=cond.id, type="outcome")
+            else:
+                c, ct = self.check(cond, scope)
+                if st is None and not boolish(ct):
+                    self.error("E201", f"a case condition must be bool, found {ct}", cond.span)
+            v, vt = self.check(value, scope)
+            result = vt if result is None else self._merge_arm(result, vt, value.span)
+            arms.append(ir.CaseArm(when=c, then=v))
+        default = None
+        if e.default is not None:
+            default, dt = self.check(e.default, scope)
+            result = dt if result is None else self._merge_arm(result, dt, e.default.span)
+        node = ir.CaseOf(span=irspan(e.span), subject=subj, arms=arms, default=default)
+        return node, result or ANY
+
+    def _merge_arm(self, a: T, b: T, span: Span) -> T:
+        scalar = {"number", "string", "bool", "outcome"}
+        if a.name in scalar and b.name in scalar and a.name != b.name:
+            self.error("E201", f"case arms have different types: {a} and {b}", span)
+            return ANY
+        return unify(a, b)
+
+    def _Where(self, e: A.Where, scope):
+        seq, st = self.check(e.seq, scope)
+        if st.name not in ("list", "any"):
+            self.error("E201", f"'where' filters a list, found {st}", e.seq.span)
+        elem = (st.elem or ANY) if st.name == "list" else ANY
+        inner = scope.child()
+        inner.define("it", Sym("item", elem, None, used=True))
+        if elem.name == "record" and elem.fields is not None:
+            for k, v in elem.fields:
+                inner.define(k, Sym("item", v, None, used=True))
+        cond, ct = self.check(e.cond, inner)
+        if not boolish(ct):
+            self.error("E201", f"a 'where' condition must be bool, found {ct}", e.cond.span)
+        return ir.Filter(span=irspan(e.span), seq=seq, cond=cond), (st if st.name == "list" else list_of(ANY))
+
+    # -- calls
+    def _Call(self, e: A.Call, scope):
+        args, types = [], []
+        for a in e.args:
+            x, t = self.check(a, scope)
+            args.append(x)
+            types.append(t)
+        kwargs, ktypes = {}, {}
+        for k, v in e.kwargs:
+            kwargs[k], ktypes[k] = self.check(v, scope)
+        site = ""
+        if e.func in STATEFUL:
+            self._site += 1
+            site = f"{e.func}#{self._site}"
+        node = ir.CallFn(span=irspan(e.span), fn=e.func, args=args, kwargs=kwargs, site=site)
+        sig = getattr(self, "_fn_" + e.func, None)
+        if sig is None:
+            self.error("E108", f"unknown function '{e.func}'", e.func_span, suggest(e.func, BUILTINS))
+            return node, ANY
+        return node, sig(e, types, ktypes)
+
+    def _arity(self, e: A.Call, types, lo: int, hi: int, kwargs: dict | None = None, allowed_kw: set[str] = frozenset()) -> bool:
+        ok = lo <= len(types) <= hi
+        if not ok:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            self.error("E109", f"'{e.func}' takes {want} argument{'s' if hi != 1 else ''}, got {len(types)}", e.span)
+        for k, _ in e.kwargs:
+            if k not in allowed_kw:
+                self.error("E109", f"'{e.func}' has no keyword argument '{k}'", e.span,
+                           f"keywords: {', '.join(sorted(allowed_kw))}" if allowed_kw else None)
+                ok = False
+        return ok
+
+    def _numeric_list(self, e: A.Call, t: T, span: Span) -> None:
+        if self.metric and t.name in ("number", "bool", "any"):
+            return  # lifted over sessions
+        if t.name == "any":
+            return
+        if t.name != "list" or (t.elem and t.elem.name not in ("number", "bool", "any")):
+            self.error("E201", f"'{e.func}' needs a list of numbers or bools, found {t}", span)
+
+    def _agg(self, e, types, kt):
+        if self._arity(e, types, 1, 1):
+            self._numeric_list(e, types[0], e.args[0].span)
+        return NUM
+
+    _fn_mean = _fn_var = _fn_std = _fn_sum = _fn_rate = _agg
+
+    def _fn_count(self, e, types, kt):
+        if self._arity(e, types, 1, 1) and not self.metric and types[0].name not in ("list", "any"):
+            self.error("E201", f"'count' needs a list, found {types[0]}", e.args[0].span)
+        return NUM
+
+    def _fn_min(self, e, types, kt):
+        if len(types) == 1:
+            self._numeric_list(e, types[0], e.args[0].span)
+        elif self._arity(e, types, 1, 8):
+            for a, t in zip(e.args, types):
+                if not numeric(t):
+                    self.error("E201", f"'{e.func}' needs numbers, found {t}", a.span)
+        return NUM
+
+    _fn_max = _fn_min
+
+    def _fn_all(self, e, types, kt):
+        if self._arity(e, types, 1, 1) and not self.metric:
+            t = types[0]
+            if t.name not in ("list", "any") or (t.elem and not boolish(t.elem)):
+                self.error("E201", f"'{e.func}' needs a list of bools, found {t}", e.args[0].span)
+        return BOOL
+
+    _fn_any = _fn_all
+
+    def _fn_len(self, e, types, kt):
+        if self._arity(e, types, 1, 1) and types[0].name not in ("list", "string", "any"):
+            self.error("E201", f"'len' needs a list or string, found {types[0]}", e.args[0].span)
+        return NUM
+
+    def _nums(self, e, types, lo, hi):
+        if self._arity(e, types, lo, hi):
+            for a, t in zip(e.args, types):
+                if not numeric(t):
+                    self.error("E201", f"'{e.func}' needs numbers, found {t}", a.span)
+        return NUM
+
+    def _fn_clip(self, e, types, kt):
+        return self._nums(e, types, 3, 3)
+
+    def _fn_abs(self, e, types, kt):
+        return self._nums(e, types, 1, 1)
+
+    def _fn_round(self, e, types, kt):
+        return self._nums(e, types, 1, 2)
+
+    def _strs(self, e, types, lo, hi, kinds=("string", "any", "number")):
+        if self._arity(e, types, lo, hi):
+            for a, t in zip(e.args, types):
+                if t.name not in kinds:
+                    self.error("E201", f"'{e.func}' needs text, found {t}", a.span)
+
+    def _fn_equiv(self, e, types, kt):
+        self._strs(e, types, 2, 2)
+        return BOOL
+
+    def _fn_jaccard(self, e, types, kt):
+        self._strs(e, types, 2, 2)
+        return NUM
+
+    def _stateful(self, e, types, kt, allowed: set[str]) -> T:
+        if self._arity(e, types, 1, 1, allowed_kw=allowed) and types[0].name not in ("string", "any"):
+            self.error("E201", f"'{e.func}' needs text, found {types[0]}", e.args[0].span)
+        for k, t in kt.items():
+            if not numeric(t):
+                self.error("E201", f"'{e.func}' option '{k}' must be a number, found {t}", e.span)
+        return NUM
+
+    def _fn_diversity(self, e, types, kt):
+        return self._stateful(e, types, kt, {"k", "window", "alpha"})
+
+    def _fn_novelty(self, e, types, kt):
+        return self._stateful(e, types, kt, {"history", "tau_sim"})
+
+    def _fn_words(self, e, types, kt):
+        if self._arity(e, types, 2, 2):
+            if types[0].name not in ("string", "any"):
+                self.error("E201", f"'words' needs text, found {types[0]}", e.args[0].span)
+            if not numeric(types[1]):
+                self.error("E201", f"'words' needs a number of words, found {types[1]}", e.args[1].span)
+        return STR
+
+    def _fn_boxed(self, e, types, kt):
+        self._strs(e, types, 1, 1)
+        return STR
+
+    def _fn_lower(self, e, types, kt):
+        self._strs(e, types, 1, 1)
+        return STR
+
+    _fn_upper = _fn_strip = _fn_str = _fn_lower
+
+    def _fn_num(self, e, types, kt):
+        self._strs(e, types, 1, 1, kinds=("string", "any", "number", "bool"))
+        return NUM
+
+    def _fn_contains(self, e, types, kt):
+        if self._arity(e, types, 2, 2) and types[0].name not in ("string", "list", "any"):
+            self.error("E201", f"'contains' needs text or a list, found {types[0]}", e.args[0].span)
+        return BOOL
+
+    def _fn_exists(self, e, types, kt):
+        self._arity(e, types, 1, 1)
+        return BOOL
+
+    def _fn_pairs(self, e, types, kt):
+        if self._arity(e, types, 1, 1) and types[0].name not in ("list", "any"):
+            self.error("E201", f"'pairs' needs a list, found {types[0]}", e.args[0].span)
+        elem = types[0].elem if types and types[0].name == "list" and types[0].elem else ANY
+        return list_of(list_of(elem))
+
+    def _fn_product(self, e, types, kt):
+        if self._arity(e, types, 2, 4):
+            for a, t in zip(e.args, types):
+                if t.name not in ("list", "any"):
+                    self.error("E201", f"'product' needs lists, found {t}", a.span)
+        elem = ANY
+        for i, t in enumerate(types):
+            te = t.elem if t.name == "list" and t.elem else ANY
+            elem = te if i == 0 else unify(elem, te)
+        return list_of(list_of(elem))
+
+    def _fn_range(self, e, types, kt):
+        self._nums(e, types, 1, 2)
+        return list_of(NUM)
+
+    def _fn_file(self, e, types, kt):
+        if self._arity(e, types, 1, 1) and not isinstance(e.args[0], A.String):
+            self.error("E107", "file() takes a string literal path", e.args[0].span)
+        return TEMPLATE
+
+    def _fn_reward(self, e, types, kt):
+        # reward(role) in metrics: the session's total reward for that role
+        if self._arity(e, types, 1, 1) and types[0].name not in ("role", "any"):
+            self.error("E201", f"'reward' needs a role, found {types[0]}", e.args[0].span)
+        return NUM

@@ -1,0 +1,591 @@
+"""Checks one game (turn protocol) and lowers it to IR steps.
+
+Besides names and types this pass owns the protocol-level checks: template variables at
+each ask, loop bounds (E401), reward coverage of trained roles on every path (E402),
+roles asked before any model is bound (E403), unreachable statements (W502), and the
+static per-session upper bound on model calls per role."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..ir import model as ir
+from . import ast as A
+from .consts import NotConstant, const_eval
+from .exprs import ExprChecker, Scope, Sym, irspan, suggest
+from .span import Span
+from .templates import JINJA_GLOBALS, variable_location
+from .types import ANY, BOOL, NUM, OUTCOME, STR, T, boolish, is_a, list_of, numeric, record
+
+if TYPE_CHECKING:
+    from .compiler import Compiler
+
+MAX_STATIC_BOUND = 1_000_000
+
+
+class GameChecker:
+    def __init__(self, c: "Compiler", g: A.GameDecl) -> None:
+        self.c = c
+        self.g = g
+        self.sink = c.sink
+        self.outcomes: list[str] = []
+        for s in _walk(g.body):
+            if isinstance(s, A.Outcomes):
+                for name, span in s.names:
+                    if name in self.outcomes:
+                        self.sink.error("E104", f"outcome '{name}' declared twice", span)
+                    else:
+                        self.outcomes.append(name)
+        self.x = ExprChecker(self.sink, set(self.outcomes))
+        self.x.role_reply = c.reply_types()
+        self.roles = {r.name: r for r in c.exp.roles}
+        self.bound_roles: set[str] = set()
+        self.asked_roles: set[str] = set()
+        self.session_vars: dict[str, T] = {}
+        self.group_size = 1
+
+    def err(self, code, msg, span, hint=None):
+        self.sink.error(code, msg, span, hint)
+
+    # ---------------------------------------------------------------------------------
+    def run(self) -> ir.Game:
+        g = self.g
+        scope = Scope()
+        for p, t in self.c.param_types.items():
+            scope.define(p, Sym("param", t, self.c.param_spans.get(p)))
+        self.param_syms = dict(scope.names)
+        for r in self.roles:
+            scope.define(r, Sym("role", T("role", role=r), None, used=True))
+        game = ir.Game(span=irspan(g.span), name=g.name, outcomes=list(self.outcomes), body=[])
+        if g.iter is not None:
+            it, itype = self.x.check(g.iter, scope)
+            self._mark_used(g.iter)
+            game.iter = it
+            game.pattern = [n for n, _ in g.pattern]
+            elem = self._iter_elem(itype, g.iter)
+            self._bind_pattern(g.pattern, elem, scope)
+        if g.times is not None:
+            game.times = self.c.const_int(g.times, "times", 1) or 1
+            self._mark_used(g.times)
+        if g.sample is not None:
+            game.group_size = self.c.const_int(g.sample, "the group size (sample)", 1) or 1
+            self._mark_used(g.sample)
+        self.group_size = game.group_size
+        game_scope = scope.child()
+        self.game_scope = game_scope
+        if self.outcomes:
+            game_scope.define("outcome", Sym("var", OUTCOME, None, used=True))
+        game.body = self.block(g.body, game_scope, in_loop=False)
+        # routes are collected from the body (they are group-level, not per-session)
+        game.routes = self.routes
+        self.flow_check(g)
+        game.call_bounds = self.call_bounds(game.body)
+        for r in self.asked_roles:
+            self.c.used.add(("role", r))
+        for name, sym in game_scope.names.items():
+            if sym.type.name in ("number", "bool", "string", "outcome"):
+                self.session_vars[name] = sym.type
+        for name in game.pattern:
+            sym = scope.lookup(name)
+            if sym is not None:
+                self.session_vars[name] = sym.type
+        sv = getattr(self.c, "_session_vars", {})
+        sv[g.name] = self.session_vars
+        self.c._session_vars = sv
+        for name, sym in self.param_syms.items():
+            if sym.used:
+                self.c.used.add(("param", name))
+        return game
+
+    routes: list[ir.Route]
+
+    def _mark_used(self, e: A.Expr) -> None:
+        for n in _names(e):
+            if n in self.param_syms:
+                self.param_syms[n].used = True
+
+    def _iter_elem(self, t: T, e: A.Expr) -> T:
+        if isinstance(e, A.Name) and any(d.name == e.id for d in self.c.exp.datasets):
+            return self.c.data_item_type(e.id)
+        if t.name == "list":
+            return t.elem or ANY
+        if t.name != "any":
+            self.err("E201", f"a game iterates over a list or data set, found {t}", e.span)
+        return ANY
+
+    def _bind_pattern(self, pattern: list[tuple[str, Span]], elem: T, scope: Scope) -> None:
+        if len(pattern) == 1:
+            name, span = pattern[0]
+            scope.define(name, Sym("var", elem, span, used=True))
+            return
+        inner = elem.elem if elem.name == "list" and elem.elem else ANY
+        if elem.name not in ("list", "any"):
+            self.err("E201", f"cannot unpack {elem} into {len(pattern)} names", pattern[0][1])
+        for name, span in pattern:
+            scope.define(name, Sym("var", inner, span, used=True))
+
+    # ---------------------------------------------------------------------------------
+    def block(self, stmts: list, scope: Scope, in_loop: bool) -> list:
+        if not hasattr(self, "routes"):
+            self.routes = []
+        out = []
+        ended = False
+        for s in stmts:
+            if ended and not isinstance(s, A.Outcomes):
+                self.sink.warn("W502", "unreachable statement: the session has already ended", s.span)
+                ended = False  # warn once per block
+            step = self.stmt(s, scope, in_loop)
+            if isinstance(s, A.End):
+                ended = True
+            if step is not None:
+                out.append(step)
+        return out
+
+    def stmt(self, s, scope: Scope, in_loop: bool):
+        return getattr(self, "_" + type(s).__name__)(s, scope, in_loop)
+
+    def _Outcomes(self, s, scope, in_loop):
+        return None
+
+    def expr(self, e: A.Expr, scope: Scope) -> tuple[ir.Expr, T]:
+        return self.x.check(e, scope)
+
+    def define(self, scope: Scope, name: str, t: T, span: Span) -> None:
+        if name in self.roles:
+            self.err("E104", f"'{name}' is a role; choose another variable name", span)
+            return
+        sym = scope.lookup(name)
+        if sym is not None and sym.kind == "param":
+            self.err("E104", f"'{name}' is a parameter; parameters cannot be reassigned", span)
+            return
+        if name == "outcome":
+            return
+        existing = self.game_scope.names.get(name)
+        if existing is not None and existing.type != t and existing.type.name != "any":
+            t = _widen(existing.type, t)
+        # variables live for the whole session, like Python function locals
+        self.game_scope.define(name, Sym("var", t, span, used=True))
+
+    def _Assign(self, s: A.Assign, scope, in_loop):
+        if isinstance(s.value, A.Ask):
+            return self.ask(s.value, s.targets, scope)
+        if len(s.targets) != 1:
+            self.err("E109", "several names on the left need an 'ask' of as many roles on the right", s.span)
+            return None
+        name, span = s.targets[0]
+        value, t = self.expr(s.value, scope)
+        if name == "outcome":
+            if not self.outcomes:
+                self.err("E203", "this game declares no outcomes", span, "declare them: outcomes calibrated, too_easy, too_hard")
+            elif t.name not in ("outcome", "any"):
+                self.err("E201", f"outcome must be one of {', '.join(self.outcomes)}, found {t}", s.value.span)
+            return ir.OutcomeStep(span=irspan(s.span), value=value)
+        self.define(scope, name, t, span)
+        return ir.AssignStep(span=irspan(s.span), name=name, value=value)
+
+    def _AskStmt(self, s: A.AskStmt, scope, in_loop):
+        return self.ask(s.ask, [], scope)
+
+    def ask(self, a: A.Ask, targets: list[tuple[str, Span]], scope: Scope) -> ir.AskStep | None:
+        roles = []
+        for name, span in a.roles:
+            if name not in self.roles:
+                self.err("E102", f"unknown role '{name}'", span, suggest(name, self.roles))
+            else:
+                roles.append(name)
+                self.asked_roles.add(name)
+                if self.roles[name].model is None and name not in self.bound_roles:
+                    self.err("E403", f"role '{name}' has no model here", span,
+                             f"give it one (model = ...) or bind it first: bind {name} = \"model-name\"")
+        if targets and len(targets) != len(a.roles):
+            self.err("E109", f"{len(targets)} names receive the replies of {len(a.roles)} role(s)", a.span)
+        sample_n = None
+        sample_ir = None
+        if a.sample is not None:
+            sample_ir, st = self.expr(a.sample, scope)
+            if not numeric(st):
+                self.err("E201", f"sample needs a number, found {st}", a.sample.span)
+            try:
+                sample_n = int(const_eval(a.sample, self.c.params))
+                self._mark_used(a.sample)
+            except (NotConstant, TypeError, ValueError):
+                self.err("E401", "sample needs a constant count", a.sample.span)
+        message = context = None
+        extra: set[str] = set()
+        if a.message is not None:
+            message, mt = self.expr(a.message, scope)
+            extra.add("message")
+        if a.with_ is not None:
+            context, wt = self.expr(a.with_, scope)
+            if wt.name == "record" and wt.fields is not None:
+                extra |= {k for k, _ in wt.fields}
+            elif wt.name != "any":
+                self.err("E201", f"'with' takes a record, e.g. with {{round: r}}, found {wt}", a.with_.span)
+        template = None
+        if a.using is not None:
+            template = self.c.template(a.using)
+        for role in roles:
+            r = self.roles[role]
+            tpl = template or r.prompt
+            if tpl is None and message is None:
+                self.err("E106", f"nothing to send to '{role}': give a template (using ...), a message (: expr) or a role prompt", a.span)
+            names = scope.all_names() | extra | {"role", "turn"}
+            for key in {tpl, r.system} - {None}:
+                self.check_template_vars(key, names, scope)
+            if r.recover.retries:
+                for key in {r.recover.truncated, r.recover.malformed} - {None}:
+                    self.check_template_vars(key, names | {"reply", "missing"}, scope)
+        step = ir.AskStep(span=irspan(a.span), roles=roles, targets=[n for n, _ in targets] or [None] * len(roles),
+                          sample=sample_ir, template=template, message=message, context=context)
+        if sample_n is not None:
+            step.sample = ir.Lit(value=sample_n, type="number", span=irspan(a.sample.span))
+        for (name, span), role in zip(targets, roles):
+            t = self.x.role_reply.get(role, ANY)
+            self.define(scope, name, list_of(t) if a.sample is not None else t, span)
+        return step
+
+    def check_template_vars(self, key: str, available: set[str], scope: Scope) -> None:
+        lt = self.c.loaded.get(key)
+        if lt is None:
+            return
+        for var in lt.variables:
+            if var in JINJA_GLOBALS:
+                continue
+            if var in available:
+                sym = scope.lookup(var)
+                if sym is not None:
+                    sym.used = True
+                if var in self.param_syms:
+                    self.param_syms[var].used = True
+                continue
+            span = variable_location(lt, var)
+            self.err("E301", f"template uses '{var}', which the protocol does not provide here", span,
+                     suggest(var, available) or f"available: {', '.join(sorted(v for v in available if not v.startswith('_'))[:12])}")
+
+    def _bound(self, e: A.Expr, what: str) -> int | None:
+        try:
+            v = const_eval(e, self.c.params)
+        except NotConstant:
+            return None
+        self._mark_used(e)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 0 or v > MAX_STATIC_BOUND:
+            self.err("E107", f"{what} must be a whole number between 0 and {MAX_STATIC_BOUND}, found {v!r}", e.span)
+            return 0
+        return int(v)
+
+    def _Repeat(self, s: A.Repeat, scope, in_loop):
+        start_ir = ir.Lit(value=1, type="number")
+        if s.start is not None:
+            start_ir, st = self.expr(s.start, scope)
+            if not numeric(st):
+                self.err("E201", f"a range bound must be a number, found {st}", s.start.span)
+        stop_ir, tt = self.expr(s.stop, scope)
+        if not numeric(tt):
+            self.err("E201", f"a repeat count must be a number, found {tt}", s.stop.span)
+        hi = self._bound(s.stop, "a repeat bound")
+        lo = self._bound(s.start, "a repeat bound") if s.start is not None else 1
+        if hi is None or lo is None:
+            self.err("E401", "repeat needs a bound known before the run (a number or parameter)", s.stop.span if hi is None else s.start.span,
+                     "use 'while COND limit N { ... }' for a data-dependent loop")
+            bound = 0
+        else:
+            bound = max(0, hi - lo + 1)
+        inner = scope.child()
+        if s.var is not None:
+            inner.define(s.var[0], Sym("var", NUM, s.var[1], used=True))
+        body = self.block(s.body, inner, True)
+        return ir.RepeatStep(span=irspan(s.span), var=s.var[0] if s.var else None, start=start_ir, stop=stop_ir, bound=bound, body=body)
+
+    def _While(self, s: A.While, scope, in_loop):
+        cond, ct = self.expr(s.cond, scope)
+        if not boolish(ct):
+            self.err("E201", f"a loop condition must be bool, found {ct}", s.cond.span)
+        limit = None
+        if s.limit is None:
+            kw = "until" if s.until else "while"
+            self.err("E401", f"unbounded loop: '{kw}' needs a limit", s.span, f"write '{kw} COND limit N {{ ... }}'")
+        else:
+            limit = self._bound(s.limit, "a loop limit")
+            if limit is None:
+                self.err("E401", "a loop limit must be known before the run (a number or parameter)", s.limit.span)
+        body = self.block(s.body, scope.child(), True)
+        return ir.WhileStep(span=irspan(s.span), cond=cond, until=s.until, limit=limit or 0, body=body)
+
+    def _For(self, s: A.For, scope, in_loop):
+        it, t = self.expr(s.iter, scope)
+        if t.name not in ("list", "any"):
+            self.err("E201", f"'for' iterates over a list, found {t}", s.iter.span)
+        limit = None
+        if s.limit is not None:
+            limit = self._bound(s.limit, "a loop limit")
+            if limit is None:
+                self.err("E401", "a loop limit must be known before the run", s.limit.span)
+        else:
+            try:
+                v = const_eval(s.iter, self.c.params)
+                limit = len(v) if isinstance(v, list) else None
+            except NotConstant:
+                limit = self._list_bound(s.iter)
+            if limit is None:
+                self.err("E401", "unbounded loop: the length of this list is not known before the run", s.iter.span,
+                         "add a limit: for x in xs limit N { ... }")
+        inner = scope.child()
+        elem = t.elem if t.name == "list" and t.elem else ANY
+        if len(s.pattern) == 1:
+            name, span = s.pattern[0]
+            inner.define(name, Sym("var", elem, span, used=True))
+        else:
+            self._bind_pattern(s.pattern, elem, inner)
+        body = self.block(s.body, inner, True)
+        return ir.ForStep(span=irspan(s.span), names=[n for n, _ in s.pattern], iter=it, limit=limit or 0, body=body)
+
+    def _list_bound(self, e: A.Expr) -> int | None:
+        """Length bound of a list produced by `sample N ask` (held in a variable)."""
+        if isinstance(e, A.Name):
+            return self.sample_sizes.get(e.id)
+        return None
+
+    @property
+    def sample_sizes(self) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for s in _walk(self.g.body):
+            if isinstance(s, A.Assign) and isinstance(s.value, A.Ask) and s.value.sample is not None:
+                try:
+                    n = int(const_eval(s.value.sample, self.c.params))
+                except (NotConstant, TypeError, ValueError):
+                    continue
+                for name, _ in s.targets:
+                    sizes[name] = max(sizes.get(name, 0), n)
+        return sizes
+
+    def _If(self, s: A.If, scope, in_loop):
+        branches = []
+        for cond, body in s.branches:
+            c, ct = self.expr(cond, scope)
+            if not boolish(ct):
+                self.err("E201", f"an 'if' condition must be bool, found {ct}", cond.span)
+            branches.append(ir.Branch(cond=c, body=self.block(body, scope.child(), in_loop)))
+        orelse = self.block(s.orelse, scope.child(), in_loop) if s.orelse is not None else []
+        return ir.IfStep(span=irspan(s.span), branches=branches, orelse=orelse)
+
+    def _Reward(self, s: A.Reward, scope, in_loop):
+        value, t = self.expr(s.value, scope)
+        if not numeric(t) or t.name == "any" and False:
+            self.err("E201", f"a reward must be a number, found {t}", s.value.span)
+        name = s.name or "reward"
+        if s.target in self.roles:
+            self.asked_roles  # a reward alone does not make a role "asked"
+            return ir.RewardStep(span=irspan(s.span), role=s.target, name=name, value=value)
+        sym = scope.lookup(s.target)
+        if sym is not None and sym.type.name == "record" and sym.type.role:
+            return ir.RewardStep(span=irspan(s.span), role=sym.type.role, turn_var=s.target, name=name, value=value)
+        if sym is not None:
+            self.err("E201", f"'{s.target}' is not a role or a single reply (it is {sym.type})", s.target_span)
+        else:
+            self.err("E102", f"unknown role '{s.target}'", s.target_span, suggest(s.target, set(self.roles) | scope.all_names()))
+        return None
+
+    def _Bind(self, s: A.Bind, scope, in_loop):
+        if s.role not in self.roles:
+            self.err("E102", f"unknown role '{s.role}'", s.role_span, suggest(s.role, self.roles))
+            return None
+        value, t = self.expr(s.value, scope)
+        if t.name not in ("string", "any"):
+            self.err("E201", f"bind takes a model name (string), found {t}", s.value.span)
+        self.bound_roles.add(s.role)
+        return ir.BindStep(span=irspan(s.span), role=s.role, model=value)
+
+    def _End(self, s: A.End, scope, in_loop):
+        outcome = None
+        if s.outcome is not None:
+            outcome = s.outcome[0]
+            if outcome not in self.outcomes:
+                self.err("E203", f"unknown outcome '{outcome}'", s.outcome[1],
+                         suggest(outcome, self.outcomes) or f"declared outcomes: {', '.join(self.outcomes) or 'none'}")
+        return ir.EndStep(span=irspan(s.span), outcome=outcome)
+
+    def _Route(self, s: A.Route, scope, in_loop):
+        if in_loop:
+            self.err("E404", "route is group-level: put it at the top of the game, not in a loop", s.span)
+        if self.group_size <= 1:
+            self.err("E404", "route needs groups: give the game a 'sample N' (N ≥ 2)", s.span)
+        if s.role not in self.roles:
+            self.err("E102", f"unknown role '{s.role}'", s.role_span, suggest(s.role, self.roles))
+        gscope = Scope()
+        for p, sym in self.param_syms.items():
+            gscope.define(p, sym)
+        gscope.define("rewards", Sym("var", list_of(NUM), None, used=True))
+        gscope.define("size", Sym("var", NUM, None, used=True))
+        arms = []
+        saw_else = False
+        for arm in s.arms:
+            cond = None
+            if arm.cond is not None:
+                if saw_else:
+                    self.sink.warn("W502", "route arm after 'else' is never taken", arm.span)
+                cond, ct = self.x.check(arm.cond, gscope)
+                if not boolish(ct):
+                    self.err("E201", f"a route condition must be bool, found {ct}", arm.cond.span)
+            else:
+                saw_else = True
+            action = arm.target
+            target = arm.arg[0] if arm.arg else None
+            if action in ("keep", "drop"):
+                if target:
+                    self.err("E107", f"'{action}' takes no name", arm.arg[1])
+            elif action in ("tournament", "judge"):
+                pool = self.c.exp.tournaments if action == "tournament" else self.c.exp.judges
+                if target is None:
+                    self.err("E107", f"'{action}' needs the name of a declared {action}", arm.target_span)
+                elif not any(x.name == target for x in pool):
+                    self.err("E110", f"unknown {action} '{target}'", arm.arg[1], suggest(target, [x.name for x in pool]))
+                else:
+                    self.c.used.add(("contest", target))
+            else:
+                self.err("E107", f"unknown route action '{action}'", arm.target_span, "actions: keep, drop, tournament NAME, judge NAME")
+                continue
+            arms.append(ir.RouteArm(span=irspan(arm.span), cond=cond, action=action, target=target))
+        if not hasattr(self, "routes"):
+            self.routes = []
+        if any(r.role == s.role for r in self.routes):
+            self.err("E104", f"role '{s.role}' already has a route in this game", s.role_span)
+        self.routes.append(ir.Route(span=irspan(s.span), role=s.role, arms=arms))
+        return None
+
+    # ---------------------------------------------------------------------------------
+    def flow_check(self, g: A.GameDecl) -> None:
+        """E402: every path through the session rewards each trained role it asks."""
+        trained = {r for r in self.asked_roles if self.roles[r].trained}
+        if not trained:
+            return
+        routed = {r.role for r in self.routes}
+        reported: set[tuple[str, Span]] = set()
+
+        def report(missing: set[str], span: Span, where: str) -> None:
+            for role in sorted(missing):
+                if (role, span) in reported:
+                    continue
+                reported.add((role, span))
+                self.err("E402", f"trained role '{role}' gets no reward on a path that {where}", span,
+                         f"add 'reward {role} = ...' on this path")
+
+        reply_role = {}
+
+        def run(stmts, have: set[str]) -> set[str] | None:
+            for s in stmts:
+                if isinstance(s, A.Reward):
+                    if s.target in self.roles:
+                        have = have | {s.target}
+                    elif s.target in reply_role:
+                        have = have | {reply_role[s.target]}
+                elif isinstance(s, A.Assign) and isinstance(s.value, A.Ask):
+                    for (n, _), (r, _) in zip(s.targets, s.value.roles):
+                        reply_role[n] = r
+                elif isinstance(s, A.End):
+                    report(trained - have, s.span, "ends here")
+                    return None
+                elif isinstance(s, A.If):
+                    outs = [run(b, have) for _, b in s.branches]
+                    outs.append(run(s.orelse, have) if s.orelse is not None else have)
+                    live = [o for o in outs if o is not None]
+                    if not live:
+                        return None
+                    have = set.intersection(*live)
+                elif isinstance(s, A.Repeat):
+                    body = run(s.body, have)
+                    try:
+                        lo = const_eval(s.start, self.c.params) if s.start is not None else 1
+                        hi = const_eval(s.stop, self.c.params)
+                        runs = hi - lo + 1 >= 1
+                    except (NotConstant, TypeError):
+                        runs = False
+                    if runs and body is not None:
+                        have = body
+                elif isinstance(s, (A.While, A.For)):
+                    for_item = s.pattern[0][0] if isinstance(s, A.For) and len(s.pattern) == 1 else None
+                    if for_item and isinstance(s.iter, A.Name) and s.iter.id in reply_role:
+                        reply_role[for_item] = reply_role[s.iter.id]
+                    run(s.body, have)  # may run zero times; still check ends inside
+            return have
+
+        final = run(g.body, set())
+        if final is not None:
+            report(trained - final - routed, g.name_span, "reaches the end of the game")
+
+    def call_bounds(self, steps: list) -> dict[str, int]:
+        bounds: dict[str, int] = {}
+
+        def add(d: dict[str, int], role: str, n: int) -> None:
+            d[role] = d.get(role, 0) + n
+
+        def walk(steps, mult: int) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for s in steps:
+                if isinstance(s, ir.AskStep):
+                    n = int(s.sample.value) if isinstance(s.sample, ir.Lit) else 1
+                    for role in s.roles:
+                        r = self.roles[role]
+                        per_call = 1 + r.recover.retries
+                        if r.reply.kind == "json":
+                            per_call = max(per_call, 1 + int(r.reply.args.get("retries", 0)))
+                        add(out, role, mult * n * per_call)
+                elif isinstance(s, ir.RepeatStep):
+                    for k, v in walk(s.body, mult * s.bound).items():
+                        add(out, k, v)
+                elif isinstance(s, ir.WhileStep):
+                    for k, v in walk(s.body, mult * s.limit).items():
+                        add(out, k, v)
+                elif isinstance(s, ir.ForStep):
+                    for k, v in walk(s.body, mult * s.limit).items():
+                        add(out, k, v)
+                elif isinstance(s, ir.IfStep):
+                    best: dict[str, int] = {}
+                    for body in [b.body for b in s.branches] + [s.orelse]:
+                        for k, v in walk(body, mult).items():
+                            best[k] = max(best.get(k, 0), v)
+                    for k, v in best.items():
+                        add(out, k, v)
+            return out
+
+        bounds = walk(steps, 1)
+        return dict(sorted(bounds.items()))
+
+
+def _widen(a: T, b: T) -> T:
+    from .types import unify
+
+    return unify(a, b)
+
+
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        if isinstance(s, (A.Repeat, A.While, A.For)):
+            yield from _walk(s.body)
+        elif isinstance(s, A.If):
+            for _, b in s.branches:
+                yield from _walk(b)
+            if s.orelse:
+                yield from _walk(s.orelse)
+
+
+def _names(e) -> set[str]:
+    out: set[str] = set()
+    if isinstance(e, A.Name):
+        out.add(e.id)
+    elif e is None:
+        return out
+    for v in getattr(e, "__dict__", {}).values():
+        if isinstance(v, A.Node) and not isinstance(v, A.Name):
+            out |= _names(v)
+        elif isinstance(v, A.Name):
+            out.add(v.id)
+        elif isinstance(v, list):
+            for x in v:
+                if isinstance(x, A.Node):
+                    out |= _names(x)
+                elif isinstance(x, tuple):
+                    for y in x:
+                        if isinstance(y, A.Node):
+                            out |= _names(y)
+    return out

@@ -1,0 +1,527 @@
+"""Text -> AST. Wraps the lark LALR parser, converts its tree to `ast` nodes with spans,
+and turns every lexing/parsing failure into a Diagnostic (never an exception)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+import lark
+from lark import Token, Tree
+
+from . import ast as A
+from .diagnostics import DiagnosticSink
+from .span import Span
+
+MAX_BYTES = 8 * 1024 * 1024
+MAX_NESTING = 64
+
+KEYWORDS = {
+    "experiment", "param", "model", "role", "template", "data", "buffer", "tournament",
+    "judge", "train", "with", "schedule", "metric", "by", "game", "for", "in", "times",
+    "sample", "ask", "using", "repeat", "while", "until", "limit", "if", "elif", "else",
+    "reward", "as", "bind", "end", "outcomes", "route", "when", "true", "false", "not",
+    "and", "or", "where", "case",
+}
+
+# Friendlier names for lark's terminal names in "expected ..." messages.
+_TERMINAL_NAMES = {
+    "NAME": "a name", "NUMBER": "a number", "STRING": "a string", "LONG_STRING": "a string",
+    "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['",
+    "RSQB": "']'", "EQUAL": "'='", "COMMA": "','", "COLON": "':'", "SEMICOLON": "';'",
+    "DOT": "'.'", "DOUBLE_DOT": "'..'", "MINUS": "'-'", "PLUS": "'+'", "CMP_OP": "a comparison",
+    "MUL_OP": "'*', '/' or '%'", "VBAR": "'|'", "__ANON_0": "'->'", "RARROW": "'->'",
+    "$END": "end of file",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _lark() -> lark.Lark:
+    grammar = resources.files("askspec.lang").joinpath("grammar.lark").read_text()
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def _describe_expected(expected: set[str]) -> str:
+    names = []
+    for t in sorted(expected):
+        name = _TERMINAL_NAMES.get(t)
+        if name is None:
+            try:
+                pattern = _lark().get_terminal(t).pattern
+                name = f"'{pattern.value}'" if pattern.type == "str" else t.lower()
+            except KeyError:
+                name = t.lower()
+        names.append(name)
+    names = sorted(set(names))
+    if len(names) > 6:
+        return ", ".join(names[:6]) + ", ..."
+    return ", ".join(names)
+
+
+def _nesting_problem(text: str) -> tuple[int, int] | None:
+    """Find where bracket nesting exceeds MAX_NESTING (outside strings/comments)."""
+    depth = 0
+    line, col = 1, 1
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line, col = line + 1, 1
+            i += 1
+            continue
+        if ch == '"':
+            if text.startswith('"""', i):
+                j = text.find('"""', i + 3)
+                j = n if j < 0 else j + 3
+            else:
+                j = i + 1
+                while j < n and text[j] not in '"\n':
+                    j += 2 if text[j] == "\\" else 1
+                j += 1
+            seg = text[i:j]
+            nl = seg.count("\n")
+            if nl:
+                line += nl
+                col = len(seg) - seg.rfind("\n")
+            else:
+                col += len(seg)
+            i = j
+            continue
+        if ch == "#" or text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            col += j - i
+            i = j
+            continue
+        if ch in "([{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return line, col
+        elif ch in ")]}":
+            depth -= 1
+        i += 1
+        col += 1
+    return None
+
+
+def decode_source(path: str, data: bytes, sink: DiagnosticSink) -> str | None:
+    if len(data) > MAX_BYTES:
+        sink.error("E005", f"file is {len(data)} bytes; the limit is {MAX_BYTES}", Span(path, 1, 1, 1, 1))
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[: e.start]
+        line = before.count(b"\n") + 1
+        col = len(before) - (before.rfind(b"\n") + 1) + 1
+        sink.error("E004", f"invalid UTF-8 byte 0x{data[e.start]:02x}", Span(path, line, col, line, col + 1),
+                   hint="save the file as UTF-8")
+        return None
+    if "\x00" in text:
+        pos = text.index("\x00")
+        line = text.count("\n", 0, pos) + 1
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        sink.error("E004", "binary data (NUL byte) in a spec file", Span(path, line, col, line, col + 1))
+        return None
+    return text.lstrip("\ufeff")
+
+
+def parse(path: str, text: str, sink: DiagnosticSink) -> A.Module | None:
+    """Parse one .ask file; on failure report a diagnostic and return None."""
+    deep = _nesting_problem(text)
+    if deep:
+        sink.error("E005", f"brackets nested more than {MAX_NESTING} deep", Span(path, deep[0], deep[1], deep[0], deep[1] + 1))
+        return None
+    try:
+        tree = _lark().parse(text)
+    except lark.UnexpectedCharacters as e:
+        ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else "?"
+        msg = f"unexpected character {ch!r}"
+        hint = None
+        if ch == '"':
+            msg, hint = "unterminated string", "close the string with '\"' on the same line, or use \"\"\"...\"\"\" for several lines"
+            sink.error("E002", msg, Span(path, e.line, e.column, e.line, e.column + 1), hint)
+            return None
+        sink.error("E003", msg, Span(path, e.line, e.column, e.line, e.column + 1), hint)
+        return None
+    except lark.UnexpectedToken as e:
+        tok = e.token
+        if tok.type == "$END":
+            line, col = _end_position(text)
+            sink.error("E002", "unexpected end of file: a block, bracket or string is not closed",
+                       Span(path, line, col, line, col + 1), hint=f"expected {_describe_expected(e.expected)}")
+        else:
+            value = str(tok)
+            shown = value if len(value) <= 40 else value[:37] + "..."
+            hint = f"expected {_describe_expected(e.expected)}"
+            if value in KEYWORDS:
+                hint += f"; '{value}' is a keyword and cannot be used as a name here"
+            sink.error("E001", f"unexpected {shown!r}", _tok_span(path, tok), hint=hint)
+        return None
+    except lark.UnexpectedEOF as e:  # pragma: no cover - LALR reports UnexpectedToken($END)
+        line, col = _end_position(text)
+        sink.error("E002", "unexpected end of file", Span(path, line, col, line, col + 1))
+        return None
+    return _Builder(path, text).module(tree)
+
+
+def _end_position(text: str) -> tuple[int, int]:
+    lines = text.split("\n")
+    return len(lines), len(lines[-1]) + 1
+
+
+def _tok_span(path: str, tok: Token) -> Span:
+    line = tok.line or 1
+    col = tok.column or 1
+    end_line = tok.end_line or line
+    end_col = tok.end_column or col + max(1, len(str(tok)))
+    return Span(path, line, col, end_line, end_col)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "r": "\r", "0": "\0"}
+
+
+def _unescape(body: str) -> str:
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), body)
+
+
+class _Builder:
+    """Converts lark's parse tree into AST nodes."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.text = text
+
+    # -- spans
+    def span(self, node: Tree | Token) -> Span:
+        if isinstance(node, Token):
+            return _tok_span(self.path, node)
+        m = node.meta
+        if getattr(m, "empty", True):
+            return Span(self.path, 1, 1, 1, 1)
+        return Span(self.path, m.line, m.column, m.end_line, m.end_column)
+
+    def name(self, tok: Token) -> tuple[str, Span]:
+        return str(tok), self.span(tok)
+
+    # -- module
+    def module(self, tree: Tree) -> A.Module:
+        decls = [self.decl(c) for c in tree.children]
+        return A.Module(Span(self.path, 1, 1, 1, 1), self.path, decls)
+
+    def decl(self, t: Tree):
+        return getattr(self, "d_" + t.data)(t)
+
+    def d_experiment(self, t: Tree) -> A.Experiment:
+        name, *items = t.children
+        params = [self.d_param(c) for c in items if c.data == "param"]
+        attrs = [self.attr(c) for c in items if c.data == "attr"]
+        return A.Experiment(self.span(t), str(name), params, attrs)
+
+    def d_param(self, t: Tree) -> A.Param:
+        name, typ, default = t.children
+        return A.Param(self.span(t), str(name), self.span(name), self.type_expr(typ) if typ is not None else None, self.expr(default))
+
+    def type_expr(self, t: Tree) -> A.TypeExpr:
+        name, *args = t.children
+        return A.TypeExpr(self.span(t), str(name), [self.type_expr(a) for a in args if a is not None])
+
+    def body(self, t: Tree | None) -> list[A.Attribute]:
+        if t is None:
+            return []
+        return [self.attr(c) for c in t.children]
+
+    def attr(self, t: Tree) -> A.Attribute:
+        name, value = t.children
+        return A.Attribute(self.span(t), str(name), self.expr(value), self.span(name))
+
+    def d_model(self, t: Tree) -> A.ModelDecl:
+        name, base, body = t.children
+        return A.ModelDecl(self.span(t), str(name), self.span(name), self.expr(base), self.body(body))
+
+    def d_role(self, t: Tree) -> A.RoleDecl:
+        names = [self.name(c) for c in t.children if isinstance(c, Token)]
+        items = [c for c in t.children if isinstance(c, Tree)]
+        attrs = [self.attr(c) for c in items if c.data == "attr"]
+        flags = [A.Flag(self.span(c), str(c.children[0])) for c in items if c.data == "flag"]
+        return A.RoleDecl(self.span(t), names, attrs, flags)
+
+    def d_template(self, t: Tree) -> A.TemplateDecl:
+        name, value = t.children
+        return A.TemplateDecl(self.span(t), str(name), self.span(name), self.expr(value))
+
+    def d_data(self, t: Tree) -> A.DataDecl:
+        name, source, body = t.children
+        return A.DataDecl(self.span(t), str(name), self.span(name), self.expr(source), self.body(body))
+
+    def _block(self, kind: str, t: Tree) -> A.BlockDecl:
+        name, body = t.children
+        return A.BlockDecl(self.span(t), kind, str(name), self.span(name), self.body(body))
+
+    def d_buffer(self, t):
+        return self._block("buffer", t)
+
+    def d_tournament(self, t):
+        return self._block("tournament", t)
+
+    def d_judge(self, t):
+        return self._block("judge", t)
+
+    def d_schedule(self, t):
+        return self._block("schedule", t)
+
+    def d_train(self, t: Tree) -> A.TrainDecl:
+        role, algo, body = t.children
+        return A.TrainDecl(self.span(t), str(role), self.span(role), self.expr(algo), self.body(body))
+
+    def d_metric(self, t: Tree) -> A.MetricDecl:
+        name, value, by = t.children
+        by_names = [self.name(c) for c in by.children] if by is not None else []
+        return A.MetricDecl(self.span(t), str(name), self.span(name), self.expr(value), by_names)
+
+    def d_game(self, t: Tree) -> A.GameDecl:
+        name, gfor, gtimes, gsample, block = t.children
+        pattern: list[tuple[str, Span]] = []
+        it = None
+        if gfor is not None:
+            pat, it_t = gfor.children
+            pattern = [self.name(c) for c in pat.children]
+            it = self.expr(it_t)
+        times = self.expr(gtimes.children[0]) if gtimes is not None else None
+        sample = self.expr(gsample.children[0]) if gsample is not None else None
+        return A.GameDecl(self.span(t), str(name), self.span(name), pattern, it, times, sample, self.block(block))
+
+    # -- statements
+    def block(self, t: Tree) -> list:
+        return [self.stmt(c) for c in t.children]
+
+    def stmt(self, t: Tree):
+        return getattr(self, "s_" + t.data)(t)
+
+    def s_assign_stmt(self, t: Tree) -> A.Assign:
+        *targets, value = t.children
+        v = self.ask(value) if isinstance(value, Tree) and value.data == "ask" else self.expr(value)
+        return A.Assign(self.span(t), [self.name(x) for x in targets], v)
+
+    def s_ask_stmt(self, t: Tree) -> A.AskStmt:
+        return A.AskStmt(self.span(t), self.ask(t.children[0]))
+
+    def ask(self, t: Tree) -> A.Ask:
+        sample = using = message = with_ = None
+        roles = []
+        for c in t.children:
+            if c is None:
+                continue
+            if isinstance(c, Token):
+                roles.append(self.name(c))
+            elif c.data == "sample_clause":
+                sample = self.expr(c.children[0])
+            elif c.data == "using_clause":
+                using = self.expr(c.children[0])
+            elif c.data == "message_clause":
+                message = self.expr(c.children[0])
+            elif c.data == "with_clause":
+                with_ = self.expr(c.children[0])
+        return A.Ask(self.span(t), roles, sample, using, message, with_)
+
+    def s_repeat_stmt(self, t: Tree) -> A.Repeat:
+        kids = t.children
+        if len(kids) == 4:
+            var, start, stop, block = kids
+            return A.Repeat(self.span(t), self.name(var), self.expr(start), self.expr(stop), self.block(block))
+        count, block = kids
+        return A.Repeat(self.span(t), None, None, self.expr(count), self.block(block))
+
+    def _limit(self, t: Tree | None):
+        return self.expr(t.children[0]) if t is not None else None
+
+    def s_while_stmt(self, t: Tree) -> A.While:
+        cond, limit, block = t.children
+        return A.While(self.span(t), self.expr(cond), self._limit(limit), False, self.block(block))
+
+    def s_until_stmt(self, t: Tree) -> A.While:
+        cond, limit, block = t.children
+        return A.While(self.span(t), self.expr(cond), self._limit(limit), True, self.block(block))
+
+    def s_for_stmt(self, t: Tree) -> A.For:
+        pat, it, limit, block = t.children
+        return A.For(self.span(t), [self.name(c) for c in pat.children], self.expr(it), self._limit(limit), self.block(block))
+
+    def s_if_stmt(self, t: Tree) -> A.If:
+        cond, block, *rest = t.children
+        branches = [(self.expr(cond), self.block(block))]
+        orelse = None
+        for c in rest:
+            if c is None:
+                continue
+            if c.data == "elif_clause":
+                branches.append((self.expr(c.children[0]), self.block(c.children[1])))
+            else:
+                orelse = self.block(c.children[0])
+        return A.If(self.span(t), branches, orelse)
+
+    def s_reward_stmt(self, t: Tree) -> A.Reward:
+        target, name, value = t.children
+        return A.Reward(self.span(t), str(target), self.span(target), str(name) if name is not None else None, self.expr(value))
+
+    def s_bind_stmt(self, t: Tree) -> A.Bind:
+        role, value = t.children
+        return A.Bind(self.span(t), str(role), self.span(role), self.expr(value))
+
+    def s_end_stmt(self, t: Tree) -> A.End:
+        (outcome,) = t.children
+        return A.End(self.span(t), self.name(outcome) if outcome is not None else None)
+
+    def s_outcomes_stmt(self, t: Tree) -> A.Outcomes:
+        return A.Outcomes(self.span(t), [self.name(c) for c in t.children])
+
+    def s_route_stmt(self, t: Tree) -> A.Route:
+        role, *arms = t.children
+        out = []
+        for arm in arms:
+            if arm.data == "route_when":
+                cond, target = arm.children
+                cond_e = self.expr(cond)
+            else:
+                (target,) = arm.children
+                cond_e = None
+            kind, arg = target.children
+            out.append(A.RouteArm(self.span(arm), cond_e, str(kind), self.span(kind), self.name(arg) if arg is not None else None))
+        return A.Route(self.span(t), str(role), self.span(role), out)
+
+    # -- expressions
+    def expr(self, t) -> A.Expr:
+        if isinstance(t, Token):  # bare tokens only appear for NAME in a few places
+            return A.Name(self.span(t), str(t))
+        return getattr(self, "e_" + t.data)(t)
+
+    def e_number(self, t: Tree) -> A.Number:
+        raw = str(t.children[0])
+        value: float | int = int(raw) if re.fullmatch(r"\d+", raw) else float(raw)
+        return A.Number(self.span(t), value)
+
+    def e_string(self, t: Tree) -> A.String:
+        tok = t.children[0]
+        raw = str(tok)
+        sp = self.span(t)
+        if raw.startswith('"""'):
+            body = raw[3:-3]
+            line, col = sp.line, sp.col + 3
+            if body.startswith("\n"):
+                body = body[1:]
+                line, col = line + 1, 1
+            import textwrap
+
+            return A.String(sp, textwrap.dedent(body), line, col, long=True)
+        return A.String(sp, _unescape(raw[1:-1]), sp.line, sp.col + 1)
+
+    def e_true(self, t):
+        return A.Bool(self.span(t), True)
+
+    def e_false(self, t):
+        return A.Bool(self.span(t), False)
+
+    def e_name(self, t):
+        return A.Name(self.span(t), str(t.children[0]))
+
+    def e_list_lit(self, t):
+        return A.ListLit(self.span(t), [self.expr(c) for c in t.children if c is not None])
+
+    def e_record_lit(self, t):
+        fields = []
+        for f in t.children:
+            if f is None:
+                continue
+            key, value = f.children
+            k = str(key)
+            if key.type in ("STRING",):
+                k = _unescape(k[1:-1])
+            fields.append((k, self.expr(value)))
+        return A.RecordLit(self.span(t), fields)
+
+    def _args(self, t: Tree | None):
+        args, kwargs = [], []
+        if t is None:
+            return args, kwargs
+        for a in t.children:
+            if isinstance(a, Tree) and a.data == "kwarg":
+                kwargs.append((str(a.children[0]), self.expr(a.children[1])))
+            else:
+                args.append(self.expr(a))
+        return args, kwargs
+
+    def e_call(self, t: Tree):
+        func, argt = t.children
+        f = self.expr(func)
+        args, kwargs = self._args(argt)
+        if not isinstance(f, A.Name):
+            # Method-style calls are not part of the language; keep a Call with a dotted name
+            # so the checker reports an unknown function at the right place.
+            return A.Call(self.span(t), _dotted(f), f.span, args, kwargs)
+        return A.Call(self.span(t), f.id, f.span, args, kwargs)
+
+    def e_attr_access(self, t: Tree):
+        obj, name = t.children
+        return A.Attr(self.span(t), self.expr(obj), str(name))
+
+    def e_index(self, t: Tree):
+        obj, idx = t.children
+        return A.Index(self.span(t), self.expr(obj), self.expr(idx))
+
+    def e_pipe(self, t: Tree):
+        lhs, call_like = t.children
+        fname, argt = call_like.children
+        args, kwargs = self._args(argt)
+        return A.Call(self.span(t), str(fname), self.span(fname), [self.expr(lhs), *args], kwargs)
+
+    def e_where(self, t: Tree):
+        seq, cond = t.children
+        return A.Where(self.span(t), self.expr(seq), self.expr(cond))
+
+    def e_or_op(self, t):
+        return A.Binary(self.span(t), "or", self.expr(t.children[0]), self.expr(t.children[1]))
+
+    def e_and_op(self, t):
+        return A.Binary(self.span(t), "and", self.expr(t.children[0]), self.expr(t.children[1]))
+
+    def e_not_op(self, t):
+        return A.Unary(self.span(t), "not", self.expr(t.children[0]))
+
+    def e_compare(self, t):
+        l, op, r = t.children
+        return A.Binary(self.span(t), str(op), self.expr(l), self.expr(r))
+
+    def e_binary(self, t):
+        l, op, r = t.children
+        return A.Binary(self.span(t), str(op), self.expr(l), self.expr(r))
+
+    def e_neg(self, t):
+        _, operand = t.children
+        inner = self.expr(operand)
+        if isinstance(inner, A.Number):  # fold literal negatives so `-0.2` is a constant
+            return A.Number(self.span(t), -inner.value)
+        return A.Unary(self.span(t), "-", inner)
+
+    def e_case_e(self, t: Tree):
+        subject = None
+        arms = []
+        default = None
+        for c in t.children:
+            if c is None:
+                continue
+            if isinstance(c, Tree) and c.data == "case_arm":
+                arms.append((self.expr(c.children[0]), self.expr(c.children[1])))
+            elif isinstance(c, Tree) and c.data == "case_else":
+                default = self.expr(c.children[0])
+            else:
+                subject = self.expr(c)
+        return A.Case(self.span(t), subject, arms, default)
+
+
+def _dotted(e: A.Expr) -> str:
+    if isinstance(e, A.Name):
+        return e.id
+    if isinstance(e, A.Attr):
+        return _dotted(e.obj) + "." + e.name
+    return "<expr>"

@@ -1,0 +1,114 @@
+"""Prompt templates: loading (inline or file), Jinja2 syntax checks, and the variables a
+template needs, located at the template's own line so an undefined one is reported there.
+
+Templates are parsed with Jinja2's SandboxedEnvironment, the same environment the runtime
+renders them in."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from dataclasses import dataclass
+
+import jinja2
+from jinja2 import meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from . import ast as A
+from .diagnostics import DiagnosticSink
+from .span import Span
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> ImmutableSandboxedEnvironment:
+    return ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+@dataclass
+class LoadedTemplate:
+    key: str  # key in Experiment.templates
+    source: str
+    path: str | None  # path relative to the spec's folder (file templates)
+    display_path: str  # path used in diagnostics
+    origin_line: int  # line/col in display_path where the source starts
+    origin_col: int
+    variables: list[str]
+    span: Span  # where it is referenced in the spec
+
+
+def load_template(e: A.Expr, spec_dir: str, spec_path: str, sink: DiagnosticSink, files: dict[str, str],
+                  name: str | None = None) -> LoadedTemplate | None:
+    """Resolve a template expression: a string literal (inline) or file("path")."""
+    if isinstance(e, A.String):
+        digest = hashlib.sha256(e.value.encode()).hexdigest()[:10]
+        key = name or f"inline:{digest}"
+        return _analyse(key, e.value, None, spec_path, e.content_line, e.content_col, e.span, sink)
+    if isinstance(e, A.Call) and e.func == "file" and len(e.args) == 1 and isinstance(e.args[0], A.String):
+        rel = e.args[0].value
+        full = os.path.normpath(os.path.join(spec_dir, rel))
+        try:
+            with open(full, "rb") as f:
+                data = f.read()
+            text = data.decode("utf-8")
+        except FileNotFoundError:
+            sink.error("E303", f"template file not found: {rel}", e.args[0].span, f"looked in {full}")
+            return None
+        except (OSError, UnicodeDecodeError) as err:
+            sink.error("E303", f"cannot read template file {rel}: {err.__class__.__name__}", e.args[0].span)
+            return None
+        files[rel] = text
+        key = name or f"file:{rel}"
+        return _analyse(key, text, rel, full if not os.path.isabs(rel) else rel, 1, 1, e.span, sink, display=_display_path(spec_path, rel))
+    sink.error("E107", "a template is a string (inline) or file(\"path\")", e.span)
+    return None
+
+
+def _display_path(spec_path: str, rel: str) -> str:
+    return os.path.normpath(os.path.join(os.path.dirname(spec_path), rel))
+
+
+def _analyse(key, source, rel, full, line, col, span, sink, display=None) -> LoadedTemplate | None:
+    display = display or full
+    env = environment()
+    try:
+        parsed = env.parse(source)
+        variables = sorted(meta.find_undeclared_variables(parsed))
+    except jinja2.TemplateSyntaxError as err:
+        eline = line + (err.lineno or 1) - 1
+        sink.error("E302", f"template syntax error: {err.message}", Span(display, eline, 1 if err.lineno != 1 else col, eline, (1 if err.lineno != 1 else col) + 1))
+        return None
+    except Exception as err:  # jinja may raise assertion errors on odd input
+        sink.error("E302", f"template error: {err}", span)
+        return None
+    return LoadedTemplate(key, source, rel, display, line, col, variables, span)
+
+
+def variable_location(t: LoadedTemplate, var: str) -> Span:
+    """Span of the first use of `var` inside the template text."""
+    env = environment()
+    try:
+        for lineno, kind, value in env.lex(t.source):
+            if kind == "name" and value == var:
+                # lex gives lines but not columns: find the column on that line
+                text_line = t.source.splitlines()[lineno - 1] if t.source.splitlines() else ""
+                idx = _find_word(text_line, var)
+                line = t.origin_line + lineno - 1
+                col = (idx + 1) if idx >= 0 else 1
+                if lineno == 1:
+                    col += t.origin_col - 1
+                return Span(t.display_path, line, col, line, col + len(var))
+    except Exception:
+        pass
+    return Span(t.display_path, t.origin_line, t.origin_col, t.origin_line, t.origin_col + 1)
+
+
+def _find_word(line: str, word: str) -> int:
+    import re
+
+    m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", line)
+    return m.start() if m else -1
+
+
+# Names Jinja2 provides itself; never report them as missing.
+JINJA_GLOBALS = {"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop", "true", "false", "none", "True", "False", "None"}

@@ -1,0 +1,1 @@
+"""askspec.runtime: executes the game-graph IR (engine, backends, parsers, scoring, store)."""

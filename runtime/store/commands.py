@@ -1,0 +1,336 @@
+"""CLI subcommands over the run store: ``query``, ``runs``, ``export``, ``compact``.
+
+``register(subparsers)`` adds them to an argparse subparsers object; each sets
+``func`` to a handler ``(args) -> int``. Handlers print results to stdout,
+store warnings as ``warning: ...`` and failures as one ``error: ...`` line to
+stderr (exit code 1), never a traceback. The pure functions ``query`` and
+``list_runs`` are for the TUI and metrics code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+import duckdb
+import pyarrow as pa
+
+from . import layout
+from .compact import CompactError, compact_run
+from .views import VIEW_NAMES, Store, StoreError, connect
+
+# ---------------------------------------------------------------------- pure API
+
+
+def _run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[pa.Table, list[str]]:
+    """Result table and DuckDB type names of ``sql``; an empty table for statements."""
+    rel = con.sql(sql)
+    if rel is None:  # DDL / SET / COPY: nothing to show
+        return pa.table({}), []
+    types = [str(t) for t in rel.types]
+    return rel.to_arrow_table(), types
+
+
+def query(path: str | os.PathLike[str], sql: str) -> pa.Table:
+    """Run ``sql`` against the store views of ``path`` (run dir or folder of runs)."""
+    store = connect(path)
+    try:
+        return _run_sql(store.con, sql)[0]
+    finally:
+        store.con.close()
+
+
+_RUNS_SQL = """
+    SELECT r.run_id, r.experiment, r.experiment_hash, r.status, r.started_at, r.ended_at,
+           r.seed, r.planned_sessions, r.resumes, r.run_dir,
+           coalesce(s.ok, 0) AS ok, coalesce(s.error, 0) AS error,
+           coalesce(s.running, 0) AS running
+    FROM runs r LEFT JOIN (
+        SELECT run_id,
+               count(*) FILTER (WHERE status = 'ok')      AS ok,
+               count(*) FILTER (WHERE status = 'error')   AS error,
+               count(*) FILTER (WHERE status = 'running') AS running
+        FROM sessions GROUP BY run_id
+    ) s USING (run_id)
+    ORDER BY r.started_at, r.run_id
+"""
+
+
+def list_runs(dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """One dict per run under ``dir`` (or for ``dir`` itself if it is a run), oldest first.
+
+    Keys: run_id, experiment, experiment_hash, status, started_at, ended_at, seed,
+    planned_sessions, resumes, run_dir, ok, error, running (session counts).
+    An existing folder without runs gives an empty list.
+    """
+    root = Path(dir)
+    if root.is_dir() and not layout.find_run_dirs(root):
+        return []
+    store = connect(root)
+    try:
+        return store.con.sql(_RUNS_SQL).to_arrow_table().to_pylist()
+    finally:
+        store.con.close()
+
+
+# ---------------------------------------------------------------------- formatting
+
+
+def _cell(value: Any, max_width: int) -> str:
+    if value is None:
+        text = "NULL"
+    elif isinstance(value, float):
+        text = "nan" if math.isnan(value) else f"{value:.6g}"
+    elif isinstance(value, _dt.datetime):
+        text = value.isoformat(sep=" ", timespec="seconds")
+    elif isinstance(value, (list, dict)):
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    else:
+        text = str(value)
+    # One row per line: show control characters instead of breaking the table.
+    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
+    if max_width > 0 and len(text) > max_width:
+        text = text[: max(1, max_width - 1)] + "…"
+    return text
+
+
+def format_table(table: pa.Table, max_width: int = 40) -> str:
+    """An aligned text table with a header, numbers right-aligned, long cells cut."""
+    names = table.column_names
+    if not names:
+        return "(no result)"
+    numeric = [
+        pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+        for f in table.schema
+    ]
+    rows = [[_cell(v, max_width) for v in row.values()] for row in table.to_pylist()]
+    widths = [max([len(n)] + [len(r[i]) for r in rows]) for i, n in enumerate(names)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)
+        ).rstrip()
+
+    out = [line(list(names)), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    n = table.num_rows
+    out.append(f"({n} row{'s' if n != 1 else ''})")
+    return "\n".join(out)
+
+
+def _write_csv(table: pa.Table, out: TextIO) -> None:
+    w = csv.writer(out)
+    w.writerow(table.column_names)
+    for row in table.to_pylist():
+        w.writerow(["" if v is None else json.dumps(v) if isinstance(v, (list, dict)) else v
+                    for v in row.values()])
+
+
+def _write_json(table: pa.Table, types: list[str], out: TextIO) -> None:
+    # JSON-typed columns arrive as strings; embed them as JSON, not as quoted text.
+    json_cols = {n for n, t in zip(table.column_names, types) if t == "JSON"}
+    rows = table.to_pylist()
+    for row in rows:
+        for c in json_cols:
+            if row[c] is not None:
+                try:
+                    row[c] = json.loads(row[c])
+                except ValueError:
+                    pass
+    json.dump(rows, out, ensure_ascii=False, indent=2, default=_json_default)
+    out.write("\n")
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
+        return v.isoformat()
+    if isinstance(v, _dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+# ---------------------------------------------------------------------- handlers
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _print_warnings(store: Store) -> None:
+    for _category, message in store.warnings:
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn any failure of ``handler`` into one ``error:`` line and exit code 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except BrokenPipeError:
+            # Output piped into `head` and closed early: not an error worth a message.
+            # Point stdout at devnull so the interpreter's final flush stays quiet.
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):
+                pass
+            return 1
+        except (StoreError, CompactError) as e:
+            return _error(str(e))
+        except duckdb.Error as e:
+            return _error(_first_line(e))
+        except OSError as e:
+            return _error(f"{e.strerror or e}: {e.filename}" if e.filename else _first_line(e))
+        except KeyboardInterrupt:
+            return _error("interrupted")
+        except Exception as e:  # the CLI promises no tracebacks
+            return _error(f"{type(e).__name__}: {_first_line(e)}")
+
+    run.__name__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run
+
+
+@_guarded
+def cmd_query(args: argparse.Namespace) -> int:
+    """askspec query RUN_DIR "SQL" [--format table|csv|json] [--max-width N]"""
+    store = connect(args.run_dir)
+    _print_warnings(store)
+    try:
+        table, types = _run_sql(store.con, args.sql)
+    finally:
+        store.con.close()
+    if args.format == "csv":
+        _write_csv(table, sys.stdout)
+    elif args.format == "json":
+        _write_json(table, types, sys.stdout)
+    else:
+        print(format_table(table, args.max_width))
+    return 0
+
+
+@_guarded
+def cmd_runs(args: argparse.Namespace) -> int:
+    """askspec runs [DIR]: one line per run with session counts."""
+    root = Path(args.dir)
+    if not root.exists():
+        return _error(f"no such directory: {root}")
+    if not layout.find_run_dirs(root):
+        print(f"no runs in {root}")
+        return 0
+    store = connect(root)
+    _print_warnings(store)
+    try:
+        rows = store.con.sql(_RUNS_SQL).to_arrow_table().to_pylist()
+    finally:
+        store.con.close()
+    table = pa.table(
+        {
+            "run_id": [r["run_id"] for r in rows],
+            "experiment": [r["experiment"] for r in rows],
+            "status": [r["status"] for r in rows],
+            "started": [r["started_at"] for r in rows],
+            "ok": [r["ok"] for r in rows],
+            "error": [r["error"] for r in rows],
+            "running": [r["running"] for r in rows],
+            "planned": [r["planned_sessions"] for r in rows],
+            "hash": [(r["experiment_hash"] or "")[:12] for r in rows],
+        }
+    )
+    print(format_table(table, max_width=0))
+    return 0
+
+
+@_guarded
+def cmd_export(args: argparse.Namespace) -> int:
+    """askspec export RUN_DIR --parquet OUT: one Parquet file per view."""
+    store = connect(args.run_dir)
+    _print_warnings(store)
+    out = Path(args.parquet)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        for view in VIEW_NAMES:
+            target = out / f"{view}.parquet"
+            tmp = out / f".{view}.parquet.{os.getpid()}.tmp"
+            path = os.fspath(tmp.resolve()).replace("'", "''")
+            try:
+                (count,) = store.con.execute(
+                    f"COPY (SELECT * FROM {view}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)"
+                ).fetchone()
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+            print(f"{target}: {count} rows")
+    finally:
+        store.con.close()
+    return 0
+
+
+@_guarded
+def cmd_compact(args: argparse.Namespace) -> int:
+    """askspec compact RUN_DIR [--force]: Parquet copies of the event files."""
+    rows = compact_run(args.run_dir, force=args.force)
+    for name, n in rows.items():
+        print(f"events/{name}.parquet: {n} rows")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``query``, ``runs``, ``export`` and ``compact`` to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "query",
+        help="run SQL over a run's views",
+        description="Run SQL against the views runs, sessions, turns, rewards, groups, matches, "
+        "train_steps of a run directory or a folder of runs (safe while the run is writing).",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a folder of runs")
+    p.add_argument("sql", metavar="SQL")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--max-width", type=int, default=40, metavar="N",
+                   help="cut table cells to N characters (0: no limit; default 40)")
+    p.set_defaults(func=cmd_query)
+
+    p = subparsers.add_parser("runs", help="list runs and their session counts")
+    p.add_argument("dir", metavar="DIR", nargs="?", default="runs", help="folder of runs (default: runs)")
+    p.set_defaults(func=cmd_runs)
+
+    p = subparsers.add_parser("export", help="write every view of a run to Parquet")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--parquet", required=True, metavar="OUT", help="output folder (created)")
+    p.set_defaults(func=cmd_export)
+
+    p = subparsers.add_parser("compact", help="add Parquet copies of a finished run's event files")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--force", action="store_true",
+                   help="compact even if the manifest says running (its process must be gone)")
+    p.set_defaults(func=cmd_compact)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (``python -m askspec.runtime.store.commands``)."""
+    parser = argparse.ArgumentParser(prog="askspec")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

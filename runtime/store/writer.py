@@ -1,0 +1,700 @@
+"""RunWriter: creates a run directory and appends events to its NDJSON files.
+
+A running experiment never opens a DuckDB database; it only appends lines to
+``events/*.ndjson`` (see layout.py), so any number of readers can query the run
+while it is written.
+
+Durability model
+----------------
+* Every line is complete before it reaches the file: events are serialised to
+  one line each, buffered in memory, and written with ``os.write`` on an
+  ``O_APPEND`` descriptor in whole lines only. A crash therefore loses at most
+  the buffered events plus, in the worst case, leaves one partial last line
+  (readers ignore it with a warning; ``open_for_resume`` terminates it with a
+  newline before appending, so it can never glue onto a new event).
+* Buffers are flushed when they exceed ``flush_bytes``, when an event arrives
+  more than ``flush_interval`` seconds after the last flush, by a timer on the
+  running asyncio loop (so a quiet engine still flushes within
+  ``flush_interval``), and on ``flush()``/``finish()``. ``flush_interval=0``
+  writes every event immediately (slower, loses nothing but the line in flight).
+* Cross-file order within one flush is fixed so that a crash at any point
+  leaves a consistent prefix: session *started* events, then turns, rewards,
+  then session *finished* events, matches, groups, train steps. Hence a turn on
+  disk always has its session's started line on disk (so a resume never reuses
+  its attempt number), and a finished line on disk always has that session's
+  turns and rewards on disk (so a session counted as done lost nothing).
+  ``seq`` is assigned at flush time, so it increases in file order.
+
+Resume: each ``session_started`` returns an attempt number, 1 + the highest
+attempt seen for that session in earlier writer generations. Files are only
+ever appended; the views keep each session's latest attempt.
+
+Threading: a RunWriter is not thread-safe. Call it from one thread (the engine's
+asyncio loop thread); no locks are taken because nothing else touches it. A
+second *process* writing the same run is refused via an advisory lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as _dt
+import json
+import os
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from . import layout
+
+try:  # advisory single-writer lock; released by the kernel if the process dies
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_FILE = ".writer.lock"
+
+# Flush order (see module docstring). "sessions:pre" holds started events,
+# "sessions:post" finished events; both go to sessions.ndjson.
+_QUEUES = (
+    ("sessions:pre", "sessions"),
+    ("turns", "turns"),
+    ("rewards", "rewards"),
+    ("sessions:post", "sessions"),
+    ("matches", "matches"),
+    ("groups", "groups"),
+    ("train_steps", "train_steps"),
+)
+
+
+class RunLockedError(RuntimeError):
+    """Another live process holds this run's writer lock."""
+
+
+def _json_default(o: Any) -> Any:
+    # Engine values should be plain JSON, but a stray set, numpy scalar or
+    # pydantic model must never crash an experiment mid-run.
+    if isinstance(o, (set, frozenset)):
+        try:
+            return sorted(o)
+        except TypeError:
+            return list(o)
+    if isinstance(o, bytes):
+        return o.decode("utf-8", "replace")
+    if isinstance(o, (_dt.datetime, _dt.date)):
+        return o.isoformat()
+    if isinstance(o, os.PathLike):
+        return os.fspath(o)
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return dataclasses.asdict(o)
+    if hasattr(o, "tolist"):  # numpy arrays and scalars
+        return o.tolist()
+    return str(o)
+
+
+# check_circular=False saves ~15% per event; engine values are trees, and a cycle
+# would still fail loudly (RecursionError) rather than write a bad line.
+_encode = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), default=_json_default, check_circular=False
+).encode
+
+
+def _str(x: Any) -> str | None:
+    return x if x is None or isinstance(x, str) else str(x)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _check_rel_path(rel: str) -> PurePosixPath:
+    p = PurePosixPath(rel.replace("\\", "/"))
+    if not rel or p.is_absolute() or ".." in p.parts:
+        raise ValueError(f"spec file path must be relative and inside the spec: {rel!r}")
+    return p
+
+
+class _Clock:
+    """ISO-8601 UTC timestamps, formatting the seconds part once per second."""
+
+    __slots__ = ("_sec", "_prefix")
+
+    def __init__(self) -> None:
+        self._sec = -1
+        self._prefix = ""
+
+    def now(self) -> str:
+        t = time.time()
+        sec = int(t)
+        if sec != self._sec:
+            self._sec = sec
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        return f"{self._prefix}.{int((t - sec) * 1_000_000):06d}Z"
+
+
+def _last_seq(path: Path) -> int:
+    """The ``seq`` of the last parseable line of ``path`` (0 if none), reading from the end."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    chunk = 1 << 16
+    with open(path, "rb") as f:
+        while True:
+            start = max(0, size - chunk)
+            f.seek(start)
+            data = f.read(size - start)
+            lines = data.split(b"\n")
+            # The first piece may be a partial line unless we read from offset 0.
+            candidates = lines if start == 0 else lines[1:]
+            for raw in reversed(candidates):
+                if not raw.strip():
+                    continue
+                try:
+                    seq = json.loads(raw).get("seq")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(seq, int):
+                    return seq
+            if start == 0:
+                return 0
+            chunk *= 4
+
+
+def _scan_sessions(path: Path) -> tuple[dict[str, int], set[str]]:
+    """Latest attempt per session and the sessions whose latest attempt finished."""
+    attempts: dict[str, int] = {}
+    finished: dict[str, int] = {}
+    if not path.exists():
+        return attempts, set()
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                continue  # partial last line from a crash
+            try:
+                ev = json.loads(raw)
+                sid, att = ev["session_id"], int(ev["attempt"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if att > attempts.get(sid, 0):
+                attempts[sid] = att
+            if ev.get("event") == "finished" and att > finished.get(sid, 0):
+                finished[sid] = att
+    done = {sid for sid, att in finished.items() if att >= attempts[sid]}
+    return attempts, done
+
+
+class RunWriter:
+    """Appends the events of one run; see the module docstring for guarantees."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        manifest: dict[str, Any],
+        *,
+        gen: int,
+        attempts: dict[str, int],
+        completed: set[str],
+        flush_interval: float,
+        flush_bytes: int,
+        lock_fd: int | None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.manifest = manifest
+        self.run_id: str = manifest["run_id"]
+        self.flush_interval = flush_interval
+        self.flush_bytes = flush_bytes
+        self._gen = gen
+        self._attempts = attempts
+        self._completed = completed
+        self._lock_fd = lock_fd
+        self._clock = _Clock()
+        edir = layout.events_dir(self.run_dir)
+        self._fds: dict[str, int] = {
+            name: os.open(edir / f"{name}.ndjson", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            for name in layout.EVENT_NAMES
+        }
+        self._seq = {name: _last_seq(layout.ndjson_path(self.run_dir, name)) for name in layout.EVENT_NAMES}
+        self._queues: dict[str, list[str]] = {q: [] for q, _ in _QUEUES}
+        self._pending_bytes = 0
+        self._armed = False  # a flush is already due (timer set, or no loop to set one on)
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_flush = time.monotonic()
+        self._closed = False
+
+    # ------------------------------------------------------------------ creation
+
+    @classmethod
+    def create(
+        cls,
+        out_dir: str | os.PathLike[str],
+        *,
+        experiment: str,
+        experiment_hash: str,
+        ir_json: str,
+        spec_files: dict[str, str],
+        seed: int,
+        roles: dict[str, dict],
+        params: dict,
+        planned_sessions: int,
+        argv: list[str],
+        flush_interval: float = 0.2,
+        flush_bytes: int = 1 << 18,
+    ) -> RunWriter:
+        """Create ``<out_dir>/<run-id>/`` and return a writer for it.
+
+        The directory is assembled under a hidden temporary name and renamed into
+        place, so readers never see a half-created run.
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        checked = {_check_rel_path(rel): text for rel, text in spec_files.items()}
+        started = layout.utc_iso()
+        for _ in range(100):
+            run_id = layout.new_run_id(experiment)
+            final = out / run_id
+            if final.exists():
+                continue
+            tmp = out / f".{run_id}.tmp"
+            tmp.mkdir()
+            spec_dir = tmp / layout.SPEC_DIR
+            spec_dir.mkdir()
+            for rel, text in checked.items():
+                target = spec_dir.joinpath(*rel.parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text, encoding="utf-8")
+            (tmp / layout.IR_JSON).write_text(ir_json, encoding="utf-8")
+            (tmp / layout.IR_HASH).write_text(experiment_hash + "\n", encoding="utf-8")
+            edir = tmp / layout.EVENTS_DIR
+            edir.mkdir()
+            # All event files exist from the start: readers opened early then see
+            # lines that arrive later, and empty files simply give empty views.
+            for name in layout.EVENT_NAMES:
+                (edir / f"{name}.ndjson").touch()
+            manifest = {
+                "format_version": layout.FORMAT_VERSION,
+                "run_id": run_id,
+                "experiment": experiment,
+                "experiment_hash": experiment_hash,
+                "seed": seed,
+                "roles": roles,
+                "params": params,
+                "planned_sessions": planned_sessions,
+                "argv": list(argv),
+                "versions": layout.package_versions(),
+                "status": "running",
+                "started_at": started,
+                "ended_at": None,
+                "resumes": 0,
+                "history": [{"gen": 0, "started_at": started, "pid": os.getpid(), "argv": list(argv)}],
+                "repairs": [],
+            }
+            layout.write_json_atomic(tmp / layout.MANIFEST, manifest)
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another process took this id in the meantime
+                _rmtree(tmp)
+                continue
+            lock_fd = acquire_writer_lock(final)
+            return cls(
+                final,
+                manifest,
+                gen=0,
+                attempts={},
+                completed=set(),
+                flush_interval=flush_interval,
+                flush_bytes=flush_bytes,
+                lock_fd=lock_fd,
+            )
+        raise RuntimeError(f"could not allocate a unique run directory under {out}")
+
+    @classmethod
+    def open_for_resume(
+        cls,
+        run_dir: str | os.PathLike[str],
+        *,
+        argv: list[str] | None = None,
+        flush_interval: float = 0.2,
+        flush_bytes: int = 1 << 18,
+    ) -> RunWriter:
+        """Reopen an existing run for appending (after a crash or interruption).
+
+        Sets the status back to ``running``, bumps the writer generation, drops
+        stale Parquet copies, terminates any partial last line left by a crash
+        (recording it in ``manifest["repairs"]``) and learns each session's
+        latest attempt. Existing lines are never modified.
+        """
+        run_dir = Path(run_dir)
+        if not layout.is_run_dir(run_dir):
+            raise FileNotFoundError(f"not a run directory (no manifest.json): {run_dir}")
+        lock_fd = acquire_writer_lock(run_dir)
+        try:
+            manifest = layout.read_manifest(run_dir)
+            gen = int(manifest.get("resumes", 0)) + 1
+            edir = layout.events_dir(run_dir)
+            edir.mkdir(exist_ok=True)
+            # Parquet copies are a derived cache of the NDJSON, which is about to grow.
+            for name in layout.EVENT_NAMES:
+                layout.parquet_path(run_dir, name).unlink(missing_ok=True)
+            (edir / layout.COMPACTION_INDEX).unlink(missing_ok=True)
+            repairs = list(manifest.get("repairs", []))
+            for name in layout.EVENT_NAMES:
+                path = layout.ndjson_path(run_dir, name)
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    size = os.fstat(fd).st_size
+                    if size and os.pread(fd, 1, size - 1) != b"\n":
+                        # Terminate the torn line so the next event starts on a
+                        # fresh line; readers skip the torn one and warn.
+                        _write_all(fd, b"\n")
+                        repairs.append({"file": f"{name}.ndjson", "offset": size, "gen": gen})
+                finally:
+                    os.close(fd)
+            attempts, completed = _scan_sessions(layout.ndjson_path(run_dir, "sessions"))
+            now = layout.utc_iso()
+            history = list(manifest.get("history", []))
+            if history and "status" not in history[-1]:
+                # The previous process never called finish(): it died or was killed.
+                prev = manifest.get("status")
+                history[-1]["status"] = "interrupted" if prev == "running" else prev
+            history.append(
+                {"gen": gen, "started_at": now, "pid": os.getpid(), "argv": list(argv or manifest.get("argv", []))}
+            )
+            manifest.update(status="running", ended_at=None, resumes=gen, history=history, repairs=repairs)
+            layout.write_json_atomic(layout.manifest_path(run_dir), manifest)
+        except BaseException:
+            release_writer_lock(lock_fd)
+            raise
+        return cls(
+            run_dir,
+            manifest,
+            gen=gen,
+            attempts=attempts,
+            completed=completed,
+            flush_interval=flush_interval,
+            flush_bytes=flush_bytes,
+            lock_fd=lock_fd,
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def session_started(
+        self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int
+    ) -> int:
+        """Record the start of a session; returns its attempt number (1, 2, ...)."""
+        attempt = self._attempts.get(session_id, 0) + 1
+        self._attempts[session_id] = attempt
+        self._completed.discard(session_id)
+        self._emit(
+            "sessions:pre",
+            {
+                "ts": self._clock.now(),
+                "run_id": self.run_id,
+                "gen": self._gen,
+                "event": "started",
+                "session_id": session_id,
+                "attempt": attempt,
+                "index": index,
+                "game": game,
+                "group_id": _str(group_id),
+                "params": params,
+            },
+        )
+        return attempt
+
+    def turn(
+        self,
+        session_id: str,
+        attempt: int,
+        *,
+        turn_index: int,
+        role: str,
+        model: str | None,
+        prompt: Any,
+        text: str | None,
+        parsed: dict | None,
+        finish_reason: str | None,
+        tokens_in: int | None,
+        tokens_out: int | None,
+        latency_ms: float | None,
+        error: str | None = None,
+    ) -> None:
+        self._emit(
+            "turns",
+            {
+                "ts": self._clock.now(),
+                "run_id": self.run_id,
+                "gen": self._gen,
+                "session_id": session_id,
+                "attempt": attempt,
+                "turn_index": turn_index,
+                "role": role,
+                "model": model,
+                "prompt": prompt,
+                "text": text,
+                "parsed": parsed,
+                "finish_reason": finish_reason,
+                "tokens_in": tokens_in,
+                "tokens_out": tokens_out,
+                "latency_ms": latency_ms,
+                "error": error,
+            },
+        )
+
+    def reward(
+        self,
+        session_id: str,
+        attempt: int,
+        *,
+        role: str,
+        turn_index: int | None,
+        name: str,
+        value: float,
+        kind: str,
+    ) -> None:
+        if kind not in ("turn", "terminal"):
+            raise ValueError(f"reward kind must be 'turn' or 'terminal', not {kind!r}")
+        self._emit(
+            "rewards",
+            {
+                "ts": self._clock.now(),
+                "run_id": self.run_id,
+                "gen": self._gen,
+                "session_id": session_id,
+                "attempt": attempt,
+                "role": role,
+                "turn_index": turn_index,
+                "name": name,
+                "value": None if value is None else float(value),
+                "kind": kind,
+            },
+        )
+
+    def session_finished(
+        self,
+        session_id: str,
+        attempt: int,
+        *,
+        status: str,
+        outcome: str | None,
+        error: str | None,
+        vars: dict,
+    ) -> None:
+        """Record a session's end. ``error`` sessions are recorded outcomes and count as done."""
+        if status not in ("ok", "error"):
+            raise ValueError(f"session status must be 'ok' or 'error', not {status!r}")
+        if attempt >= self._attempts.get(session_id, 0):
+            self._completed.add(session_id)
+        self._emit(
+            "sessions:post",
+            {
+                "ts": self._clock.now(),
+                "run_id": self.run_id,
+                "gen": self._gen,
+                "event": "finished",
+                "session_id": session_id,
+                "attempt": attempt,
+                "status": status,
+                "outcome": _str(outcome),
+                "error": error,
+                "vars": vars,
+            },
+        )
+
+    def group(self, group_id: str, *, route: str, stats: dict, members: list[str]) -> None:
+        self._emit(
+            "groups",
+            {
+                "ts": self._clock.now(),
+                "run_id": self.run_id,
+                "gen": self._gen,
+                "group_id": _str(group_id),
+                "route": route,
+                "stats": stats,
+                "members": [_str(m) for m in members],
+            },
+        )
+
+    def match(
+        self,
+        group_id: str,
+        *,
+        a: str,
+        b: str,
+        first_shown: str,
+        verdict: str | None,
+        outcome: float | None,
+        raw: str | None,
+    ) -> None:
+        self._emit(
+            "matches",
+            {
+                "ts": self._clock.now(),
+                "run_id": self.run_id,
+                "gen": self._gen,
+                "group_id": _str(group_id),
+                "a": _str(a),
+                "b": _str(b),
+                "first_shown": _str(first_shown),
+                "verdict": _str(verdict),
+                "outcome": None if outcome is None else float(outcome),
+                "raw": raw,
+            },
+        )
+
+    def train_step(self, role: str, step: int, metrics: dict) -> None:
+        self._emit(
+            "train_steps",
+            {
+                "ts": self._clock.now(),
+                "run_id": self.run_id,
+                "gen": self._gen,
+                "role": role,
+                "step": step,
+                "metrics": metrics,
+            },
+        )
+
+    # ------------------------------------------------------------------ state
+
+    def completed_sessions(self) -> set[str]:
+        """Sessions whose latest attempt has a finished event (status ok or error)."""
+        return set(self._completed)
+
+    def attempts(self) -> dict[str, int]:
+        """Latest attempt number per session seen so far (including earlier generations)."""
+        return dict(self._attempts)
+
+    @property
+    def generation(self) -> int:
+        return self._gen
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ flushing
+
+    def _emit(self, queue: str, event: dict[str, Any]) -> None:
+        if self._closed:
+            raise ValueError(f"run writer for {self.run_id} is closed")
+        body = _encode(event)
+        self._queues[queue].append(body)
+        self._pending_bytes += len(body)
+        if (
+            self._pending_bytes >= self.flush_bytes
+            or time.monotonic() - self._last_flush >= self.flush_interval
+        ):
+            self.flush()
+        elif not self._armed:
+            self._arm()
+
+    def _arm(self) -> None:
+        # First buffered event since the last flush: make sure it is written within
+        # flush_interval even if no further event arrives. Only possible with a
+        # running loop in this thread; otherwise the next event or flush() does it.
+        self._armed = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._timer = loop.call_later(self.flush_interval, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write all buffered events, in the crash-consistent file order."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._armed = False
+        self._last_flush = time.monotonic()
+        if not self._pending_bytes:
+            return
+        self._pending_bytes = 0
+        for queue, name in _QUEUES:
+            bodies = self._queues[queue]
+            if not bodies:
+                continue
+            seq = self._seq[name]
+            # Each body is a JSON object; splice "seq" in as its first field.
+            lines = [f'{{"seq":{seq + i},{body[1:]}\n' for i, body in enumerate(bodies, 1)]
+            self._seq[name] = seq + len(bodies)
+            self._queues[queue] = []
+            # "replace": a lone surrogate in model text must not abort the run.
+            _write_all(self._fds[name], "".join(lines).encode("utf-8", "replace"))
+
+    # ------------------------------------------------------------------ end
+
+    def finish(self, status: str = "finished") -> None:
+        """Flush, record the final status and end time, and release the run."""
+        if status not in layout.RUN_STATUSES or status == "running":
+            raise ValueError(f"final status must be finished, failed or interrupted, not {status!r}")
+        if self._closed:
+            return
+        self.flush()
+        now = layout.utc_iso()
+        self.manifest["status"] = status
+        self.manifest["ended_at"] = now
+        if self.manifest.get("history"):
+            self.manifest["history"][-1].update(ended_at=now, status=status)
+        layout.write_json_atomic(layout.manifest_path(self.run_dir), self.manifest)
+        self.close()
+
+    def close(self) -> None:
+        """Flush and close files without changing the manifest (status stays as is)."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            for fd in self._fds.values():
+                os.close(fd)
+            release_writer_lock(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._closed:
+            return
+        if exc_type is None:
+            self.finish("finished")
+        elif issubclass(exc_type, (KeyboardInterrupt, asyncio.CancelledError)):
+            self.finish("interrupted")
+        else:
+            self.finish("failed")
+
+
+def acquire_writer_lock(run_dir: Path) -> int | None:
+    if fcntl is None:  # pragma: no cover
+        return None
+    layout.events_dir(run_dir).mkdir(exist_ok=True)
+    fd = os.open(layout.events_dir(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunLockedError(f"run {run_dir} is being written by another process") from None
+    return fd
+
+
+def release_writer_lock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops the flock
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

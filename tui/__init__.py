@@ -1,0 +1,1 @@
+"""askspec.tui: the Textual terminal UI."""
