@@ -113,11 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--check", action="store_true", help="only report files that would change")
     c.set_defaults(func=cmd_fmt)
 
-    for module in ("askspec.runtime.commands", "askspec.runtime.store.commands"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ImportError:
-            continue
+    # runtime subcommands; their heavy imports happen inside the handlers
+    from askspec.runtime import commands, metrics
+    from askspec.runtime.store import commands as store_commands
+
+    for mod in (commands, metrics, store_commands):
         mod.register(sub)
     return p
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Span(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     file: str
     line: int
     col: int
@@ -23,7 +23,7 @@ class Span(BaseModel):
 
 
 class Node(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     span: Span | None = None
 
 
@@ -37,7 +37,7 @@ class Lit(Node):
 class Ref(Node):
     kind: Literal["ref"] = "ref"
     name: str
-    scope: Literal["var", "param", "role", "item"]
+    scope: Literal["var", "param", "role", "item", "data", "buffer"]  # data/buffer: a declared data set or buffer
 
 
 class GetAttr(Node):
@@ -74,7 +74,7 @@ class BinaryOp(Node):
 
 
 class CaseArm(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     when: "Expr"
     then: "Expr"
 
@@ -161,7 +161,7 @@ class ForStep(Node):
 
 
 class Branch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     cond: Expr
     body: list["Step"]
 
@@ -194,8 +194,27 @@ class EndStep(Node):
     outcome: str | None = None
 
 
+class DropStep(Node):
+    """Exclude turns from training (they are still recorded, with any rewards): the turn(s)
+    held in variable `turn_var` (a reply or a list of replies), or, when `turn_var` is None,
+    every turn of `role` in this session."""
+
+    kind: Literal["drop"] = "drop"
+    role: str
+    turn_var: str | None = None
+
+
+class PushStep(Node):
+    """Append the record `value` to buffer `buffer`."""
+
+    kind: Literal["push"] = "push"
+    buffer: str
+    value: Expr
+
+
 Step = Annotated[
-    Union[AskStep, AssignStep, OutcomeStep, RepeatStep, WhileStep, ForStep, IfStep, RewardStep, BindStep, EndStep],
+    Union[AskStep, AssignStep, OutcomeStep, RepeatStep, WhileStep, ForStep, IfStep, RewardStep, BindStep, EndStep,
+          DropStep, PushStep],
     Field(discriminator="kind"),
 ]
 
@@ -224,22 +243,27 @@ class Template(Node):
 
 
 class ReplyParser(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    kind: Literal["text", "sections", "boxed", "summary", "json"] = "text"
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    kind: Literal["text", "sections", "boxed", "summary", "json", "tags"] = "text"
     args: dict[str, Any] = Field(default_factory=dict)
     fields: list[str] = Field(default_factory=list)
     required: list[str] = Field(default_factory=list)
 
 
 class Recovery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """What happens when a reply lacks a required field. mode "prompt": send the
+    `truncated` or `malformed` template as a follow-up turn; mode "resample": discard the
+    reply and sample the same prompt again (rejection sampling). At most `retries` times."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    mode: Literal["prompt", "resample"] = "prompt"
     truncated: str | None = None  # template keys
     malformed: str | None = None
     retries: int = 0
 
 
 class Memory(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     kind: Literal["full", "none", "window"] = "full"
     size: int = 0
 
@@ -266,9 +290,17 @@ class Dataset(Node):
 
 
 class Buffer(Node):
+    """A bounded store of records filled by `push` and replayed by games that iterate over
+    it (circularly). `eviction`: oldest (only when full), none, solved, no_peak,
+    solved_or_no_peak; `score` names the session variable of a replaying game that holds
+    the replay's accuracy (needed by solved / no_peak eviction); `patience` is the c of
+    no_peak. `fields` is the record type of the items (field -> type name)."""
+
     name: str
     capacity: int
     eviction: str = "oldest"
+    fields: dict[str, str] = Field(default_factory=dict)
+    score: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -281,6 +313,7 @@ class Tournament(Node):
     verdicts: list[str] = Field(default_factory=lambda: ["A", "B", "Tie"])
     gamma: float = 1.0
     aggregate: Literal["win_rate", "bradley_terry"] = "bradley_terry"
+    order: Literal["random", "both", "fixed"] = "random"  # presentation order of each judged pair
     retries: int = 2
 
 

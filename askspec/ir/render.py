@@ -70,6 +70,10 @@ def step_text(s: ir.Step) -> str:
         return f"bind {s.role} = {expr_text(s.model)}"
     if k == "end":
         return "end" + (f" {s.outcome}" if s.outcome else "")
+    if k == "drop":
+        return f"drop {s.turn_var or s.role} (not trained)"
+    if k == "push":
+        return f"push {s.buffer}: {expr_text(s.value)}"
     if k == "repeat":
         var = f"{s.var} in " if s.var else ""
         return f"repeat {var}{expr_text(s.start)}..{expr_text(s.stop)} (≤ {s.bound})"
@@ -95,10 +99,36 @@ def _children(s: ir.Step) -> list[tuple[str | None, list]]:
 
 def judge_calls_per_group(t: ir.Tournament, n: int) -> int:
     if t.pairing == "round_robin":
-        return comb(n, 2) * (1 + t.retries)
-    k = len(set(t.live_opponents))
-    matches = sum(min(i, k) for i in range(n))
-    return matches * (1 + t.retries)
+        matches = comb(n, 2)
+    else:
+        k = len(set(t.live_opponents))
+        matches = sum(min(i, k) for i in range(n))
+    return matches * (2 if t.order == "both" else 1) * (1 + t.retries)
+
+
+def route_call_bounds(exp: ir.Experiment, g: ir.Game) -> list[tuple[str, int, str]]:
+    """Per judge role: the most calls one group can cost through the game's routes (a
+    group takes one arm), with the contests that reach that bound."""
+    best: dict[str, tuple[int, list[str]]] = {}
+    for rt in g.routes:
+        for a in rt.arms:
+            if a.action == "tournament":
+                t = next((t for t in exp.tournaments if t.name == a.target), None)
+                cost = (t.judge, judge_calls_per_group(t, g.group_size), f"tournament {t.name}, {t.pairing}") if t else None
+            elif a.action == "judge":
+                j = next((j for j in exp.judges if j.name == a.target), None)
+                cost = (j.judge, g.group_size * (1 + j.retries), f"judge {j.name}") if j else None
+            else:
+                cost = None
+            if cost is None:
+                continue
+            role, n, label = cost
+            prev_n, labels = best.get(role, (-1, []))
+            if n > prev_n:
+                best[role] = (n, [label])
+            elif n == prev_n and label not in labels:
+                labels.append(label)
+    return [(role, n, " / ".join(labels)) for role, (n, labels) in sorted(best.items())]
 
 
 def to_text(exp: ir.Experiment) -> str:
@@ -117,7 +147,7 @@ def to_text(exp: ir.Experiment) -> str:
         bits = [f"model={r.model or '(bound per session)'}", "trained" if r.trained else "frozen",
                 f"memory={r.memory.kind}{f'({r.memory.size})' if r.memory.kind == 'window' else ''}", f"reply={r.reply.kind}"]
         if r.recover.retries:
-            bits.append(f"recover×{r.recover.retries}")
+            bits.append(f"{'resample' if r.recover.mode == 'resample' else 'recover'}×{r.recover.retries}")
         out.append(f"  {r.name}: " + ", ".join(bits))
     for g in exp.games:
         head = f"game {g.name}"
@@ -146,16 +176,8 @@ def to_text(exp: ir.Experiment) -> str:
         out.append("  model calls per session (upper bound, recovery retries included):")
         for role, n in g.call_bounds.items():
             out.append(f"    {role}: ≤ {n}")
-        for rt in g.routes:
-            for a in rt.arms:
-                if a.action == "tournament":
-                    t = next((t for t in exp.tournaments if t.name == a.target), None)
-                    if t:
-                        out.append(f"    {t.judge}: ≤ {judge_calls_per_group(t, g.group_size)} per group of {g.group_size} (tournament {t.name}, {t.pairing})")
-                elif a.action == "judge":
-                    j = next((j for j in exp.judges if j.name == a.target), None)
-                    if j:
-                        out.append(f"    {j.judge}: ≤ {g.group_size * (1 + j.retries)} per group of {g.group_size} (judge {j.name})")
+        for role, n, via in route_call_bounds(exp, g):
+            out.append(f"    {role}: ≤ {n} per group of {g.group_size} (route {via})")
     for t in exp.training:
         hp = ", ".join(f"{k}={v}" for k, v in sorted(t.hyper.items()))
         out.append(f"train {t.role} with {t.algorithm}{' ' + json.dumps(t.algorithm_args) if t.algorithm_args else ''}{' {' + hp + '}' if hp else ''}")

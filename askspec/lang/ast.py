@@ -197,6 +197,24 @@ class Outcomes(Node):
 
 
 @dataclass(eq=False)
+class Drop(Node):
+    """`drop X`: the turns held in X (a reply, a list of replies) or all of role X's turns
+    in this session are recorded but not trained on."""
+
+    target: str
+    target_span: Span
+
+
+@dataclass(eq=False)
+class Push(Node):
+    """`push BUFFER: value`: append a record to a declared buffer."""
+
+    buffer: str
+    buffer_span: Span
+    value: Expr
+
+
+@dataclass(eq=False)
 class RouteArm(Node):
     cond: Expr | None  # None for else
     target: str  # keep | drop | tournament | judge
@@ -211,7 +229,7 @@ class Route(Node):
     arms: list[RouteArm]
 
 
-Stmt = Union[Assign, AskStmt, Repeat, While, For, If, Reward, Bind, End, Outcomes, Route]
+Stmt = Union[Assign, AskStmt, Repeat, While, For, If, Reward, Bind, End, Outcomes, Route, Drop, Push]
 
 
 # ---- declarations --------------------------------------------------------------------
@@ -304,3 +322,24 @@ Decl = Union[Experiment, Param, ModelDecl, RoleDecl, TemplateDecl, DataDecl, Blo
 class Module(Node):
     path: str
     decls: list[Decl]
+
+
+def names_in(e) -> set[str]:
+    """Every name an expression (or any node) mentions."""
+    out: set[str] = set()
+    if isinstance(e, Name):
+        out.add(e.id)
+    elif e is None:
+        return out
+    for v in getattr(e, "__dict__", {}).values():
+        if isinstance(v, Node):
+            out |= names_in(v)
+        elif isinstance(v, list):
+            for x in v:
+                if isinstance(x, Node):
+                    out |= names_in(x)
+                elif isinstance(x, tuple):
+                    for y in x:
+                        if isinstance(y, Node):
+                            out |= names_in(y)
+    return out

@@ -5,6 +5,7 @@ declaration -> check games -> warnings for unused declarations -> IR.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,10 +15,15 @@ from . import ast as A
 from .consts import NotConstant, const_eval, parse_override
 from .diagnostics import DiagnosticSink, Sources
 from .exprs import ExprChecker, Scope, Sym, irspan, suggest
+from .games import GameChecker
 from .parser import decode_source, parse
 from .span import Span
 from .templates import LoadedTemplate, load_template
 from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, is_a, list_of, record, reply_type
+
+# Stands for a template or model reference that was already reported as invalid, so later
+# checks do not report it as missing. Only ever appears in IR that has errors (discarded).
+INVALID = "!invalid"
 
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "max_tokens", "stop", "seed"}
 MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file"}
@@ -25,7 +31,11 @@ BACKENDS = {"hf", "openai", "vllm", "python", "replay"}
 ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",
              "recover_malformed", "retries", "max_tokens"} | (SAMPLING_KEYS - {"max_tokens"})
 ALGORITHMS = {"grpo", "rloo", "reinforce", "reinforce_baseline", "ppo", "gspo", "cispo", "dr_grpo", "group_norm", "sft"}
+EXPERIMENT_KEYS = {"seed", "description"}
 SCHEDULES = {"online", "alternating", "nested"}
+NESTED_KEYS = ["outer", "inner", "copies", "inner_steps", "outer_steps", "datasets", "promotion_window",
+               "promotion_threshold", "games"]
+EVICTIONS = {"oldest", "none", "solved", "no_peak", "solved_or_no_peak"}
 
 
 @dataclass
@@ -61,6 +71,7 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
     try:
         text = decode_source(path, data, sink)
         if text is None:
+            sources.add(path, data.decode("utf-8", "replace"))  # to show the offending line
             return CompileResult(None, sink, sources)
         sources.add(path, text)
         module = parse(path, text, sink)
@@ -113,6 +124,9 @@ class Compiler:
         self.decl_spans: dict[tuple[str, str], Span] = {}
         self.used: set[tuple[str, str]] = set()
         self.role_decls: dict[str, A.RoleDecl] = {}
+        self.buffer_score_spans: dict[str, Span] = {}
+        self.broken_templates: set[str] = set()  # named templates that failed to load
+        self.session_vars: dict[str, dict[str, T]] = {}  # game -> its session variables (set by GameChecker)
         self.exp = ir.Experiment(name=os.path.splitext(os.path.basename(path))[0])
 
     # -- shared helpers
@@ -130,9 +144,7 @@ class Compiler:
         return True
 
     def const(self, e: A.Expr, what: str) -> Any:
-        from .games import _names
-
-        for n in _names(e):
+        for n in A.names_in(e):
             if n in self.params:
                 self.used.add(("param", n))
         try:
@@ -156,12 +168,14 @@ class Compiler:
             if key in self.templates:
                 self.used.add(("template", e.id))
                 return key
+            if e.id in self.broken_templates:
+                return INVALID
             self.err("E110", f"unknown template '{e.id}'", e.span,
                      suggest(e.id, [k.split(":", 1)[1] for k in self.templates if k.startswith("named:")]))
-            return None
+            return INVALID
         lt = load_template(e, self.spec_dir, self.path, self.sink, self.files, name)
         if lt is None:
-            return None
+            return INVALID  # reported; keeps later checks from reporting a missing template again
         if lt.path is not None:
             self.sources.add(lt.display_path, lt.source)
         self.loaded[lt.key] = lt
@@ -177,6 +191,9 @@ class Compiler:
         if experiments:
             self.exp.name = experiments[0].name
             for a in experiments[0].attrs:
+                if a.name not in EXPERIMENT_KEYS:
+                    self.err("E105", f"unknown experiment setting '{a.name}'", a.name_span,
+                             suggest(a.name, EXPERIMENT_KEYS) or "settings: seed, description (use 'param' for the rest)")
                 self.exp.options[a.name] = self.const(a.value, f"experiment setting '{a.name}'")
         params = [p for e in experiments for p in e.params] + [d for d in decls if isinstance(d, A.Param)]
         for p in params:
@@ -186,7 +203,8 @@ class Compiler:
                 self.err("E111", f"--set {key}: no parameter named '{key}'", None)
         for d in decls:
             if isinstance(d, A.TemplateDecl) and self.declare("template", d.name, d.name_span):
-                self.template(d.value, f"named:{d.name}")
+                if self.template(d.value, f"named:{d.name}") == INVALID:
+                    self.broken_templates.add(d.name)
         for d in decls:
             if isinstance(d, A.ModelDecl):
                 self.declare("model", d.name, d.name_span)
@@ -206,10 +224,8 @@ class Compiler:
         for d in decls:
             if isinstance(d, A.DataDecl):
                 self.data(d)
-            elif isinstance(d, A.BlockDecl):
+            elif isinstance(d, A.BlockDecl) and d.kind != "schedule":
                 getattr(self, "block_" + d.kind)(d)
-        from .games import GameChecker
-
         games = [d for d in decls if isinstance(d, A.GameDecl)]
         for g in games:
             if self.declare("game", g.name, g.name_span):
@@ -217,13 +233,16 @@ class Compiler:
         for d in decls:
             if isinstance(d, A.TrainDecl):
                 self.train(d)
+        self.check_buffer_scores()
         schedules = [d for d in decls if isinstance(d, A.BlockDecl) and d.kind == "schedule"]
         if len(schedules) > 1:
             self.err("E104", "only one schedule per experiment", schedules[1].span)
+        if schedules:
+            self.block_schedule(schedules[0])
         metrics = [d for d in decls if isinstance(d, A.MetricDecl)]
         for m in metrics:
             if self.declare("metric", m.name, m.name_span):
-                self.metric(m, games)
+                self.metric(m)
         self.check_contests_roles()
         self.warn_unused(module)
         self.exp.templates = dict(sorted(self.templates.items()))
@@ -234,31 +253,33 @@ class Compiler:
         if not self.declare("param", p.name, p.name_span):
             return
         declared = parse_type(p.type, self.sink)
+        type_text = str(p.type) if p.type is not None and declared is not None else None
         value = self.const(p.default, f"the default of parameter '{p.name}'")
+        if value is not None and declared is not None:
+            problem = _type_problem(value, declared, type_text)
+            if problem:
+                self.err("E201", f"parameter '{p.name}' is {type_text} but its default is {problem}", p.default.span)
+                value = _zero(declared)  # a well-typed stand-in, so uses do not report again
         if p.name in self.overrides:
             raw = self.overrides[p.name]
             expr = parse_override(raw)
             try:
-                value = const_eval(expr, self.params) if expr is not None else raw
+                new = const_eval(expr, self.params) if expr is not None else raw
             except NotConstant:
-                value = raw
-            if declared is not None and isinstance(value, str) and declared.name != "string" and expr is None:
-                self.err("E111", f"--set {p.name}={raw}: not a valid {declared} value", p.name_span)
-        vt = from_json_value(value) if value is not None else ANY
-        if declared is not None and value is not None and not is_a(vt, declared):
-            if declared == NUM and vt == NUM:
-                pass
+                new = raw  # a bare word is a string: --set routing=pointwise
+            want = declared or (from_json_value(value) if value is not None else None)
+            problem = _type_problem(new, want, type_text or str(want)) if want is not None else None
+            if problem:
+                # keep the default so that one bad --set gives one diagnostic
+                self.err("E111", f"--set {p.name}={raw}: parameter '{p.name}' is {type_text or want} but the value is {problem}",
+                         p.name_span)
             else:
-                where = "--set value" if p.name in self.overrides else "default"
-                self.err("E111" if p.name in self.overrides else "E201",
-                         f"parameter '{p.name}' is {declared} but its {where} is {vt}", p.default.span if p.name not in self.overrides else p.name_span)
-        t = declared or vt
-        if declared == NUM and isinstance(value, float) and p.type is not None and p.type.name == "int" and value != int(value):
-            self.err("E201", f"parameter '{p.name}' is int but its value is {value}", p.default.span)
+                value = new
+        t = declared or (from_json_value(value) if value is not None else ANY)
         self.params[p.name] = value
         self.param_types[p.name] = t
         self.param_spans[p.name] = p.name_span
-        self.exp.params.append(ir.Param(span=irspan(p.span), name=p.name, type=str(t), value=value))
+        self.exp.params.append(ir.Param(span=irspan(p.span), name=p.name, type=type_text or str(t), value=value))
 
     # -- models
     def models(self, decls: list[A.ModelDecl]) -> None:
@@ -364,8 +385,10 @@ class Compiler:
                     r.model = None
                 elif isinstance(mv, A.Name):
                     self.err("E103", f"unknown model '{mv.id}'", mv.span, suggest(mv.id, [m.name for m in self.exp.models]))
+                    r.model = INVALID
                 else:
                     self.err("E107", "a role's model is the name of a declared model", mv.span)
+                    r.model = INVALID
             if "memory" in attrs:
                 r.memory = self.memory(attrs["memory"].value)
             for key in ("system", "prompt"):
@@ -386,8 +409,16 @@ class Compiler:
                     r.reply.required = req
             rec = r.recover
             if "recover" in attrs:
-                rec.truncated = rec.malformed = self.template(attrs["recover"].value)
+                rv = attrs["recover"].value
+                if isinstance(rv, A.Name) and rv.id == "resample":
+                    rec.mode = "resample"  # rejection sampling: discard and sample again
+                else:
+                    rec.truncated = rec.malformed = self.template(rv)
                 rec.retries = 1
+            if rec.mode == "resample":
+                for key in ("recover_truncated", "recover_malformed"):
+                    if key in attrs:
+                        self.err("E107", f"'{key}' has no use with 'recover = resample'", attrs[key].name_span)
             if "recover_truncated" in attrs:
                 rec.truncated = self.template(attrs["recover_truncated"].value)
                 rec.retries = max(rec.retries, 1)
@@ -431,13 +462,43 @@ class Compiler:
             return ir.ReplyParser(kind="sections", args={"tags": tags}, fields=fields, required=[fields[-1]])
         if name == "summary":
             after = kwargs.get("after")
-            tags = self.const(after, "summary tags") if after is not None else ["#Summary#", "#Output#"]
-            tags = [tags] if isinstance(tags, str) else tags
-            max_chars = self.const_int(kwargs["max_chars"], "max_chars", 1) if "max_chars" in kwargs else 2000
+            tags = self.const(after, "summary tags") if after is not None else None
+            tags = ["#Summary#", "#Output#"] if tags is None else [tags] if isinstance(tags, str) else tags
+            if not isinstance(tags, list) or not tags or not all(isinstance(t, str) and t for t in tags):
+                self.err("E107", "after is a tag string or a list of them", after.span if after is not None else e.span)
+                tags = ["#Summary#", "#Output#"]
+            max_chars = (self.const_int(kwargs["max_chars"], "max_chars", 1) or 2000) if "max_chars" in kwargs else 2000
+            keep = "boxed"
+            if "keep" in kwargs:
+                kv = kwargs["keep"]
+                keep = kv.id if isinstance(kv, A.Name) else ""
+                if keep not in ("boxed", "none"):
+                    self.err("E107", "keep is boxed (the last \\boxed{} answer always survives the cut) or none", kv.span)
+                    keep = "boxed"
             for k in kwargs:
                 if k not in ("after", "max_chars", "keep"):
                     self.err("E109", f"summary() has no option '{k}'", e.span, "options: after, max_chars, keep")
-            return ir.ReplyParser(kind="summary", args={"after": tags, "max_chars": max_chars}, fields=["summary", "answer"])
+            return ir.ReplyParser(kind="summary", args={"after": tags, "max_chars": max_chars, "keep": keep},
+                                  fields=["summary", "answer"])
+        if name == "tags":
+            tags = [self.const(a, "a tag name") for a in args]
+            if not tags or not all(isinstance(t, str) and t and t.replace("_", "").replace("-", "").isalnum() for t in tags):
+                self.err("E109", "tags() takes one or more tag names, e.g. tags(\"question\", \"answer\")", e.span)
+                return ir.ReplyParser(kind="text")
+            for k in kwargs:
+                if k != "boxed":
+                    self.err("E109", f"tags() has no option '{k}'", e.span, "options: boxed")
+            fields = [section_field(t) for t in tags]
+            targs: dict = {"tags": tags}
+            if "boxed" in kwargs:
+                b = self.const(kwargs["boxed"], "boxed")
+                if b not in tags:
+                    self.err("E107", "boxed names one of the tags, whose last \\boxed{} becomes the field 'answer'", kwargs["boxed"].span)
+                else:
+                    targs["boxed"] = b
+                    if "answer" not in fields:
+                        fields.append("answer")
+            return ir.ReplyParser(kind="tags", args=targs, fields=fields, required=list(fields))
         if name == "json":
             if len(args) != 1 or not isinstance(args[0], A.RecordLit):
                 self.err("E109", "json() takes a schema record, e.g. json({is_correct: bool, notes: string})", e.span)
@@ -449,9 +510,9 @@ class Compiler:
                     self.err("E107", f"json schema field '{k}' must be bool, number, string, list or any", v.span)
                     tname = "any"
                 schema[k] = tname
-            retries = self.const_int(kwargs["retries"], "retries") if "retries" in kwargs else 2
+            retries = (self.const_int(kwargs["retries"], "retries") or 0) if "retries" in kwargs else 2
             return ir.ReplyParser(kind="json", args={"schema": schema, "retries": retries}, fields=list(schema), required=list(schema))
-        self.err("E107", "reply is text, boxed, sections(...), summary(...) or json({...})", e.span)
+        self.err("E107", "reply is text, boxed, sections(...), tags(...), summary(...) or json({...})", e.span)
         return ir.ReplyParser(kind="text")
 
     def reply_types(self) -> dict[str, T]:
@@ -490,18 +551,12 @@ class Compiler:
             return
         fields = next((a for a in d.attrs if a.name == "fields"), None)
         if fields is not None:
-            if not isinstance(fields.value, A.RecordLit):
-                self.err("E107", "fields is a record of field types, e.g. {question: string, answer: string}", fields.value.span)
-            else:
-                schema = {}
-                for k, v in fields.value.fields:
-                    tname = v.id if isinstance(v, A.Name) else None
-                    if tname not in TYPE_NAMES:
-                        self.err("E107", f"unknown type for field '{k}'", v.span)
-                    schema[k] = tname or "any"
-                self.exp.datasets[-1].options["fields"] = schema
+            self.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
 
     def data_item_type(self, name: str) -> T:
+        buf = next((x for x in self.exp.buffers if x.name == name), None)
+        if buf is not None:
+            return schema_type(buf.fields) if buf.fields else OPEN_RECORD
         ds = next((x for x in self.exp.datasets if x.name == name), None)
         if ds is None:
             return ANY
@@ -509,7 +564,7 @@ class Compiler:
             return from_json_value(ds.items).elem or ANY
         schema = ds.options.get("fields")
         if schema:
-            return record({k: TYPE_NAMES.get(v, ANY) for k, v in schema.items()})
+            return schema_type(schema)
         if ds.format == "knowledge":
             return record({"text": STR, "id": ANY})
         return OPEN_RECORD
@@ -534,19 +589,48 @@ class Compiler:
         return None
 
     def block_buffer(self, d: A.BlockDecl) -> None:
-        a = self._attrs(d, {"capacity", "eviction", "patience"}, {"capacity"})
+        a = self._attrs(d, {"capacity", "eviction", "patience", "fields", "score"}, {"capacity"})
         cap = self.const_int(a["capacity"].value, "capacity", 1) if "capacity" in a else None
-        ev = "oldest"
+        buf = ir.Buffer(span=irspan(d.span), name=d.name, capacity=cap or 1)
         if "eviction" in a:
             v = a["eviction"].value
-            ev = v.id if isinstance(v, A.Name) else ""
-            if ev not in ("oldest", "solved", "no_peak", "solved_or_no_peak", "none"):
-                self.err("E107", "eviction is oldest, solved, no_peak, solved_or_no_peak or none", v.span)
-        opts = {"patience": self.const_int(a["patience"].value, "patience", 1)} if "patience" in a else {}
-        self.exp.buffers.append(ir.Buffer(span=irspan(d.span), name=d.name, capacity=cap or 1, eviction=ev, options=opts))
+            ev = v.id if isinstance(v, A.Name) and v.id not in self.params else self.const(v, "eviction")
+            if ev not in EVICTIONS:
+                self.err("E107", f"eviction is {', '.join(sorted(EVICTIONS))}", v.span)
+            else:
+                buf.eviction = ev
+        if "patience" in a:
+            buf.options["patience"] = self.const_int(a["patience"].value, "patience", 1)
+        if "fields" in a:
+            buf.fields = self.field_types(a["fields"].value)
+        if "score" in a:
+            v = a["score"].value
+            if isinstance(v, A.Name):
+                buf.score = v.id
+                self.buffer_score_spans[d.name] = v.span
+            else:
+                self.err("E107", "score names a session variable of the game that replays the buffer", v.span)
+        if buf.eviction in ("solved", "no_peak", "solved_or_no_peak") and buf.score is None:
+            self.err("E106", f"buffer '{d.name}' needs a 'score' setting for eviction = {buf.eviction}", d.name_span,
+                     "name the replaying game's accuracy variable: score = acc")
+        self.exp.buffers.append(buf)
+
+    def field_types(self, e: A.Expr) -> dict[str, str]:
+        """A `fields = {name: type, ...}` setting (data sets and buffers)."""
+        if not isinstance(e, A.RecordLit):
+            self.err("E107", "fields is a record of field types, e.g. {question: string, answer: string}", e.span)
+            return {}
+        schema = {}
+        for k, v in e.fields:
+            tname = v.id if isinstance(v, A.Name) else None
+            if tname not in TYPE_NAMES and tname != "list":
+                self.err("E107", f"unknown type for field '{k}'", v.span, "types: number, bool, string, list, any")
+                tname = "any"
+            schema[k] = tname
+        return schema
 
     def block_tournament(self, d: A.BlockDecl) -> None:
-        a = self._attrs(d, {"judge", "prompt", "pairing", "verdict", "gamma", "aggregate", "retries"}, {"judge", "prompt"})
+        a = self._attrs(d, {"judge", "prompt", "pairing", "verdict", "gamma", "aggregate", "order", "retries"}, {"judge", "prompt"})
         judge = self.role_ref(a["judge"].value) if "judge" in a else None
         tpl = self.template(a["prompt"].value) if "prompt" in a else None
         t = ir.Tournament(span=irspan(d.span), name=d.name, judge=judge or "", template=tpl or "")
@@ -582,6 +666,12 @@ class Compiler:
                 t.aggregate = v.id
             else:
                 self.err("E107", "aggregate is win_rate or bradley_terry", v.span)
+        if "order" in a:
+            v = a["order"].value
+            if isinstance(v, A.Name) and v.id in ("random", "both", "fixed"):
+                t.order = v.id
+            else:
+                self.err("E107", "order is random (the paper's debiasing), both (every pair judged in both orders) or fixed", v.span)
         if "retries" in a:
             t.retries = self.const_int(a["retries"].value, "retries") or 0
         self.exp.tournaments.append(t)
@@ -605,30 +695,75 @@ class Compiler:
         if d.name not in SCHEDULES:
             self.err("E405", f"unknown schedule '{d.name}'", d.name_span, suggest(d.name, SCHEDULES) or f"schedules: {', '.join(sorted(SCHEDULES))}")
             return
-        opts = {}
+        opts: dict[str, Any] = {}
         roles = {r.name for r in self.exp.roles}
+        trained = {r.name for r in self.exp.roles if r.trained}
         for a in d.attrs:
-            if d.name == "alternating":
+            if a.name in opts:
+                self.err("E104", f"schedule setting '{a.name}' given twice", a.name_span)
+            if a.name == "games":
+                opts["games"] = self.schedule_games(a.value, d.name)
+            elif d.name == "alternating" and a.name == "iterations":
+                opts[a.name] = self.const_int(a.value, a.name, 1)
+            elif d.name == "alternating":
                 if a.name not in roles:
                     self.err("E102", f"unknown role '{a.name}' in alternating schedule", a.name_span, suggest(a.name, roles))
+                elif a.name not in trained:
+                    self.err("E405", f"role '{a.name}' has a training phase but is not marked 'trained'", a.name_span)
                 opts[a.name] = self.const_int(a.value, f"steps for {a.name}", 1)
             elif d.name == "nested":
                 if a.name in ("outer", "inner"):
                     opts[a.name] = self.role_ref(a.value)
+                    if opts[a.name] is not None and opts[a.name] not in trained:
+                        self.err("E405", f"the {a.name} role of a nested schedule must be marked 'trained'", a.value.span)
                 elif a.name in ("copies", "inner_steps", "outer_steps", "datasets", "promotion_window"):
                     opts[a.name] = self.const_int(a.value, a.name, 1)
-                elif a.name in ("promotion_threshold",):
-                    opts[a.name] = self.const(a.value, a.name)
+                elif a.name == "promotion_threshold":
+                    v = self.const(a.value, a.name)
+                    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                        self.err("E201", f"promotion_threshold must be a number, found {from_json_value(v)}", a.value.span)
+                    opts[a.name] = v
                 else:
                     self.err("E105", f"unknown nested schedule setting '{a.name}'", a.name_span,
-                             "settings: outer, inner, copies, inner_steps, outer_steps, datasets, promotion_window, promotion_threshold")
+                             suggest(a.name, NESTED_KEYS) or f"settings: {', '.join(NESTED_KEYS)}")
             else:
-                opts[a.name] = self.const(a.value, a.name)
+                if a.name != "steps":
+                    self.err("E105", f"unknown online schedule setting '{a.name}'", a.name_span, "settings: steps, games")
+                opts[a.name] = self.const_int(a.value, a.name, 1)
         if d.name == "nested":
             for need in ("outer", "inner"):
                 if need not in opts:
                     self.err("E106", f"a nested schedule needs '{need}'", d.name_span)
+        if d.name == "alternating" and not any(k in roles for k in opts):
+            self.err("E106", "an alternating schedule needs the steps of each phase, e.g. proposer = 10", d.name_span)
         self.exp.schedule = ir.Schedule(span=irspan(d.span), kind=d.name, options=opts)
+
+    def schedule_games(self, e: A.Expr, kind: str) -> Any:
+        """`games = [g1, g2]` (which games run), or for alternating schedules
+        `games = {role: game_or_list, ...}` (which games run in each role's phase)."""
+        names = {g.name for g in self.exp.games}
+
+        def game_list(v: A.Expr) -> list[str]:
+            items = v.items if isinstance(v, A.ListLit) else [v]
+            out = []
+            for x in items:
+                if not isinstance(x, A.Name):
+                    self.err("E107", "expected a game name", x.span)
+                elif x.id not in names:
+                    self.err("E110", f"unknown game '{x.id}'", x.span, suggest(x.id, names))
+                else:
+                    out.append(x.id)
+            return out
+
+        if kind == "alternating" and isinstance(e, A.RecordLit):
+            roles = {r.name for r in self.exp.roles}
+            out = {}
+            for k, v in e.fields:
+                if k not in roles:
+                    self.err("E102", f"unknown role '{k}'", v.span, suggest(k, roles))
+                out[k] = game_list(v)
+            return out
+        return game_list(e)
 
     # -- training
     def train(self, d: A.TrainDecl) -> None:
@@ -658,7 +793,7 @@ class Compiler:
         self.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name, algorithm_args=args, hyper=hyper))
 
     # -- metrics
-    def metric(self, m: A.MetricDecl, games: list[A.GameDecl]) -> None:
+    def metric(self, m: A.MetricDecl) -> None:
         outcomes = {o for g in self.exp.games for o in g.outcomes}
         scope = Scope()
         for p, t in self.param_types.items():
@@ -669,14 +804,12 @@ class Compiler:
         scope.define("status", Sym("var", STR, None, used=True))
         scope.define("game", Sym("var", STR, None, used=True))
         for g in self.exp.games:
-            for name, t in g_session_vars(self, g).items():
+            for name, t in self.session_vars.get(g.name, {}).items():
                 scope.define(name, Sym("var", t, None, used=True))
         checker = ExprChecker(self.sink, outcomes, metric=True)
         checker.role_reply = self.reply_types()
         value, _ = checker.check(m.value, scope)
-        from .games import _names
-
-        for n in _names(m.value) | {name for name, _ in m.by}:
+        for n in A.names_in(m.value) | {name for name, _ in m.by}:
             if n in self.params:
                 self.used.add(("param", n))
         by = []
@@ -688,6 +821,22 @@ class Compiler:
         self.exp.metrics.append(ir.Metric(span=irspan(m.span), name=m.name, value=value, by=by))
 
     # -- cross checks
+    def check_buffer_scores(self) -> None:
+        """A buffer's `score` must be a number variable of every game that replays it."""
+        sv = self.session_vars
+        for b in self.exp.buffers:
+            if b.score is None:
+                continue
+            replaying = [g for g in self.exp.games if g.iter is not None and getattr(g.iter, "kind", "") == "ref"
+                         and g.iter.name == b.name]
+            for g in replaying:
+                t = sv.get(g.name, {}).get(b.score)
+                if t is None:
+                    self.err("E101", f"score '{b.score}' is not a variable of game '{g.name}', which replays buffer '{b.name}'",
+                             self.buffer_score_spans[b.name])
+                elif t.name not in ("number", "any"):
+                    self.err("E201", f"score '{b.score}' must be a number, found {t}", self.buffer_score_spans[b.name])
+
     def check_contests_roles(self) -> None:
         for t in self.exp.tournaments:
             if t.judge:
@@ -709,6 +858,24 @@ class Compiler:
             self.sink.warn("W501", f"{kind} '{name}' is never used", span)
 
 
+def _type_problem(value: Any, want: T, want_text: str) -> str | None:
+    """Why a constant does not fit a declared parameter type (None when it fits)."""
+    vt = from_json_value(value)
+    if not is_a(vt, want):
+        return f"{vt} {json.dumps(value)}" if not isinstance(value, (list, dict)) else str(vt)
+    if want_text == "int" and isinstance(value, float) and value != int(value):
+        return f"the fraction {value}"
+    return None
+
+
+def _zero(t: T) -> Any:
+    return {"number": 0, "bool": False, "string": "", "list": [], "record": {}}.get(t.name)
+
+
+def schema_type(schema: dict[str, str]) -> T:
+    return record({k: list_of(ANY) if v == "list" else TYPE_NAMES.get(v, ANY) for k, v in schema.items()})
+
+
 def _strings(v: Any) -> set[str]:
     if isinstance(v, str):
         return {v}
@@ -722,7 +889,3 @@ def _strings(v: Any) -> set[str]:
 def section_field(tag: str) -> str:
     name = "".join(ch for ch in tag.lower() if ch.isalnum() or ch == "_")
     return name or "section"
-
-
-def g_session_vars(c: Compiler, g: ir.Game) -> dict[str, T]:
-    return getattr(c, "_session_vars", {}).get(g.name, {})

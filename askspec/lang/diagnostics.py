@@ -31,7 +31,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E107": ("error", "invalid attribute value"),
     "E108": ("error", "unknown function"),
     "E109": ("error", "wrong number or kind of arguments"),
-    "E110": ("error", "unknown template, data set, buffer, tournament or judge"),
+    "E110": ("error", "unknown template, data set, buffer, tournament, judge or game"),
     "E111": ("error", "invalid parameter override (--set)"),
     "E201": ("error", "type mismatch"),
     "E202": ("error", "unknown field of a record or reply"),

@@ -25,7 +25,7 @@ def irspan(s: Span | None) -> ir.Span | None:
 
 @dataclass
 class Sym:
-    kind: str  # param | var | role | item
+    kind: str  # param | var | role | item | data
     type: T
     span: Span | None
     used: bool = False
@@ -108,7 +108,7 @@ class ExprChecker:
         sym = scope.lookup(e.id)
         if sym is not None:
             sym.used = True
-            kind = sym.kind if sym.kind in ("param", "role", "item") else "var"
+            kind = sym.kind if sym.kind in ("param", "role", "item", "data", "buffer") else "var"
             return ir.Ref(span=irspan(e.span), name=e.id, scope=kind), sym.type
         if e.id in self.outcomes:
             return ir.Lit(span=irspan(e.span), value=e.id, type="outcome"), OUTCOME
@@ -155,7 +155,11 @@ class ExprChecker:
             ft = t.field(name)
             if ft is None:
                 names = [k for k, _ in (t.fields or ())]
-                self.error("E202", f"no field '{name}' in {t}", span, suggest(name, names))
+                if t.role:
+                    self.error("E202", f"a reply of '{t.role}' has no field '{name}'", span,
+                               suggest(name, names) or f"fields: {', '.join(names)}")
+                else:
+                    self.error("E202", f"no field '{name}' in {t}", span, suggest(name, names))
                 return ANY
             return ft
         self.error("E202", f"a {t} value has no fields", span)
@@ -247,6 +251,12 @@ class ExprChecker:
 
     def _Where(self, e: A.Where, scope):
         seq, st = self.check(e.seq, scope)
+        if self.metric and st.name not in ("list", "any", "record", "role"):
+            # in a metric, `x where cond` keeps the sessions in which cond holds
+            cond, ct = self.check(e.cond, scope)
+            if not boolish(ct):
+                self.error("E201", f"a 'where' condition must be bool, found {ct}", e.cond.span)
+            return ir.Filter(span=irspan(e.span), seq=seq, cond=cond), st
         if st.name not in ("list", "any"):
             self.error("E201", f"'where' filters a list, found {st}", e.seq.span)
         elem = (st.elem or ANY) if st.name == "list" else ANY

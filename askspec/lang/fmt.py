@@ -2,7 +2,18 @@
 
 It works on the token stream (lark's lexer with comments captured) rather than the AST,
 so comments survive and the output parses to the same AST: the IR hash never changes.
-Callers format only specs that parse."""
+Rules:
+
+- one indent level (4 spaces) per line that leaves brackets open, whatever the number of
+  brackets it opens (`json({` indents its contents once);
+- one space between tokens, except around `.`, `..`, before `,` `;` `:` `)` `]`, after
+  `(` `[`, between a name and its call or index bracket, after a prefix minus, and inside
+  the braces of a record literal (`{final: true}`; blocks keep `{ a = 1 }`);
+- at most one blank line where the author had some; none at the start or end;
+- trailing comments of consecutive lines are aligned two spaces after the longest code.
+
+Long strings (`\"\"\"...\"\"\"`) are copied verbatim. Callers format only specs that parse.
+"""
 
 from __future__ import annotations
 
@@ -21,9 +32,12 @@ NO_SPACE_AFTER = {"(", "[", ".", ".."}
 PREFIX_CONTEXT = {"(", "[", "{", ",", ":", "=", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "->", "|",
                   "not", "and", "or", "in", "if", "elif", "while", "until", "case", "when", "where", "with",
                   "using", "sample", "times", "limit", "repeat", "ask", "reward", "bind", "else"}
+# after these a '{' opens a record literal, not a block
+RECORD_CONTEXT = {"=", "==", "!=", "with", ":", "(", "[", ",", "->", "{", "|", "in"}
 KEYWORDS_BEFORE_PAREN = {"if", "elif", "while", "until", "for", "in", "case", "and", "or", "not", "where", "when",
                          "with", "using", "sample", "times", "by", "limit", "repeat", "ask", "reward", "bind"}
 INDENT = "    "
+COMMENT_GAP = 2
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,55 +55,106 @@ def _tokens(text: str) -> list[Token]:
     return sorted(toks + comments, key=lambda t: (t.line, t.column))
 
 
+def _source_lines(tokens: list[Token]) -> list[tuple[int, list[Token]]]:
+    """Tokens grouped by the source line they start on, with the number of blank source
+    lines before each group."""
+    groups: list[tuple[int, list[Token]]] = []
+    last_end = None
+    for t in tokens:
+        if last_end is None or t.line > last_end:
+            gap = 0 if last_end is None else t.line - last_end - 1
+            groups.append((gap, [t]))
+        else:
+            groups[-1][1].append(t)
+        last_end = max(last_end or 0, t.end_line or t.line)
+    return groups
+
+
+class _Line:
+    def __init__(self, indent: int, code: str, comment: str | None, blank_before: bool) -> None:
+        self.indent, self.code, self.comment, self.blank_before = indent, code, comment, blank_before
+
+
 def format_source(text: str) -> str:
-    lines: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    line_depth = 0
-    prev: Token | None = None
-    prev_is_prefix_minus = False
-
-    def flush() -> None:
-        if cur:
-            lines.append(INDENT * line_depth + "".join(cur).rstrip())
-        cur.clear()
-
-    for t in _tokens(text):
-        v = str(t)
-        if prev is not None and t.line > (prev.end_line or prev.line):
-            flush()
-            if t.line - (prev.end_line or prev.line) > 1 and lines and lines[-1] != "":
-                lines.append("")  # keep one blank line where the author had some
-        if not cur:
-            line_depth = max(0, depth - (1 if v in CLOSE else 0))
-            cur.append(v)
-        elif t.type == "COMMENT":
-            cur.append("  " + v)
-        else:
-            p = str(prev)
-            space = not (v in NO_SPACE_BEFORE or p in NO_SPACE_AFTER or prev_is_prefix_minus)
-            if v in ("(", "[") and (prev.type == "NAME" and p not in KEYWORDS_BEFORE_PAREN or p in (")", "]")):
-                space = False  # a call or an index
-            cur.append((" " if space else "") + v)
-        if t.type != "COMMENT":
-            prev_is_prefix_minus = v == "-" and (prev is None or str(prev) in PREFIX_CONTEXT)
+    stack: list[tuple[int, bool]] = []  # per open bracket: (indent of its contents, is a record)
+    out: list[_Line] = []
+    for gap, toks in _source_lines(_tokens(text)):
+        comment = str(toks[-1]) if toks[-1].type == "COMMENT" else None
+        code_toks = toks[:-1] if comment is not None else toks
+        first = str(code_toks[0]) if code_toks else ""
+        base = stack[-1][0] if stack else 0
+        indent = max(0, base - 1) if first in CLOSE else base
+        parts: list[str] = []
+        prev: Token | None = None
+        prefix_minus = False
+        for t in code_toks:
+            v = str(t)
+            if prev is not None:
+                parts.append(" " if _space(prev, t, prefix_minus, stack) else "")
+            parts.append(v)
+            prefix_minus = v == "-" and (prev is None or str(prev) in PREFIX_CONTEXT)
             if v in OPEN:
-                depth += 1
-            elif v in CLOSE:
-                depth = max(0, depth - 1)
+                record = v == "{" and prev is not None and str(prev) in RECORD_CONTEXT
+                # all brackets opened on one line indent their contents by one level
+                stack.append((indent + 1, record))
+            elif v in CLOSE and stack:
+                stack.pop()
             prev = t
+        if comment is not None and not code_toks:
+            out.append(_Line(indent, comment, None, gap > 0))
         else:
-            prev = t if prev is None else Token.new_borrow_pos(prev.type, str(prev), t) if False else _with_end(prev, t)
-    flush()
-    while lines and lines[-1] == "":
-        lines.pop()
-    return "\n".join(lines) + "\n" if lines else ""
+            out.append(_Line(indent, "".join(parts), comment, gap > 0))
+    return _render(out)
 
 
-def _with_end(prev: Token, comment: Token) -> Token:
-    """Keep the previous code token's text/type but the comment's line (for line breaks)."""
-    tok = Token(prev.type, str(prev))
-    tok.line = comment.line
-    tok.end_line = comment.end_line or comment.line
-    tok.column = comment.column
-    return tok
+def _space(prev: Token, t: Token, prefix_minus: bool, stack: list[tuple[int, bool]]) -> bool:
+    p, v = str(prev), str(t)
+    if v in NO_SPACE_BEFORE or p in NO_SPACE_AFTER or prefix_minus:
+        return False
+    if v in ("(", "[") and ((prev.type == "NAME" and p not in KEYWORDS_BEFORE_PAREN) or p in (")", "]")):
+        return False  # a call or an index
+    if p == "{" and stack and stack[-1][1]:
+        return False  # just inside a record literal's '{'
+    if v == "}" and stack and stack[-1][1]:
+        return False  # just before a record literal's '}'
+    if p == "{" and v == "}":
+        return False
+    return True
+
+
+def _last_width(ln: _Line) -> int:
+    """Width of the line's last physical line (a long string may span several)."""
+    code = INDENT * ln.indent + ln.code
+    return len(code) - code.rfind("\n") - 1
+
+
+def _render(lines: list[_Line]) -> str:
+    # align the trailing comments of each run of consecutive commented lines
+    widths: dict[int, int] = {}
+    run: list[int] = []
+
+    def close_run() -> None:
+        if run:
+            w = max(_last_width(lines[i]) for i in run)
+            for i in run:
+                widths[i] = w
+            run.clear()
+
+    for i, ln in enumerate(lines):
+        if ln.comment is not None and not ln.blank_before:
+            run.append(i)
+        elif ln.comment is not None:
+            close_run()
+            run.append(i)
+        else:
+            close_run()
+    close_run()
+    text: list[str] = []
+    for i, ln in enumerate(lines):
+        if ln.blank_before and text:
+            text.append("")
+        code = INDENT * ln.indent + ln.code
+        if ln.comment is not None:
+            code += " " * (widths[i] + COMMENT_GAP - _last_width(ln)) + ln.comment
+        text.append(code.rstrip())
+    return "\n".join(text) + "\n" if text else ""

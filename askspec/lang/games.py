@@ -7,11 +7,13 @@ static per-session upper bound on model calls per role."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from ..ir import model as ir
 from . import ast as A
 from .consts import NotConstant, const_eval
+from .parser import KEYWORDS
 from .exprs import ExprChecker, Scope, Sym, irspan, suggest
 from .span import Span
 from .templates import JINJA_GLOBALS, variable_location
@@ -56,6 +58,11 @@ class GameChecker:
         self.param_syms = dict(scope.names)
         for r in self.roles:
             scope.define(r, Sym("role", T("role", role=r), None, used=True))
+        for ds in self.c.exp.datasets:
+            scope.define(ds.name, Sym("data", list_of(self.c.data_item_type(ds.name)), None))
+        for b in self.c.exp.buffers:
+            scope.define(b.name, Sym("buffer", list_of(self.c.data_item_type(b.name)), None))
+        self.data_syms = {n: s for n, s in scope.names.items() if s.kind in ("data", "buffer")}
         game = ir.Game(span=irspan(g.span), name=g.name, outcomes=list(self.outcomes), body=[])
         if g.iter is not None:
             it, itype = self.x.check(g.iter, scope)
@@ -75,7 +82,12 @@ class GameChecker:
         self.game_scope = game_scope
         if self.outcomes:
             game_scope.define("outcome", Sym("var", OUTCOME, None, used=True))
+        self.contest_templates: list[tuple[str, set[str]]] = []
         game.body = self.block(g.body, game_scope, in_loop=False)
+        # tournament / judge prompts see the group's session variables (at the session's
+        # end), the traces being judged, and the parameters
+        for key, extra in self.contest_templates:
+            self.check_template_vars(key, _value_names(game_scope) | extra, game_scope)
         # routes are collected from the body (they are group-level, not per-session)
         game.routes = self.routes
         self.flow_check(g)
@@ -89,23 +101,24 @@ class GameChecker:
             sym = scope.lookup(name)
             if sym is not None:
                 self.session_vars[name] = sym.type
-        sv = getattr(self.c, "_session_vars", {})
-        sv[g.name] = self.session_vars
-        self.c._session_vars = sv
+        self.c.session_vars[g.name] = self.session_vars
         for name, sym in self.param_syms.items():
             if sym.used:
                 self.c.used.add(("param", name))
+        for name, sym in self.data_syms.items():
+            if sym.used:
+                self.c.used.add((sym.kind if sym.kind == "buffer" else "data", name))
         return game
 
     routes: list[ir.Route]
 
     def _mark_used(self, e: A.Expr) -> None:
-        for n in _names(e):
+        for n in A.names_in(e):
             if n in self.param_syms:
                 self.param_syms[n].used = True
 
     def _iter_elem(self, t: T, e: A.Expr) -> T:
-        if isinstance(e, A.Name) and any(d.name == e.id for d in self.c.exp.datasets):
+        if isinstance(e, A.Name) and e.id in self.data_syms:
             return self.c.data_item_type(e.id)
         if t.name == "list":
             return t.elem or ANY
@@ -206,10 +219,16 @@ class GameChecker:
             if not numeric(st):
                 self.err("E201", f"sample needs a number, found {st}", a.sample.span)
             try:
-                sample_n = int(const_eval(a.sample, self.c.params))
+                v = const_eval(a.sample, self.c.params)
+            except NotConstant:
+                self.err("E401", "sample needs a count known before the run (a number or parameter)", a.sample.span)
+            else:
                 self._mark_used(a.sample)
-            except (NotConstant, TypeError, ValueError):
-                self.err("E401", "sample needs a constant count", a.sample.span)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or not 1 <= v <= MAX_STATIC_BOUND:
+                    self.err("E107", f"a sample count must be a whole number between 1 and {MAX_STATIC_BOUND}, found {v!r}",
+                             a.sample.span)
+                else:
+                    sample_n = int(v)
         message = context = None
         extra: set[str] = set()
         if a.message is not None:
@@ -229,7 +248,7 @@ class GameChecker:
             tpl = template or r.prompt
             if tpl is None and message is None:
                 self.err("E106", f"nothing to send to '{role}': give a template (using ...), a message (: expr) or a role prompt", a.span)
-            names = scope.all_names() | extra | {"role", "turn"}
+            names = _value_names(scope) | extra | {"role", "turn"}
             for key in {tpl, r.system} - {None}:
                 self.check_template_vars(key, names, scope)
             if r.recover.retries:
@@ -345,7 +364,7 @@ class GameChecker:
             return self.sample_sizes.get(e.id)
         return None
 
-    @property
+    @functools.cached_property
     def sample_sizes(self) -> dict[str, int]:
         sizes: dict[str, int] = {}
         for s in _walk(self.g.body):
@@ -395,6 +414,48 @@ class GameChecker:
         self.bound_roles.add(s.role)
         return ir.BindStep(span=irspan(s.span), role=s.role, model=value)
 
+    def _Drop(self, s: A.Drop, scope, in_loop):
+        if s.target in KEYWORDS:  # `drop` with its target missing swallowed the next keyword
+            self.err("E001", f"'drop' needs a role or a reply variable, found the keyword '{s.target}'", s.target_span)
+            return None
+        if s.target in self.roles:
+            return ir.DropStep(span=irspan(s.span), role=s.target)
+        sym = scope.lookup(s.target)
+        t = sym.type if sym is not None else None
+        if t is not None and t.name == "list" and t.elem is not None:
+            t = t.elem
+        if t is not None and t.name == "record" and t.role:
+            sym.used = True
+            return ir.DropStep(span=irspan(s.span), role=t.role, turn_var=s.target)
+        if sym is not None:
+            self.err("E201", f"'{s.target}' is not a role, a reply or a list of replies (it is {sym.type})", s.target_span)
+        else:
+            self.err("E102", f"unknown role '{s.target}'", s.target_span, suggest(s.target, set(self.roles) | scope.all_names()))
+        return None
+
+    def _Push(self, s: A.Push, scope, in_loop):
+        value, t = self.expr(s.value, scope)
+        buf = next((b for b in self.c.exp.buffers if b.name == s.buffer), None)
+        if buf is None:
+            self.err("E110", f"unknown buffer '{s.buffer}'", s.buffer_span, suggest(s.buffer, [b.name for b in self.c.exp.buffers]))
+            return None
+        self.c.used.add(("buffer", s.buffer))
+        if t.name not in ("record", "any"):
+            self.err("E201", f"push takes a record, e.g. push {s.buffer}: {{question: q, answer: a}}, found {t}", s.value.span)
+        elif t.fields is not None and buf.fields:
+            want = self.c.data_item_type(buf.name)
+            have = dict(t.fields)
+            for k, ft in want.fields or ():
+                if k not in have:
+                    self.err("E202", f"buffer '{buf.name}' items need field '{k}'", s.value.span)
+                elif not is_a(have[k], ft):
+                    self.err("E201", f"field '{k}' of buffer '{buf.name}' is {ft}, found {have[k]}", s.value.span)
+            for k in have:
+                if k not in buf.fields:
+                    self.err("E202", f"buffer '{buf.name}' has no field '{k}'", s.value.span,
+                             suggest(k, buf.fields) or f"fields: {', '.join(buf.fields)}")
+        return ir.PushStep(span=irspan(s.span), buffer=s.buffer, value=value)
+
     def _End(self, s: A.End, scope, in_loop):
         outcome = None
         if s.outcome is not None:
@@ -441,6 +502,9 @@ class GameChecker:
                     self.err("E110", f"unknown {action} '{target}'", arm.arg[1], suggest(target, [x.name for x in pool]))
                 else:
                     self.c.used.add(("contest", target))
+                    contest = next(x for x in pool if x.name == target)
+                    extra = {"response_a", "response_b"} if action == "tournament" else {"response"}
+                    self.contest_templates.append((contest.template, extra | {"role", "rewards", "size"}))
             else:
                 self.err("E107", f"unknown route action '{action}'", arm.target_span, "actions: keep, drop, tournament NAME, judge NAME")
                 continue
@@ -454,63 +518,91 @@ class GameChecker:
 
     # ---------------------------------------------------------------------------------
     def flow_check(self, g: A.GameDecl) -> None:
-        """E402: every path through the session rewards each trained role it asks."""
+        """E402: on every path through the session, each trained role asked on that path
+        gets a reward (terminal or per-turn) or is explicitly dropped.
+
+        The walk carries, per path, the trained roles asked but not yet covered (`pending`)
+        and the roles already covered (`covered`); branches merge pending by union and
+        covered by intersection. A loop that may run zero times merges with the state
+        before it."""
         trained = {r for r in self.asked_roles if self.roles[r].trained}
         if not trained:
             return
         routed = {r.role for r in self.routes}
         reported: set[tuple[str, Span]] = set()
+        reply_role: dict[str, str] = {}
+        State = tuple[frozenset, frozenset]  # (pending, covered)
 
-        def report(missing: set[str], span: Span, where: str) -> None:
+        def report(missing, span: Span, where: str) -> None:
             for role in sorted(missing):
-                if (role, span) in reported:
-                    continue
-                reported.add((role, span))
-                self.err("E402", f"trained role '{role}' gets no reward on a path that {where}", span,
-                         f"add 'reward {role} = ...' on this path")
+                if (role, span) not in reported:
+                    reported.add((role, span))
+                    self.err("E402", f"trained role '{role}' gets no reward on a path that {where}", span,
+                             f"add 'reward {role} = ...' (or 'drop {role}') on this path")
 
-        reply_role = {}
+        def merge(states: list[State | None]) -> State | None:
+            live = [x for x in states if x is not None]
+            if not live:
+                return None
+            return frozenset().union(*(p for p, _ in live)), frozenset.intersection(*(c for _, c in live))
 
-        def run(stmts, have: set[str]) -> set[str] | None:
+        def cover(role: str | None, st: State) -> State:
+            if role is None:
+                return st
+            return st[0] - {role}, st[1] | {role}
+
+        def run(stmts, st: State | None) -> State | None:
             for s in stmts:
-                if isinstance(s, A.Reward):
-                    if s.target in self.roles:
-                        have = have | {s.target}
-                    elif s.target in reply_role:
-                        have = have | {reply_role[s.target]}
-                elif isinstance(s, A.Assign) and isinstance(s.value, A.Ask):
-                    for (n, _), (r, _) in zip(s.targets, s.value.roles):
-                        reply_role[n] = r
+                if st is None:
+                    return None
+                if isinstance(s, (A.Reward, A.Drop)):  # a drop is an explicit "no training signal"
+                    st = cover(s.target if s.target in self.roles else reply_role.get(s.target), st)
+                elif isinstance(s, (A.AskStmt, A.Assign)) and isinstance(getattr(s, "ask", None) or s.value, A.Ask):
+                    ask = s.ask if isinstance(s, A.AskStmt) else s.value
+                    asked = {r for r, _ in ask.roles if r in trained and r not in st[1]}
+                    st = (st[0] | asked, st[1])
+                    if isinstance(s, A.Assign):
+                        for (n, _), (r, _) in zip(s.targets, ask.roles):
+                            reply_role[n] = r
                 elif isinstance(s, A.End):
-                    report(trained - have, s.span, "ends here")
+                    report(st[0] - routed, s.span, "ends here")
                     return None
                 elif isinstance(s, A.If):
-                    outs = [run(b, have) for _, b in s.branches]
-                    outs.append(run(s.orelse, have) if s.orelse is not None else have)
-                    live = [o for o in outs if o is not None]
-                    if not live:
-                        return None
-                    have = set.intersection(*live)
+                    outs = [run(b, st) for _, b in s.branches]
+                    outs.append(run(s.orelse, st) if s.orelse is not None else st)
+                    st = merge(outs)
                 elif isinstance(s, A.Repeat):
-                    body = run(s.body, have)
-                    try:
-                        lo = const_eval(s.start, self.c.params) if s.start is not None else 1
-                        hi = const_eval(s.stop, self.c.params)
-                        runs = hi - lo + 1 >= 1
-                    except (NotConstant, TypeError):
-                        runs = False
-                    if runs and body is not None:
-                        have = body
+                    body = run(s.body, st)
+                    st = body if self._repeat_runs(s) else merge([st, body])
                 elif isinstance(s, (A.While, A.For)):
                     for_item = s.pattern[0][0] if isinstance(s, A.For) and len(s.pattern) == 1 else None
                     if for_item and isinstance(s.iter, A.Name) and s.iter.id in reply_role:
                         reply_role[for_item] = reply_role[s.iter.id]
-                    run(s.body, have)  # may run zero times; still check ends inside
-            return have
+                    body = run(s.body, st)
+                    st = body if isinstance(s, A.For) and self._runs_at_least_once(s) else merge([st, body])
+            return st
 
-        final = run(g.body, set())
+        final = run(g.body, (frozenset(), frozenset()))
         if final is not None:
-            report(trained - final - routed, g.name_span, "reaches the end of the game")
+            report(final[0] - routed, g.name_span, "reaches the end of the game")
+
+    def _repeat_runs(self, s: A.Repeat) -> bool:
+        try:
+            lo = const_eval(s.start, self.c.params) if s.start is not None else 1
+            hi = const_eval(s.stop, self.c.params)
+            return hi - lo + 1 >= 1
+        except (NotConstant, TypeError):
+            return False
+
+    def _runs_at_least_once(self, s: A.For) -> bool:
+        """A `for` over a non-empty constant list or over the replies of `sample N ask`."""
+        if isinstance(s.iter, A.Name) and self.sample_sizes.get(s.iter.id, 0) >= 1:
+            return True
+        try:
+            v = const_eval(s.iter, self.c.params)
+        except NotConstant:
+            return False
+        return isinstance(v, list) and len(v) > 0
 
     def call_bounds(self, steps: list) -> dict[str, int]:
         bounds: dict[str, int] = {}
@@ -522,12 +614,12 @@ class GameChecker:
             out: dict[str, int] = {}
             for s in steps:
                 if isinstance(s, ir.AskStep):
-                    n = int(s.sample.value) if isinstance(s.sample, ir.Lit) else 1
+                    n = s.sample.value if isinstance(s.sample, ir.Lit) and isinstance(s.sample.value, int) else 1
                     for role in s.roles:
                         r = self.roles[role]
                         per_call = 1 + r.recover.retries
                         if r.reply.kind == "json":
-                            per_call = max(per_call, 1 + int(r.reply.args.get("retries", 0)))
+                            per_call = max(per_call, 1 + (r.reply.args.get("retries") or 0))
                         add(out, role, mult * n * per_call)
                 elif isinstance(s, ir.RepeatStep):
                     for k, v in walk(s.body, mult * s.bound).items():
@@ -551,6 +643,12 @@ class GameChecker:
         return dict(sorted(bounds.items()))
 
 
+def _value_names(scope: Scope) -> set[str]:
+    """Names a template can use: parameters and session/loop variables (not roles, data
+    sets or buffers, which are not values)."""
+    return {n for n in scope.all_names() if scope.lookup(n).kind not in ("role", "data", "buffer")}
+
+
 def _widen(a: T, b: T) -> T:
     from .types import unify
 
@@ -567,25 +665,3 @@ def _walk(stmts):
                 yield from _walk(b)
             if s.orelse:
                 yield from _walk(s.orelse)
-
-
-def _names(e) -> set[str]:
-    out: set[str] = set()
-    if isinstance(e, A.Name):
-        out.add(e.id)
-    elif e is None:
-        return out
-    for v in getattr(e, "__dict__", {}).values():
-        if isinstance(v, A.Node) and not isinstance(v, A.Name):
-            out |= _names(v)
-        elif isinstance(v, A.Name):
-            out.add(v.id)
-        elif isinstance(v, list):
-            for x in v:
-                if isinstance(x, A.Node):
-                    out |= _names(x)
-                elif isinstance(x, tuple):
-                    for y in x:
-                        if isinstance(y, A.Node):
-                            out |= _names(y)
-    return out

@@ -14,7 +14,7 @@ from . import ast as A
 from .diagnostics import DiagnosticSink
 from .span import Span
 
-MAX_BYTES = 8 * 1024 * 1024
+MAX_BYTES = 1024 * 1024  # specs are small (prompts live in files); parsing is ~0.3 ms per line
 MAX_NESTING = 64
 
 KEYWORDS = {
@@ -22,8 +22,11 @@ KEYWORDS = {
     "judge", "train", "with", "schedule", "metric", "by", "game", "for", "in", "times",
     "sample", "ask", "using", "repeat", "while", "until", "limit", "if", "elif", "else",
     "reward", "as", "bind", "end", "outcomes", "route", "when", "true", "false", "not",
-    "and", "or", "where", "case",
+    "and", "or", "where", "case", "drop", "push",
 }
+
+DECLARATION_KEYWORDS = {"experiment", "param", "model", "role", "template", "data", "buffer", "tournament", "judge",
+                        "train", "schedule", "metric", "game"}
 
 # Friendlier names for lark's terminal names in "expected ..." messages.
 _TERMINAL_NAMES = {
@@ -38,8 +41,15 @@ _TERMINAL_NAMES = {
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> lark.Lark:
+    """The parser, built once per process. Building the LALR tables takes ~0.2 s, so lark
+    caches them on disk (keyed by the grammar's hash) and later processes load them in
+    ~0.02 s; if the cache cannot be used the tables are simply rebuilt."""
     grammar = resources.files("askspec.lang").joinpath("grammar.lark").read_text()
-    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    try:
+        return lark.Lark(grammar, cache=True, **options)
+    except Exception:  # an unwritable or stale cache file
+        return lark.Lark(grammar, **options)
 
 
 def _describe_expected(expected: set[str]) -> str:
@@ -53,15 +63,14 @@ def _describe_expected(expected: set[str]) -> str:
             except KeyError:
                 name = t.lower()
         names.append(name)
-    names = sorted(set(names))
+    names = sorted(set(names), key=lambda x: (not x.startswith("a "), x))  # "a name", "a number" first
     if len(names) > 6:
         return ", ".join(names[:6]) + ", ..."
     return ", ".join(names)
 
 
-def _nesting_problem(text: str) -> tuple[int, int] | None:
-    """Find where bracket nesting exceeds MAX_NESTING (outside strings/comments)."""
-    depth = 0
+def _brackets(text: str):
+    """Yield (char, line, col) of every bracket outside strings and comments."""
     line, col = 1, 1
     i, n = 0, len(text)
     while i < n:
@@ -94,15 +103,34 @@ def _nesting_problem(text: str) -> tuple[int, int] | None:
             col += j - i
             i = j
             continue
+        if ch in "([{)]}":
+            yield ch, line, col
+        i += 1
+        col += 1
+
+
+def _nesting_problem(text: str) -> tuple[int, int] | None:
+    """Where bracket nesting first exceeds MAX_NESTING."""
+    depth = 0
+    for ch, line, col in _brackets(text):
         if ch in "([{":
             depth += 1
             if depth > MAX_NESTING:
                 return line, col
-        elif ch in ")]}":
+        else:
             depth -= 1
-        i += 1
-        col += 1
     return None
+
+
+def _unclosed(text: str) -> tuple[str, int, int] | None:
+    """The innermost bracket still open at the end of the text."""
+    stack: list[tuple[str, int, int]] = []
+    for ch, line, col in _brackets(text):
+        if ch in "([{":
+            stack.append((ch, line, col))
+        elif stack:
+            stack.pop()
+    return stack[-1] if stack else None
 
 
 def decode_source(path: str, data: bytes, sink: DiagnosticSink) -> str | None:
@@ -114,7 +142,7 @@ def decode_source(path: str, data: bytes, sink: DiagnosticSink) -> str | None:
     except UnicodeDecodeError as e:
         before = data[: e.start]
         line = before.count(b"\n") + 1
-        col = len(before) - (before.rfind(b"\n") + 1) + 1
+        col = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1  # in characters
         sink.error("E004", f"invalid UTF-8 byte 0x{data[e.start]:02x}", Span(path, line, col, line, col + 1),
                    hint="save the file as UTF-8")
         return None
@@ -140,22 +168,43 @@ def parse(path: str, text: str, sink: DiagnosticSink) -> A.Module | None:
         msg = f"unexpected character {ch!r}"
         hint = None
         if ch == '"':
-            msg, hint = "unterminated string", "close the string with '\"' on the same line, or use \"\"\"...\"\"\" for several lines"
-            sink.error("E002", msg, Span(path, e.line, e.column, e.line, e.column + 1), hint)
+            line, col = e.line, e.column
+            if text[max(0, e.pos_in_stream - 2):e.pos_in_stream] == '""':  # lexed as "" then "...
+                msg, hint, col = "unterminated long string", 'close it with \"\"\"', col - 2
+            else:
+                msg, hint = "unterminated string", "close the string with '\"' on the same line, or use \"\"\"...\"\"\" for several lines"
+            sink.error("E002", msg, Span(path, line, col, line, col + 1), hint)
             return None
         sink.error("E003", msg, Span(path, e.line, e.column, e.line, e.column + 1), hint)
         return None
     except lark.UnexpectedToken as e:
         tok = e.token
         if tok.type == "$END":
-            line, col = _end_position(text)
-            sink.error("E002", "unexpected end of file: a block, bracket or string is not closed",
-                       Span(path, line, col, line, col + 1), hint=f"expected {_describe_expected(e.expected)}")
+            open_ = _unclosed(text)
+            if open_ is not None:
+                ch, line, col = open_
+                closer = {"(": ")", "[": "]", "{": "}"}[ch]
+                d = sink.error("E002", f"unexpected end of file: this '{ch}' is never closed",
+                               Span(path, line, col, line, col + 1), hint=f"add the matching '{closer}'")
+                end_line, end_col = _end_position(text)
+                d.notes.append(("the file ends here", Span(path, end_line, end_col, end_line, end_col + 1)))
+            else:
+                line, col = _end_position(text)
+                sink.error("E002", "unexpected end of file", Span(path, line, col, line, col + 1),
+                           hint=f"expected {_describe_expected(e.expected)}")
         else:
             value = str(tok)
+            open_ = _unclosed(text[: tok.start_pos]) if value in DECLARATION_KEYWORDS else None
+            if open_ is not None and open_[0] == "{":
+                # a declaration keyword inside a block: the block before it was left open
+                _, line, col = open_
+                d = sink.error("E002", f"this '{{' is not closed before the next declaration",
+                               Span(path, line, col, line, col + 1), hint="add the matching '}'")
+                d.notes.append((f"'{value}' starts a new declaration here", _tok_span(path, tok)))
+                return None
             shown = value if len(value) <= 40 else value[:37] + "..."
             hint = f"expected {_describe_expected(e.expected)}"
-            if value in KEYWORDS:
+            if value in KEYWORDS and "NAME" in e.expected:
                 hint += f"; '{value}' is a keyword and cannot be used as a name here"
             sink.error("E001", f"unexpected {shown!r}", _tok_span(path, tok), hint=hint)
         return None
@@ -375,6 +424,14 @@ class _Builder:
 
     def s_outcomes_stmt(self, t: Tree) -> A.Outcomes:
         return A.Outcomes(self.span(t), [self.name(c) for c in t.children])
+
+    def s_drop_stmt(self, t: Tree) -> A.Drop:
+        (target,) = t.children
+        return A.Drop(self.span(t), str(target), self.span(target))
+
+    def s_push_stmt(self, t: Tree) -> A.Push:
+        buffer, value = t.children
+        return A.Push(self.span(t), str(buffer), self.span(buffer), self.expr(value))
 
     def s_route_stmt(self, t: Tree) -> A.Route:
         role, *arms = t.children

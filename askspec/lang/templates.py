@@ -52,7 +52,8 @@ def load_template(e: A.Expr, spec_dir: str, spec_path: str, sink: DiagnosticSink
                 data = f.read()
             text = data.decode("utf-8")
         except FileNotFoundError:
-            sink.error("E303", f"template file not found: {rel}", e.args[0].span, f"looked in {full}")
+            sink.error("E303", f"template file not found: {rel}", e.args[0].span,
+                       f"looked for {_display_path(spec_path, rel)} (paths are relative to the spec's folder)")
             return None
         except (OSError, UnicodeDecodeError) as err:
             sink.error("E303", f"cannot read template file {rel}: {err.__class__.__name__}", e.args[0].span)

@@ -209,12 +209,7 @@ class _Row:
     job: _Job
     prompt_len: int
     max_new: int
-    temperature: float
-    top_p: float
-    top_k: int
-    min_p: float
-    presence: float
-    repetition: float
+    params: Any  # hf_ops.RowSampling
     stops: tuple[str, ...]
     generator: Any  # torch.Generator
     seen_all: Any = None  # bool[V]: prompt + generated tokens (repetition penalty)
@@ -224,14 +219,6 @@ class _Row:
     scanned: int = 0  # stop strings were searched for in text[:scanned]
     cut: str | None = None  # the text up to the first stop string, once one is hit
     finish: FinishReason | None = None
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 1e-5
-
-    @property
-    def filters(self) -> bool:
-        return self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,7 +232,7 @@ class HFBackend(Backend):
       max_batch      rows decoded together (default 8)
       device         "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
       dtype          "float32", "bfloat16", "float16" (default: float32 on cpu, bf16 on gpu)
-      num_threads    torch CPU threads (default: the CPUs this process may use)
+      num_threads    torch CPU threads (default: usable CPUs minus one; see default_threads)
       cache_dir      where converted GGUF weights are cached (default: see cache_root)
       batch_wait_ms  how long an idle worker waits for more requests before it starts a
                      batch (default 5): concurrent callers then share one prefill
@@ -300,8 +287,8 @@ class HFBackend(Backend):
         # Fail fast on a model name we cannot resolve (cheap: no weights are read).
         if self.model_name not in PACKAGED_MODELS:
             path = Path(self.model_name).expanduser()
-            if not (path.is_dir() or (path.is_file() and path.suffix == ".gguf")):
-                resolve_weights(self.model_name, cache_dir)  # raises a clear BackendError
+            if not (path.is_file() and path.suffix == ".gguf"):
+                resolve_weights(self.model_name, cache_dir)  # a folder resolves to itself
 
     # -- loading -------------------------------------------------------------------------
 
@@ -313,9 +300,10 @@ class HFBackend(Backend):
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
+            from .hf_ops import use_gqa_attention
+
             folder = resolve_weights(self.model_name, self.cache_dir)
-            threads = self.num_threads or len(os.sched_getaffinity(0)) or 1
-            torch.set_num_threads(int(threads))
+            torch.set_num_threads(int(self.num_threads or default_threads()))
             device = self._pick_device(torch)
             dtype = self._pick_dtype(torch, device)
             try:
@@ -325,6 +313,10 @@ class HFBackend(Backend):
                 raise BackendError(f"hf backend: could not load {str(folder)!r}: {exc}") from exc
             model.to(device)
             model.eval()
+            if device.type == "cpu":
+                # On GPU the stock path is better: CUDA SDPA drops to its slow math kernel
+                # when given a mask together with enable_gqa.
+                use_gqa_attention(model)
             if self.chat_template is None and not getattr(tokenizer, "chat_template", None):
                 raise BackendError(
                     f"hf model {self.model_name!r} has no chat template; give one with the "
@@ -466,29 +458,35 @@ class HFBackend(Backend):
             ids = ids[0]
         return [int(i) for i in ids]
 
-    def _new_row(self, job: _Job, prompt_len: int, vocab: int) -> _Row:
+    def _new_row(self, job: _Job, prompt_len: int) -> _Row:
         import torch
+
+        from .hf_ops import RowSampling
 
         s = job.request.sampling
         generator = torch.Generator(device=self._device)
         generator.manual_seed(s.seed if s.seed is not None else secrets.randbits(63))
-        return _Row(
-            job=job,
-            prompt_len=prompt_len,
-            max_new=min(int(s.max_tokens), self._context - prompt_len),
-            temperature=float(s.temperature if s.temperature is not None else 1.0),
+        params = RowSampling(
+            temperature=float(s.temperature) if s.temperature is not None else 1.0,
             top_p=float(s.top_p) if s.top_p is not None else 1.0,
             top_k=int(s.top_k) if s.top_k is not None else 0,
             min_p=float(s.min_p) if s.min_p is not None else 0.0,
             presence=float(s.presence_penalty) if s.presence_penalty is not None else 0.0,
             repetition=float(s.repetition_penalty) if s.repetition_penalty is not None else 1.0,
+        )
+        return _Row(
+            job=job,
+            prompt_len=prompt_len,
+            max_new=min(int(s.max_tokens), self._context - prompt_len),
+            params=params,
             stops=tuple(x for x in s.stop if x),
             generator=generator,
         )
 
     def _admit(self, jobs: list[_Job]) -> None:
         import torch
-        from transformers import DynamicCache
+
+        from .hf_ops import new_cache
 
         vocab = int(self._model.get_output_embeddings().weight.shape[0])
         rows: list[_Row] = []
@@ -504,15 +502,15 @@ class HFBackend(Backend):
             except BackendError as exc:
                 job.settle(exc)
                 continue
-            row = self._new_row(job, len(ids), vocab)
+            row = self._new_row(job, len(ids))
             if row.max_new <= 0:
                 row.finish = "length"
                 self._finish(row)
                 continue
-            if row.repetition != 1.0:
+            if row.params.repetition != 1.0:
                 row.seen_all = torch.zeros(vocab, dtype=torch.bool, device=self._device)
                 row.seen_all[torch.tensor(ids, device=self._device)] = True
-            if row.presence != 0.0:
+            if row.params.presence != 0.0:
                 row.seen_gen = torch.zeros(vocab, dtype=torch.bool, device=self._device)
             rows.append(row)
             prompts.append(ids)
@@ -529,7 +527,7 @@ class HFBackend(Backend):
             mask[i, width - len(p) :] = 1
         ids, mask = ids.to(self._device), mask.to(self._device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        cache = new_cache()
         out = self._model(
             input_ids=ids,
             attention_mask=mask,
@@ -554,11 +552,9 @@ class HFBackend(Backend):
         old_t, new_t = self._mask.shape[1], mask.shape[1]
         width = max(old_t, new_t)
         for old_layer, new_layer in zip(self._cache.layers, cache.layers):
-            old_layer.keys = torch.cat(
-                [_left_pad(old_layer.keys, width, 2), _left_pad(new_layer.keys, width, 2)]
-            )
-            old_layer.values = torch.cat(
-                [_left_pad(old_layer.values, width, 2), _left_pad(new_layer.values, width, 2)]
+            old_layer.assign(
+                torch.cat([_left_pad(old_layer.keys, width, 2), _left_pad(new_layer.keys, width, 2)]),
+                torch.cat([_left_pad(old_layer.values, width, 2), _left_pad(new_layer.values, width, 2)]),
             )
         self._mask = torch.cat([_left_pad(self._mask, width, 1), _left_pad(mask, width, 1)])
         self._next_ids = torch.cat([self._next_ids, next_ids])
@@ -585,56 +581,15 @@ class HFBackend(Backend):
 
     def _sample(self, rows: list[_Row], logits: Any) -> list[int]:
         """Pick one token per row, each with its own parameters and generator."""
-        import torch
+        from .hf_ops import sample_rows
 
-        logits = logits.float()
-        dev = logits.device
-        if any(r.repetition != 1.0 for r in rows):
-            rep = torch.tensor([r.repetition for r in rows], device=dev)[:, None]
-            seen = torch.stack(
-                [r.seen_all if r.seen_all is not None else _no_tokens(logits) for r in rows]
-            )
-            # HF/vLLM convention: shrink positive logits, grow negative ones.
-            penalised = torch.where(logits > 0, logits / rep, logits * rep)
-            logits = torch.where(seen, penalised, logits)
-        if any(r.presence != 0.0 for r in rows):
-            pres = torch.tensor([r.presence for r in rows], device=dev)[:, None]
-            seen = torch.stack(
-                [r.seen_gen if r.seen_gen is not None else _no_tokens(logits) for r in rows]
-            )
-            logits = logits - pres * seen
-        choice = [0] * len(rows)
-        greedy = [i for i, r in enumerate(rows) if r.greedy]
-        if greedy:
-            best = logits[greedy].argmax(-1).tolist()
-            for i, token in zip(greedy, best):
-                choice[i] = int(token)
-        sampled = [i for i, r in enumerate(rows) if not r.greedy]
-        if not sampled:
-            return choice
-        part = [rows[i] for i in sampled]
-        temps = torch.tensor([r.temperature for r in part], device=dev)[:, None]
-        scaled = logits[sampled] / temps
-        if any(r.filters for r in part):
-            vocab = scaled.shape[-1]
-            ordered, order = scaled.sort(dim=-1, descending=True)
-            ranks = torch.arange(vocab, device=dev)[None, :]
-            ks = torch.tensor([r.top_k if r.top_k > 0 else vocab for r in part], device=dev)
-            ordered = ordered.masked_fill(ranks >= ks[:, None], float("-inf"))
-            probs = ordered.softmax(-1)
-            top_p = torch.tensor([r.top_p for r in part], device=dev)[:, None]
-            # Drop a token when the mass before it already reaches top_p (keeps the first).
-            probs = probs.masked_fill(probs.cumsum(-1) - probs > top_p, 0.0)
-            min_p = torch.tensor([r.min_p for r in part], device=dev)[:, None]
-            probs = probs.masked_fill(probs < min_p * probs[:, :1], 0.0)
-            for j, (i, r) in enumerate(zip(sampled, part)):
-                pick = torch.multinomial(probs[j], 1, generator=r.generator)
-                choice[i] = int(order[j, pick])
-        else:
-            probs = scaled.softmax(-1)
-            for j, (i, r) in enumerate(zip(sampled, part)):
-                choice[i] = int(torch.multinomial(probs[j], 1, generator=r.generator))
-        return choice
+        return sample_rows(
+            logits,
+            [r.params for r in rows],
+            [r.generator for r in rows],
+            seen_all=[r.seen_all for r in rows],
+            seen_gen=[r.seen_gen for r in rows],
+        )
 
     def _advance(self, rows: list[_Row], tokens: list[int]) -> None:
         """Record each row's new token, finish rows that are done, shrink the batch."""
@@ -711,13 +666,27 @@ class HFBackend(Backend):
         start = int(used[0]) if len(used) else 0
         if start > 0:
             for layer in self._cache.layers:
-                layer.keys = layer.keys[:, :, start:, :]
-                layer.values = layer.values[:, :, start:, :]
+                layer.assign(layer.keys[:, :, start:, :], layer.values[:, :, start:, :])
             self._mask = self._mask[:, start:]
 
 
 # ---------------------------------------------------------------------------------------
 # Small helpers.
+
+
+def default_threads() -> int:
+    """torch CPU threads: all usable CPUs but one, at least one.
+
+    The spare core keeps the event loop, tokenisation and the run store responsive. It also
+    matters for speed: OpenMP threads spin at barriers, so when another process takes one
+    of two cores a 2-thread decode step runs several times slower than a 1-thread one
+    (measured: docs/benchmarks_hf.md).
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus - 1)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -748,8 +717,3 @@ def _left_pad(tensor: Any, width: int, dim: int) -> Any:
     shape[dim] = missing
     return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
 
-
-def _no_tokens(logits: Any) -> Any:
-    import torch
-
-    return torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)

@@ -22,7 +22,9 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 
-Match = tuple[int, int, float]
+from ._blas import single_threaded_blas
+
+Comparison = tuple[int, int, float]  # (i, j, o_ij)
 
 # Spreads below this are treated as "all equal" by minmax_normalise: the BT fit is
 # accurate to ~1e-9 (see fit_bradley_terry), so smaller differences are optimiser noise
@@ -51,7 +53,7 @@ def _as_arrays(n: int, matches: Iterable[Sequence[float]]) -> tuple[np.ndarray, 
     return i.astype(np.intp), j.astype(np.intp), o
 
 
-def mirror(matches: Iterable[Sequence[float]]) -> list[Match]:
+def mirror(matches: Iterable[Sequence[float]]) -> list[Comparison]:
     """Return the symmetrised match set: every (i, j, o) plus its mirror (j, i, 1 - o).
 
     Order debiasing, reasoning_arena.txt §4: mirroring enforces o_ij + o_ji = 1 even
@@ -90,7 +92,16 @@ def fit_bradley_terry(n: int, matches: Iterable[Sequence[float]], l2: float = 1.
     i, j, o = _as_arrays(n, matches)
     if n == 0 or i.size == 0:
         return np.zeros(n)
-    res = minimize(
+    with single_threaded_blas():  # see _blas.py: tiny BLAS calls, thread hand-offs dominate
+        res = _minimize(i, j, o, n, l2)
+    beta = np.asarray(res.x, dtype=np.float64)
+    if not np.all(np.isfinite(beta)):  # cannot happen for l2 > 0; guard against NaN input paths
+        raise FloatingPointError("Bradley-Terry fit produced non-finite strengths")
+    return beta
+
+
+def _minimize(i: np.ndarray, j: np.ndarray, o: np.ndarray, n: int, l2: float):
+    return minimize(
         bt_loss_and_grad,
         np.zeros(n),
         args=(i, j, o, l2),
@@ -100,10 +111,6 @@ def fit_bradley_terry(n: int, matches: Iterable[Sequence[float]], l2: float = 1.
         # stop near the optimum is harmless (the gradient is already ~1e-9 there).
         options={"gtol": 1e-10, "ftol": 0.0, "maxiter": 10_000, "maxcor": 20},
     )
-    beta = np.asarray(res.x, dtype=np.float64)
-    if not np.all(np.isfinite(beta)):  # cannot happen for l2 > 0; guard against NaN input paths
-        raise FloatingPointError("Bradley-Terry fit produced non-finite strengths")
-    return beta
 
 
 def win_rates(n: int, matches: Iterable[Sequence[float]]) -> np.ndarray:

@@ -49,7 +49,8 @@ VERDICTS = ("A", "B", "Tie")
 
 _BOXED = re.compile(r"\\boxed\s*\{", re.IGNORECASE)
 # LaTeX text wrappers a judge may put inside the box: \boxed{\text{A}}, \textbf{Tie}, ...
-_WRAPPER = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|operatorname|mbox)\s*\{([^{}]*)\}")
+_WRAPPER = re.compile(
+    r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|operatorname|mbox)\s*\{([^{}]*)\}")
 _PREFIX = re.compile(r"^(?:response|responses|trace|answer|option|solution|candidate|verdict)\s*[:\-]?\s*",
                      re.IGNORECASE)
 
@@ -310,6 +311,9 @@ class LiveTournament:
                  order: Order = "random", max_concurrency: int | None = None):
         self._runner = _Runner([], judge, gamma, seed, retries, order, max_concurrency)
         self.matches: list[Match] = []
+        # Arrivals are processed one at a time: a trace that finishes while another is
+        # being judged waits, so it sees that trace's results on the leaderboard.
+        self._arrival = asyncio.Lock()
 
     @property
     def traces(self) -> list[str]:
@@ -324,14 +328,16 @@ class LiveTournament:
         return win_rates(len(self.traces), mirror(obs))
 
     async def add(self, trace: str) -> list[Match]:
-        arrived = list(range(len(self.traces)))
-        opponents = live_opponents(leaderboard(arrived, self.rates()))
-        new = len(self.traces)
-        self._runner.traces.append(trace)
-        scheduled = [m for opp in opponents for m in self._runner.schedule(new, opp)]
-        played = await self._runner.play_all(scheduled)
-        self.matches.extend(played)
-        return played
+        """Judge a newly arrived trace against the current anchors; return its matches."""
+        async with self._arrival:
+            arrived = list(range(len(self.traces)))
+            opponents = live_opponents(leaderboard(arrived, self.rates()))
+            new = len(self.traces)
+            self._runner.traces.append(trace)
+            scheduled = [m for opp in opponents for m in self._runner.schedule(new, opp)]
+            played = await self._runner.play_all(scheduled)
+            self.matches.extend(played)
+            return played
 
     def result(self, aggregate: Aggregate = "bradley_terry", normalise: bool | None = None,
                l2: float = 1.0) -> TournamentResult:

@@ -191,7 +191,7 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
                 os.close(devnull)
             except (OSError, ValueError):
                 pass
-            return 1
+            return 0  # as the askspec CLI does for a closed pipe
         except (StoreError, CompactError) as e:
             return _error(str(e))
         except duckdb.Error as e:

@@ -16,6 +16,7 @@ these DuckDB types (explicit types keep empty files and schema drift harmless).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -212,6 +213,12 @@ def utc_iso(t: float | None = None) -> str:
 
 
 def package_versions() -> dict[str, str | None]:
+    """Versions of Python and the tracked distributions (None when not installed)."""
+    return dict(_package_versions())
+
+
+@functools.lru_cache(maxsize=1)  # metadata lookups cost ~30 ms; versions do not change in-process
+def _package_versions() -> dict[str, str | None]:
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for dist in TRACKED_PACKAGES:
         try:

@@ -28,8 +28,9 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type):
     train_steps(run_id, role, step, metrics, ts)
 
 Resume semantics: sessions/turns/rewards keep only each session's latest
-attempt; groups and train steps keep the last event per key; matches keep, per
-group, only the writer generation that last wrote matches for it. The raw
+attempt; a reward line rewritten by a later writer generation supersedes the
+earlier one; groups and train steps keep the last event per key; matches keep,
+per group, only the writer generation that last wrote matches for it. The raw
 event streams stay reachable as ``events_<name>``.
 """
 
@@ -157,41 +158,50 @@ def raw_events_sql(name: str, ndjson: list[Path], parquet: list[Path]) -> str:
     return "\nUNION ALL\n".join(parts)
 
 
-# Views over the raw streams. Each session's latest attempt decides which
-# turns/rewards count; see the module docstring.
+# Views over the raw streams. ``retried_sessions`` lists only sessions with an
+# attempt > 1 (none in a run that was never resumed), so the latest-attempt
+# filters are ANTI JOINs against a tiny or empty build side: measured ~10x
+# cheaper than a SEMI JOIN against every session's latest attempt.
 _VIEW_SQL = {
-    "latest_attempts": """
+    "retried_sessions": """
         SELECT run_id, session_id, max(attempt) AS attempt
-        FROM events_sessions GROUP BY run_id, session_id
+        FROM events_sessions WHERE attempt > 1 GROUP BY run_id, session_id
     """,
+    # One started and at most one finished line per (session, attempt).
     "sessions": """
-        SELECT run_id, session_id,
-               arg_max(game, seq) FILTER (WHERE event = 'started')      AS game,
-               arg_max(group_id, seq) FILTER (WHERE event = 'started')  AS group_id,
-               coalesce(arg_max(status, seq) FILTER (WHERE event = 'finished'), 'running') AS status,
-               arg_max(outcome, seq) FILTER (WHERE event = 'finished')  AS outcome,
-               arg_max(error, seq) FILTER (WHERE event = 'finished')    AS error,
-               min(ts) FILTER (WHERE event = 'started')                 AS started_at,
-               max(ts) FILTER (WHERE event = 'finished')                AS ended_at,
-               arg_max(params, seq) FILTER (WHERE event = 'started')    AS params,
-               arg_max(vars, seq) FILTER (WHERE event = 'finished')     AS vars,
-               max(attempt)                                             AS attempt,
-               arg_max("index", seq) FILTER (WHERE event = 'started')   AS "index"
-        FROM events_sessions SEMI JOIN latest_attempts USING (run_id, session_id, attempt)
-        GROUP BY run_id, session_id
+        SELECT s.run_id, s.session_id, s.game, s.group_id,
+               coalesce(f.status, 'running') AS status, f.outcome, f.error,
+               s.ts AS started_at, f.ts AS ended_at, s.params, f.vars, s.attempt, s."index"
+        FROM (SELECT e.* FROM events_sessions e
+              ANTI JOIN retried_sessions r
+                ON r.run_id = e.run_id AND r.session_id = e.session_id AND r.attempt <> e.attempt
+              WHERE e.event = 'started') s
+        LEFT JOIN (SELECT * FROM events_sessions WHERE event = 'finished') f
+          USING (run_id, session_id, attempt)
     """,
     "turns": """
-        SELECT run_id, session_id, turn_index, role, model, prompt, text, parsed,
-               finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts
-        FROM events_turns SEMI JOIN latest_attempts USING (run_id, session_id, attempt)
+        SELECT t.run_id, t.session_id, t.turn_index, t.role, t.model, t.prompt, t.text, t.parsed,
+               t.finish_reason, t.tokens_in, t.tokens_out, t.latency_ms, t.error, t.attempt, t.ts
+        FROM events_turns t
+        ANTI JOIN retried_sessions r
+          ON r.run_id = t.run_id AND r.session_id = t.session_id AND r.attempt <> t.attempt
     """,
-    # A reward recomputed after a crash (same session/attempt/role/turn/name)
-    # supersedes the earlier line.
+    # Within one writer generation each reward is written once. A later
+    # generation may write the same (session, attempt, role, turn, name) again
+    # (e.g. a group's rewards recomputed after a crash); its line supersedes.
+    "rewarded_again": """
+        SELECT run_id, session_id, attempt, role, turn_index, name, max(seq) AS seq
+        FROM events_rewards WHERE gen > 0 GROUP BY ALL
+    """,
     "rewards": """
-        SELECT run_id, session_id, role, turn_index, name, value, kind, attempt, ts
-        FROM events_rewards SEMI JOIN latest_attempts USING (run_id, session_id, attempt)
-        QUALIFY row_number() OVER (
-            PARTITION BY run_id, session_id, role, turn_index, name ORDER BY seq DESC) = 1
+        SELECT w.run_id, w.session_id, w.role, w.turn_index, w.name, w.value, w.kind, w.attempt, w.ts
+        FROM events_rewards w
+        ANTI JOIN retried_sessions r
+          ON r.run_id = w.run_id AND r.session_id = w.session_id AND r.attempt <> w.attempt
+        ANTI JOIN rewarded_again a
+          ON a.run_id = w.run_id AND a.session_id = w.session_id AND a.attempt = w.attempt
+         AND a.role = w.role AND a.turn_index IS NOT DISTINCT FROM w.turn_index
+         AND a.name = w.name AND a.seq > w.seq
     """,
     "groups": """
         SELECT run_id, group_id, route, stats, members, ts FROM events_groups
@@ -255,8 +265,9 @@ def connect(path: str | os.PathLike[str]) -> Store:
                                   f"({torn} bytes, from an interrupted write); ignored"))
         for rep in manifest.get("repairs", []):
             found.append((PartialLineWarning,
-                          f"{run_id}: events/{rep.get('file')} has a partial line at byte "
-                          f"{rep.get('offset')} (interrupted write before resume {rep.get('gen')}); ignored"))
+                          f"{run_id}: events/{rep.get('file')} has a partial line ending at byte "
+                          f"{rep.get('offset')} (interrupted write, repaired by writer generation "
+                          f"{rep.get('gen')}); ignored"))
 
     for name in layout.EVENT_NAMES:
         con.execute(f"CREATE VIEW events_{name} AS {raw_events_sql(name, ndjson[name], parquet[name])}")

@@ -77,7 +77,8 @@ CASES = [
     ("dense_multi_edges", 5, random_graph(_rng, 5, 60)),
     ("disconnected_two_components", 8, two_components(_rng)),
     ("isolated_nodes", 7, [(0, 1, 1.0), (1, 0, 0.8), (2, 3, 0.2)]),
-    ("live_like_18", 8, [(k, o, _rng.choice(SOFT)) for k in range(1, 8) for o in sorted({0, k - 1, (k - 1) // 2})]),
+    ("live_like_18", 8, [(k, o, _rng.choice(SOFT)) for k in range(1, 8)
+                         for o in sorted({0, k - 1, (k - 1) // 2})]),
 ]
 
 
@@ -180,7 +181,8 @@ def test_win_rates_without_mirroring_depend_on_orientation():
     observed = [(0, 1, 1.0)]
     assert list(win_rates(2, observed)) == [1.0, 0.5]
     assert list(win_rates(2, [_flip(observed[0])])) == [0.5, 0.0]
-    assert list(win_rates(2, mirror(observed))) == list(win_rates(2, mirror([_flip(observed[0])]))) == [1.0, 0.0]
+    flipped = [_flip(observed[0])]
+    assert list(win_rates(2, mirror(observed))) == list(win_rates(2, mirror(flipped))) == [1.0, 0.0]
 
 
 def test_mirror_adds_complements():
@@ -195,7 +197,8 @@ def test_win_rate_is_eq8_on_complete_round_robin():
     observed = [(0, 1, 1.0), (0, 2, 0.5), (0, 3, 0.0), (1, 2, 1.0), (1, 3, 1.0), (2, 3, 0.5)]
     wr = win_rates(n, mirror(observed))
     # R_wr(y_i) = 1/(N-1) sum_{j != i} o_ij
-    np.testing.assert_allclose(wr, [(1 + 0.5 + 0) / 3, (0 + 1 + 1) / 3, (0.5 + 0 + 0.5) / 3, (1 + 0 + 0.5) / 3])
+    expected = [(1 + 0.5 + 0) / 3, (0 + 1 + 1) / 3, (0.5 + 0 + 0.5) / 3, (1 + 0 + 0.5) / 3]
+    np.testing.assert_allclose(wr, expected)
 
 
 def test_win_rate_of_trace_without_matches_is_half():

@@ -133,6 +133,28 @@ def test_live_opponents_are_best_worst_median_of_win_rate_leaderboard():
         assert len(played) == min(k, 3)
 
 
+def test_concurrent_arrivals_are_processed_one_at_a_time():
+    """Traces finishing together are judged in call order, each against a leaderboard
+    that includes every earlier arrival's results: same as adding them sequentially."""
+    traces = [f"q={q}" for q in [3, 7, 1, 5, 0, 6, 2, 4]]
+
+    async def concurrent():
+        live = LiveTournament(judge=FakeJudgeByQuality(delay=True), gamma=1.0, seed=2)
+        await asyncio.gather(*(live.add(t) for t in traces))
+        return live.result()
+
+    async def sequential():
+        live = LiveTournament(judge=FakeJudgeByQuality(), gamma=1.0, seed=2)
+        for t in traces:
+            await live.add(t)
+        return live.result()
+
+    a, b = run(concurrent()), run(sequential())
+    assert a.judge_calls == b.judge_calls == 18
+    assert [(m.a, m.b, m.outcome) for m in a.matches] == [(m.a, m.b, m.outcome) for m in b.matches]
+    assert a.scores == b.scores
+
+
 def test_leaderboard_ties_keep_arrival_order_and_median_is_interior():
     rates = np.array([0.5, 1.0, 0.5, 0.0, 0.5])
     board = leaderboard([0, 1, 2, 3, 4], rates)

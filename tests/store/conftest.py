@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,6 +49,12 @@ def play_session(w: RunWriter, i: int, *, turns: int = 2, finish: bool = True,
         w.session_finished(sid, attempt, status=status, outcome=outcome,
                            error=None if status == "ok" else "boom", vars={"i": i})
     return attempt
+
+
+@pytest.fixture
+def kit() -> SimpleNamespace:
+    """The helpers above, as a fixture (works under any pytest import mode)."""
+    return SimpleNamespace(new_writer=new_writer, play_session=play_session)
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
 from pathlib import Path
 
 import pytest
-from conftest import new_writer, play_session
 
 from askspec.runtime.store import layout, writer as writer_mod
 from askspec.runtime.store.writer import RunLockedError, RunWriter
@@ -23,8 +23,8 @@ def read_lines(run_dir: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in data.splitlines()]
 
 
-def test_create_layout_and_manifest(tmp_path):
-    w = new_writer(tmp_path / "out")
+def test_create_layout_and_manifest(kit, tmp_path):
+    w = kit.new_writer(tmp_path / "out")
     rd = w.run_dir
     assert RUN_ID.match(w.run_id) and rd.name == w.run_id and rd.parent == tmp_path / "out"
     assert (rd / "spec" / "demo.ask").read_text() == "experiment demo { param probes = 2 }\n"
@@ -51,23 +51,23 @@ def test_create_layout_and_manifest(tmp_path):
     assert m["history"][-1]["status"] == "finished"
 
 
-def test_run_ids_are_unique(tmp_path):
-    writers = [new_writer(tmp_path) for _ in range(25)]
+def test_run_ids_are_unique(kit, tmp_path):
+    writers = [kit.new_writer(tmp_path) for _ in range(25)]
     assert len({w.run_id for w in writers}) == 25
     for w in writers:
         w.close()
 
 
 @pytest.mark.parametrize("bad", ["../escape.ask", "/abs/x.ask", "a/../../b"])
-def test_spec_paths_must_stay_inside(tmp_path, bad):
+def test_spec_paths_must_stay_inside(kit, tmp_path, bad):
     with pytest.raises(ValueError):
-        new_writer(tmp_path, spec_files={bad: "x"})
+        kit.new_writer(tmp_path, spec_files={bad: "x"})
 
 
-def test_event_lines(tmp_path):
-    w = new_writer(tmp_path)
+def test_event_lines(kit, tmp_path):
+    w = kit.new_writer(tmp_path)
     for i in range(3):
-        play_session(w, i)
+        kit.play_session(w, i)
     w.group("g0", route="verifier", stats={"var": 0.25, "n": 2}, members=["s0", "s1"])
     w.match("g0", a="s0", b="s1", first_shown="a", verdict="Tie", outcome=0.5, raw="tie")
     w.train_step("questioner", 1, {"loss": 1.0, "lr": 1e-6})
@@ -93,18 +93,18 @@ def test_event_lines(tmp_path):
     assert read_lines(w.run_dir, "groups")[0]["members"] == ["s0", "s1"]
 
 
-def test_completed_sessions_and_attempts(tmp_path):
-    w = new_writer(tmp_path)
-    play_session(w, 0)
-    play_session(w, 1, status="error", outcome=None)
-    play_session(w, 2, finish=False)
+def test_completed_sessions_and_attempts(kit, tmp_path):
+    w = kit.new_writer(tmp_path)
+    kit.play_session(w, 0)
+    kit.play_session(w, 1, status="error", outcome=None)
+    kit.play_session(w, 2, finish=False)
     assert w.completed_sessions() == {"s0", "s1"}  # errors are recorded outcomes
     assert w.attempts() == {"s0": 1, "s1": 1, "s2": 1}
     w.close()
 
 
-def test_values_that_are_not_plain_json(tmp_path):
-    w = new_writer(tmp_path, flush_interval=0)
+def test_values_that_are_not_plain_json(kit, tmp_path):
+    w = kit.new_writer(tmp_path, flush_interval=0)
 
     class Model:
         def model_dump(self, mode="python"):
@@ -129,21 +129,21 @@ def test_values_that_are_not_plain_json(tmp_path):
                finish_reason=None, tokens_in=None, tokens_out=None, latency_ms=None)
 
 
-def test_buffering_flushes_whole_lines_only(tmp_path):
-    w = new_writer(tmp_path, flush_interval=3600, flush_bytes=1 << 30)
-    play_session(w, 0)
+def test_buffering_flushes_whole_lines_only(kit, tmp_path):
+    w = kit.new_writer(tmp_path, flush_interval=3600, flush_bytes=1 << 30)
+    kit.play_session(w, 0)
     assert layout.ndjson_path(w.run_dir, "turns").read_bytes() == b""  # still buffered
     w.flush()
     assert len(read_lines(w.run_dir, "turns")) == 2
     # Size threshold: a small flush_bytes writes as events arrive.
     w.flush_bytes = 1
-    play_session(w, 1)
+    kit.play_session(w, 1)
     assert len(read_lines(w.run_dir, "turns")) == 4
     w.close()
 
 
-def test_asyncio_timer_bounds_the_flush_delay(tmp_path):
-    w = new_writer(tmp_path, flush_interval=0.05, flush_bytes=1 << 30)
+def test_asyncio_timer_bounds_the_flush_delay(kit, tmp_path):
+    w = kit.new_writer(tmp_path, flush_interval=0.05, flush_bytes=1 << 30)
 
     async def main():
         w.session_started("s", game="g", group_id=None, params={}, index=0)
@@ -156,14 +156,14 @@ def test_asyncio_timer_bounds_the_flush_delay(tmp_path):
     w.close()
 
 
-def test_crash_during_flush_leaves_a_consistent_prefix(tmp_path, monkeypatch):
+def test_crash_during_flush_leaves_a_consistent_prefix(kit, tmp_path, monkeypatch):
     """Whatever file write a crash interrupts, a turn on disk has its started line and
     a finished line on disk has all of its session's turns and rewards."""
     real = writer_mod._write_all
-    for crash_at in range(1, 6):
-        w = new_writer(tmp_path / str(crash_at), flush_interval=3600, flush_bytes=1 << 30)
-        play_session(w, 0)
-        play_session(w, 1)
+    for crash_at in range(1, 5):  # four non-empty queues: pre, turns, rewards, post
+        w = kit.new_writer(tmp_path / str(crash_at), flush_interval=3600, flush_bytes=1 << 30)
+        kit.play_session(w, 0)
+        kit.play_session(w, 1)
         calls = {"n": 0}
 
         def crashing(fd, data, calls=calls, crash_at=crash_at):
@@ -178,8 +178,6 @@ def test_crash_during_flush_leaves_a_consistent_prefix(tmp_path, monkeypatch):
             w.flush()
         monkeypatch.setattr(writer_mod, "_write_all", real)
         for fd in w._fds.values():
-            import os
-
             os.close(fd)
         writer_mod.release_writer_lock(w._lock_fd)
 
@@ -198,19 +196,55 @@ def test_crash_during_flush_leaves_a_consistent_prefix(tmp_path, monkeypatch):
             assert sum(r["session_id"] == sid for r in rewards) == 3
 
 
-def test_second_writer_process_is_refused(tmp_path):
-    w = new_writer(tmp_path)
+def test_second_writer_process_is_refused(kit, tmp_path):
+    w = kit.new_writer(tmp_path)
     with pytest.raises(RunLockedError):
         RunWriter.open_for_resume(w.run_dir)
     w.close()
     RunWriter.open_for_resume(w.run_dir).close()
 
 
-def test_context_manager_records_failure(tmp_path):
+def test_context_manager_records_failure(kit, tmp_path):
     with pytest.raises(RuntimeError):
-        with new_writer(tmp_path) as w:
+        with kit.new_writer(tmp_path) as w:
             raise RuntimeError("engine bug")
     assert layout.read_manifest(w.run_dir)["status"] == "failed"
-    with new_writer(tmp_path / "b") as w2:
+    with kit.new_writer(tmp_path / "b") as w2:
         pass
     assert layout.read_manifest(w2.run_dir)["status"] == "finished"
+
+
+def test_failed_write_leaves_a_consistent_prefix(kit, tmp_path, monkeypatch):
+    """A write that fails half-way (disk full) acts like a crash: what is queued is dropped,
+    later events are refused, and a resume terminates the torn line before appending."""
+    from askspec.runtime.store.views import PartialLineWarning, connect
+
+    w = kit.new_writer(tmp_path, flush_interval=3600, flush_bytes=1 << 30)
+    kit.play_session(w, 0)
+    real = writer_mod._write_all
+
+    def disk_full(fd, data):
+        real(fd, data[:40])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer_mod, "_write_all", disk_full)
+    with pytest.raises(OSError):
+        w.flush()  # the started line is torn; nothing after it is written
+    monkeypatch.setattr(writer_mod, "_write_all", real)
+    with pytest.raises(RuntimeError, match="failed to write"):
+        kit.play_session(w, 1)
+    w.finish("failed")
+    for name in ("turns", "rewards"):
+        assert layout.ndjson_path(w.run_dir, name).read_bytes() == b""
+    w = RunWriter.open_for_resume(w.run_dir, flush_interval=0)
+    assert w.attempts() == {}
+    assert kit.play_session(w, 0) == 1
+    w.finish()
+    raw = layout.ndjson_path(w.run_dir, "sessions").read_bytes()
+    assert len(raw.split(b"\n")[0]) == 40 and raw.split(b"\n")[1].startswith(b'{"seq":')
+    assert layout.read_manifest(w.run_dir)["repairs"] == [
+        {"file": "sessions.ndjson", "offset": 40, "gen": 1}]
+    store = connect(w.run_dir)
+    assert [c for c, _ in store.warnings] == [PartialLineWarning]
+    assert store.con.execute("SELECT list(status) FROM sessions").fetchone() == (["ok"],)
+    assert store.con.execute("SELECT count(*) FROM turns").fetchone() == (2,)

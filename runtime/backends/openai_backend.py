@@ -1,0 +1,233 @@
+"""Any OpenAI-compatible chat endpoint (`vllm serve`, SGLang, hosted APIs) via `AsyncOpenAI`.
+
+The client's own retries are off; we retry 429s, 5xx, timeouts and connection errors with
+jittered exponential backoff (registry.retry_async), then raise BackendError. Calls to one
+base_url share one concurrency limit (an asyncio.Semaphore per event loop and endpoint).
+Sampling fields OpenAI does not define (top_k, min_p, repetition_penalty) travel in
+`extra_body`, which vLLM and SGLang read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import weakref
+from typing import Any
+
+from .base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
+from .registry import RetriesExhausted, retry_async
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+# One semaphore per (event loop, base_url): asyncio primitives belong to one loop, and the
+# limit protects the endpoint whichever backend instance (model) calls it.
+_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def endpoint_semaphore(base_url: str, limit: int) -> asyncio.Semaphore:
+    """The shared semaphore for `base_url` on the running loop (the first limit given wins)."""
+    per_loop = _semaphores.setdefault(asyncio.get_running_loop(), {})
+    if base_url not in per_loop:
+        per_loop[base_url] = asyncio.Semaphore(limit)
+    return per_loop[base_url]
+
+
+def chat_kwargs(sampling: Sampling) -> dict[str, Any]:
+    """Map our Sampling onto chat.completions.create arguments (None fields are left out)."""
+    kwargs: dict[str, Any] = {"max_tokens": int(sampling.max_tokens)}
+    if sampling.temperature is not None:
+        kwargs["temperature"] = float(sampling.temperature)
+    if sampling.top_p is not None:
+        kwargs["top_p"] = float(sampling.top_p)
+    if sampling.presence_penalty is not None:
+        kwargs["presence_penalty"] = float(sampling.presence_penalty)
+    if sampling.seed is not None:
+        kwargs["seed"] = int(sampling.seed)
+    if sampling.stop:
+        kwargs["stop"] = list(sampling.stop)
+    extra: dict[str, Any] = {}
+    if sampling.top_k is not None:
+        extra["top_k"] = int(sampling.top_k)
+    if sampling.min_p is not None:
+        extra["min_p"] = float(sampling.min_p)
+    if sampling.repetition_penalty is not None:
+        extra["repetition_penalty"] = float(sampling.repetition_penalty)
+    if extra:
+        kwargs["extra_body"] = extra
+    return kwargs
+
+
+def _finish_reason(value: str | None) -> FinishReason:
+    if value == "length":
+        return "length"
+    if value == "content_filter":
+        return "error"  # the server withheld (part of) the reply
+    return "stop"  # "stop", "tool_calls", "function_call", or a server that sends none
+
+
+class OpenAIBackend(Backend):
+    """Chat completions against an OpenAI-compatible server.
+
+    Options:
+      base_url         endpoint, e.g. "http://localhost:8000/v1" (default $OPENAI_BASE_URL,
+                       else the OpenAI API)
+      api_key          the key itself (prefer api_key_env so specs hold no secrets)
+      api_key_env      name of the env var holding the key (default OPENAI_API_KEY; a local
+                       server needs none, so a missing default variable is allowed)
+      timeout          seconds per attempt (default 120)
+      attempts         tries per call, first one included (default 5)
+      base_delay       first backoff in seconds (default 0.5), doubled per retry
+      max_delay        backoff cap in seconds (default 30)
+      max_concurrency  calls in flight per base_url (default 32)
+      extra_body       dict merged into every request body (server-specific fields)
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        timeout: float = 120.0,
+        attempts: int = 5,
+        base_delay: float = 0.5,
+        max_delay: float = 30.0,
+        max_concurrency: int = 32,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            import openai
+        except ImportError as exc:  # pragma: no cover - openai is a core dependency
+            raise BackendError(f"the openai backend needs the 'openai' package: {exc}") from exc
+        self._openai = openai
+        self.model = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        if api_key is None:
+            env_name = api_key_env or "OPENAI_API_KEY"
+            api_key = os.environ.get(env_name)
+            if api_key is None and api_key_env is not None:
+                raise BackendError(
+                    f"openai backend for {model!r}: environment variable {api_key_env} "
+                    f"(named by api_key_env) is not set"
+                )
+        # Local servers (vllm serve, SGLang) accept any key, but the client insists on one.
+        self.api_key = api_key or "EMPTY"
+        if int(attempts) < 1 or int(max_concurrency) < 1:
+            raise BackendError("openai backend: attempts and max_concurrency must be >= 1")
+        self.timeout = float(timeout)
+        self.attempts = int(attempts)
+        self.base_delay = float(base_delay)
+        self.max_delay = float(max_delay)
+        self.max_concurrency = int(max_concurrency)
+        self.extra_body = dict(extra_body or {})
+        # httpx connection pools are bound to the loop that first used them.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._openai.AsyncOpenAI(
+                base_url=self.base_url,
+                api_key=self.api_key,
+                timeout=self.timeout,
+                max_retries=0,  # we retry ourselves, with our own policy and limits
+            )
+            self._clients[loop] = client
+        return client
+
+    def _retryable(self, exc: BaseException) -> bool:
+        o = self._openai
+        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError)):
+            return True
+        if isinstance(exc, o.APIStatusError):
+            return exc.status_code in (408, 429) or exc.status_code >= 500
+        return False
+
+    @staticmethod
+    def _retry_after(exc: BaseException) -> float | None:
+        response = getattr(exc, "response", None)
+        value = response.headers.get("retry-after") if response is not None else None
+        try:
+            return float(value) if value is not None else None
+        except ValueError:
+            return None  # an HTTP date; the backoff is good enough
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        model = request.model or self.model
+        kwargs = chat_kwargs(request.sampling)
+        if self.extra_body:
+            kwargs["extra_body"] = {**self.extra_body, **kwargs.get("extra_body", {})}
+        messages = [dict(m) for m in request.messages]
+        client = self._client()
+        semaphore = endpoint_semaphore(self.base_url, self.max_concurrency)
+        started = time.perf_counter()
+
+        async def attempt() -> Any:
+            async with semaphore:  # held per attempt, not across backoff sleeps
+                return await client.chat.completions.create(model=model, messages=messages, **kwargs)
+
+        def note_retry(n: int, exc: BaseException, delay: float) -> None:
+            log.warning(
+                "openai %s (%s): attempt %d/%d failed (%s); retrying in %.2fs",
+                self.base_url, model, n, self.attempts, _describe(exc), delay,
+            )
+
+        try:
+            response = await retry_async(
+                attempt,
+                attempts=self.attempts,
+                base_delay=self.base_delay,
+                max_delay=self.max_delay,
+                retry_on=self._retryable,
+                delay_hint=self._retry_after,
+                on_retry=note_retry,
+            )
+        except RetriesExhausted as exc:
+            raise BackendError(
+                f"openai endpoint {self.base_url} (model {model!r}) failed {exc.attempts} "
+                f"time(s) in a row; last error: {_describe(exc.last)}"
+            ) from exc.last
+        except self._openai.OpenAIError as exc:
+            raise BackendError(
+                f"openai endpoint {self.base_url} (model {model!r}) refused the request: {_describe(exc)}"
+            ) from exc
+        latency = (time.perf_counter() - started) * 1000.0
+        if not response.choices:
+            raise BackendError(f"openai endpoint {self.base_url} (model {model!r}) returned no choices")
+        choice = response.choices[0]
+        usage = response.usage
+        return ChatResult(
+            text=choice.message.content or "",
+            finish_reason=_finish_reason(choice.finish_reason),
+            tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
+            tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+            latency_ms=latency,
+        )
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.close()
+        # Clients of other (finished) loops cannot be closed from here; drop them.
+        self._clients.clear()
+
+
+def _describe(exc: BaseException) -> str:
+    status = getattr(exc, "status_code", None)
+    text = str(exc) or type(exc).__name__
+    if status is not None:
+        return f"HTTP {status}: {text}"
+    return f"{type(exc).__name__}: {text}"

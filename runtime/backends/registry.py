@@ -1,0 +1,154 @@
+"""Make backends by kind, sharing one instance per (kind, model, options); plus retry_async.
+
+Backend modules are imported on first use, so naming the replay or python backend never
+pulls in torch, and the vllm extra is only needed by specs that ask for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import random
+import threading
+from typing import Any, Awaitable, Callable, TypeVar
+
+from .base import Backend, BackendError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# kind -> (module in this package, class name)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "hf": ("hf", "HFBackend"),
+    "openai": ("openai_backend", "OpenAIBackend"),
+    "vllm": ("vllm_backend", "VLLMBackend"),
+    "python": ("python_backend", "PythonBackend"),
+    "replay": ("replay", "ReplayBackend"),
+}
+
+_instances: dict[tuple[str, str, str], Backend] = {}
+_lock = threading.Lock()
+
+
+def backend_class(kind: str) -> type[Backend]:
+    """The class for `kind`; BackendError listing the valid kinds when there is none."""
+    if kind not in BACKENDS:
+        valid = ", ".join(repr(k) for k in BACKENDS)
+        raise BackendError(f"unknown backend {kind!r}; valid backends are {valid}")
+    module_name, class_name = BACKENDS[kind]
+    module = importlib.import_module(f"{__package__}.{module_name}")
+    return getattr(module, class_name)
+
+
+def backend_options(kind: str) -> tuple[str, ...]:
+    """Option names the `kind` backend accepts (its constructor's keyword-only arguments)."""
+    params = inspect.signature(backend_class(kind).__init__).parameters.values()
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def make_backend(kind: str, model: str, options: dict[str, Any] | None = None) -> Backend:
+    """Return the shared backend for (kind, model, the options that backend accepts).
+
+    Options the backend does not take (e.g. sampling fields that travel in the same spec
+    block) are ignored here; the spec checker is where unknown names are reported.
+    """
+    cls = backend_class(kind)
+    accepted = set(backend_options(kind))
+    relevant = {k: v for k, v in (options or {}).items() if k in accepted}
+    key = (kind, model, json.dumps(relevant, sort_keys=True, default=repr))
+    with _lock:
+        backend = _instances.get(key)
+        if backend is None:
+            try:
+                backend = cls(model, **relevant)
+            except BackendError:
+                raise
+            except (TypeError, ValueError) as exc:
+                raise BackendError(f"{kind} backend for {model!r}: bad options {relevant}: {exc}") from exc
+            _instances[key] = backend
+        return backend
+
+
+async def aclose_backends() -> None:
+    """Close and forget every shared backend (end of a run, or between tests)."""
+    with _lock:
+        backends = list(_instances.values())
+        _instances.clear()
+    for backend in backends:
+        try:
+            await backend.aclose()
+        except Exception:  # closing is best effort; one failure must not hide the rest
+            log.exception("closing backend %s failed", backend.name)
+
+
+# ---------------------------------------------------------------------------------------
+# Retries.
+
+
+class RetriesExhausted(Exception):
+    """Every attempt failed with a retryable error; `last` is the final one."""
+
+    def __init__(self, attempts: int, last: BaseException) -> None:
+        super().__init__(f"gave up after {attempts} attempt(s): {type(last).__name__}: {last}")
+        self.attempts = attempts
+        self.last = last
+
+
+def backoff_delay(attempt: int, base_delay: float, max_delay: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with "equal jitter": half fixed, half random, capped at max_delay.
+
+    `attempt` is the number of failures so far (1 for the first retry).
+    """
+    cap = min(max_delay, base_delay * (2 ** (attempt - 1)))
+    draw = (rng or random).random()
+    return cap / 2 + draw * cap / 2
+
+
+async def retry_async(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    attempts: int,
+    base_delay: float,
+    max_delay: float,
+    retry_on: tuple[type[BaseException], ...] | Callable[[BaseException], bool],
+    delay_hint: Callable[[BaseException], float | None] | None = None,
+    on_retry: Callable[[int, BaseException, float], None] | None = None,
+) -> T:
+    """Call `fn()` up to `attempts` times, sleeping with jittered backoff between tries.
+
+    `retry_on` is a tuple of exception types or a predicate; any other exception propagates
+    at once. `delay_hint(exc)` may return a server-suggested wait (e.g. Retry-After), used
+    when longer than the backoff but still capped at max_delay. When every attempt fails,
+    RetriesExhausted is raised from the last error.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
+    if isinstance(retry_on, type):  # one exception class: callable, but not a predicate
+        retry_on = (retry_on,)
+    if isinstance(retry_on, tuple):
+        types = retry_on
+        should_retry: Callable[[BaseException], bool] = lambda exc: isinstance(exc, types)
+    else:
+        should_retry = retry_on
+    for attempt in range(1, attempts + 1):
+        try:
+            return await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not should_retry(exc):
+                raise
+            if attempt == attempts:
+                raise RetriesExhausted(attempts, exc) from exc
+            delay = backoff_delay(attempt, base_delay, max_delay)
+            hint = delay_hint(exc) if delay_hint else None
+            if hint is not None and hint > delay:
+                delay = min(hint, max_delay)
+            if on_retry is not None:
+                on_retry(attempt, exc, delay)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover

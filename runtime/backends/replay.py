@@ -1,0 +1,103 @@
+"""Recorded responses: answer each call from a JSON file, for tests and re-scoring past runs.
+
+File format::
+
+    {"sessions": [{"<role>": ["reply 1", "reply 2", ...], ...}, ...]}
+
+Session k of the run (`request.session_index`) reads `sessions[k]`; a role's calls read its
+list in order, indexed by `request.call_index` (the role's 0-based call number within the
+session) rather than by a counter, so retries and resumed runs get the same replies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .base import Backend, BackendError, ChatRequest, ChatResult
+
+
+class ReplayBackend(Backend):
+    """Replies from a recording: option `file` names the JSON file, else `model` does.
+
+    (`file` wins because `--replay FILE` replays every model of a spec: `model` is then
+    the weights name the spec gave, not a path.)
+    """
+
+    name = "replay"
+
+    def __init__(self, model: str = "", *, file: str | os.PathLike[str] | None = None) -> None:
+        source = file if file else model
+        if not source:
+            raise BackendError("replay backend: name the recording file (option 'file')")
+        self.path = Path(source).expanduser()
+        self.sessions = load_recording(self.path)
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        k, role, n = request.session_index, request.role, request.call_index
+        where = f"replay file {str(self.path)!r}"
+        if not 0 <= k < len(self.sessions):
+            raise BackendError(
+                f"{where} has {len(self.sessions)} session(s); session {k} "
+                f"(role {role!r}, call {n + 1}) has no recording"
+            )
+        replies = self.sessions[k].get(role)
+        if replies is None:
+            known = ", ".join(repr(r) for r in sorted(self.sessions[k])) or "none"
+            raise BackendError(
+                f"{where}: session {k} has no replies for role {role!r} "
+                f"(call {n + 1}); roles recorded there: {known}"
+            )
+        if not 0 <= n < len(replies):
+            raise BackendError(
+                f"{where}: session {k}, role {role!r} ran out of replies: call {n + 1} "
+                f"asked but only {len(replies)} recorded"
+            )
+        return ChatResult(text=replies[n], finish_reason="stop")
+
+
+def load_recording(path: Path) -> list[dict[str, list[str]]]:
+    """Read and validate a recording; every problem is a BackendError naming where it is."""
+    where = f"replay file {str(path)!r}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BackendError(f"{where} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BackendError(f"{where} cannot be read: {exc}") from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BackendError(
+            f"{where} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
+    if not isinstance(data, dict) or "sessions" not in data:
+        raise BackendError(f'{where}: expected an object {{"sessions": [...]}} at the top level')
+    sessions = data["sessions"]
+    if not isinstance(sessions, list):
+        raise BackendError(f'{where}: "sessions" must be a list, got {_kind(sessions)}')
+    for k, session in enumerate(sessions):
+        if not isinstance(session, dict):
+            raise BackendError(
+                f"{where}: sessions[{k}] must be an object mapping role names to reply "
+                f"lists, got {_kind(session)}"
+            )
+        for role, replies in session.items():
+            if not isinstance(replies, list):
+                raise BackendError(
+                    f"{where}: sessions[{k}][{role!r}] must be a list of strings, got {_kind(replies)}"
+                )
+            for n, reply in enumerate(replies):
+                if not isinstance(reply, str):
+                    raise BackendError(
+                        f"{where}: sessions[{k}][{role!r}][{n}] must be a string, got {_kind(reply)}"
+                    )
+    return sessions
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)

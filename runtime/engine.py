@@ -1,0 +1,371 @@
+"""The session engine: an async interpreter over the game-graph IR.
+
+Many sessions run concurrently (bounded by `concurrency`); each session walks its game's
+steps, sends each role's turn to its backend, parses the reply, applies recovery prompts,
+evaluates rewards and records every turn through the run store's writer. A model call
+that fails after the backend's retries marks that session `error` and the run goes on.
+Groups (`sample N` games) are routed once all their members have finished.
+
+Prompts render in Jinja2's immutable sandbox; model output only ever enters templates as
+variable values, never as template source."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from askspec.ir import model as ir
+
+from .backends.base import Backend, BackendError, ChatRequest, ChatResult, Sampling
+from .evaluator import Env, EvalError, RoleView, evaluate
+from .plan import SessionPlan, derive_seed
+
+
+class EndSession(Exception):
+    def __init__(self, outcome: str | None) -> None:
+        self.outcome = outcome
+
+
+class SessionFailed(Exception):
+    """A session cannot go on (model call failed for good, bad expression, replay ran out)."""
+
+
+_ENV = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+@dataclass
+class ModelBinding:
+    name: str  # declared model name or "backend:weights"
+    backend: Backend
+    weights: str
+    sampling: dict[str, Any]
+
+
+@dataclass
+class SessionState:
+    plan: SessionPlan
+    attempt: int
+    vars: dict[str, Any]
+    roles: dict[str, RoleView]
+    history: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    system: dict[str, str] = field(default_factory=dict)
+    bound: dict[str, str] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    turn_counter: int = 0
+    outcome: str | None = None
+    rewards: list[tuple[str, int | None, str, float]] = field(default_factory=list)
+    tokens: int = 0
+    first_user: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SessionResult:
+    plan: SessionPlan
+    status: str  # ok | error
+    outcome: str | None
+    error: str | None
+    rewards: list[tuple[str, int | None, str, float]]
+    final_texts: dict[str, str]
+    tokens: int
+    first_prompts: dict[str, str]
+    attempt: int = 1
+
+
+class Engine:
+    def __init__(self, exp: ir.Experiment, *, params: dict[str, Any], datasets: dict[str, list], writer,
+                 resolve_model: Callable[[str, str | None], ModelBinding], seed: int = 0,
+                 concurrency: int = 8, stateful=None, on_session_done: Callable[[SessionResult], None] | None = None,
+                 on_turn: Callable[[int], None] | None = None) -> None:
+        self.exp = exp
+        self.params = params
+        self.datasets = datasets
+        self.writer = writer
+        self.resolve_model = resolve_model  # (role, model name or None) -> binding
+        self.seed = seed
+        self.concurrency = max(1, concurrency)
+        self.stateful = stateful
+        self.on_session_done = on_session_done
+        self.on_turn = on_turn
+        self.roles = {r.name: r for r in exp.roles}
+        self.games = {g.name: g for g in exp.games}
+        self._templates: dict[str, jinja2.Template] = {}
+
+    # ------------------------------------------------------------------ templates
+    def template(self, key: str) -> jinja2.Template:
+        t = self._templates.get(key)
+        if t is None:
+            t = _ENV.from_string(self.exp.templates[key].source)
+            self._templates[key] = t
+        return t
+
+    def render(self, key: str, ctx: dict[str, Any]) -> str:
+        try:
+            return self.template(key).render(**ctx)
+        except jinja2.UndefinedError as e:
+            raise SessionFailed(f"template {key}: {e.message}") from None
+        except jinja2.TemplateError as e:
+            raise SessionFailed(f"template {key}: {e}") from None
+
+    # ------------------------------------------------------------------ running
+    async def run(self, plans: list[SessionPlan], done: set[str] | None = None) -> list[SessionResult]:
+        done = done or set()
+        sem = asyncio.Semaphore(self.concurrency)
+        results: dict[int, SessionResult] = {}
+        groups: dict[str, list[SessionPlan]] = {}
+        for p in plans:
+            if p.group_id:
+                groups.setdefault(p.group_id, []).append(p)
+        group_results: dict[str, list[SessionResult]] = {}
+        route_tasks: list[asyncio.Task] = []
+
+        async def one(p: SessionPlan) -> None:
+            async with sem:
+                res = await self.run_session(p)
+            results[p.index] = res
+            if self.on_session_done:
+                self.on_session_done(res)
+            if p.group_id:
+                members = group_results.setdefault(p.group_id, [])
+                members.append(res)
+                if len(members) == len(groups[p.group_id]):
+                    route_tasks.append(asyncio.create_task(self.route_group(p.group_id, members)))
+
+        todo = [p for p in plans if p.session_id not in done]
+        # groups whose members all finished in an earlier (interrupted) run are not re-routed
+        await asyncio.gather(*(one(p) for p in todo))
+        if route_tasks:
+            await asyncio.gather(*route_tasks)
+        return [results[k] for k in sorted(results)]
+
+    async def run_session(self, p: SessionPlan) -> SessionResult:
+        game = self.games[p.game]
+        attempt = self.writer.session_started(p.session_id, game=p.game, group_id=p.group_id, params=_jsonable(p.bindings), index=p.index)
+        st = SessionState(plan=p, attempt=attempt, vars=dict(p.bindings),
+                          roles={r: RoleView(r) for r in self.roles})
+        status, error = "ok", None
+        try:
+            await self.steps(game.body, st)
+        except EndSession as end:
+            if end.outcome is not None:
+                st.outcome = end.outcome
+        except (SessionFailed, EvalError, BackendError) as e:
+            status, error = "error", str(e)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug must not take the whole run down
+            status, error = "error", f"internal error: {e.__class__.__name__}: {e}"
+        scalars = {k: v for k, v in st.vars.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        self.writer.session_finished(p.session_id, attempt, status=status, outcome=st.outcome, error=error, vars=scalars)
+        final_texts = {r: v.turns[-1]["text"] for r, v in st.roles.items() if v.turns}
+        return SessionResult(p, status, st.outcome, error, st.rewards, final_texts, st.tokens, dict(st.first_user), attempt)
+
+    # ------------------------------------------------------------------ steps
+    def env(self, st: SessionState) -> Env:
+        return Env(vars=st.vars, params=self.params, roles=st.roles, stateful=self.stateful)
+
+    async def steps(self, steps: list, st: SessionState) -> None:
+        for s in steps:
+            await self.step(s, st)
+
+    async def step(self, s, st: SessionState) -> None:
+        k = s.kind
+        if k == "ask":
+            await self.ask(s, st)
+        elif k == "assign":
+            st.vars[s.name] = evaluate(s.value, self.env(st))
+        elif k == "outcome":
+            st.outcome = evaluate(s.value, self.env(st))
+            st.vars["outcome"] = st.outcome
+        elif k == "bind":
+            name = evaluate(s.model, self.env(st))
+            if not isinstance(name, str) or not name:
+                raise SessionFailed(f"bind {s.role}: a model name was expected, got {name!r}")
+            st.bound[s.role] = name
+        elif k == "reward":
+            value = evaluate(s.value, self.env(st))
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise SessionFailed(f"reward {s.name}: not a number ({value!r})") from None
+            turn = None
+            if s.turn_var is not None:
+                reply = st.vars.get(s.turn_var)
+                if not isinstance(reply, dict) or "_turn" not in reply:
+                    raise SessionFailed(f"reward {s.turn_var}: not a reply")
+                turn = reply["_turn"]
+            st.rewards.append((s.role, turn, s.name, value))
+            self.writer.reward(st.plan.session_id, st.attempt, role=s.role, turn_index=turn, name=s.name, value=value,
+                               kind="turn" if turn is not None else "terminal")
+        elif k == "end":
+            raise EndSession(s.outcome)
+        elif k == "if":
+            for b in s.branches:
+                if evaluate(b.cond, self.env(st)):
+                    await self.steps(b.body, st)
+                    return
+            await self.steps(s.orelse, st)
+        elif k == "repeat":
+            env = self.env(st)
+            lo = int(evaluate(s.start, env))
+            hi = int(evaluate(s.stop, env))
+            for i, v in enumerate(range(lo, hi + 1)):
+                if i >= s.bound:
+                    break
+                if s.var:
+                    st.vars[s.var] = v
+                await self.steps(s.body, st)
+        elif k == "while":
+            for _ in range(s.limit):
+                c = bool(evaluate(s.cond, self.env(st)))
+                if c == s.until:  # while: stop when false; until: stop when true
+                    break
+                await self.steps(s.body, st)
+        elif k == "for":
+            seq = evaluate(s.iter, self.env(st))
+            if not isinstance(seq, list):
+                raise SessionFailed(f"for: expected a list, got {type(seq).__name__}")
+            for item in seq[: s.limit]:
+                if len(s.names) == 1:
+                    st.vars[s.names[0]] = item
+                else:
+                    for n, v in zip(s.names, item):
+                        st.vars[n] = v
+                await self.steps(s.body, st)
+        else:
+            raise SessionFailed(f"unknown step {k}")
+
+    # ------------------------------------------------------------------ asking
+    async def ask(self, s: ir.AskStep, st: SessionState) -> None:
+        env = self.env(st)
+        message = evaluate(s.message, env) if s.message is not None else None
+        context = evaluate(s.context, env) if s.context is not None else {}
+        n = int(evaluate(s.sample, env)) if s.sample is not None else None
+        base_ctx = {**self.params, **{k: v for k, v in st.vars.items()}}
+        if isinstance(context, dict):
+            base_ctx.update(context)
+        if message is not None:
+            base_ctx["message"] = message
+
+        async def for_role(role: str):
+            if n is None:
+                return await self.call_role(role, s.template, base_ctx, message, st, remember=True)
+            return list(await asyncio.gather(*(self.call_role(role, s.template, base_ctx, message, st, remember=False, sample_index=i)
+                                               for i in range(n))))
+
+        replies = await asyncio.gather(*(for_role(r) for r in s.roles))
+        for target, reply in zip(s.targets, replies):
+            if target:
+                st.vars[target] = reply
+
+    def binding(self, role: str, st: SessionState) -> ModelBinding:
+        name = st.bound.get(role) or self.roles[role].model
+        return self.resolve_model(role, name)
+
+    async def call_role(self, role: str, template: str | None, ctx: dict[str, Any], message: Any, st: SessionState,
+                        remember: bool, sample_index: int = 0) -> dict:
+        r = self.roles[role]
+        binding = self.binding(role, st)
+        st.roles[role].model = binding.name
+        turn_no = st.calls.get(role, 0) + 1
+        ctx = {**ctx, "role": role, "turn": turn_no}
+        key = template or r.prompt
+        if key is not None:
+            user = self.render(key, ctx)
+        else:
+            user = "" if message is None else str(message)
+        if role not in st.system and r.system is not None:
+            st.system[role] = self.render(r.system, ctx)
+        history = list(st.history.get(role, []))
+        messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history + [{"role": "user", "content": user}]
+        reply = await self.model_call(role, r, binding, messages, st, sample_index)
+        retries = r.recover.retries
+        json_retries = int(r.reply.args.get("retries", 0)) if r.reply.kind == "json" else 0
+        attempt = 0
+        while not reply["parsed"] and attempt < max(retries, json_retries):
+            attempt += 1
+            rkey = r.recover.truncated if reply["truncated"] else r.recover.malformed
+            if attempt <= retries and rkey is not None:
+                recover_ctx = {**ctx, "reply": reply["text"], "missing": reply.get("_missing", [])}
+                recovery = self.render(rkey, recover_ctx)
+                messages = messages + [{"role": "assistant", "content": reply["text"]}, {"role": "user", "content": recovery}]
+            # without a recovery template (json retries) the same prompt is re-sampled
+            reply = await self.model_call(role, r, binding, messages, st, sample_index)
+        st.first_user.setdefault(role, user)
+        if remember and r.memory.kind != "none":
+            new = history + [{"role": "user", "content": user}, {"role": "assistant", "content": reply["text"]}]
+            if r.memory.kind == "window":
+                new = new[-2 * r.memory.size:]
+            st.history[role] = new
+        return reply
+
+    async def model_call(self, role: str, r: ir.Role, binding: ModelBinding, messages: list[dict], st: SessionState,
+                         sample_index: int) -> dict:
+        call_index = st.calls.get(role, 0)
+        st.calls[role] = call_index + 1
+        sampling = {**binding.sampling, **r.sampling}
+        if r.max_tokens is not None:
+            sampling["max_tokens"] = r.max_tokens
+        seed = sampling.pop("seed", None)
+        seed = derive_seed(st.plan.seed, role, call_index, seed if seed is not None else "")
+        stop = sampling.pop("stop", None) or ()
+        samp = Sampling(seed=seed, stop=tuple(stop), **{k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__})
+        req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
+                          session_index=st.plan.index, call_index=call_index)
+        t0 = time.perf_counter()
+        try:
+            result: ChatResult = await binding.backend.complete(req)
+        except BackendError as e:
+            raise SessionFailed(f"{role}: model call failed: {e}") from None
+        latency = result.latency_ms or (time.perf_counter() - t0) * 1000
+        parsed = parse_reply(r.reply, result.text, result.finish_reason)
+        turn_index = st.turn_counter
+        st.turn_counter += 1
+        st.tokens += result.tokens_out
+        reply = {**parsed["fields"], "text": result.text, "parsed": parsed["ok"], "truncated": result.finish_reason == "length",
+                 "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role, "model": binding.name,
+                 "_turn": turn_index, "_missing": parsed["missing"]}
+        reply.setdefault("answer", parsed["fields"].get("answer", ""))
+        st.roles[role].turns.append(reply)
+        self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=binding.name,
+                         prompt=messages, text=result.text, parsed={k: v for k, v in reply.items() if not k.startswith("_") and k != "text"},
+                         finish_reason=result.finish_reason, tokens_in=result.tokens_in, tokens_out=result.tokens_out,
+                         latency_ms=round(latency, 3))
+        if self.on_turn:
+            self.on_turn(result.tokens_out)
+        return reply
+
+    # ------------------------------------------------------------------ groups
+    async def route_group(self, group_id: str, members: list[SessionResult]) -> None:
+        from .routing import route_group
+
+        await route_group(self, group_id, members)
+
+
+def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
+    """Run the role's reply parser; returns {"fields", "ok", "missing"}."""
+    from . import parsers
+
+    result = parsers.parse(parser.kind, text, dict(parser.args))
+    fields = dict(getattr(result, "fields", None) or (result.get("fields") if isinstance(result, dict) else {}) or {})
+    missing = [f for f in parser.required if not fields.get(f)]
+    ok = not missing
+    if parser.kind == "json":
+        ok = bool(getattr(result, "ok", False))
+        missing = list(getattr(result, "missing", []) or []) if not ok else []
+    fields.setdefault("answer", parsers.fallback_answer(text))
+    return {"fields": fields, "ok": ok, "missing": missing}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)

@@ -1,0 +1,325 @@
+"""Evaluates IR expressions (rewards, conditions, routing, metrics) at run time.
+
+The expression language is interpreted here over plain Python values; nothing is ever
+passed to Python's eval. Replies are dicts (records); roles evaluate to a RoleView whose
+`turns` are the role's replies in this session."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from askspec.ir import model as ir
+
+
+class EvalError(Exception):
+    """A run-time error in a spec expression; carries the IR span for the message."""
+
+    def __init__(self, message: str, span: ir.Span | None = None) -> None:
+        where = f"{span.file}:{span.line}:{span.col}: " if span else ""
+        super().__init__(where + message)
+        self.span = span
+
+
+@dataclass
+class RoleView:
+    name: str
+    turns: list[dict] = field(default_factory=list)
+    model: str = ""
+
+    @property
+    def calls(self) -> int:
+        return len(self.turns)
+
+
+@dataclass
+class Env:
+    vars: dict[str, Any]
+    params: dict[str, Any]
+    roles: dict[str, RoleView] = field(default_factory=dict)
+    stateful: Callable[[str, str, list, dict], Any] | None = None  # (fn, site, args, kwargs) -> value
+    item: dict | None = None
+
+    def child_item(self, item: Any) -> "Env":
+        return Env(self.vars, self.params, self.roles, self.stateful, {"it": item, **(item if isinstance(item, dict) else {})})
+
+
+def _num(x: Any, span) -> float:
+    if isinstance(x, bool):
+        return float(x)
+    if isinstance(x, (int, float)):
+        return x
+    if x is None:
+        raise EvalError("a number was expected but the value is missing", span)
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise EvalError(f"a number was expected, found {type(x).__name__} {str(x)[:40]!r}", span) from None
+
+
+def _list(x: Any, span) -> list:
+    if isinstance(x, list):
+        return x
+    raise EvalError(f"a list was expected, found {type(x).__name__}", span)
+
+
+def evaluate(e: ir.Expr, env: Env) -> Any:
+    k = e.kind
+    if k == "lit":
+        return e.value
+    if k == "ref":
+        if env.item is not None and e.scope == "item" and e.name in env.item:
+            return env.item[e.name]
+        if e.scope == "item" and env.item is not None:
+            return env.item.get(e.name)
+        if e.scope == "role":
+            view = env.roles.get(e.name)
+            if view is None:
+                raise EvalError(f"role '{e.name}' is not part of this session", e.span)
+            return view
+        if e.scope == "param":
+            return env.params[e.name]
+        if e.name in env.vars:
+            return env.vars[e.name]
+        if env.item is not None and e.name in env.item:
+            return env.item[e.name]
+        if e.name in env.params:
+            return env.params[e.name]
+        raise EvalError(f"'{e.name}' has no value yet on this path", e.span)
+    if k == "attr":
+        obj = evaluate(e.obj, env)
+        return get_field(obj, e.name, e.span)
+    if k == "index":
+        obj = evaluate(e.obj, env)
+        idx = evaluate(e.index, env)
+        try:
+            if isinstance(obj, list):
+                return obj[int(_num(idx, e.span))]
+            if isinstance(obj, dict):
+                return obj.get(str(idx))
+        except IndexError:
+            raise EvalError(f"index {idx} is out of range (length {len(obj)})", e.span) from None
+        raise EvalError(f"cannot index a {type(obj).__name__}", e.span)
+    if k == "unary":
+        v = evaluate(e.operand, env)
+        return -_num(v, e.span) if e.op == "-" else not bool(v)
+    if k == "binary":
+        return _binary(e, env)
+    if k == "case":
+        if e.subject is not None:
+            subj = evaluate(e.subject, env)
+            for arm in e.arms:
+                if evaluate(arm.when, env) == subj:
+                    return evaluate(arm.then, env)
+        else:
+            for arm in e.arms:
+                if evaluate(arm.when, env):
+                    return evaluate(arm.then, env)
+        if e.default is not None:
+            return evaluate(e.default, env)
+        raise EvalError("no case arm matched and there is no else", e.span)
+    if k == "list":
+        return [evaluate(x, env) for x in e.items]
+    if k == "record":
+        return {name: evaluate(v, env) for name, v in e.fields.items()}
+    if k == "where":
+        seq = _list(evaluate(e.seq, env), e.span)
+        return [x for x in seq if evaluate(e.cond, env.child_item(x))]
+    if k == "call":
+        return _call(e, env)
+    raise EvalError(f"unknown expression kind {k}", e.span)
+
+
+def get_field(obj: Any, name: str, span) -> Any:
+    if isinstance(obj, RoleView):
+        if name == "turns":
+            return obj.turns
+        if name == "calls":
+            return obj.calls
+        if name == "model":
+            return obj.model
+    if isinstance(obj, dict):
+        if name in obj:
+            return obj[name]
+        return None  # optional data fields / parser fields not found are missing values
+    if isinstance(obj, list):
+        return [get_field(x, name, span) for x in obj]
+    if obj is None:
+        raise EvalError(f"cannot read '{name}' of a missing value", span)
+    raise EvalError(f"a {type(obj).__name__} has no field '{name}'", span)
+
+
+def _binary(e: ir.BinaryOp, env: Env) -> Any:
+    op = e.op
+    if op == "and":
+        return bool(evaluate(e.left, env)) and bool(evaluate(e.right, env))
+    if op == "or":
+        return bool(evaluate(e.left, env)) or bool(evaluate(e.right, env))
+    l = evaluate(e.left, env)
+    r = evaluate(e.right, env)
+    if op == "==":
+        return _eq(l, r)
+    if op == "!=":
+        return not _eq(l, r)
+    if op == "+" and isinstance(l, str) and isinstance(r, str):
+        return l + r
+    if op in ("<", "<=", ">", ">="):
+        if isinstance(l, str) and isinstance(r, str):
+            a, b = l, r
+        else:
+            a, b = _num(l, e.span), _num(r, e.span)
+        return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+    a, b = _num(l, e.span), _num(r, e.span)
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        if b == 0:
+            raise EvalError("division by zero", e.span)
+        return a / b
+    if op == "%":
+        if b == 0:
+            raise EvalError("modulo by zero", e.span)
+        return a % b
+    raise EvalError(f"unknown operator {op}", e.span)
+
+
+def _eq(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
+    return a == b
+
+
+def _nums(xs: list, span) -> list[float]:
+    return [_num(x, span) for x in xs]
+
+
+def _agg(fn: str, xs: list, span) -> Any:
+    if fn == "count":
+        return len(xs)
+    if fn in ("all", "any"):
+        return (all if fn == "all" else any)(bool(x) for x in xs)
+    vals = _nums([x for x in xs if x is not None], span)
+    if fn == "sum":
+        return float(sum(vals))
+    if not vals:
+        return float("nan") if fn in ("mean", "rate", "var", "std") else None
+    if fn in ("mean", "rate"):
+        return sum(vals) / len(vals)
+    if fn == "var":
+        return statistics.pvariance(vals)
+    if fn == "std":
+        return math.sqrt(statistics.pvariance(vals))
+    if fn == "min":
+        return min(vals)
+    if fn == "max":
+        return max(vals)
+    raise EvalError(f"unknown aggregate {fn}", span)
+
+
+AGGREGATES = {"mean", "var", "std", "sum", "count", "min", "max", "all", "any", "rate"}
+
+
+def _call(e: ir.CallFn, env: Env) -> Any:
+    fn = e.fn
+    if fn in ("diversity", "novelty"):
+        if env.stateful is None:
+            raise EvalError(f"'{fn}' is not available here", e.span)
+        args = [evaluate(a, env) for a in e.args]
+        kwargs = {k: evaluate(v, env) for k, v in e.kwargs.items()}
+        return env.stateful(fn, e.site, args, kwargs)
+    args = [evaluate(a, env) for a in e.args]
+    if fn == "reward":  # metrics: a session's total reward for a role
+        view = args[0] if args else None
+        totals = env.vars.get("__rewards__") or {}
+        return float(totals.get(view.name if isinstance(view, RoleView) else str(view), 0.0))
+    if fn in AGGREGATES:
+        if fn in ("min", "max") and len(args) > 1:
+            vals = _nums(args, e.span)
+            return min(vals) if fn == "min" else max(vals)
+        return _agg(fn, _list(args[0], e.span), e.span)
+    impl = _FUNCTIONS.get(fn)
+    if impl is None:
+        raise EvalError(f"unknown function '{fn}'", e.span)
+    try:
+        return impl(*args)
+    except EvalError:
+        raise
+    except Exception as err:
+        raise EvalError(f"{fn}(): {err}", e.span) from None
+
+
+def _equiv(a: Any, b: Any) -> bool:
+    from .verify import equiv
+
+    return bool(equiv(a, b))
+
+
+def _words(text: Any, n: Any) -> str:
+    from .parsers import words
+
+    return words("" if text is None else str(text), int(n))
+
+
+def _boxed(text: Any) -> str:
+    from .parsers import last_boxed
+
+    return last_boxed("" if text is None else str(text)) or ""
+
+
+def _jaccard(a: Any, b: Any) -> float:
+    from .scoring.diversity import jaccard
+
+    return float(jaccard(str(a or ""), str(b or "")))
+
+
+def _pairs(xs: list) -> list:
+    return [[xs[i], xs[j]] for i in range(len(xs)) for j in range(i + 1, len(xs))]
+
+
+def _product(*lists: list) -> list:
+    import itertools
+
+    return [list(t) for t in itertools.product(*lists)]
+
+
+def _range(a: Any, b: Any = None) -> list:
+    if b is None:
+        return list(range(int(a)))
+    return list(range(int(a), int(b) + 1))
+
+
+def _num_fn(x: Any) -> float:
+    if isinstance(x, (int, float)):
+        return float(x)
+    try:
+        return float(str(x).strip())
+    except ValueError:
+        return float("nan")
+
+
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "len": lambda x: len(x) if x is not None else 0,
+    "clip": lambda x, lo, hi: max(lo, min(hi, x)),
+    "abs": lambda x: abs(x),
+    "round": lambda x, n=0: round(x, int(n)),
+    "equiv": _equiv,
+    "jaccard": _jaccard,
+    "words": _words,
+    "boxed": _boxed,
+    "lower": lambda s: str(s or "").lower(),
+    "upper": lambda s: str(s or "").upper(),
+    "strip": lambda s: str(s or "").strip(),
+    "contains": lambda s, x: (x in s) if s is not None else False,
+    "exists": lambda x: x is not None and x != "",
+    "pairs": _pairs,
+    "product": _product,
+    "range": _range,
+    "str": lambda x: "" if x is None else str(x),
+    "num": _num_fn,
+}

@@ -1,0 +1,137 @@
+"""Group routing: once every session of a `sample N` group has finished, each route of
+the game decides, from the group's rewards, whether the verifier rewards are kept, the
+group is dropped, or the traces go to a pairwise tournament or a pointwise judge.
+
+Routed rewards are stored next to the session rewards (name `tournament` / `judge`), and
+the group records the route it took, its statistics and its members."""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+from askspec.ir import model as ir
+
+from .backends.base import BackendError, ChatRequest, Sampling
+from .evaluator import Env, evaluate
+from .plan import derive_seed
+
+if TYPE_CHECKING:
+    from .engine import Engine, SessionResult
+
+
+def role_total(res: "SessionResult", role: str) -> float:
+    return float(sum(v for r, _, _, v in res.rewards if r == role))
+
+
+def group_stats(values: list[float]) -> dict:
+    if not values:
+        return {"count": 0}
+    return {"count": len(values), "mean": statistics.fmean(values), "var": statistics.pvariance(values),
+            "std": statistics.pstdev(values), "min": min(values), "max": max(values)}
+
+
+async def route_group(engine: "Engine", group_id: str, members: list["SessionResult"]) -> None:
+    game = engine.games[members[0].plan.game]
+    ok = sorted((m for m in members if m.status == "ok"), key=lambda m: m.plan.index)
+    ids = [m.plan.session_id for m in ok]
+    if not game.routes:
+        engine.writer.group(group_id, route="none", stats=group_stats([]), members=ids)
+        return
+    for route in game.routes:
+        rewards = [role_total(m, route.role) for m in ok]
+        env = Env(vars={"rewards": rewards, "size": len(rewards)}, params=engine.params)
+        arm = next((a for a in route.arms if a.cond is None or evaluate(a.cond, env)), None)
+        stats = {**group_stats(rewards), "role": route.role}
+        if arm is None or arm.action in ("keep", "drop") or not ok:
+            action = "keep" if arm is None else arm.action
+            engine.writer.group(group_id, route=action, stats=stats, members=ids)
+            continue
+        if arm.action == "tournament":
+            t = next(t for t in engine.exp.tournaments if t.name == arm.target)
+            scores = await _tournament(engine, t, group_id, route.role, ok)
+            name = "tournament"
+        else:
+            j = next(j for j in engine.exp.judges if j.name == arm.target)
+            scores = await _pointwise(engine, j, route.role, ok)
+            name = "judge"
+        for m, score in zip(ok, scores):
+            if score is None:
+                continue
+            engine.writer.reward(m.plan.session_id, m.attempt, role=route.role, turn_index=None, name=name,
+                                 value=float(score), kind="terminal")
+        engine.writer.group(group_id, route=f"{arm.action}:{arm.target}", stats={**stats, "routed": [s for s in scores]}, members=ids)
+
+
+class _JudgeCaller:
+    def __init__(self, engine: "Engine", role: str, session_index: int) -> None:
+        self.engine = engine
+        self.role = role
+        self.session_index = session_index
+        self.calls = 0
+        self.binding = engine.resolve_model(role, engine.roles[role].model)
+        self.role_ir = engine.roles[role]
+
+    async def __call__(self, user: str) -> str:
+        r = self.role_ir
+        sampling = {**self.binding.sampling, **r.sampling}
+        if r.max_tokens is not None:
+            sampling["max_tokens"] = r.max_tokens
+        sampling.pop("seed", None)
+        stop = sampling.pop("stop", None) or ()
+        call_index = self.calls
+        self.calls += 1
+        samp = Sampling(seed=derive_seed(self.engine.seed, "judge", self.session_index, call_index), stop=tuple(stop),
+                        **{k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__})
+        messages = []
+        if r.system is not None:
+            messages.append({"role": "system", "content": self.engine.render(r.system, dict(self.engine.params))})
+        messages.append({"role": "user", "content": user})
+        req = ChatRequest(messages=tuple(messages), sampling=samp, model=self.binding.weights, role=self.role,
+                          session_index=self.session_index, call_index=call_index)
+        result = await self.binding.backend.complete(req)
+        return result.text
+
+
+async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: str, ok: list["SessionResult"]) -> list[float | None]:
+    from .scoring.tournament import run_tournament
+
+    caller = _JudgeCaller(engine, t.judge, ok[0].plan.index)
+    prompt = ok[0].first_prompts.get(role, "")
+    ctx_base = {**engine.params, **ok[0].plan.bindings, "prompt": prompt}
+
+    async def judge(first: str, second: str, attempt: int) -> str:
+        return await caller(engine.render(t.template, {**ctx_base, "a": first, "b": second, "attempt": attempt}))
+
+    traces = [m.final_texts.get(role, "") for m in ok]
+    try:
+        result = await run_tournament(traces, judge=judge, pairing=t.pairing, gamma=t.gamma, aggregate=t.aggregate,
+                                      seed=derive_seed(engine.seed, group_id), retries=t.retries)
+    except BackendError as e:
+        engine.writer.group(group_id, route=f"tournament:{t.name}", stats={"error": str(e)}, members=[m.plan.session_id for m in ok])
+        return [None] * len(ok)
+    for m in result.matches:
+        engine.writer.match(group_id, a=ok[m.a].plan.session_id, b=ok[m.b].plan.session_id,
+                            first_shown=ok[m.first_shown].plan.session_id if isinstance(m.first_shown, int) else str(m.first_shown),
+                            verdict=m.verdict, outcome=m.outcome, raw=m.raw_reply)
+    return list(result.scores)
+
+
+async def _pointwise(engine: "Engine", j: ir.PointwiseJudge, role: str, ok: list["SessionResult"]) -> list[float | None]:
+    from .scoring.tournament import parse_pointwise
+
+    caller = _JudgeCaller(engine, j.judge, ok[0].plan.index)
+    out: list[float | None] = []
+    for m in ok:
+        ctx = {**engine.params, **m.plan.bindings, "prompt": m.first_prompts.get(role, ""), "response": m.final_texts.get(role, "")}
+        score = None
+        for attempt in range(1 + j.retries):
+            try:
+                text = await caller(engine.render(j.template, {**ctx, "attempt": attempt}))
+            except BackendError:
+                break
+            score = parse_pointwise(text)
+            if score is not None:
+                break
+        out.append(score)
+    return out

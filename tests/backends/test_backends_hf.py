@@ -1,0 +1,159 @@
+"""hf backend on the real SmolLM2-135M-Instruct weights (slow: loads a model).
+
+The first run converts the GGUF file into the default cache (~15 s); later runs load the
+cached safetensors in under a second. Every generation here is short (max_tokens <= 16).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from askspec.runtime.backends.base import BackendError, ChatRequest, ChatResult, Sampling
+from askspec.runtime.backends.hf import HFBackend, resolve_weights
+
+GREEDY = dict(temperature=0.0)
+
+
+def _req(text: str, **sampling) -> ChatRequest:
+    return ChatRequest(messages=({"role": "user", "content": text},), sampling=Sampling(**sampling),
+                       model="smollm2-135m-instruct", role="solver")
+
+
+def test_unknown_model_is_a_clear_error(tmp_path):
+    with pytest.raises(BackendError, match="unknown model 'no-such-model'"):
+        HFBackend("no-such-model")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BackendError, match="has no config.json"):
+        HFBackend(str(tmp_path / "empty"))
+
+
+def test_bad_options_are_clear():
+    with pytest.raises(BackendError, match="max_batch must be >= 1"):
+        HFBackend(max_batch=0)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = HFBackend("smollm2-135m-instruct", max_batch=8)
+    b.load()
+    yield b
+    asyncio.run(b.aclose())
+
+
+@pytest.mark.slow
+async def test_chat_template_and_token_counts(backend):
+    result = await backend.complete(_req("What is the capital of France?", max_tokens=16, **GREEDY))
+    assert isinstance(result, ChatResult)
+    assert "Paris" in result.text
+    expected_in = backend._tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=True
+    )["input_ids"]
+    assert result.tokens_in == len(expected_in)
+    assert 0 < result.tokens_out <= 16
+    assert result.latency_ms > 0
+    if result.finish_reason == "stop":  # ended on <|im_end|>, which is counted but not shown
+        assert "<|im_end|>" not in result.text
+
+
+@pytest.mark.slow
+async def test_max_tokens_gives_length(backend):
+    result = await backend.complete(_req("Write a long story about a dragon.", max_tokens=5, **GREEDY))
+    assert result.finish_reason == "length"
+    assert result.tokens_out == 5
+
+
+@pytest.mark.slow
+async def test_same_seed_same_text(backend):
+    req = _req("Name an animal.", temperature=1.0, top_p=0.95, seed=1234, max_tokens=10)
+    first = await backend.complete(req)
+    second = await backend.complete(req)
+    assert first.text == second.text
+    others = [await backend.complete(_req("Name an animal.", temperature=1.0, seed=s, max_tokens=10))
+              for s in (1, 2, 3)]
+    assert len({first.text, *(o.text for o in others)}) > 1  # seeds do change the sample
+
+
+@pytest.mark.slow
+async def test_stop_string_is_cut_and_reported(backend):
+    full = await backend.complete(_req("Count from one to ten in words.", max_tokens=16, **GREEDY))
+    words = full.text.split()
+    assert len(words) >= 4, full.text
+    stop = words[2]
+    cut = await backend.complete(_req("Count from one to ten in words.", max_tokens=16, stop=(stop,), **GREEDY))
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.index(stop)]
+    assert stop not in cut.text
+    assert cut.tokens_out < full.tokens_out
+
+
+@pytest.mark.slow
+async def test_concurrent_requests_batch_and_match_one_at_a_time(backend):
+    prompts = ["Say hi.", "What is 2+2?", "Name a colour.", "List two fruits.", "What is the sun?", "Greet me."]
+    lengths = [6, 8, 10, 12, 14, 16]
+    alone = [await backend.complete(_req(p, max_tokens=n, **GREEDY)) for p, n in zip(prompts, lengths)]
+    together = await asyncio.gather(*[backend.complete(_req(p, max_tokens=n, **GREEDY))
+                                      for p, n in zip(prompts, lengths)])
+    for a, t, n in zip(alone, together, lengths):
+        assert isinstance(t, ChatResult)
+        assert t.tokens_out <= n
+        assert t.finish_reason in ("stop", "length")
+        # Left padding and rows joining/leaving must not change greedy output.
+        assert (t.text, t.tokens_in, t.tokens_out) == (a.text, a.tokens_in, a.tokens_out)
+
+
+@pytest.mark.slow
+async def test_mixed_sampling_params_in_one_batch(backend):
+    reqs = [
+        _req("Tell me about cats.", max_tokens=8, **GREEDY),
+        _req("Tell me about dogs.", max_tokens=8, temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, seed=3),
+        _req("Tell me about birds.", max_tokens=8, temperature=1.0, repetition_penalty=1.3,
+             presence_penalty=0.5, seed=4),
+        _req("Tell me about fish.", max_tokens=8, temperature=0.7, stop=(".",), seed=5),
+    ]
+    alone_greedy = await backend.complete(reqs[0])
+    results = await asyncio.gather(*[backend.complete(r) for r in reqs])
+    assert results[0].text == alone_greedy.text
+    assert all(0 < r.tokens_out <= 8 for r in results)
+    assert "." not in results[3].text
+
+
+@pytest.mark.slow
+async def test_cancelled_request_does_not_disturb_others(backend):
+    keep = asyncio.create_task(backend.complete(_req("Say hello.", max_tokens=6, **GREEDY)))
+    drop = asyncio.create_task(backend.complete(_req("Write an essay.", max_tokens=16, **GREEDY)))
+    await asyncio.sleep(0.05)
+    drop.cancel()
+    result = await keep
+    assert result.tokens_out > 0
+    with pytest.raises(asyncio.CancelledError):
+        await drop
+
+
+@pytest.mark.slow
+def test_weights_are_cached_as_safetensors():
+    folder = resolve_weights("smollm2-135m-instruct")
+    assert (folder / "config.json").is_file()
+    assert any(folder.glob("*.safetensors"))
+    assert (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+
+
+def test_cache_root_follows_env(monkeypatch, tmp_path):
+    from askspec.runtime.backends.hf import cache_root
+
+    monkeypatch.setenv("ASKSPEC_CACHE", str(tmp_path))
+    assert cache_root() == tmp_path / "models"
+    assert cache_root(tmp_path / "elsewhere") == tmp_path / "elsewhere"
+    monkeypatch.delenv("ASKSPEC_CACHE")
+    assert cache_root().parts[-3:] == (".cache", "askspec", "models")
+
+
+async def test_load_failure_reaches_the_caller(tmp_path):
+    folder = tmp_path / "broken-model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "not-a-real-architecture"}')
+    backend = HFBackend(str(folder))
+    with pytest.raises(BackendError, match="could not load"):
+        await asyncio.wait_for(backend.complete(_req("hi", max_tokens=2)), timeout=60)
+    await backend.aclose()

@@ -1,0 +1,266 @@
+"""OpenAI backend against a real HTTP server on 127.0.0.1 speaking chat completions.
+
+The server is a small asyncio HTTP/1.1 responder: each request takes the next action from
+a script ("ok", "500", "429", "400", "hang"), so tests can inject failures and check that
+the backend's retries absorb them, that sampling fields reach the wire, and that the
+per-endpoint concurrency limit holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections import deque
+
+import pytest
+
+from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
+from askspec.runtime.backends.openai_backend import OpenAIBackend, chat_kwargs
+
+FAST = {"base_delay": 0.001, "max_delay": 0.01}  # keep backoff tiny in tests
+
+
+class FakeOpenAIServer:
+    def __init__(self, script: list[str] | None = None, delay: float = 0.0) -> None:
+        self.script: deque[str] = deque(script or [])
+        self.delay = delay
+        self.bodies: list[dict] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def __aenter__(self) -> "FakeOpenAIServer":
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await reader.readline()
+            if not request_line:
+                return
+            headers: dict[str, str] = {}
+            for _ in range(100):  # bounded header loop
+                line = await reader.readline()
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            method, path, _ = request_line.decode("latin-1").split(" ", 2)
+            if method != "POST" or path != "/v1/chat/completions":
+                await self._send(writer, 404, {"error": {"message": f"no route {method} {path}"}})
+                return
+            payload = json.loads(body)
+            self.bodies.append(payload)
+            self.headers.append(headers)
+            action = self.script.popleft() if self.script else "ok"
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                await self._act(action, payload, reader, writer)
+            finally:
+                self.in_flight -= 1
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _act(self, action: str, payload: dict, reader, writer) -> None:
+        if action == "hang":
+            # Never answer: wait until the client gives up and closes (bounded for safety).
+            try:
+                await asyncio.wait_for(reader.read(), timeout=10)
+            except asyncio.TimeoutError:
+                pass
+            return
+        if action == "500":
+            await self._send(writer, 500, {"error": {"message": "upstream exploded", "type": "server_error"}})
+            return
+        if action == "429":
+            await self._send(writer, 429, {"error": {"message": "slow down", "type": "rate_limit"}},
+                             extra_headers={"retry-after": "0"})
+            return
+        if action == "400":
+            await self._send(writer, 400, {"error": {"message": "bad field 'top_q'", "type": "invalid_request"}})
+            return
+        await asyncio.sleep(self.delay)
+        last = payload["messages"][-1]["content"]
+        short = payload.get("max_tokens", 16) < 3
+        prompt_tokens = sum(len(m["content"].split()) for m in payload["messages"])
+        await self._send(writer, 200, {
+            "id": f"chatcmpl-{len(self.bodies)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": payload["model"],
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": f"echo: {last}"},
+                "finish_reason": "length" if short else "stop",
+            }],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 2,
+                      "total_tokens": prompt_tokens + 2},
+        })
+
+    @staticmethod
+    async def _send(writer, status: int, obj: dict, extra_headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(obj).encode()
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+                  500: "Internal Server Error"}[status]
+        head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json",
+                f"Content-Length: {len(data)}", "Connection: close"]
+        head += [f"{k}: {v}" for k, v in (extra_headers or {}).items()]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+        await writer.drain()
+
+
+def _req(text: str = "hello", **sampling) -> ChatRequest:
+    return ChatRequest(messages=({"role": "system", "content": "be brief"}, {"role": "user", "content": text}),
+                       sampling=Sampling(**sampling), model="served-model", role="judge")
+
+
+async def test_roundtrip_usage_finish_reason_and_fields_on_the_wire(monkeypatch):
+    monkeypatch.setenv("ASKSPEC_TEST_KEY", "sk-test-123")
+    async with FakeOpenAIServer() as server:
+        backend = OpenAIBackend("served-model", base_url=server.base_url, api_key_env="ASKSPEC_TEST_KEY", **FAST)
+        result = await backend.complete(_req(
+            "what is 2+2", temperature=0.3, top_p=0.9, top_k=20, min_p=0.05, presence_penalty=0.4,
+            repetition_penalty=1.2, max_tokens=32, stop=("</a>",), seed=11,
+        ))
+        short = await backend.complete(_req("x", max_tokens=2))
+        await backend.aclose()
+    assert result.text == "echo: what is 2+2"
+    assert (result.finish_reason, result.tokens_in, result.tokens_out) == ("stop", 5, 2)
+    assert result.latency_ms > 0
+    assert short.finish_reason == "length"
+    body = server.bodies[0]
+    assert body["model"] == "served-model"
+    assert body["messages"][-1] == {"role": "user", "content": "what is 2+2"}
+    native = {k: body[k] for k in ("temperature", "top_p", "presence_penalty", "max_tokens", "stop", "seed")}
+    assert native == {"temperature": 0.3, "top_p": 0.9, "presence_penalty": 0.4, "max_tokens": 32,
+                      "stop": ["</a>"], "seed": 11}
+    # Non-OpenAI fields arrive as top-level body fields via extra_body (vLLM reads them there).
+    assert (body["top_k"], body["min_p"], body["repetition_penalty"]) == (20, 0.05, 1.2)
+    assert server.headers[0]["authorization"] == "Bearer sk-test-123"
+
+
+async def test_unset_fields_are_not_sent():
+    async with FakeOpenAIServer() as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", **FAST)
+        await backend.complete(_req())
+        await backend.aclose()
+    body = server.bodies[0]
+    for absent in ("top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop", "presence_penalty"):
+        assert absent not in body
+
+
+async def test_options_extra_body_is_merged():
+    async with FakeOpenAIServer() as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k",
+                                extra_body={"chat_template_kwargs": {"enable_thinking": False}}, **FAST)
+        await backend.complete(_req(top_k=5))
+        await backend.aclose()
+    assert server.bodies[0]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert server.bodies[0]["top_k"] == 5
+
+
+async def test_retries_absorb_500_429_and_a_hanging_response():
+    async with FakeOpenAIServer(script=["500", "429", "hang", "ok"]) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=5, timeout=0.5, **FAST)
+        result = await backend.complete(_req("survive"))
+        await backend.aclose()
+    assert result.text == "echo: survive"
+    assert len(server.bodies) == 4
+
+
+async def test_permanent_failure_raises_after_n_attempts():
+    async with FakeOpenAIServer(script=["500"] * 10) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=3, **FAST)
+        with pytest.raises(BackendError) as info:
+            await backend.complete(_req())
+        await backend.aclose()
+    assert len(server.bodies) == 3
+    message = str(info.value)
+    assert f"openai endpoint {server.base_url} (model 'served-model') failed 3 time(s) in a row" in message
+    assert "HTTP 500" in message
+
+
+async def test_timeouts_alone_exhaust_attempts():
+    async with FakeOpenAIServer(script=["hang"] * 3) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=2, timeout=0.2, **FAST)
+        with pytest.raises(BackendError, match="failed 2 time"):
+            await backend.complete(_req())
+        await backend.aclose()
+    assert len(server.bodies) == 2
+
+
+async def test_client_errors_are_not_retried():
+    async with FakeOpenAIServer(script=["400", "ok"]) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=5, **FAST)
+        with pytest.raises(BackendError) as info:
+            await backend.complete(_req())
+        await backend.aclose()
+    assert len(server.bodies) == 1
+    assert "refused the request: HTTP 400" in str(info.value)
+    assert "top_q" in str(info.value)
+
+
+async def test_connection_refused_raises_after_attempts():
+    with socket.socket() as s:  # find a loopback port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backend = OpenAIBackend("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", attempts=2, **FAST)
+    with pytest.raises(BackendError, match="failed 2 time.*APIConnectionError"):
+        await backend.complete(_req())
+    await backend.aclose()
+
+
+async def test_concurrency_limit_is_shared_per_endpoint():
+    async with FakeOpenAIServer(delay=0.05) as server:
+        # Two backends (two served models) on one endpoint share its limit of 2.
+        a = OpenAIBackend("model-a", base_url=server.base_url, api_key="k", max_concurrency=2, **FAST)
+        b = OpenAIBackend("model-b", base_url=server.base_url, api_key="k", max_concurrency=2, **FAST)
+        results = await asyncio.gather(*[(a if i % 2 else b).complete(_req(f"n{i}")) for i in range(8)])
+        await a.aclose()
+        await b.aclose()
+    assert [r.text for r in results] == [f"echo: n{i}" for i in range(8)]
+    assert len(server.bodies) == 8
+    assert server.max_in_flight == 2
+
+
+async def test_without_limit_pressure_calls_overlap():
+    async with FakeOpenAIServer(delay=0.05) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", max_concurrency=8, **FAST)
+        await asyncio.gather(*[backend.complete(_req(f"n{i}")) for i in range(6)])
+        await backend.aclose()
+    assert server.max_in_flight > 2  # the limit, not the client, was what serialised above
+
+
+def test_missing_named_key_env(monkeypatch):
+    monkeypatch.delenv("ASKSPEC_NO_SUCH_KEY", raising=False)
+    with pytest.raises(BackendError, match="environment variable ASKSPEC_NO_SUCH_KEY"):
+        OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", api_key_env="ASKSPEC_NO_SUCH_KEY")
+
+
+def test_base_url_from_env(monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1234/v1/")
+    assert OpenAIBackend("m").base_url == "http://127.0.0.1:1234/v1"
+
+
+def test_chat_kwargs_mapping():
+    assert chat_kwargs(Sampling()) == {"max_tokens": 256, "temperature": 1.0}
+    kw = chat_kwargs(Sampling(top_k=3, min_p=0.1, repetition_penalty=1.05, seed=0))
+    assert kw["extra_body"] == {"top_k": 3, "min_p": 0.1, "repetition_penalty": 1.05}
+    assert kw["seed"] == 0

@@ -1,0 +1,101 @@
+"""Replay backend: replies in call order per (session, role), clear errors when they run out
+or the file is malformed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from askspec.runtime.backends.base import BackendError, ChatRequest
+from askspec.runtime.backends.replay import ReplayBackend
+
+RECORDING = {
+    "sessions": [
+        {"questioner": ["q0", "q1"], "judge": ["j0"]},
+        {"questioner": ["second-session q0"]},
+    ]
+}
+
+
+def _req(session: int, role: str, call: int) -> ChatRequest:
+    return ChatRequest(messages=({"role": "user", "content": "hi"},), role=role,
+                       session_index=session, call_index=call)
+
+
+@pytest.fixture
+def backend(tmp_path):
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(RECORDING))
+    return ReplayBackend(file=str(path))
+
+
+async def test_replies_follow_session_role_and_call_index(backend):
+    assert (await backend.complete(_req(0, "questioner", 0))).text == "q0"
+    assert (await backend.complete(_req(0, "judge", 0))).text == "j0"
+    assert (await backend.complete(_req(0, "questioner", 1))).text == "q1"
+    assert (await backend.complete(_req(1, "questioner", 0))).text == "second-session q0"
+
+
+async def test_call_index_not_a_counter_so_retries_repeat(backend):
+    first = await backend.complete(_req(0, "questioner", 1))
+    again = await backend.complete(_req(0, "questioner", 1))
+    assert first.text == again.text == "q1"
+    assert first.finish_reason == "stop"
+
+
+async def test_file_option_wins_over_model(tmp_path):
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(RECORDING))
+    backend = ReplayBackend("smollm2-135m-instruct", file=str(path))
+    assert (await backend.complete(_req(0, "judge", 0))).text == "j0"
+
+
+async def test_model_names_the_file_without_option(tmp_path):
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(RECORDING))
+    assert (await ReplayBackend(str(path)).complete(_req(0, "judge", 0))).text == "j0"
+
+
+@pytest.mark.parametrize(
+    ("session", "role", "call", "expected"),
+    [
+        (2, "questioner", 0, "has 2 session(s); session 2 (role 'questioner', call 1)"),
+        (1, "judge", 0, "session 1 has no replies for role 'judge' (call 1); roles recorded there: 'questioner'"),
+        (0, "questioner", 2, "session 0, role 'questioner' ran out of replies: call 3 asked but only 2 recorded"),
+    ],
+)
+async def test_running_out_names_session_role_and_call(backend, session, role, call, expected):
+    with pytest.raises(BackendError) as info:
+        await backend.complete(_req(session, role, call))
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{not json", "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 2"),
+        ("[]", 'expected an object {"sessions": [...]} at the top level'),
+        ('{"sessions": {}}', '"sessions" must be a list, got an object'),
+        ('{"sessions": [["a"]]}', "sessions[0] must be an object mapping role names to reply lists, got a list"),
+        ('{"sessions": [{"judge": "yes"}]}', "sessions[0]['judge'] must be a list of strings, got a string"),
+        ('{"sessions": [{}, {"judge": ["ok", 3]}]}', "sessions[1]['judge'][1] must be a string, got a number"),
+    ],
+)
+def test_bad_files_are_rejected_on_load(tmp_path, content, expected):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(BackendError) as info:
+        ReplayBackend(file=str(path))
+    assert expected in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(BackendError, match="does not exist"):
+        ReplayBackend(file=str(tmp_path / "nope.json"))
+
+
+def test_no_file_named():
+    with pytest.raises(BackendError, match="name the recording file"):
+        ReplayBackend("")

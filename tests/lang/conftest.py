@@ -1,0 +1,25 @@
+"""Shared helpers for the language tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = sorted((ROOT / "specs").glob("*.ask"))
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run `askspec ARGS` in a fresh interpreter (as a user would)."""
+    env = {k: v for k, v in os.environ.items() if k != "ASKSPEC_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "askspec.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(params=SPECS, ids=[p.stem for p in SPECS])
+def spec(request) -> Path:
+    return request.param
