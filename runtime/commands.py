@@ -47,8 +47,15 @@ class ModelResolver:
         self.max_tokens = max_tokens
         self.spec_dir = spec_dir
         self._cache: dict[tuple, Any] = {}
+        self._bindings: dict[tuple[str, str | None], Any] = {}
 
     def resolve(self, role: str, name: str | None):
+        binding = self._bindings.get((role, name))
+        if binding is None:
+            binding = self._bindings[(role, name)] = self._resolve(role, name)
+        return binding
+
+    def _resolve(self, role: str, name: str | None):
         from .backends.base import BackendError
         from .backends.registry import make_backend
         from .engine import ModelBinding, SessionFailed

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -23,7 +24,7 @@ from askspec.ir import model as ir
 
 from .backends.base import Backend, BackendError, ChatRequest, ChatResult, Sampling
 from .evaluator import Env, EvalError, RoleView, evaluate
-from .plan import SessionPlan, derive_seed
+from .plan import SessionPlan
 
 
 class EndSession(Exception):
@@ -94,6 +95,7 @@ class Engine:
         self.roles = {r.name: r for r in exp.roles}
         self.games = {g.name: g for g in exp.games}
         self._templates: dict[str, jinja2.Template] = {}
+        self._wanted: dict[str, tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ templates
     def template(self, key: str) -> jinja2.Template:
@@ -104,8 +106,13 @@ class Engine:
         return t
 
     def render(self, key: str, ctx: dict[str, Any]) -> str:
+        # Only the variables the template uses (known from the IR): a small context keeps
+        # Jinja's per-render setup cheap.
+        wanted = self._wanted.get(key)
+        if wanted is None:
+            wanted = self._wanted[key] = tuple(self.exp.templates[key].variables)
         try:
-            return self.template(key).render(**ctx)
+            return self.template(key).render({k: ctx[k] for k in wanted if k in ctx})
         except jinja2.UndefinedError as e:
             raise SessionFailed(f"template {key}: {e.message}") from None
         except jinja2.TemplateError as e:
@@ -257,7 +264,10 @@ class Engine:
             return list(await asyncio.gather(*(self.call_role(role, s.template, base_ctx, message, st, remember=False, sample_index=i)
                                                for i in range(n))))
 
-        replies = await asyncio.gather(*(for_role(r) for r in s.roles))
+        if len(s.roles) == 1:  # the common case; gather would add a task per call
+            replies = [await for_role(s.roles[0])]
+        else:
+            replies = await asyncio.gather(*(for_role(r) for r in s.roles))
         for target, reply in zip(s.targets, replies):
             if target:
                 st.vars[target] = reply
@@ -311,7 +321,7 @@ class Engine:
         if r.max_tokens is not None:
             sampling["max_tokens"] = r.max_tokens
         seed = sampling.pop("seed", None)
-        seed = derive_seed(st.plan.seed, role, call_index, seed if seed is not None else "")
+        seed = call_seed(st.plan.seed, role, call_index, seed)
         stop = sampling.pop("stop", None) or ()
         samp = Sampling(seed=seed, stop=tuple(stop), **{k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__})
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
@@ -346,6 +356,16 @@ class Engine:
         await route_group(self, group_id, members)
 
 
+def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:
+    """Per-call sampling seed: a splitmix64 mix of the session seed, the role, the call
+    number and the model's own seed (stable across processes, unlike hash())."""
+    x = (session_seed * 0x9E3779B97F4A7C15 + zlib.crc32(role.encode()) * 0xBF58476D1CE4E5B9
+         + call_index * 0x94D049BB133111EB + (model_seed or 0)) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (x ^ (x >> 31)) & 0x7FFFFFFF
+
+
 def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
     """Run the role's reply parser; returns {"fields", "ok", "missing"}."""
     from . import parsers
@@ -357,7 +377,8 @@ def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
     if parser.kind == "json":
         ok = bool(getattr(result, "ok", False))
         missing = list(getattr(result, "missing", []) or []) if not ok else []
-    fields.setdefault("answer", parsers.fallback_answer(text))
+    if "answer" not in fields:
+        fields["answer"] = parsers.fallback_answer(text)
     return {"fields": fields, "ok": ok, "missing": missing}
 
 

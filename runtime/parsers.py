@@ -116,6 +116,7 @@ def _as_text(text: Any) -> str:
 # --------------------------------------------------------------------------- sections
 
 
+@lru_cache(maxsize=1024)
 def field_name(tag: str) -> str:
     """Spec-level field name of a tag: non-alphanumerics dropped, lowercased.
 
@@ -145,6 +146,12 @@ def _tag_occurrences(text: str, tags: Sequence[str]) -> list[tuple[int, int, str
         return []
     rx = _tag_regex(tuple(tags))
     return [(m.start(), m.end(), m.group("tag")) for m in rx.finditer(text)]
+
+
+@lru_cache(maxsize=256)
+def _checked_tags(tags: tuple[str, ...], what: str) -> list[str]:
+    """`_check_tags` memoised: a role's tags are validated once, not on every reply."""
+    return _check_tags(tags, what)
 
 
 def _check_tags(tags: Sequence[str], what: str) -> list[str]:
@@ -192,7 +199,7 @@ def sections(
       declared, else of the whole reply (for Ask-E's questioner that is the draft's
       ``\\boxed{}`` solution).
     """
-    tags = _check_tags(tags, "sections")
+    tags = _checked_tags(tuple(tags) if not isinstance(tags, str) else (tags,), "sections")
     raw = _as_text(text)
     names = [field_name(t) for t in tags]
     by_tag = dict(zip(tags, names))
@@ -757,6 +764,7 @@ def parse(
     raw = _as_text(text)
     result = fn(raw, dict(args or {}))
     result.fields.setdefault("text", raw)
-    result.fields.setdefault("answer", fallback_answer(raw))
+    if "answer" not in result.fields:  # not setdefault: fallback_answer is not free
+        result.fields["answer"] = fallback_answer(raw)
     result.truncated = is_truncated(finish_reason, raw)
     return result

@@ -26,6 +26,7 @@ from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_va
 INVALID = "!invalid"
 
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "max_tokens", "stop", "seed"}
+WHOLE_SAMPLING_KEYS = {"top_k", "max_tokens", "seed"}
 MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file"}
 BACKENDS = {"hf", "openai", "vllm", "python", "replay"}
 ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",
@@ -340,19 +341,32 @@ class Compiler:
                 self.exp.models.append(m)
         self.exp.models.sort(key=lambda m: [d.name for d in decls].index(m.name))
 
+    def sampling_value(self, key: str, value: A.Expr) -> Any:
+        """A sampling field's constant value (models and roles), or None if invalid."""
+        v = self.const(value, f"sampling field '{key}'")
+        if v is None:
+            return None
+        if key == "stop":
+            v = [v] if isinstance(v, str) else v
+            if not (isinstance(v, list) and all(isinstance(s, str) for s in v)):
+                self.err("E107", "stop must be a string or a list of strings", value.span)
+                return None
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            self.err("E201", f"'{key}' must be a number, found {from_json_value(v)}", value.span)
+            return None
+        elif (v < 0 and key != "presence_penalty") or (key in WHOLE_SAMPLING_KEYS and v != int(v)):
+            whole = "whole " if key in WHOLE_SAMPLING_KEYS else ""
+            self.err("E107", f"'{key}' must be a {whole}number ≥ 0, found {v}", value.span)
+            return None
+        return v
+
     def model_attr(self, m: ir.Model, key: str, value: A.Expr, span: Span) -> None:
-        v = self.const(value, f"model setting '{key}'")
         if key in SAMPLING_KEYS:
-            if key == "stop":
-                v = [v] if isinstance(v, str) else v
-                if not (isinstance(v, list) and all(isinstance(s, str) for s in v)):
-                    self.err("E107", "stop must be a string or a list of strings", value.span)
-                    return
-            elif v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-                self.err("E201", f"'{key}' must be a number, found {from_json_value(v)}", value.span)
-                return
-            m.sampling[key] = v
+            v = self.sampling_value(key, value)
+            if v is not None:
+                m.sampling[key] = v
         elif key in MODEL_OPTION_KEYS:
+            v = self.const(value, f"model setting '{key}'")
             m.options[key] = v
         else:
             self.err("E105", f"unknown model setting '{key}'", span, suggest(key, SAMPLING_KEYS | MODEL_OPTION_KEYS))
@@ -433,7 +447,9 @@ class Compiler:
                 r.max_tokens = self.const_int(attrs["max_tokens"].value, "max_tokens", 1)
             for key in SAMPLING_KEYS - {"max_tokens"}:
                 if key in attrs:
-                    r.sampling[key] = self.const(attrs[key].value, key)
+                    v = self.sampling_value(key, attrs[key].value)
+                    if v is not None:
+                        r.sampling[key] = v
             self.exp.roles.append(r)
 
     def memory(self, e: A.Expr) -> ir.Memory:

@@ -389,11 +389,10 @@ class GameChecker:
 
     def _Reward(self, s: A.Reward, scope, in_loop):
         value, t = self.expr(s.value, scope)
-        if not numeric(t) or t.name == "any" and False:
+        if not numeric(t):
             self.err("E201", f"a reward must be a number, found {t}", s.value.span)
         name = s.name or "reward"
         if s.target in self.roles:
-            self.asked_roles  # a reward alone does not make a role "asked"
             return ir.RewardStep(span=irspan(s.span), role=s.target, name=name, value=value)
         sym = scope.lookup(s.target)
         if sym is not None and sym.type.name == "record" and sym.type.role:

@@ -1,0 +1,113 @@
+"""A run killed with SIGKILL mid-way resumes without losing or duplicating sessions, and
+the lines written before the kill stay byte-identical."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SPEC = """
+experiment resume_demo {
+    param n: int = 24
+    seed = 7
+}
+model slow = python("slow_model:reply")
+role asker { model = slow; memory = none; reply = sections("#Question#"); prompt = "Ask question {{ i }}." }
+role solver { model = slow; memory = none; reply = boxed }
+game one for i in range(1, n) {
+    outcomes solved, unsolved
+    q = ask asker
+    s = ask solver: q.question
+    outcome = case { s.answer == str(i + 0) -> solved; else -> unsolved }
+}
+"""
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_sigkill_then_resume(tmp_path):
+    spec = tmp_path / "resume_demo.ask"
+    spec.write_text(SPEC)
+    out = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), "--concurrency", "2", "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run_dir = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        dirs = [d for d in out.glob("*") if d.is_dir() and not d.name.startswith(".")] if out.exists() else []
+        if dirs:
+            run_dir = dirs[0]
+            sessions = run_dir / "events" / "sessions.ndjson"
+            finished = [l for l in sessions.read_text().splitlines() if '"finished"' in l or '"ok"' in l]
+            if len(finished) >= 6:
+                break
+        time.sleep(0.05)
+    assert run_dir is not None, proc.stderr.read().decode() if proc.poll() is not None else "no run dir"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    from askspec.runtime.store.views import open_store
+
+    con = open_store(str(run_dir))
+    before_ok = {r[0] for r in con.execute("select session_id from sessions where status = 'ok'").fetchall()}
+    assert 0 < len(before_ok) < 24
+    turns_before = _lines(run_dir / "events" / "turns.ndjson")
+    sessions_before = _lines(run_dir / "events" / "sessions.ndjson")
+
+    resumed = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "--resume", str(run_dir), "--quiet"],
+                             cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Traceback" not in resumed.stderr
+
+    con = open_store(str(run_dir))
+    rows = con.execute("select session_id, status, count(*) over (partition by session_id) from sessions").fetchall()
+    ids = sorted(r[0] for r in rows)
+    assert ids == [f"s{k:06d}" for k in range(24)]  # every planned session exactly once
+    assert all(r[1] == "ok" and r[2] == 1 for r in rows)
+    # every finished session has exactly its two turns, no duplicates from the killed attempt
+    per = dict(con.execute("select session_id, count(*) from turns group by session_id").fetchall())
+    assert set(per.values()) == {2}
+    # lines written before the kill are untouched (complete lines are byte-identical)
+    turns_after = _lines(run_dir / "events" / "turns.ndjson")
+    complete_before = [l for l in turns_before if l.endswith(b"\n")]
+    assert turns_after[: len(complete_before)] == complete_before
+    sessions_after = _lines(run_dir / "events" / "sessions.ndjson")
+    complete_s = [l for l in sessions_before if l.endswith(b"\n")]
+    assert sessions_after[: len(complete_s)] == complete_s
+    # the sessions that had finished before the kill were not run again
+    reran = con.execute("select session_id from sessions where attempt > 1").fetchall()
+    assert not (before_ok & {r[0] for r in reran})
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "finished"
+
+
+def test_resume_refuses_changed_spec(tmp_path):
+    spec = tmp_path / "resume_demo.ask"
+    spec.write_text(SPEC.replace("param n: int = 24", "param n: int = 3"))
+    out = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), "--quiet"],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    run_dir = Path(done.stdout.strip().splitlines()[-1])
+    spec.write_text(spec.read_text().replace("Ask question", "Please ask question"))
+    again = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "--resume", str(run_dir)],
+                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1
+    assert "refusing to resume" in again.stderr and "hash" in again.stderr
+    assert "Traceback" not in again.stderr
