@@ -98,11 +98,9 @@ class ModelResolver:
                             weights=weights, sampling=sampling)
 
     async def aclose(self) -> None:
-        for b in self._cache.values():
-            try:
-                await b.aclose()
-            except Exception:
-                pass
+        from .backends.registry import aclose_backends
+
+        await aclose_backends()
 
 
 class StatefulScorers:
@@ -198,6 +196,19 @@ def _parse_pairs(items: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
+async def run_spec(file: str | None = None, **options: Any) -> tuple[int, str | None]:
+    """Programmatic `askspec run`: the same options as the command line (as keyword
+    arguments, e.g. out=..., set=["probes=1"], replay=...). Returns (exit code, run dir)."""
+    ns = argparse.Namespace(file=file, backend=None, model=None, sessions=None, seed=None, set=None, out="runs",
+                            replay=None, concurrency=8, resume=None, max_tokens=None, quiet=True)
+    for key, value in options.items():
+        if not hasattr(ns, key):
+            raise TypeError(f"run_spec: unknown option {key!r}")
+        setattr(ns, key, value)
+    rc = await _run(ns)
+    return rc, getattr(ns, "run_dir", None)
+
+
 def cmd_run(args) -> int:
     try:
         return asyncio.run(_run(args))
@@ -290,18 +301,17 @@ async def _run(args) -> int:
     print(f"run {writer.run_id}: {len(plans)} sessions of {exp.name} ({ehash[:12]}) -> {writer.run_dir}", file=sys.stderr)
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(engine.run(plans, done))
-    stop_requested = False
-
     def on_signal() -> None:
-        nonlocal stop_requested
-        stop_requested = True
         task.cancel()
 
+    installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, on_signal)
-        except (NotImplementedError, RuntimeError):
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
             pass
+    args.run_dir = str(writer.run_dir)
     status = "finished"
     try:
         results = await task
@@ -313,6 +323,8 @@ async def _run(args) -> int:
         print(f"\nerror: the run failed: {e.__class__.__name__}: {e}", file=sys.stderr)
         results = []
     finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
         progress.close()
         writer.finish(status)
         await resolver.aclose()

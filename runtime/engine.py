@@ -75,6 +75,7 @@ class SessionResult:
     tokens: int
     first_prompts: dict[str, str]
     attempt: int = 1
+    vars: dict[str, Any] = field(default_factory=dict)
 
 
 class Engine:
@@ -133,13 +134,15 @@ class Engine:
         async def one(p: SessionPlan) -> None:
             async with sem:
                 res = await self.run_session(p)
-            results[p.index] = res
+            # keep only a slim record per session: a long run must not hold every transcript
+            results[p.index] = _slim(res)
             if self.on_session_done:
                 self.on_session_done(res)
             if p.group_id:
                 members = group_results.setdefault(p.group_id, [])
                 members.append(res)
                 if len(members) == len(groups[p.group_id]):
+                    del group_results[p.group_id]
                     route_tasks.append(asyncio.create_task(self.route_group(p.group_id, members)))
 
         todo = [p for p in plans if p.session_id not in done]
@@ -169,7 +172,8 @@ class Engine:
         scalars = {k: v for k, v in st.vars.items() if isinstance(v, (int, float, str, bool)) or v is None}
         self.writer.session_finished(p.session_id, attempt, status=status, outcome=st.outcome, error=error, vars=scalars)
         final_texts = {r: v.turns[-1]["text"] for r, v in st.roles.items() if v.turns}
-        return SessionResult(p, status, st.outcome, error, st.rewards, final_texts, st.tokens, dict(st.first_user), attempt)
+        return SessionResult(p, status, st.outcome, error, st.rewards, final_texts, st.tokens, dict(st.first_user), attempt,
+                             st.vars)
 
     # ------------------------------------------------------------------ steps
     def env(self, st: SessionState) -> Env:
@@ -354,6 +358,10 @@ class Engine:
         from .routing import route_group
 
         await route_group(self, group_id, members)
+
+
+def _slim(res: SessionResult) -> SessionResult:
+    return SessionResult(res.plan, res.status, res.outcome, res.error, res.rewards, {}, res.tokens, {}, res.attempt)
 
 
 def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:

@@ -47,13 +47,14 @@ async def route_group(engine: "Engine", group_id: str, members: list["SessionRes
             action = "keep" if arm is None else arm.action
             engine.writer.group(group_id, route=action, stats=stats, members=ids)
             continue
+        group_ctx = {"role": route.role, "rewards": rewards, "size": len(rewards)}
         if arm.action == "tournament":
             t = next(t for t in engine.exp.tournaments if t.name == arm.target)
-            scores = await _tournament(engine, t, group_id, route.role, ok)
+            scores = await _tournament(engine, t, group_id, route.role, ok, group_ctx)
             name = "tournament"
         else:
             j = next(j for j in engine.exp.judges if j.name == arm.target)
-            scores = await _pointwise(engine, j, route.role, ok)
+            scores = await _pointwise(engine, j, route.role, ok, group_ctx)
             name = "judge"
         for m, score in zip(ok, scores):
             if score is None:
@@ -93,15 +94,21 @@ class _JudgeCaller:
         return result.text
 
 
-async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: str, ok: list["SessionResult"]) -> list[float | None]:
+def _context(engine: "Engine", member: "SessionResult", role: str, group_ctx: dict) -> dict:
+    """Template variables of a contest: parameters, the member session's variables (the
+    group shares its prompt item), the group's rewards, and the role's first prompt."""
+    return {**engine.params, **member.vars, **group_ctx, "prompt": member.first_prompts.get(role, "")}
+
+
+async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: str, ok: list["SessionResult"],
+                      group_ctx: dict) -> list[float | None]:
     from .scoring.tournament import run_tournament
 
     caller = _JudgeCaller(engine, t.judge, ok[0].plan.index)
-    prompt = ok[0].first_prompts.get(role, "")
-    ctx_base = {**engine.params, **ok[0].plan.bindings, "prompt": prompt}
+    ctx_base = _context(engine, ok[0], role, group_ctx)
 
     async def judge(first: str, second: str, attempt: int) -> str:
-        return await caller(engine.render(t.template, {**ctx_base, "a": first, "b": second, "attempt": attempt}))
+        return await caller(engine.render(t.template, {**ctx_base, "response_a": first, "response_b": second, "attempt": attempt}))
 
     traces = [m.final_texts.get(role, "") for m in ok]
     try:
@@ -117,13 +124,14 @@ async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: s
     return list(result.scores)
 
 
-async def _pointwise(engine: "Engine", j: ir.PointwiseJudge, role: str, ok: list["SessionResult"]) -> list[float | None]:
+async def _pointwise(engine: "Engine", j: ir.PointwiseJudge, role: str, ok: list["SessionResult"],
+                     group_ctx: dict) -> list[float | None]:
     from .scoring.tournament import parse_pointwise
 
     caller = _JudgeCaller(engine, j.judge, ok[0].plan.index)
     out: list[float | None] = []
     for m in ok:
-        ctx = {**engine.params, **m.plan.bindings, "prompt": m.first_prompts.get(role, ""), "response": m.final_texts.get(role, "")}
+        ctx = {**_context(engine, m, role, group_ctx), "response": m.final_texts.get(role, "")}
         score = None
         for attempt in range(1 + j.retries):
             try:

@@ -282,9 +282,13 @@ class Role(Node):
 
 
 class Dataset(Node):
+    """A data set: a file (`path` relative to the spec's folder, `digest` the sha256 of its
+    content when compiled) or inline `items`."""
+
     name: str
     format: Literal["jsonl", "parquet", "list", "knowledge"]
     path: str | None = None
+    digest: str | None = None
     items: list[Any] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 

@@ -5,6 +5,7 @@ declaration -> check games -> warnings for unused declarations -> IR.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -553,21 +554,40 @@ class Compiler:
             opts[a.name] = self.const(a.value, f"data setting '{a.name}'")
             if a.name not in ("limit", "shuffle", "seed", "text_field", "split"):
                 self.err("E105", f"unknown data setting '{a.name}'", a.name_span, "settings: limit, shuffle, seed, text_field, split, fields")
+        ds = ir.Dataset(span=irspan(d.span), name=d.name, format="list", items=[], options=opts)
+        self.exp.datasets.append(ds)  # even when invalid, so that uses do not report it as undefined
         if isinstance(src, A.ListLit):
-            items = self.const(src, "inline data")
-            self.exp.datasets.append(ir.Dataset(span=irspan(d.span), name=d.name, format="list", items=items, options=opts))
+            ds.items = self.const(src, "inline data") or []
         elif isinstance(src, A.Call) and src.func in ("jsonl", "parquet", "knowledge") and len(src.args) == 1:
             path = self.const(src.args[0], "a data path")
             if not isinstance(path, str):
-                self.err("E107", "a data path is a string", src.args[0].span)
+                if path is not None:
+                    self.err("E107", "a data path is a string", src.args[0].span)
                 return
-            self.exp.datasets.append(ir.Dataset(span=irspan(d.span), name=d.name, format=src.func, path=path, options=opts))
+            ds.format, ds.path, ds.items = src.func, path, None
+            ds.digest = self.file_digest(path, src.args[0].span)
         else:
             self.err("E107", "data is jsonl(\"path\"), parquet(\"path\"), knowledge(\"path\") or a list literal", src.span)
             return
         fields = next((a for a in d.attrs if a.name == "fields"), None)
         if fields is not None:
             self.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
+
+    def file_digest(self, rel: str, span: Span) -> str | None:
+        """sha256 of a data file (relative to the spec's folder), so that the experiment
+        hash changes when the data does."""
+        full = os.path.normpath(os.path.join(self.spec_dir, rel))
+        try:
+            h = hashlib.sha256()
+            with open(full, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            return h.hexdigest()
+        except FileNotFoundError:
+            self.err("E303", f"data file not found: {rel}", span, "paths are relative to the spec's folder")
+        except OSError as e:
+            self.err("E303", f"cannot read data file {rel}: {e.strerror or e}", span)
+        return None
 
     def data_item_type(self, name: str) -> T:
         buf = next((x for x in self.exp.buffers if x.name == name), None)

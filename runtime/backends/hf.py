@@ -465,7 +465,8 @@ class HFBackend(Backend):
 
         s = job.request.sampling
         generator = torch.Generator(device=self._device)
-        generator.manual_seed(s.seed if s.seed is not None else secrets.randbits(63))
+        # torch takes seeds in [0, 2**64); fold any int (engine seeds are hashes) into it.
+        generator.manual_seed((int(s.seed) if s.seed is not None else secrets.randbits(63)) & (2**64 - 1))
         params = RowSampling(
             temperature=float(s.temperature) if s.temperature is not None else 1.0,
             top_p=float(s.top_p) if s.top_p is not None else 1.0,

@@ -111,6 +111,8 @@ async def test_mixed_sampling_params_in_one_batch(backend):
         _req("Tell me about birds.", max_tokens=8, temperature=1.0, repetition_penalty=1.3,
              presence_penalty=0.5, seed=4),
         _req("Tell me about fish.", max_tokens=8, temperature=0.7, stop=(".",), seed=5),
+        _req("Tell me about frogs.", max_tokens=8, seed=2**80 + 5),  # engine seeds are hashes
+        _req("Tell me about owls.", max_tokens=8, seed=-3),
     ]
     alone_greedy = await backend.complete(reqs[0])
     results = await asyncio.gather(*[backend.complete(r) for r in reqs])

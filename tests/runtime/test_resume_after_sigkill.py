@@ -111,3 +111,35 @@ def test_resume_refuses_changed_spec(tmp_path):
     assert again.returncode == 1
     assert "refusing to resume" in again.stderr and "hash" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_resumes(tmp_path):
+    spec = tmp_path / "resume_demo.ask"
+    spec.write_text(SPEC)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), "--concurrency", "2"],
+                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    run_dir = None
+    while time.monotonic() < deadline:
+        dirs = [d for d in out.glob("*") if d.is_dir() and not d.name.startswith(".")] if out.exists() else []
+        if dirs and '"ok"' in (dirs[0] / "events" / "sessions.ndjson").read_text():
+            run_dir = dirs[0]
+            break
+        time.sleep(0.05)
+    assert run_dir is not None
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    err = err.decode()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "--resume" in err
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    resumed = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "--resume", str(run_dir), "--quiet"],
+                             cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    from askspec.runtime.store.views import open_store
+
+    con = open_store(str(run_dir))
+    assert con.execute("select count(distinct session_id), count(*) from sessions where status='ok'").fetchone() == (24, 24)

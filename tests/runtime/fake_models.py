@@ -1,0 +1,37 @@
+"""Python-backed fake models used by the engine tests (named as fakes; opt-in via spec)."""
+
+import asyncio
+import json
+
+IN_FLIGHT = {"now": 0, "max": 0}
+
+
+def count_messages(messages, request):
+    """Replies with how many messages it was sent and the roles of each."""
+    return json.dumps({"n": len(messages), "roles": [m["role"] for m in messages], "call": request.call_index})
+
+
+async def slow_tracked(messages, request):
+    IN_FLIGHT["now"] += 1
+    IN_FLIGHT["max"] = max(IN_FLIGHT["max"], IN_FLIGHT["now"])
+    await asyncio.sleep(0.02)
+    IN_FLIGHT["now"] -= 1
+    return f"#Answer# {request.role}-{request.call_index}"
+
+
+def session_answer(messages, request):
+    """Answers \\boxed{k} where k is the session index modulo 2 (for diverse groups)."""
+    return f"I think \\boxed{{{request.session_index % 2}}}"
+
+
+def always_one(messages, request):
+    return "\\boxed{1}"
+
+
+def judge_first(messages, request):
+    """A judge that always prefers the response shown first."""
+    return "Response A is better. \\boxed{A}"
+
+
+def fails(messages, request):
+    raise RuntimeError("the fake model is down")

@@ -1,0 +1,169 @@
+"""The interpreter's protocol semantics, run in-process on Python-backed fake models:
+memory policies, parallel fan-out, `sample N`, bounded loops, per-turn rewards, group
+routing to tournaments, and faults recorded on the session while the run goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import fake_models  # noqa: E402
+
+from askspec.runtime.commands import run_spec  # noqa: E402
+from askspec.runtime.store.views import open_store  # noqa: E402
+
+
+def run(tmp_path: Path, spec: str, **options):
+    path = tmp_path / "t.ask"
+    path.write_text(spec)
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), **options))
+    assert rc == 0
+    return open_store(run_dir)
+
+
+def prompts(con, role: str, session: str = "s000000") -> list[list[dict]]:
+    rows = con.execute(f"select prompt from turns where role='{role}' and session_id='{session}' order by turn_index").fetchall()
+    return [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in rows]
+
+
+MEMORY = """
+model echo = python("fake_models:count_messages")
+role full_r { model = echo; memory = full; system = "sys"; prompt = "go {{ turn }}" }
+role none_r { model = echo; memory = none; system = "sys"; prompt = "go {{ turn }}" }
+role win_r { model = echo; memory = window(1); system = "sys"; prompt = "go {{ turn }}" }
+game g {
+    repeat 3 {
+        ask full_r
+        ask none_r
+        ask win_r
+    }
+}
+"""
+
+
+def test_memory_policies(tmp_path):
+    con = run(tmp_path, MEMORY)
+    assert [len(p) for p in prompts(con, "full_r")] == [2, 4, 6]  # system + all earlier exchanges
+    assert [len(p) for p in prompts(con, "none_r")] == [2, 2, 2]  # system + the current message only
+    assert [len(p) for p in prompts(con, "win_r")] == [2, 4, 4]  # system + the last exchange
+    full = prompts(con, "full_r")[-1]
+    assert [m["role"] for m in full] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert full[-1]["content"] == "go 3"
+
+
+def test_model_output_is_never_rendered_as_a_template(tmp_path):
+    spec = """
+model m = python("fake_models:count_messages")
+role a { model = m; memory = none; prompt = "{{ message }}" }
+game g {
+    x = ask a: "{{ 7 * 7 }} {% for i in range(3) %}x{% endfor %}"
+}
+"""
+    con = run(tmp_path, spec)
+    sent = prompts(con, "a")[0][-1]["content"]
+    assert sent == "{{ 7 * 7 }} {% for i in range(3) %}x{% endfor %}"
+
+
+FANOUT = """
+model slow = python("fake_models:slow_tracked")
+role a { model = slow; memory = none; reply = sections("#Answer#"); prompt = "q" }
+role b { model = slow; memory = none; reply = sections("#Answer#"); prompt = "q" }
+game g {
+    outcomes done
+    ra, rb = ask a, b
+    many = sample 4 ask a
+    for r in many { reward r as each = 1 }
+    reward a = len(many)
+    outcome = done
+}
+"""
+
+
+def test_parallel_fanout_and_sample(tmp_path):
+    fake_models.IN_FLIGHT.update(now=0, max=0)
+    con = run(tmp_path, FANOUT, concurrency=1)
+    # with one session in flight, only the fan-out and the sample can overlap calls
+    assert fake_models.IN_FLIGHT["max"] >= 2
+    assert con.execute("select count(*) from turns where role='a'").fetchone()[0] == 5
+    rewards = con.execute("select name, turn_index, value from rewards order by name, turn_index").fetchall()
+    each = [r for r in rewards if r[0] == "each"]
+    assert len(each) == 4 and all(r[1] is not None for r in each)  # per-turn rewards carry their turn
+    assert ("reward", None, 4.0) in rewards  # terminal reward: turn_index NULL
+
+
+LOOPS = """
+model m = python("fake_models:count_messages")
+role a { model = m; memory = none; prompt = "q" }
+game g {
+    k = 0
+    while k < 10 limit 4 { ask a; k = k + 1 }
+    j = 0
+    until j >= 2 limit 5 { ask a; j = j + 1 }
+    for x in [1, 2, 3] { ask a }
+}
+"""
+
+
+def test_bounded_loops(tmp_path):
+    con = run(tmp_path, LOOPS)
+    assert con.execute("select count(*) from turns").fetchone()[0] == 4 + 2 + 3
+
+
+ARENA = """
+experiment arena { param group: int = 8 }
+model policy_m = python("fake_models:{policy}")
+model judge_m = python("fake_models:judge_first")
+role policy {{ model = policy_m; trained; memory = none; reply = boxed; prompt = "solve" }}
+role judge {{ model = judge_m; memory = none }}
+tournament cup {{ judge = judge; prompt = "A: {{{{ response_a }}}} B: {{{{ response_b }}}}"; pairing = {pairing}; gamma = 0.9 }}
+game solve sample group {{
+    r = ask policy
+    reward policy = case {{ r.answer == "1" -> 1.0; else -> 0.0 }}
+    route policy {{ when var(rewards) > 0 -> keep; else -> tournament cup }}
+}}
+"""
+
+
+def _arena(tmp_path, policy: str, pairing: str):
+    spec = ARENA.replace("{policy}", policy).replace("{pairing}", pairing).replace("{{", "{").replace("}}", "}")
+    return run(tmp_path, spec)
+
+
+@pytest.mark.parametrize("pairing, calls", [("round_robin", 28), ("live", 18)])
+def test_equal_group_goes_to_tournament(tmp_path, pairing, calls):
+    con = _arena(tmp_path, "always_one", pairing)
+    assert con.execute("select count(*) from matches").fetchone()[0] == calls
+    route = con.execute("select route from groups").fetchone()[0]
+    assert route == "tournament:cup"
+    scores = [r[0] for r in con.execute("select value from rewards where name='tournament'").fetchall()]
+    assert len(scores) == 8 and all(0.0 <= s <= 1.0 for s in scores)
+
+
+def test_diverse_group_makes_no_judge_calls(tmp_path):
+    con = _arena(tmp_path, "session_answer", "round_robin")
+    assert con.execute("select count(*) from matches").fetchone()[0] == 0
+    assert con.execute("select route from groups").fetchone()[0] == "keep"
+    assert con.execute("select count(*) from rewards where name='tournament'").fetchone()[0] == 0
+
+
+def test_failing_model_marks_session_error_and_run_goes_on(tmp_path):
+    spec = """
+model ok_m = python("fake_models:always_one")
+model bad_m = python("fake_models:fails")
+role a { model = ok_m; memory = none; prompt = "q" }
+role b { model = bad_m; memory = none; prompt = "q" }
+game g for i in [1, 2, 3] {
+    x = ask a
+    if i == 2 { y = ask b }
+}
+"""
+    con = run(tmp_path, spec)
+    rows = con.execute("select session_id, status, error from sessions order by session_id").fetchall()
+    assert [r[1] for r in rows] == ["ok", "error", "ok"]
+    assert "fake model is down" in rows[1][2]
