@@ -8,7 +8,8 @@ askspec, recording every turn to the run store, reported separately).
 askspec runs in this process; verifiers runs in a child process from its own virtual
 environment (verifiers pins its own openai/datasets versions), created on first use at
 bench/.venv-verifiers unless $VERIFIERS_PYTHON points at a Python that has it. Both are
-timed in the same invocation, side by side.
+timed in the same invocation, side by side; wall-clock and process CPU time are both
+reported (CPU time is the steadier figure on a shared machine).
 
     python bench/bench_orchestration.py [--sessions 2000] [--turns 8]
 """
@@ -78,16 +79,16 @@ def askspec_side(sessions: int, turns: int, record: bool) -> dict:
         engine = Engine(exp, params=params, datasets={}, writer=writer, resolve_model=resolver.resolve, concurrency=64)
 
         async def go():
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             results = await engine.run(plans)
-            return time.perf_counter() - t0, results
+            return time.perf_counter() - t0, time.process_time() - c0, results
 
-        elapsed, results = asyncio.run(go())
+        elapsed, cpu, results = asyncio.run(go())
         if record:
             writer.finish("finished")
         assert all(r.status == "ok" for r in results), results[0].error
     calls = sessions * turns
-    return {"calls": calls, "seconds": elapsed, "ms_per_call": 1000 * elapsed / calls}
+    return {"calls": calls, "seconds": elapsed, "ms_per_call": 1000 * elapsed / calls, "cpu_ms_per_call": 1000 * cpu / calls}
 
 
 def verifiers_python() -> str:
@@ -121,13 +122,14 @@ def main() -> None:
             ("askspec (recording every turn)", askspec_side(args.sessions, args.turns, record=True))]
     if not args.skip_verifiers:
         rows.append(("verifiers 0.3.1 MultiTurnEnv", verifiers_side(args.sessions, args.turns)))
-    print(f"{'engine':34s} {'calls':>8s} {'seconds':>9s} {'ms/call':>9s}")
+    print(f"{'engine':34s} {'calls':>8s} {'seconds':>9s} {'ms/call':>9s} {'cpu ms/call':>12s}")
     for name, r in rows:
-        print(f"{name:34s} {r['calls']:8d} {r['seconds']:9.3f} {r['ms_per_call']:9.4f}")
+        print(f"{name:34s} {r['calls']:8d} {r['seconds']:9.3f} {r['ms_per_call']:9.4f} {r['cpu_ms_per_call']:12.4f}")
     if not args.skip_verifiers:
-        vf = rows[-1][1]["ms_per_call"]
+        vf = rows[-1][1]
         for name, r in rows[:-1]:
-            print(f"ratio {name} / verifiers: {r['ms_per_call'] / vf:.3f}  (target ≤ 0.1)")
+            print(f"ratio {name} / verifiers: wall {r['ms_per_call'] / vf['ms_per_call']:.3f}, "
+                  f"cpu {r['cpu_ms_per_call'] / vf['cpu_ms_per_call']:.3f}  (target ≤ 0.1)")
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def write_run(out: Path, sessions: int, turns: int, flush_interval: float) -> tu
         flush_interval=flush_interval,
     )
     events = turn_events = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(sessions):
         a_model, b_model = PAIRS[i % len(PAIRS)]
         group = f"{a_model}|{b_model}"
@@ -114,9 +114,9 @@ def write_run(out: Path, sessions: int, turns: int, flush_interval: float) -> tu
                 members=[])
         events += 1
     w.finish()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     sizes = {p.name: p.stat().st_size for p in (w.run_dir / "events").glob("*.ndjson")}
-    return w.run_dir, {"seconds": dt, "events": events, "turns": turn_events, "bytes": sum(sizes.values()),
+    return w.run_dir, {"seconds": dt, "cpu": cpu, "events": events, "turns": turn_events, "bytes": sum(sizes.values()),
                        "turns_bytes": sizes["turns.ndjson"]}
 
 
@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_dir, w = write_run(out, args.sessions, args.turns, args.flush_interval)
         print(f"write: {w['events']:,} events ({w['turns']:,} turns) in {w['seconds']:.2f} s = "
-              f"{w['events'] / w['seconds']:,.0f} events/s, {w['turns'] / w['seconds']:,.0f} turns/s; "
+              f"{w['events'] / w['seconds']:,.0f} events/s, {w['turns'] / w['seconds']:,.0f} turns/s "
+              f"(per CPU-second of the writer process: {w['events'] / w['cpu']:,.0f} events/s); "
               f"NDJSON {w['bytes'] / 1e6:,.0f} MB (turns {w['turns_bytes'] / w['turns']:.0f} B/line)")
 
         nd = time_queries(run_dir, args.repeat)

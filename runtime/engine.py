@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import jinja2
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from askspec.ir import model as ir
@@ -95,29 +96,32 @@ class Engine:
         self.on_turn = on_turn
         self.roles = {r.name: r for r in exp.roles}
         self.games = {g.name: g for g in exp.games}
-        self._templates: dict[str, jinja2.Template] = {}
-        self._wanted: dict[str, tuple[str, ...]] = {}
+        self._templates: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]] = {}
+        self._sampling_cache: dict[tuple[str, str], tuple[dict[str, Any], int | None]] = {}
 
     # ------------------------------------------------------------------ templates
-    def template(self, key: str) -> jinja2.Template:
-        t = self._templates.get(key)
-        if t is None:
+    def template(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]:
+        """The compiled template, its globals and the variables it uses (from the IR)."""
+        hit = self._templates.get(key)
+        if hit is None:
             t = _ENV.from_string(self.exp.templates[key].source)
-            self._templates[key] = t
-        return t
+            hit = self._templates[key] = (t, dict(t.globals), tuple(self.exp.templates[key].variables))
+        return hit
 
     def render(self, key: str, ctx: dict[str, Any]) -> str:
-        # Only the variables the template uses (known from the IR): a small context keeps
-        # Jinja's per-render setup cheap.
-        wanted = self._wanted.get(key)
-        if wanted is None:
-            wanted = self._wanted[key] = tuple(self.exp.templates[key].variables)
+        t, globals_, wanted = self.template(key)
+        # A shared context built from a small dict (only the variables the template uses)
+        # skips Jinja's per-render copy of its globals; rendering is otherwise Template.render,
+        # in the same sandboxed environment.
+        parent = {**globals_, **{k: ctx[k] for k in wanted if k in ctx}}
         try:
-            return self.template(key).render({k: ctx[k] for k in wanted if k in ctx})
+            return "".join(t.root_render_func(t.new_context(parent, shared=True)))
         except jinja2.UndefinedError as e:
             raise SessionFailed(f"template {key}: {e.message}") from None
         except jinja2.TemplateError as e:
             raise SessionFailed(f"template {key}: {e}") from None
+        except (SecurityError, TypeError, ValueError, ArithmeticError, LookupError) as e:
+            raise SessionFailed(f"template {key}: {e.__class__.__name__}: {e}") from None
 
     # ------------------------------------------------------------------ running
     async def run(self, plans: list[SessionPlan], done: set[str] | None = None) -> list[SessionResult]:
@@ -321,13 +325,8 @@ class Engine:
                          sample_index: int) -> dict:
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
-        sampling = {**binding.sampling, **r.sampling}
-        if r.max_tokens is not None:
-            sampling["max_tokens"] = r.max_tokens
-        seed = sampling.pop("seed", None)
-        seed = call_seed(st.plan.seed, role, call_index, seed)
-        stop = sampling.pop("stop", None) or ()
-        samp = Sampling(seed=seed, stop=tuple(stop), **{k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__})
+        base, model_seed = self._sampling(role, r, binding)
+        samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, model_seed), **base)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
                           session_index=st.plan.index, call_index=call_index)
         t0 = time.perf_counter()
@@ -340,18 +339,33 @@ class Engine:
         turn_index = st.turn_counter
         st.turn_counter += 1
         st.tokens += result.tokens_out
-        reply = {**parsed["fields"], "text": result.text, "parsed": parsed["ok"], "truncated": result.finish_reason == "length",
-                 "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role, "model": binding.name,
-                 "_turn": turn_index, "_missing": parsed["missing"]}
-        reply.setdefault("answer", parsed["fields"].get("answer", ""))
+        fields = parsed["fields"]
+        fields.pop("text", None)
+        # what the store records as `parsed`: the parser's fields plus the reply's status
+        record = {**fields, "parsed": parsed["ok"], "truncated": result.finish_reason == "length",
+                  "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role, "model": binding.name}
+        reply = {**record, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
         st.roles[role].turns.append(reply)
         self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=binding.name,
-                         prompt=messages, text=result.text, parsed={k: v for k, v in reply.items() if not k.startswith("_") and k != "text"},
-                         finish_reason=result.finish_reason, tokens_in=result.tokens_in, tokens_out=result.tokens_out,
-                         latency_ms=round(latency, 3))
+                         prompt=messages, text=result.text, parsed=record, finish_reason=result.finish_reason,
+                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency, 3))
         if self.on_turn:
             self.on_turn(result.tokens_out)
         return reply
+
+    def _sampling(self, role: str, r: ir.Role, binding: ModelBinding) -> tuple[dict[str, Any], int | None]:
+        """The role's sampling fields on this model (seed filled in per call), memoised."""
+        key = (role, binding.name)
+        hit = self._sampling_cache.get(key)
+        if hit is None:
+            sampling = {**binding.sampling, **r.sampling}
+            if r.max_tokens is not None:
+                sampling["max_tokens"] = r.max_tokens
+            model_seed = sampling.pop("seed", None)
+            stop = sampling.pop("stop", None) or ()
+            fields = {k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__}
+            hit = self._sampling_cache[key] = ({"stop": tuple(stop), **fields}, model_seed)
+        return hit
 
     # ------------------------------------------------------------------ groups
     async def route_group(self, group_id: str, members: list[SessionResult]) -> None:

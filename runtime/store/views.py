@@ -28,8 +28,8 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type):
     train_steps(run_id, role, step, metrics, ts)
 
 Resume semantics: sessions/turns/rewards keep only each session's latest
-attempt; a reward line rewritten by a later writer generation supersedes the
-earlier one; groups and train steps keep the last event per key; matches keep,
+attempt; a reward rewritten by a later writer generation supersedes the
+earlier line; groups and train steps keep the last event per key; matches keep,
 per group, only the writer generation that last wrote matches for it. The raw
 event streams stay reachable as ``events_<name>``.
 """
@@ -188,9 +188,11 @@ _VIEW_SQL = {
     """,
     # Within one writer generation each reward is written once. A later
     # generation may write the same (session, attempt, role, turn, name) again
-    # (e.g. a group's rewards recomputed after a crash); its line supersedes.
+    # (e.g. a group's rewards recomputed after a crash); per key, only the lines
+    # of the latest generation that wrote it count. (A LEFT JOIN, because the
+    # planner turned the equivalent ANTI JOIN around and hashed every reward.)
     "rewarded_again": """
-        SELECT run_id, session_id, attempt, role, turn_index, name, max(seq) AS seq
+        SELECT run_id, session_id, attempt, role, turn_index, name, max(gen) AS gen
         FROM events_rewards WHERE gen > 0 GROUP BY ALL
     """,
     "rewards": """
@@ -198,10 +200,10 @@ _VIEW_SQL = {
         FROM events_rewards w
         ANTI JOIN retried_sessions r
           ON r.run_id = w.run_id AND r.session_id = w.session_id AND r.attempt <> w.attempt
-        ANTI JOIN rewarded_again a
+        LEFT JOIN rewarded_again a
           ON a.run_id = w.run_id AND a.session_id = w.session_id AND a.attempt = w.attempt
-         AND a.role = w.role AND a.turn_index IS NOT DISTINCT FROM w.turn_index
-         AND a.name = w.name AND a.seq > w.seq
+         AND a.role = w.role AND a.turn_index IS NOT DISTINCT FROM w.turn_index AND a.name = w.name
+        WHERE a.gen IS NULL OR a.gen = w.gen
     """,
     "groups": """
         SELECT run_id, group_id, route, stats, members, ts FROM events_groups

@@ -104,6 +104,22 @@ async def test_concurrent_requests_batch_and_match_one_at_a_time(backend):
 
 
 @pytest.mark.slow
+async def test_requests_joining_a_running_batch(backend):
+    """Rows admitted mid-flight (own prefill, merged with left padding) decode as if alone."""
+    reqs = [_req("Describe the moon.", max_tokens=16, **GREEDY),
+            _req("Hello there!", max_tokens=10, **GREEDY),
+            _req("Why is grass green? Explain it like I am five years old, please.", max_tokens=10, **GREEDY)]
+    alone = [await backend.complete(r) for r in reqs]
+    first = asyncio.create_task(backend.complete(reqs[0]))
+    await asyncio.sleep(0.3)
+    second = asyncio.create_task(backend.complete(reqs[1]))
+    await asyncio.sleep(0.2)
+    third = asyncio.create_task(backend.complete(reqs[2]))
+    joined = await asyncio.gather(first, second, third)
+    assert [(r.text, r.tokens_out) for r in joined] == [(r.text, r.tokens_out) for r in alone]
+
+
+@pytest.mark.slow
 async def test_mixed_sampling_params_in_one_batch(backend):
     reqs = [
         _req("Tell me about cats.", max_tokens=8, **GREEDY),
