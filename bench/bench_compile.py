@@ -108,7 +108,7 @@ def generated_spec(lines: int = 1000) -> str:
     for i in range(n_roles):
         out += [f"role r{i} {{", f"    model = m{i}", "    trained" if i % 2 == 0 else "    frozen",
                 "    memory = full", f'    system = "You are player {i}. Weight {{{{ w{i} }}}}."',
-                f'    prompt = "Round {{{{ round }}}} of {{{{ rounds }}}}: answer in \\\\boxed{{}}."',
+                '    prompt = "Round {{ round }} of {{ rounds }}: answer in \\\\boxed{}."',
                 "    reply = boxed", "}", ""]
     g = 0
     while len(out) < lines - 20:

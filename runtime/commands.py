@@ -144,6 +144,10 @@ class Progress:
         self.outcomes: Counter = Counter()
         self._last = 0.0
 
+    def planned(self, n: int) -> None:
+        """A later phase (a game replaying a buffer) added n sessions."""
+        self.total += n
+
     def turn(self, tokens: int) -> None:
         self.tokens += tokens
         self.maybe_print()
@@ -293,14 +297,22 @@ async def _run(args) -> int:
         except Exception as e:
             return _err(f"cannot resume {args.resume}: {e}")
     done = writer.completed_sessions()
+    prior, routed = {}, set()
+    if manifest is not None and done:
+        from .resume import load_prior
+
+        writer.flush()
+        prior, routed = load_prior(str(writer.run_dir), done, plans)
     resolver = ModelResolver(exp, args.backend, role_models, args.replay, args.max_tokens, spec_dir)
     progress = Progress(len(plans), len([p for p in plans if p.session_id in done]), args.quiet)
     engine = Engine(exp, params=params, datasets=datasets, writer=writer, resolve_model=resolver.resolve, seed=seed,
                     concurrency=args.concurrency, stateful=StatefulScorers(), on_session_done=progress.session,
                     on_turn=progress.turn)
+    engine.max_sessions = args.sessions
+    engine.on_plan = progress.planned
     print(f"run {writer.run_id}: {len(plans)} sessions of {exp.name} ({ehash[:12]}) -> {writer.run_dir}", file=sys.stderr)
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(engine.run(plans, done))
+    task = asyncio.ensure_future(engine.run(plans, done, prior, routed))
     def on_signal() -> None:
         task.cancel()
 

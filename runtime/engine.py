@@ -63,6 +63,8 @@ class SessionState:
     rewards: list[tuple[str, int | None, str, float]] = field(default_factory=list)
     tokens: int = 0
     first_user: dict[str, str] = field(default_factory=dict)
+    pushes: list[tuple[str, Any]] = field(default_factory=list)
+    dropped: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -77,6 +79,7 @@ class SessionResult:
     first_prompts: dict[str, str]
     attempt: int = 1
     vars: dict[str, Any] = field(default_factory=dict)
+    pushes: list[tuple[str, Any]] = field(default_factory=list)
 
 
 class Engine:
@@ -98,6 +101,13 @@ class Engine:
         self.games = {g.name: g for g in exp.games}
         self._templates: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]] = {}
         self._sampling_cache: dict[tuple[str, str], tuple[dict[str, Any], int | None]] = {}
+        # data sets and buffers, readable from expressions; buffers fill during a phase and
+        # their new items become visible when the phase ends (in session order, so the
+        # contents do not depend on scheduling)
+        self.buffers: dict[str, list] = {b.name: [] for b in exp.buffers}
+        self.collections: dict[str, list] = {**datasets, **self.buffers}
+        self.max_sessions: int | None = None
+        self.on_plan: Callable[[int], None] | None = None
 
     # ------------------------------------------------------------------ templates
     def template(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]:
@@ -124,37 +134,79 @@ class Engine:
             raise SessionFailed(f"template {key}: {e.__class__.__name__}: {e}") from None
 
     # ------------------------------------------------------------------ running
-    async def run(self, plans: list[SessionPlan], done: set[str] | None = None) -> list[SessionResult]:
-        done = done or set()
-        sem = asyncio.Semaphore(self.concurrency)
+    async def run(self, plans: list[SessionPlan], done: set[str] | None = None,
+                  prior: dict[str, SessionResult] | None = None, routed: set[str] | None = None) -> list[SessionResult]:
+        """Run `plans` (the first phase), then one phase per game that replays a buffer.
+
+        `done` are sessions finished by an earlier, interrupted run of the same plan;
+        `prior` holds their results (for group routing and buffer contents) and `routed`
+        the groups whose route was already recorded."""
+        from .plan import plan_games, replays_buffer
+
+        done, prior, routed = done or set(), prior or {}, routed or set()
         results: dict[int, SessionResult] = {}
-        groups: dict[str, list[SessionPlan]] = {}
+        phase, planned = list(plans), len(plans)
+        deferred = [g for g in self.exp.games if replays_buffer(g) is not None]
+        while True:
+            await self._run_phase(phase, done, prior, routed, results)
+            self._commit_pushes(phase, results)
+            if not deferred:
+                break
+            game = deferred.pop(0)
+            room = None if self.max_sessions is None else self.max_sessions - planned
+            if room is not None and room <= 0:
+                break
+            phase = plan_games([game], self.params, self.collections, self.seed, room, start=planned)
+            planned += len(phase)
+            if self.on_plan:
+                self.on_plan(len(phase))
+        return [results[k] for k in sorted(results)]
+
+    async def _run_phase(self, plans: list[SessionPlan], done: set[str], prior: dict[str, SessionResult],
+                         routed: set[str], results: dict[int, SessionResult]) -> None:
+        sem = asyncio.Semaphore(self.concurrency)
+        group_size: dict[str, int] = {}
         for p in plans:
             if p.group_id:
-                groups.setdefault(p.group_id, []).append(p)
-        group_results: dict[str, list[SessionResult]] = {}
+                group_size[p.group_id] = group_size.get(p.group_id, 0) + 1
+        members: dict[str, list[SessionResult]] = {}
         route_tasks: list[asyncio.Task] = []
+
+        def finished(p: SessionPlan, res: SessionResult) -> None:
+            # keep only a slim record per session: a long run must not hold every transcript
+            results[p.index] = _slim(res)
+            if p.group_id and p.group_id not in routed:
+                group = members.setdefault(p.group_id, [])
+                group.append(res)
+                if len(group) == group_size[p.group_id]:
+                    del members[p.group_id]
+                    route_tasks.append(asyncio.create_task(self.route_group(p.group_id, group)))
 
         async def one(p: SessionPlan) -> None:
             async with sem:
                 res = await self.run_session(p)
-            # keep only a slim record per session: a long run must not hold every transcript
-            results[p.index] = _slim(res)
             if self.on_session_done:
                 self.on_session_done(res)
-            if p.group_id:
-                members = group_results.setdefault(p.group_id, [])
-                members.append(res)
-                if len(members) == len(groups[p.group_id]):
-                    del group_results[p.group_id]
-                    route_tasks.append(asyncio.create_task(self.route_group(p.group_id, members)))
+            finished(p, res)
 
-        todo = [p for p in plans if p.session_id not in done]
-        # groups whose members all finished in an earlier (interrupted) run are not re-routed
-        await asyncio.gather(*(one(p) for p in todo))
+        for p in plans:  # sessions an earlier run finished: kept, and counted in their groups
+            if p.session_id in done and p.session_id in prior:
+                finished(p, prior[p.session_id])
+        await asyncio.gather(*(one(p) for p in plans if p.session_id not in done))
         if route_tasks:
             await asyncio.gather(*route_tasks)
-        return [results[k] for k in sorted(results)]
+
+    def _commit_pushes(self, plans: list[SessionPlan], results: dict[int, SessionResult]) -> None:
+        specs = {b.name: b for b in self.exp.buffers}
+        for p in sorted(plans, key=lambda p: p.index):
+            res = results.get(p.index)
+            for name, value in (res.pushes if res else []):
+                buf, spec = self.buffers[name], specs[name]
+                if len(buf) >= spec.capacity:
+                    if spec.eviction == "none":
+                        continue  # full and nothing may be evicted: the new item is not kept
+                    del buf[0]  # oldest out
+                buf.append(value)
 
     async def run_session(self, p: SessionPlan) -> SessionResult:
         game = self.games[p.game]
@@ -174,14 +226,21 @@ class Engine:
         except Exception as e:  # a bug must not take the whole run down
             status, error = "error", f"internal error: {e.__class__.__name__}: {e}"
         scalars = {k: v for k, v in st.vars.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        if status == "ok":
+            # kept with the session so a resumed run can rebuild the buffers and a trainer
+            # can tell which turns are excluded from training
+            if st.pushes:
+                scalars["__pushes__"] = [[b, v] for b, v in st.pushes]
+            if st.dropped:
+                scalars["__dropped__"] = st.dropped
         self.writer.session_finished(p.session_id, attempt, status=status, outcome=st.outcome, error=error, vars=scalars)
         final_texts = {r: v.turns[-1]["text"] for r, v in st.roles.items() if v.turns}
         return SessionResult(p, status, st.outcome, error, st.rewards, final_texts, st.tokens, dict(st.first_user), attempt,
-                             st.vars)
+                             st.vars, st.pushes if status == "ok" else [])
 
     # ------------------------------------------------------------------ steps
     def env(self, st: SessionState) -> Env:
-        return Env(vars=st.vars, params=self.params, roles=st.roles, stateful=self.stateful)
+        return Env(vars=st.vars, params=self.params, roles=st.roles, stateful=self.stateful, collections=self.collections)
 
     async def steps(self, steps: list, st: SessionState) -> None:
         for s in steps:
@@ -218,6 +277,15 @@ class Engine:
                                kind="turn" if turn is not None else "terminal")
         elif k == "end":
             raise EndSession(s.outcome)
+        elif k == "push":
+            st.pushes.append((s.buffer, _jsonable(evaluate(s.value, self.env(st)))))
+        elif k == "drop":
+            turns = None
+            if s.turn_var is not None:
+                held = st.vars.get(s.turn_var)
+                held = held if isinstance(held, list) else [held]
+                turns = [r["_turn"] for r in held if isinstance(r, dict) and "_turn" in r]
+            st.dropped.append({"role": s.role, "turns": turns})
         elif k == "if":
             for b in s.branches:
                 if evaluate(b.cond, self.env(st)):
@@ -375,7 +443,8 @@ class Engine:
 
 
 def _slim(res: SessionResult) -> SessionResult:
-    return SessionResult(res.plan, res.status, res.outcome, res.error, res.rewards, {}, res.tokens, {}, res.attempt)
+    return SessionResult(res.plan, res.status, res.outcome, res.error, res.rewards, {}, res.tokens, {}, res.attempt,
+                         {}, res.pushes)
 
 
 def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:

@@ -41,9 +41,11 @@ class Env:
     roles: dict[str, RoleView] = field(default_factory=dict)
     stateful: Callable[[str, str, list, dict], Any] | None = None  # (fn, site, args, kwargs) -> value
     item: dict | None = None
+    collections: dict[str, list] = field(default_factory=dict)  # data sets and buffers by name
 
     def child_item(self, item: Any) -> "Env":
-        return Env(self.vars, self.params, self.roles, self.stateful, {"it": item, **(item if isinstance(item, dict) else {})})
+        return Env(self.vars, self.params, self.roles, self.stateful, {"it": item, **(item if isinstance(item, dict) else {})},
+                   self.collections)
 
 
 def _num(x: Any, span) -> float:
@@ -81,6 +83,10 @@ def evaluate(e: ir.Expr, env: Env) -> Any:
             return view
         if e.scope == "param":
             return env.params[e.name]
+        if e.scope in ("data", "buffer"):
+            if e.name in env.collections:
+                return env.collections[e.name]
+            raise EvalError(f"{e.scope} '{e.name}' is not loaded", e.span)
         if e.name in env.vars:
             return env.vars[e.name]
         if env.item is not None and e.name in env.item:

@@ -725,8 +725,53 @@ def _p_summary(text: str, args: Mapping[str, Any]) -> ParsedReply:
 
 
 def _p_json(text: str, args: Mapping[str, Any]) -> ParsedReply:
-    _no_args("json", args, ("schema",))
+    _no_args("json", args, ("schema", "retries"))  # retries is the engine's business
     return json_reply(text, args.get("schema", {}))
+
+
+@lru_cache(maxsize=256)
+def _xml_tag_regex(tag: str) -> re.Pattern[str]:
+    return re.compile(r"<\s*" + re.escape(tag) + r"\s*>(.*?)<\s*/\s*" + re.escape(tag) + r"\s*>", re.DOTALL | re.IGNORECASE)
+
+
+def xml_tags(text: Any, tags: Sequence[str], boxed: str | None = None) -> ParsedReply:
+    """XML-style sections `<tag>...</tag>` (PasoDoble's and SOAR's proposer formats).
+
+    Rule: for each tag the LAST complete `<tag>...</tag>` pair counts (tag names match
+    case-insensitively; content stripped); an opened but unclosed tag counts as missing.
+    Every tag is required. With `boxed = T`, the field `answer` is the last `\boxed{}`
+    inside `<T>`, and it must parse as math (math-verify), else `answer` is missing."""
+    raw = _as_text(text)
+    fields: dict[str, Any] = {}
+    missing: list[str] = []
+    for tag in tags:
+        name = field_name(tag)
+        found = _xml_tag_regex(tag).findall(raw)
+        value = found[-1].strip() if found else None
+        fields[name] = value
+        if not value:
+            missing.append(name)
+    if boxed is not None:
+        from .verify import parses_as_math
+
+        inner = fields.get(field_name(boxed))
+        box = last_boxed(inner) if inner else None
+        fields["answer"] = box
+        if not box or not parses_as_math(box):
+            if "answer" not in missing:
+                missing.append("answer")
+    elif "answer" not in fields:
+        fields["answer"] = fallback_answer(raw)
+    fields["text"] = raw
+    reason = ("missing, empty or unparseable: " + ", ".join(missing)) if missing else None
+    return ParsedReply(fields=fields, ok=not missing, missing=missing, reason=reason)
+
+
+def _p_tags(text: str, args: Mapping[str, Any]) -> ParsedReply:
+    _no_args("tags", args, ("tags", "boxed"))
+    if not args.get("tags"):
+        raise ValueError("parser 'tags' needs a 'tags' argument")
+    return xml_tags(text, list(args["tags"]), args.get("boxed"))
 
 
 def _no_args(name: str, args: Mapping[str, Any], allowed: Sequence[str]) -> None:
@@ -742,6 +787,7 @@ PARSERS: dict[str, Callable[[str, Mapping[str, Any]], ParsedReply]] = {
     "boxed": _p_boxed,
     "summary": _p_summary,
     "json": _p_json,
+    "tags": _p_tags,
 }
 
 

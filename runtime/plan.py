@@ -62,13 +62,28 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
     return items
 
 
+def replays_buffer(game: ir.Game) -> str | None:
+    """The buffer a game iterates over, if any: such a game is planned only once the
+    games before it have filled the buffer (a later phase of the run)."""
+    it = game.iter
+    if it is not None and it.kind == "ref" and it.scope == "buffer":
+        return it.name
+    return None
+
+
 def plan_sessions(exp: ir.Experiment, params: dict[str, Any], datasets: dict[str, list], seed: int,
                   max_sessions: int | None = None) -> list[SessionPlan]:
+    """The first phase: every game that does not replay a buffer."""
+    games = [g for g in exp.games if replays_buffer(g) is None]
+    return plan_games(games, params, datasets, seed, max_sessions, start=0)
+
+
+def plan_games(games: list[ir.Game], params: dict[str, Any], collections: dict[str, list], seed: int,
+               max_sessions: int | None = None, start: int = 0) -> list[SessionPlan]:
     plans: list[SessionPlan] = []
-    env_vars = {name: items for name, items in datasets.items()}
-    for game in exp.games:
+    for game in games:
         if game.iter is not None:
-            items = evaluate(game.iter, Env(vars=env_vars, params=params))
+            items = evaluate(game.iter, Env(vars={}, params=params, collections=collections))
             if not isinstance(items, list):
                 raise ValueError(f"game {game.name}: 'for' did not produce a list")
         else:
@@ -87,7 +102,7 @@ def plan_sessions(exp: ir.Experiment, params: dict[str, Any], datasets: dict[str
             for rep in range(game.times):
                 group_id = f"{game.name}-g{item_index:05d}-r{rep:03d}" if game.group_size > 1 else None
                 for member in range(game.group_size):
-                    k = len(plans)
+                    k = start + len(plans)
                     plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=game.name, group_id=group_id,
                                              group_size=game.group_size, bindings=bindings,
                                              seed=derive_seed(seed, game.name, item_index, rep, member)))

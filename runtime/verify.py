@@ -613,6 +613,23 @@ def equiv(a: Any, b: Any) -> bool:
         return False
 
 
+def parses_as_math(answer: Any) -> bool:
+    """Whether math-verify extracts something from `answer` (SOAR's format filter: "a
+    boxed answer parseable by math-verify"); never raises, bounded like `equiv`."""
+    text = _to_text(answer)
+    if text is None:
+        return False
+    norm = normalize(text)
+    if not norm or len(norm) > MAX_SYMBOLIC_CHARS or not symbolic_safe(norm):
+        return False
+    try:
+        return bool(call_with_deadline(lambda: _mv_parse(norm), SYMBOLIC_TIMEOUT_S))
+    except BaseException as e:  # deadline or a parser failure: not parseable
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return False
+
+
 def cache_clear() -> None:
     """Forget cached results (tests and benchmarks)."""
     _equiv_raw.cache_clear()

@@ -7,6 +7,10 @@ from typing import Any
 
 from . import ast as A
 
+# Stands for a template or model reference that was already reported as invalid, so later
+# checks do not report it as missing. Only ever appears in IR that has errors (discarded).
+INVALID = "!invalid"
+
 
 class NotConstant(Exception):
     def __init__(self, node: A.Node, why: str = "not a constant") -> None:

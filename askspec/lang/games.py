@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from ..ir import model as ir
 from . import ast as A
 from .consts import NotConstant, const_eval
-from .parser import KEYWORDS
 from .exprs import ExprChecker, Scope, Sym, irspan, suggest
+from .parser import KEYWORDS
 from .span import Span
 from .templates import JINJA_GLOBALS, variable_location
-from .types import ANY, BOOL, NUM, OUTCOME, STR, T, boolish, is_a, list_of, numeric, record
+from .types import ANY, NUM, OUTCOME, T, boolish, is_a, list_of, numeric
 
 if TYPE_CHECKING:
     from .compiler import Compiler
@@ -45,6 +45,8 @@ class GameChecker:
         self.asked_roles: set[str] = set()
         self.session_vars: dict[str, T] = {}
         self.group_size = 1
+        self.routes: list[ir.Route] = []  # group-level, collected from the body
+        self.contest_templates: list[tuple[str, set[str]]] = []  # (template, extra names) of routed contests
 
     def err(self, code, msg, span, hint=None):
         self.sink.error(code, msg, span, hint)
@@ -82,13 +84,11 @@ class GameChecker:
         self.game_scope = game_scope
         if self.outcomes:
             game_scope.define("outcome", Sym("var", OUTCOME, None, used=True))
-        self.contest_templates: list[tuple[str, set[str]]] = []
         game.body = self.block(g.body, game_scope, in_loop=False)
         # tournament / judge prompts see the group's session variables (at the session's
         # end), the traces being judged, and the parameters
         for key, extra in self.contest_templates:
             self.check_template_vars(key, _value_names(game_scope) | extra, game_scope)
-        # routes are collected from the body (they are group-level, not per-session)
         game.routes = self.routes
         self.flow_check(g)
         game.call_bounds = self.call_bounds(game.body)
@@ -109,8 +109,6 @@ class GameChecker:
             if sym.used:
                 self.c.used.add((sym.kind if sym.kind == "buffer" else "data", name))
         return game
-
-    routes: list[ir.Route]
 
     def _mark_used(self, e: A.Expr) -> None:
         for n in A.names_in(e):
@@ -139,8 +137,6 @@ class GameChecker:
 
     # ---------------------------------------------------------------------------------
     def block(self, stmts: list, scope: Scope, in_loop: bool) -> list:
-        if not hasattr(self, "routes"):
-            self.routes = []
         out = []
         ended = False
         for s in stmts:
@@ -508,8 +504,6 @@ class GameChecker:
                 self.err("E107", f"unknown route action '{action}'", arm.target_span, "actions: keep, drop, tournament NAME, judge NAME")
                 continue
             arms.append(ir.RouteArm(span=irspan(arm.span), cond=cond, action=action, target=target))
-        if not hasattr(self, "routes"):
-            self.routes = []
         if any(r.role == s.role for r in self.routes):
             self.err("E104", f"role '{s.role}' already has a route in this game", s.role_span)
         self.routes.append(ir.Route(span=irspan(s.span), role=s.role, arms=arms))

@@ -198,7 +198,7 @@ def parse(path: str, text: str, sink: DiagnosticSink) -> A.Module | None:
             if open_ is not None and open_[0] == "{":
                 # a declaration keyword inside a block: the block before it was left open
                 _, line, col = open_
-                d = sink.error("E002", f"this '{{' is not closed before the next declaration",
+                d = sink.error("E002", "this '{' is not closed before the next declaration",
                                Span(path, line, col, line, col + 1), hint="add the matching '}'")
                 d.notes.append((f"'{value}' starts a new declaration here", _tok_span(path, tok)))
                 return None
@@ -208,7 +208,7 @@ def parse(path: str, text: str, sink: DiagnosticSink) -> A.Module | None:
                 hint += f"; '{value}' is a keyword and cannot be used as a name here"
             sink.error("E001", f"unexpected {shown!r}", _tok_span(path, tok), hint=hint)
         return None
-    except lark.UnexpectedEOF as e:  # pragma: no cover - LALR reports UnexpectedToken($END)
+    except lark.UnexpectedEOF:  # pragma: no cover - LALR reports UnexpectedToken($END)
         line, col = _end_position(text)
         sink.error("E002", "unexpected end of file", Span(path, line, col, line, col + 1))
         return None

@@ -31,7 +31,13 @@ Resume semantics: sessions/turns/rewards keep only each session's latest
 attempt; a reward rewritten by a later writer generation supersedes the
 earlier line; groups and train steps keep the last event per key; matches keep,
 per group, only the writer generation that last wrote matches for it. The raw
-event streams stay reachable as ``events_<name>``.
+event streams stay reachable as ``events_<name>`` (``retried_sessions`` and
+``rewarded_again`` are helpers of the views above).
+
+Timestamps are UTC, typed TIMESTAMP (no time zone: TIMESTAMPTZ would need pytz
+to reach Python). The set of runs and of files is fixed when the store is
+opened; contents are read live. A long-lived reader (the TUI) reopens to pick
+up new runs or a finished compaction; opening takes a few tens of ms.
 """
 
 from __future__ import annotations
@@ -103,7 +109,7 @@ def _tail_state(path: Path) -> int:
             f.seek(size - chunk)
             data = f.read(chunk)
             nl = data.rfind(b"\n")
-            return chunk - nl - 1 if nl >= 0 else size
+            return chunk - nl - 1 if nl >= 0 else chunk  # (at least) the whole chunk
     except OSError:
         return 0
 

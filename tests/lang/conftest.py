@@ -11,6 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "specs").glob("*.ask"))
+# the specs plus a fixture that uses every construct of the language
+EXAMPLES = SPECS + [Path(__file__).parent / "fixtures" / "all_constructs.ask"]
 
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -20,6 +22,6 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 60) -> subprocess.Com
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(params=SPECS, ids=[p.stem for p in SPECS])
+@pytest.fixture(params=EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def spec(request) -> Path:
     return request.param

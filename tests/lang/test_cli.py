@@ -6,7 +6,6 @@ import re
 import shutil
 from pathlib import Path
 
-import pytest
 
 from conftest import ROOT, SPECS, run_cli
 

@@ -6,7 +6,7 @@ import re
 import typing
 
 from askspec.ir import model as ir
-from askspec.lang.compiler import ALGORITHMS, SCHEDULES
+from askspec.lang.blocks import ALGORITHMS, SCHEDULES
 from askspec.lang.diagnostics import CODES
 from askspec.lang.exprs import BUILTINS
 

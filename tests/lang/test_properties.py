@@ -12,10 +12,10 @@ from askspec.ir.canonical import experiment_hash
 from askspec.lang.compiler import compile_bytes, compile_source
 from askspec.lang.fmt import _tokens, format_source
 
-from conftest import ROOT, SPECS
+from conftest import EXAMPLES, SPECS
 
 GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.ask"))
-SOURCES = [(p, p.read_bytes()) for p in SPECS + GOLDEN]
+SOURCES = [(p, p.read_bytes()) for p in EXAMPLES + GOLDEN]
 VOCAB = [b"{", b"}", b"(", b")", b"[", b"]", b",", b";", b":", b"=", b"->", b"..", b".", b"|", b"-", b"*",
          b"ask", b"game", b"role", b"reward", b"route", b"case", b"where", b"end", b"drop", b"push", b"sample",
          b"repeat", b"while", b"limit", b"for", b"in", b"if", b"else", b"outcomes", b"bind", b"model", b"param",
@@ -65,7 +65,7 @@ def _lexes(path: Path) -> bool:
         return False
 
 
-TEXT_SOURCES = [(p, p.read_text()) for p in SPECS + GOLDEN if _lexes(p)]
+TEXT_SOURCES = [(p, p.read_text()) for p in EXAMPLES + GOLDEN if _lexes(p)]
 
 
 @st.composite
@@ -178,7 +178,7 @@ def test_fmt_idempotent_and_meaning_preserving_on_specs(spec: Path) -> None:
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(SPECS), st.data())
+@given(st.sampled_from(EXAMPLES), st.data())
 def test_fmt_idempotent_on_respaced_specs(spec: Path, data) -> None:
     variant = respaced(spec.read_text(), data.draw)
     res = compile_source(str(spec), variant)

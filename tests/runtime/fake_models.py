@@ -35,3 +35,19 @@ def judge_first(messages, request):
 
 def fails(messages, request):
     raise RuntimeError("the fake model is down")
+
+
+UNIVERSAL = (
+    "#Reasoning# short plan #Draft# 1+1=2 \\boxed{2} #Question# What is 1+1?\n"
+    "<problem>What is 1+1?</problem> <answer>\\boxed{2}</answer>\n"
+    "<question>What is 1+1?</question>\n"
+    "#Summary# \\boxed{2} I added the numbers.\n"
+    '{"is_final_answer": true, "is_correct": true, "all_rubric_criteria_resolved": true, '
+    '"missing_rubric_criteria": [], "notes": "fine", "rubric_items_cleared": 1}\n'
+    "Final answer: \\boxed{2}"
+)
+
+
+def universal(messages, request):
+    """One reply every parser in the five specs accepts (tags, sections, JSON, boxed)."""
+    return UNIVERSAL

@@ -167,3 +167,42 @@ game g for i in [1, 2, 3] {
     rows = con.execute("select session_id, status, error from sessions order by session_id").fetchall()
     assert [r[1] for r in rows] == ["ok", "error", "ok"]
     assert "fake model is down" in rows[1][2]
+
+
+def test_template_sandbox_blocks_unsafe_access(tmp_path):
+    spec = """
+model m = python("fake_models:count_messages")
+role a { model = m; memory = none; prompt = "{{ message.__class__.__mro__ }}" }
+game g { x = ask a: "hello" }
+"""
+    con = run(tmp_path, spec)
+    status, error = con.execute("select status, error from sessions").fetchone()
+    assert status == "error" and "template" in error
+    assert con.execute("select count(*) from turns").fetchone()[0] == 0
+
+
+BUFFERS = """
+buffer kept { capacity = 3; fields = {q: number} }
+model m = python("fake_models:always_one")
+role a { model = m; memory = none; reply = boxed }
+game fill for i in [1, 2, 3, 4, 5] {
+    r = ask a using "{{ i }}"
+    push kept: {q: i}
+    if i == 2 { drop r }
+}
+game replay for item in kept {
+    r = ask a using "{{ item.q }}"
+    seen = item.q
+}
+"""
+
+
+def test_push_fills_buffer_then_replay_phase(tmp_path):
+    con = run(tmp_path, BUFFERS)
+    rows = con.execute("select session_id, game, params, vars from sessions order by session_id").fetchall()
+    assert [r[1] for r in rows] == ["fill"] * 5 + ["replay"] * 3
+    # capacity 3, oldest out: the replay phase sees the last three pushes, in session order
+    seen = [json.loads(r[3])["seen"] for r in rows[5:]]
+    assert seen == [3, 4, 5]
+    dropped = json.loads(rows[1][3])["__dropped__"]
+    assert dropped == [{"role": "a", "turns": [0]}]

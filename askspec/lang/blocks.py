@@ -1,0 +1,337 @@
+"""Data sets, buffers, tournaments, judges, schedules, training and metrics. Mixed into
+`Compiler` (uses its helpers: err, const, const_int, template, used, params)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+from ..ir import model as ir
+from . import ast as A
+from .exprs import ExprChecker, Scope, Sym, irspan, suggest
+from .span import Span
+from .types import ANY, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record
+
+ALGORITHMS = {"grpo", "rloo", "reinforce", "reinforce_baseline", "ppo", "gspo", "cispo", "dr_grpo", "group_norm", "sft"}
+SCHEDULES = {"online", "alternating", "nested"}
+NESTED_KEYS = ["outer", "inner", "copies", "inner_steps", "outer_steps", "datasets", "promotion_window",
+               "promotion_threshold", "games"]
+EVICTIONS = {"oldest", "none", "solved", "no_peak", "solved_or_no_peak"}
+
+
+class BlockChecks:
+    def data(self, d: A.DataDecl) -> None:
+        src = d.source
+        opts = {}
+        for a in d.attrs:
+            if a.name == "fields":
+                continue
+            opts[a.name] = self.const(a.value, f"data setting '{a.name}'")
+            if a.name not in ("limit", "shuffle", "seed", "text_field", "split"):
+                self.err("E105", f"unknown data setting '{a.name}'", a.name_span, "settings: limit, shuffle, seed, text_field, split, fields")
+        ds = ir.Dataset(span=irspan(d.span), name=d.name, format="list", items=[], options=opts)
+        self.exp.datasets.append(ds)  # even when invalid, so that uses do not report it as undefined
+        if isinstance(src, A.ListLit):
+            ds.items = self.const(src, "inline data") or []
+        elif isinstance(src, A.Call) and src.func in ("jsonl", "parquet", "knowledge") and len(src.args) == 1:
+            path = self.const(src.args[0], "a data path")
+            if not isinstance(path, str):
+                if path is not None:
+                    self.err("E107", "a data path is a string", src.args[0].span)
+                return
+            ds.format, ds.path, ds.items = src.func, path, None
+            ds.digest = self.file_digest(path, src.args[0].span)
+        else:
+            self.err("E107", "data is jsonl(\"path\"), parquet(\"path\"), knowledge(\"path\") or a list literal", src.span)
+            return
+        fields = next((a for a in d.attrs if a.name == "fields"), None)
+        if fields is not None:
+            self.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
+
+    def file_digest(self, rel: str, span: Span) -> str | None:
+        """sha256 of a data file (relative to the spec's folder), so that the experiment
+        hash changes when the data does."""
+        full = os.path.normpath(os.path.join(self.spec_dir, rel))
+        try:
+            h = hashlib.sha256()
+            with open(full, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            return h.hexdigest()
+        except FileNotFoundError:
+            self.err("E303", f"data file not found: {rel}", span, "paths are relative to the spec's folder")
+        except OSError as e:
+            self.err("E303", f"cannot read data file {rel}: {e.strerror or e}", span)
+        return None
+
+    def data_item_type(self, name: str) -> T:
+        buf = next((x for x in self.exp.buffers if x.name == name), None)
+        if buf is not None:
+            return schema_type(buf.fields) if buf.fields else OPEN_RECORD
+        ds = next((x for x in self.exp.datasets if x.name == name), None)
+        if ds is None:
+            return ANY
+        if ds.format == "list" and ds.items:
+            return from_json_value(ds.items).elem or ANY
+        schema = ds.options.get("fields")
+        if schema:
+            return schema_type(schema)
+        if ds.format == "knowledge":
+            return record({"text": STR, "id": ANY})
+        return OPEN_RECORD
+
+    def _attrs(self, d: A.BlockDecl, allowed: set[str], required: set[str]) -> dict[str, A.Attribute]:
+        attrs = {}
+        for a in d.attrs:
+            if a.name not in allowed:
+                self.err("E105", f"unknown {d.kind} setting '{a.name}'", a.name_span, suggest(a.name, allowed) or f"settings: {', '.join(sorted(allowed))}")
+            attrs[a.name] = a
+        for r in sorted(required - set(attrs)):
+            self.err("E106", f"{d.kind} '{d.name}' needs a '{r}' setting", d.name_span)
+        return attrs
+
+    def role_ref(self, e: A.Expr) -> str | None:
+        if isinstance(e, A.Name) and any(r.name == e.id for r in self.exp.roles):
+            return e.id
+        if isinstance(e, A.Name):
+            self.err("E102", f"unknown role '{e.id}'", e.span, suggest(e.id, [r.name for r in self.exp.roles]))
+        else:
+            self.err("E107", "expected a role name", e.span)
+        return None
+
+    def block_buffer(self, d: A.BlockDecl) -> None:
+        a = self._attrs(d, {"capacity", "eviction", "patience", "fields", "score"}, {"capacity"})
+        cap = self.const_int(a["capacity"].value, "capacity", 1) if "capacity" in a else None
+        buf = ir.Buffer(span=irspan(d.span), name=d.name, capacity=cap or 1)
+        if "eviction" in a:
+            v = a["eviction"].value
+            ev = v.id if isinstance(v, A.Name) and v.id not in self.params else self.const(v, "eviction")
+            if ev not in EVICTIONS:
+                self.err("E107", f"eviction is {', '.join(sorted(EVICTIONS))}", v.span)
+            else:
+                buf.eviction = ev
+        if "patience" in a:
+            buf.options["patience"] = self.const_int(a["patience"].value, "patience", 1)
+        if "fields" in a:
+            buf.fields = self.field_types(a["fields"].value)
+        if "score" in a:
+            v = a["score"].value
+            if isinstance(v, A.Name):
+                buf.score = v.id
+                self.buffer_score_spans[d.name] = v.span
+            else:
+                self.err("E107", "score names a session variable of the game that replays the buffer", v.span)
+        if buf.eviction in ("solved", "no_peak", "solved_or_no_peak") and buf.score is None:
+            self.err("E106", f"buffer '{d.name}' needs a 'score' setting for eviction = {buf.eviction}", d.name_span,
+                     "name the replaying game's accuracy variable: score = acc")
+        self.exp.buffers.append(buf)
+
+    def field_types(self, e: A.Expr) -> dict[str, str]:
+        """A `fields = {name: type, ...}` setting (data sets and buffers)."""
+        if not isinstance(e, A.RecordLit):
+            self.err("E107", "fields is a record of field types, e.g. {question: string, answer: string}", e.span)
+            return {}
+        schema = {}
+        for k, v in e.fields:
+            tname = v.id if isinstance(v, A.Name) else None
+            if tname not in TYPE_NAMES and tname != "list":
+                self.err("E107", f"unknown type for field '{k}'", v.span, "types: number, bool, string, list, any")
+                tname = "any"
+            schema[k] = tname
+        return schema
+
+    def block_tournament(self, d: A.BlockDecl) -> None:
+        a = self._attrs(d, {"judge", "prompt", "pairing", "verdict", "gamma", "aggregate", "order", "retries"}, {"judge", "prompt"})
+        judge = self.role_ref(a["judge"].value) if "judge" in a else None
+        tpl = self.template(a["prompt"].value) if "prompt" in a else None
+        t = ir.Tournament(span=irspan(d.span), name=d.name, judge=judge or "", template=tpl or "")
+        if "pairing" in a:
+            v = a["pairing"].value
+            if isinstance(v, A.Name) and v.id in ("round_robin", "live"):
+                t.pairing = v.id
+            elif isinstance(v, A.Call) and v.func == "live":
+                opp = [x.id for x in v.args if isinstance(x, A.Name)]
+                if len(opp) != len(v.args) or not opp or any(o not in ("best", "worst", "median") for o in opp):
+                    self.err("E107", "live(...) takes best, worst and/or median", v.span)
+                else:
+                    t.pairing, t.live_opponents = "live", opp
+            else:
+                self.err("E107", "pairing is round_robin or live(best, worst, median)", v.span)
+        if "verdict" in a:
+            v = a["verdict"].value
+            if isinstance(v, A.Call) and v.func == "boxed" and len(v.args) == 3:
+                labels = [self.const(x, "a verdict label") for x in v.args]
+                if all(isinstance(x, str) for x in labels):
+                    t.verdicts = labels
+            else:
+                self.err("E107", "verdict is boxed(\"A\", \"B\", \"Tie\") (first wins, second wins, tie)", v.span)
+        if "gamma" in a:
+            g = self.const(a["gamma"].value, "gamma")
+            if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.5 <= g <= 1:
+                self.err("E107", "gamma is a number between 0.5 and 1", a["gamma"].value.span)
+            else:
+                t.gamma = float(g)
+        if "aggregate" in a:
+            v = a["aggregate"].value
+            if isinstance(v, A.Name) and v.id in ("win_rate", "bradley_terry"):
+                t.aggregate = v.id
+            else:
+                self.err("E107", "aggregate is win_rate or bradley_terry", v.span)
+        if "order" in a:
+            v = a["order"].value
+            if isinstance(v, A.Name) and v.id in ("random", "both", "fixed"):
+                t.order = v.id
+            else:
+                self.err("E107", "order is random (the paper's debiasing), both (every pair judged in both orders) or fixed", v.span)
+        if "retries" in a:
+            t.retries = self.const_int(a["retries"].value, "retries") or 0
+        self.exp.tournaments.append(t)
+
+    def block_judge(self, d: A.BlockDecl) -> None:
+        a = self._attrs(d, {"judge", "prompt", "scores", "retries"}, {"judge", "prompt"})
+        judge = self.role_ref(a["judge"].value) if "judge" in a else None
+        tpl = self.template(a["prompt"].value) if "prompt" in a else None
+        j = ir.PointwiseJudge(span=irspan(d.span), name=d.name, judge=judge or "", template=tpl or "")
+        if "scores" in a:
+            s = self.const(a["scores"].value, "scores")
+            if not isinstance(s, list) or not s or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in s):
+                self.err("E107", "scores is a list of numbers", a["scores"].value.span)
+            else:
+                j.scores = [float(x) for x in s]
+        if "retries" in a:
+            j.retries = self.const_int(a["retries"].value, "retries") or 0
+        self.exp.judges.append(j)
+
+    def block_schedule(self, d: A.BlockDecl) -> None:
+        if d.name not in SCHEDULES:
+            self.err("E405", f"unknown schedule '{d.name}'", d.name_span, suggest(d.name, SCHEDULES) or f"schedules: {', '.join(sorted(SCHEDULES))}")
+            return
+        opts: dict[str, Any] = {}
+        roles = {r.name for r in self.exp.roles}
+        trained = {r.name for r in self.exp.roles if r.trained}
+        for a in d.attrs:
+            if a.name in opts:
+                self.err("E104", f"schedule setting '{a.name}' given twice", a.name_span)
+            if a.name == "games":
+                opts["games"] = self.schedule_games(a.value, d.name)
+            elif d.name == "alternating" and a.name == "iterations":
+                opts[a.name] = self.const_int(a.value, a.name, 1)
+            elif d.name == "alternating":
+                if a.name not in roles:
+                    self.err("E102", f"unknown role '{a.name}' in alternating schedule", a.name_span, suggest(a.name, roles))
+                elif a.name not in trained:
+                    self.err("E405", f"role '{a.name}' has a training phase but is not marked 'trained'", a.name_span)
+                opts[a.name] = self.const_int(a.value, f"steps for {a.name}", 1)
+            elif d.name == "nested":
+                if a.name in ("outer", "inner"):
+                    opts[a.name] = self.role_ref(a.value)
+                    if opts[a.name] is not None and opts[a.name] not in trained:
+                        self.err("E405", f"the {a.name} role of a nested schedule must be marked 'trained'", a.value.span)
+                elif a.name in ("copies", "inner_steps", "outer_steps", "datasets", "promotion_window"):
+                    opts[a.name] = self.const_int(a.value, a.name, 1)
+                elif a.name == "promotion_threshold":
+                    v = self.const(a.value, a.name)
+                    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                        self.err("E201", f"promotion_threshold must be a number, found {from_json_value(v)}", a.value.span)
+                    opts[a.name] = v
+                else:
+                    self.err("E105", f"unknown nested schedule setting '{a.name}'", a.name_span,
+                             suggest(a.name, NESTED_KEYS) or f"settings: {', '.join(NESTED_KEYS)}")
+            else:
+                if a.name != "steps":
+                    self.err("E105", f"unknown online schedule setting '{a.name}'", a.name_span, "settings: steps, games")
+                opts[a.name] = self.const_int(a.value, a.name, 1)
+        if d.name == "nested":
+            for need in ("outer", "inner"):
+                if need not in opts:
+                    self.err("E106", f"a nested schedule needs '{need}'", d.name_span)
+        if d.name == "alternating" and not any(k in roles for k in opts):
+            self.err("E106", "an alternating schedule needs the steps of each phase, e.g. proposer = 10", d.name_span)
+        self.exp.schedule = ir.Schedule(span=irspan(d.span), kind=d.name, options=opts)
+
+    def schedule_games(self, e: A.Expr, kind: str) -> Any:
+        """`games = [g1, g2]` (which games run), or for alternating schedules
+        `games = {role: game_or_list, ...}` (which games run in each role's phase)."""
+        names = {g.name for g in self.exp.games}
+
+        def game_list(v: A.Expr) -> list[str]:
+            items = v.items if isinstance(v, A.ListLit) else [v]
+            out = []
+            for x in items:
+                if not isinstance(x, A.Name):
+                    self.err("E107", "expected a game name", x.span)
+                elif x.id not in names:
+                    self.err("E110", f"unknown game '{x.id}'", x.span, suggest(x.id, names))
+                else:
+                    out.append(x.id)
+            return out
+
+        if kind == "alternating" and isinstance(e, A.RecordLit):
+            roles = {r.name for r in self.exp.roles}
+            out = {}
+            for k, v in e.fields:
+                if k not in roles:
+                    self.err("E102", f"unknown role '{k}'", v.span, suggest(k, roles))
+                out[k] = game_list(v)
+            return out
+        return game_list(e)
+
+    # -- training
+    def train(self, d: A.TrainDecl) -> None:
+        role = next((r for r in self.exp.roles if r.name == d.role), None)
+        if role is None:
+            self.err("E102", f"unknown role '{d.role}'", d.role_span, suggest(d.role, [r.name for r in self.exp.roles]))
+            return
+        self.used.add(("role", d.role))
+        if not role.trained:
+            self.err("E405", f"role '{d.role}' is trained here but not marked 'trained'", d.role_span, f"add the flag: role {d.role} {{ trained ... }}")
+        algo_e = d.algo
+        name = algo_e.id if isinstance(algo_e, A.Name) else algo_e.func if isinstance(algo_e, A.Call) else None
+        if name not in ALGORITHMS:
+            self.err("E405", f"unknown training algorithm '{name}'", algo_e.span, f"algorithms: {', '.join(sorted(ALGORITHMS))}")
+            return
+        args = {k: self.const(v, k) for k, v in (algo_e.kwargs if isinstance(algo_e, A.Call) else [])}
+        hyper = {}
+        for a in d.attrs:
+            if a.name == "replay":
+                if not (isinstance(a.value, A.Name) and any(b.name == a.value.id for b in self.exp.buffers)):
+                    self.err("E110", "replay names a declared buffer", a.value.span)
+                else:
+                    self.used.add(("buffer", a.value.id))
+                    hyper["replay"] = a.value.id
+                continue
+            hyper[a.name] = self.const(a.value, f"training setting '{a.name}'")
+        self.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name, algorithm_args=args, hyper=hyper))
+
+    # -- metrics
+    def metric(self, m: A.MetricDecl) -> None:
+        outcomes = {o for g in self.exp.games for o in g.outcomes}
+        scope = Scope()
+        for p, t in self.param_types.items():
+            scope.define(p, Sym("param", t, None, used=True))
+        for r in self.exp.roles:
+            scope.define(r.name, Sym("role", T("role", role=r.name), None, used=True))
+        scope.define("outcome", Sym("var", T("outcome"), None, used=True))
+        scope.define("status", Sym("var", STR, None, used=True))
+        scope.define("game", Sym("var", STR, None, used=True))
+        for g in self.exp.games:
+            for name, t in self.session_vars.get(g.name, {}).items():
+                scope.define(name, Sym("var", t, None, used=True))
+        checker = ExprChecker(self.sink, outcomes, metric=True)
+        checker.role_reply = self.reply_types()
+        value, _ = checker.check(m.value, scope)
+        for n in A.names_in(m.value) | {name for name, _ in m.by}:
+            if n in self.params:
+                self.used.add(("param", n))
+        by = []
+        for name, span in m.by:
+            if scope.lookup(name) is None or scope.lookup(name).kind == "role":
+                self.err("E101", f"cannot group by '{name}': not a session variable", span,
+                         suggest(name, [n for n in scope.all_names() if scope.lookup(n).kind != "role"]))
+            by.append(name)
+        self.exp.metrics.append(ir.Metric(span=irspan(m.span), name=m.name, value=value, by=by))
+
+
+def schema_type(schema: dict[str, str]) -> T:
+    return record({k: list_of(ANY) if v == "list" else TYPE_NAMES.get(v, ANY) for k, v in schema.items()})

@@ -1,0 +1,288 @@
+"""Models and roles: backends and sampling settings, derived models, role settings,
+memory, reply parsers and recovery. Mixed into `Compiler` (uses its helpers: err,
+const, const_int, template, used)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ir import model as ir
+from . import ast as A
+from .consts import INVALID
+from .exprs import irspan, suggest
+from .span import Span
+from .types import ANY, BOOL, NUM, STR, T, from_json_value, list_of, reply_type
+
+SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "max_tokens", "stop", "seed"}
+WHOLE_SAMPLING_KEYS = {"top_k", "max_tokens", "seed"}
+MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file"}
+BACKENDS = {"hf", "openai", "vllm", "python", "replay"}
+ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",
+             "recover_malformed", "retries", "max_tokens"} | (SAMPLING_KEYS - {"max_tokens"})
+
+
+class RoleChecks:
+    def models(self, decls: list[A.ModelDecl]) -> None:
+        by_name = {d.name: d for d in decls}
+        done: dict[str, ir.Model] = {}
+        visiting: set[str] = set()
+
+        def build(d: A.ModelDecl) -> ir.Model | None:
+            if d.name in done:
+                return done[d.name]
+            if d.name in visiting:
+                self.err("E107", f"model '{d.name}' derives from itself", d.base.span)
+                return None
+            visiting.add(d.name)
+            base = d.base
+            if isinstance(base, A.Name):
+                parent_decl = by_name.get(base.id)
+                if parent_decl is None:
+                    self.err("E103", f"unknown model '{base.id}'", base.span, suggest(base.id, by_name))
+                    return None
+                self.used.add(("model", base.id))
+                parent = build(parent_decl)
+                if parent is None:
+                    return None
+                m = parent.model_copy(deep=True, update={"name": d.name, "derived_from": base.id, "span": irspan(d.span)})
+            elif isinstance(base, A.Call) and base.func in BACKENDS:
+                weights = ""
+                if base.args:
+                    w = self.const(base.args[0], "model weights")
+                    if not isinstance(w, str):
+                        self.err("E107", "model weights must be a string", base.args[0].span)
+                    else:
+                        weights = w
+                if len(base.args) > 1:
+                    self.err("E109", f"{base.func}() takes the weights and keyword options", base.span)
+                if base.func in ("python", "replay") and not weights:
+                    need = 'callable "module:function"' if base.func == "python" else "replay file path"
+                    self.err("E107", f"{base.func}() needs a {need}", base.span)
+                if base.func == "python" and weights and ":" not in weights:
+                    self.err("E107", "a python model names its callable as \"package.module:function\"", base.args[0].span)
+                m = ir.Model(span=irspan(d.span), name=d.name, backend=base.func, weights=weights)
+                for k, v in base.kwargs:
+                    self.model_attr(m, k, v, base.span)
+            else:
+                what = base.func if isinstance(base, A.Call) else type(base).__name__.lower()
+                self.err("E107", f"a model is a backend call such as hf(\"weights\") or another model's name, not {what}",
+                         base.span, f"backends: {', '.join(sorted(BACKENDS))}")
+                return None
+            for a in d.attrs:
+                self.model_attr(m, a.name, a.value, a.name_span)
+            visiting.discard(d.name)
+            done[d.name] = m
+            return m
+
+        for d in decls:
+            m = build(d)
+            if m is not None and all(x.name != m.name for x in self.exp.models):
+                self.exp.models.append(m)
+        self.exp.models.sort(key=lambda m: [d.name for d in decls].index(m.name))
+
+    def sampling_value(self, key: str, value: A.Expr) -> Any:
+        """A sampling field's constant value (models and roles), or None if invalid."""
+        v = self.const(value, f"sampling field '{key}'")
+        if v is None:
+            return None
+        if key == "stop":
+            v = [v] if isinstance(v, str) else v
+            if not (isinstance(v, list) and all(isinstance(s, str) for s in v)):
+                self.err("E107", "stop must be a string or a list of strings", value.span)
+                return None
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            self.err("E201", f"'{key}' must be a number, found {from_json_value(v)}", value.span)
+            return None
+        elif (v < 0 and key != "presence_penalty") or (key in WHOLE_SAMPLING_KEYS and v != int(v)):
+            whole = "whole " if key in WHOLE_SAMPLING_KEYS else ""
+            self.err("E107", f"'{key}' must be a {whole}number ≥ 0, found {v}", value.span)
+            return None
+        return v
+
+    def model_attr(self, m: ir.Model, key: str, value: A.Expr, span: Span) -> None:
+        if key in SAMPLING_KEYS:
+            v = self.sampling_value(key, value)
+            if v is not None:
+                m.sampling[key] = v
+        elif key in MODEL_OPTION_KEYS:
+            v = self.const(value, f"model setting '{key}'")
+            m.options[key] = v
+        else:
+            self.err("E105", f"unknown model setting '{key}'", span, suggest(key, SAMPLING_KEYS | MODEL_OPTION_KEYS))
+
+    # -- roles
+    def role(self, d: A.RoleDecl) -> None:
+        attrs = {}
+        for a in d.attrs:
+            if a.name in attrs:
+                self.err("E104", f"role setting '{a.name}' given twice", a.name_span)
+            attrs[a.name] = a
+            if a.name not in ROLE_KEYS:
+                self.err("E105", f"unknown role setting '{a.name}'", a.name_span, suggest(a.name, ROLE_KEYS))
+        trained = False
+        for f in d.flags:
+            if f.name == "trained":
+                trained = True
+            elif f.name != "frozen":
+                self.err("E105", f"unknown role flag '{f.name}'", f.span, suggest(f.name, ["trained", "frozen"]) or "flags: trained, frozen")
+        for name, span in d.names:
+            if any(r.name == name for r in self.exp.roles):
+                continue
+            r = ir.Role(span=irspan(d.span), name=name, trained=trained)
+            if "model" in attrs:
+                mv = attrs["model"].value
+                if isinstance(mv, A.Name) and self.exp.model(mv.id) is not None:
+                    r.model = mv.id
+                    self.used.add(("model", mv.id))
+                elif isinstance(mv, A.Name) and mv.id in ("bound", "per_session"):
+                    r.model = None
+                elif isinstance(mv, A.Name):
+                    self.err("E103", f"unknown model '{mv.id}'", mv.span, suggest(mv.id, [m.name for m in self.exp.models]))
+                    r.model = INVALID
+                else:
+                    self.err("E107", "a role's model is the name of a declared model", mv.span)
+                    r.model = INVALID
+            if "memory" in attrs:
+                r.memory = self.memory(attrs["memory"].value)
+            for key in ("system", "prompt"):
+                if key in attrs:
+                    setattr(r, key, self.template(attrs[key].value))
+            if "reply" in attrs:
+                r.reply = self.reply_parser(attrs["reply"].value)
+            if "require" in attrs:
+                req = self.const(attrs["require"].value, "require")
+                req = [req] if isinstance(req, str) else req
+                if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
+                    self.err("E107", "require is a field name or a list of them", attrs["require"].value.span)
+                else:
+                    for x in req:
+                        if x not in r.reply.fields:
+                            self.err("E202", f"require: the reply parser has no field '{x}'", attrs["require"].value.span,
+                                     f"fields: {', '.join(r.reply.fields) or 'none (use sections(...), summary(...), boxed or json(...))'}")
+                    r.reply.required = req
+            rec = r.recover
+            if "recover" in attrs:
+                rv = attrs["recover"].value
+                if isinstance(rv, A.Name) and rv.id == "resample":
+                    rec.mode = "resample"  # rejection sampling: discard and sample again
+                else:
+                    rec.truncated = rec.malformed = self.template(rv)
+                rec.retries = 1
+            if rec.mode == "resample":
+                for key in ("recover_truncated", "recover_malformed"):
+                    if key in attrs:
+                        self.err("E107", f"'{key}' has no use with 'recover = resample'", attrs[key].name_span)
+            if "recover_truncated" in attrs:
+                rec.truncated = self.template(attrs["recover_truncated"].value)
+                rec.retries = max(rec.retries, 1)
+            if "recover_malformed" in attrs:
+                rec.malformed = self.template(attrs["recover_malformed"].value)
+                rec.retries = max(rec.retries, 1)
+            if "retries" in attrs:
+                n = self.const_int(attrs["retries"].value, "retries")
+                if n is not None:
+                    rec.retries = n
+            if "max_tokens" in attrs:
+                r.max_tokens = self.const_int(attrs["max_tokens"].value, "max_tokens", 1)
+            for key in SAMPLING_KEYS - {"max_tokens"}:
+                if key in attrs:
+                    v = self.sampling_value(key, attrs[key].value)
+                    if v is not None:
+                        r.sampling[key] = v
+            self.exp.roles.append(r)
+
+    def memory(self, e: A.Expr) -> ir.Memory:
+        if isinstance(e, A.Name) and e.id in ("full", "none"):
+            return ir.Memory(kind=e.id)
+        if isinstance(e, A.Call) and e.func == "window" and len(e.args) == 1:
+            n = self.const_int(e.args[0], "window size", 1)
+            return ir.Memory(kind="window", size=n or 1)
+        self.err("E107", "memory is full, none or window(N)", e.span)
+        return ir.Memory()
+
+    def reply_parser(self, e: A.Expr) -> ir.ReplyParser:
+        name = e.id if isinstance(e, A.Name) else e.func if isinstance(e, A.Call) else None
+        args = e.args if isinstance(e, A.Call) else []
+        kwargs = dict(e.kwargs) if isinstance(e, A.Call) else {}
+        if name == "text":
+            return ir.ReplyParser(kind="text")
+        if name == "boxed":
+            return ir.ReplyParser(kind="boxed", fields=["answer"], required=["answer"])
+        if name == "sections":
+            tags = [self.const(a, "a section tag") for a in args]
+            if not tags or not all(isinstance(t, str) and t for t in tags):
+                self.err("E109", "sections() takes one or more tag strings, e.g. sections(\"#Draft#\", \"#Question#\")", e.span)
+                return ir.ReplyParser(kind="text")
+            fields = [section_field(t) for t in tags]
+            return ir.ReplyParser(kind="sections", args={"tags": tags}, fields=fields, required=[fields[-1]])
+        if name == "summary":
+            after = kwargs.get("after")
+            tags = self.const(after, "summary tags") if after is not None else None
+            tags = ["#Summary#", "#Output#"] if tags is None else [tags] if isinstance(tags, str) else tags
+            if not isinstance(tags, list) or not tags or not all(isinstance(t, str) and t for t in tags):
+                self.err("E107", "after is a tag string or a list of them", after.span if after is not None else e.span)
+                tags = ["#Summary#", "#Output#"]
+            max_chars = (self.const_int(kwargs["max_chars"], "max_chars", 1) or 2000) if "max_chars" in kwargs else 2000
+            keep = "boxed"
+            if "keep" in kwargs:
+                kv = kwargs["keep"]
+                keep = kv.id if isinstance(kv, A.Name) else ""
+                if keep not in ("boxed", "none"):
+                    self.err("E107", "keep is boxed (the last \\boxed{} answer always survives the cut) or none", kv.span)
+                    keep = "boxed"
+            for k in kwargs:
+                if k not in ("after", "max_chars", "keep"):
+                    self.err("E109", f"summary() has no option '{k}'", e.span, "options: after, max_chars, keep")
+            return ir.ReplyParser(kind="summary", args={"after": tags, "max_chars": max_chars, "keep": keep},
+                                  fields=["summary", "answer"])
+        if name == "tags":
+            tags = [self.const(a, "a tag name") for a in args]
+            if not tags or not all(isinstance(t, str) and t and t.replace("_", "").replace("-", "").isalnum() for t in tags):
+                self.err("E109", "tags() takes one or more tag names, e.g. tags(\"question\", \"answer\")", e.span)
+                return ir.ReplyParser(kind="text")
+            for k in kwargs:
+                if k != "boxed":
+                    self.err("E109", f"tags() has no option '{k}'", e.span, "options: boxed")
+            fields = [section_field(t) for t in tags]
+            targs: dict = {"tags": tags}
+            if "boxed" in kwargs:
+                b = self.const(kwargs["boxed"], "boxed")
+                if b not in tags:
+                    self.err("E107", "boxed names one of the tags, whose last \\boxed{} becomes the field 'answer'", kwargs["boxed"].span)
+                else:
+                    targs["boxed"] = b
+                    if "answer" not in fields:
+                        fields.append("answer")
+            return ir.ReplyParser(kind="tags", args=targs, fields=fields, required=list(fields))
+        if name == "json":
+            if len(args) != 1 or not isinstance(args[0], A.RecordLit):
+                self.err("E109", "json() takes a schema record, e.g. json({is_correct: bool, notes: string})", e.span)
+                return ir.ReplyParser(kind="text")
+            schema = {}
+            for k, v in args[0].fields:
+                tname = v.id if isinstance(v, A.Name) else v.value if isinstance(v, A.String) else None
+                if tname not in ("bool", "number", "string", "list", "any"):
+                    self.err("E107", f"json schema field '{k}' must be bool, number, string, list or any", v.span)
+                    tname = "any"
+                schema[k] = tname
+            retries = (self.const_int(kwargs["retries"], "retries") or 0) if "retries" in kwargs else 2
+            return ir.ReplyParser(kind="json", args={"schema": schema, "retries": retries}, fields=list(schema), required=list(schema))
+        self.err("E107", "reply is text, boxed, sections(...), tags(...), summary(...) or json({...})", e.span)
+        return ir.ReplyParser(kind="text")
+
+    def reply_types(self) -> dict[str, T]:
+        out = {}
+        for r in self.exp.roles:
+            fields: dict[str, T] = {}
+            if r.reply.kind == "json":
+                m = {"bool": BOOL, "number": NUM, "string": STR, "list": list_of(ANY), "any": ANY}
+                fields = {k: m[v] for k, v in r.reply.args["schema"].items()}
+            else:
+                fields = {f: STR for f in r.reply.fields}
+            out[r.name] = reply_type(fields, r.name)
+        return out
+
+
+def section_field(tag: str) -> str:
+    name = "".join(ch for ch in tag.lower() if ch.isalnum() or ch == "_")
+    return name or "section"

@@ -1,0 +1,58 @@
+"""What a resumed run needs from the sessions an interrupted run already finished: their
+results (rewards, final replies, variables, buffer pushes) for group routing and buffer
+contents, and the groups whose route was already recorded. Read through the store's
+views, so only the latest attempt of each session counts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .engine import SessionResult
+from .plan import SessionPlan
+
+
+def _json(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            return v
+    return v
+
+
+def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[dict[str, SessionResult], set[str]]:
+    from .store.views import open_store
+
+    if not done:
+        return {}, set()
+    con = open_store(run_dir)
+    by_id = {p.session_id: p for p in plans}
+    rows = con.execute("SELECT session_id, status, outcome, error, vars, attempt FROM sessions "
+                       "WHERE status IN ('ok', 'error')").fetchall()
+    rewards: dict[str, list] = {}
+    for sid, role, turn, name, value in con.execute("SELECT session_id, role, turn_index, name, value FROM rewards").fetchall():
+        rewards.setdefault(sid, []).append((role, turn, name, float(value)))
+    finals: dict[str, dict[str, str]] = {}
+    firsts: dict[str, dict[str, str]] = {}
+    for sid, role, text, prompt, rank_last, rank_first in con.execute(
+            "SELECT session_id, role, text, prompt, "
+            "row_number() OVER (PARTITION BY session_id, role ORDER BY turn_index DESC), "
+            "row_number() OVER (PARTITION BY session_id, role ORDER BY turn_index) FROM turns").fetchall():
+        if rank_last == 1:
+            finals.setdefault(sid, {})[role] = text or ""
+        if rank_first == 1:
+            messages = _json(prompt) or []
+            users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            firsts.setdefault(sid, {})[role] = users[-1] if users else ""
+    prior: dict[str, SessionResult] = {}
+    for sid, status, outcome, error, vars_, attempt in rows:
+        if sid not in done or sid not in by_id:
+            continue
+        v = _json(vars_) or {}
+        pushes = [(b, value) for b, value in v.pop("__pushes__", [])] if status == "ok" else []
+        v.pop("__dropped__", None)
+        prior[sid] = SessionResult(by_id[sid], status, outcome, error, rewards.get(sid, []), finals.get(sid, {}), 0,
+                                   firsts.get(sid, {}), int(attempt or 1), {**by_id[sid].bindings, **v}, pushes)
+    routed = {r[0] for r in con.execute("SELECT DISTINCT group_id FROM groups").fetchall()}
+    return prior, routed
