@@ -403,7 +403,7 @@ def test_is_truncated(finish_reason, text, expected):
 
 
 def test_registry_names():
-    assert set(PARSERS) == {"text", "sections", "boxed", "summary", "json"}
+    assert set(PARSERS) == {"text", "sections", "boxed", "summary", "json", "tags"}
 
 
 @pytest.mark.parametrize(
@@ -498,3 +498,23 @@ def test_parsers_never_raise(text, n, reason):
 def test_summary_always_keeps_final_box(body, cap, ans):
     text = "#Summary# " + body.replace("\\", "") + f" \\boxed{{{ans}}}"
     assert f"\\boxed{{{ans}}}" in summary(text, max_chars=cap)["summary"]
+
+
+@pytest.mark.parametrize(
+    "text, ok, fields",
+    [
+        ("<problem>What is 2+3?</problem><answer>so \\boxed{5}</answer>", True, {"problem": "What is 2+3?", "answer": "5"}),
+        ("<PROBLEM> Q </PROBLEM> <answer>\\boxed{\\frac{1}{2}}</answer>", True, {"problem": "Q", "answer": "\\frac{1}{2}"}),
+        ("<problem>old</problem><problem>new</problem><answer>\\boxed{1}</answer>", True, {"problem": "new"}),
+        ("<problem>Q</problem><answer>no box here</answer>", False, {"answer": None}),
+        ("<problem>Q</problem><answer>\\boxed{5}", False, {"problem": "Q"}),  # unclosed tag: missing
+        ("", False, {"problem": None}),
+    ],
+)
+def test_xml_tags_parser(text, ok, fields):
+    from askspec.runtime.parsers import parse
+
+    r = parse("tags", text, {"tags": ["problem", "answer"], "boxed": "answer"})
+    assert r.ok is ok
+    for k, v in fields.items():
+        assert r.fields.get(k) == v
