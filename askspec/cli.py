@@ -91,7 +91,12 @@ def cmd_fmt(args) -> int:
     return status
 
 
-def build_parser() -> argparse.ArgumentParser:
+LANGUAGE_COMMANDS = ("check", "compile", "fmt")
+
+
+def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
+    """The argument parser; `runtime=False` leaves out the runtime's subcommands, whose
+    modules pull in pyarrow and DuckDB (a third of `askspec check`'s start-up)."""
     p = argparse.ArgumentParser(prog="askspec", description="Compile and run multi-model experiment specs (.ask files).")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -113,17 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--check", action="store_true", help="only report files that would change")
     c.set_defaults(func=cmd_fmt)
 
-    # runtime subcommands; their heavy imports happen inside the handlers
-    from askspec.runtime import commands, metrics
-    from askspec.runtime.store import commands as store_commands
+    if runtime:
+        from askspec.runtime import commands, metrics
+        from askspec.runtime.store import commands as store_commands
 
-    for mod in (commands, metrics, store_commands):
-        mod.register(sub)
+        for mod in (commands, metrics, store_commands):
+            mod.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(runtime=not (argv and argv[0] in LANGUAGE_COMMANDS))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

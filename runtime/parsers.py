@@ -336,6 +336,8 @@ def _is_word(token: str) -> bool:
 
 
 def _clean_word(token: str) -> str:
+    if token.isalnum():  # the common case: nothing to peel
+        return token
     prev = None
     while token and token != prev:
         prev = token
@@ -374,12 +376,22 @@ def fallback_answer(text: Any) -> str | None:
     boxed = last_boxed(raw)
     if boxed:
         return boxed
-    for token in reversed(raw.split()):
+    # scan words from the end without splitting a long reply whole
+    tail, tokens = raw, []
+    while True:
+        if not tokens:
+            parts = tail.rsplit(None, 32)
+            if len(parts) > 32 and parts[0]:
+                tail, tokens = parts[0], parts[1:]
+            else:
+                tail, tokens = "", parts
+            if not tokens:
+                return None
+        token = tokens.pop()
         if _is_word(token):
             cleaned = _clean_word(token)
             if cleaned and _is_word(cleaned):
                 return cleaned
-    return None
 
 
 def words(text: Any, n: int) -> str:
