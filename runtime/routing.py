@@ -48,9 +48,10 @@ async def route_group(engine: "Engine", group_id: str, members: list["SessionRes
             engine.writer.group(group_id, route=action, stats=stats, members=ids)
             continue
         group_ctx = {"role": route.role, "rewards": rewards, "size": len(rewards)}
+        extra: dict = {}
         if arm.action == "tournament":
             t = next(t for t in engine.exp.tournaments if t.name == arm.target)
-            scores = await _tournament(engine, t, group_id, route.role, ok, group_ctx)
+            scores = await _tournament(engine, t, group_id, route.role, ok, group_ctx, extra)
             name = "tournament"
         else:
             j = next(j for j in engine.exp.judges if j.name == arm.target)
@@ -61,7 +62,7 @@ async def route_group(engine: "Engine", group_id: str, members: list["SessionRes
                 continue
             engine.writer.reward(m.plan.session_id, m.attempt, role=route.role, turn_index=None, name=name,
                                  value=float(score), kind="terminal")
-        engine.writer.group(group_id, route=f"{arm.action}:{arm.target}", stats={**stats, "routed": [s for s in scores]}, members=ids)
+        engine.writer.group(group_id, route=f"{arm.action}:{arm.target}", stats={**stats, **extra, "routed": list(scores)}, members=ids)
 
 
 class _JudgeCaller:
@@ -101,7 +102,9 @@ def _context(engine: "Engine", member: "SessionResult", role: str, group_ctx: di
 
 
 async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: str, ok: list["SessionResult"],
-                      group_ctx: dict) -> list[float | None]:
+                      group_ctx: dict, extra: dict) -> list[float | None]:
+    """Runs the tournament; the fitted strengths and call count go into `extra` (stored
+    with the group), the normalised scores are returned as the routed rewards."""
     from .scoring.tournament import run_tournament
 
     caller = _JudgeCaller(engine, t.judge, ok[0].plan.index)
@@ -112,7 +115,7 @@ async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: s
 
     traces = [m.final_texts.get(role, "") for m in ok]
     try:
-        result = await run_tournament(traces, judge=judge, pairing=t.pairing, gamma=t.gamma, aggregate=t.aggregate,
+        result = await run_tournament(traces, judge=judge, pairing=t.pairing, gamma=t.gamma, aggregate=t.aggregate, order=t.order,
                                       seed=derive_seed(engine.seed, group_id), retries=t.retries)
     except BackendError as e:
         engine.writer.group(group_id, route=f"tournament:{t.name}", stats={"error": str(e)}, members=[m.plan.session_id for m in ok])
@@ -121,6 +124,8 @@ async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: s
         engine.writer.match(group_id, a=ok[m.a].plan.session_id, b=ok[m.b].plan.session_id,
                             first_shown=ok[m.first_shown].plan.session_id if isinstance(m.first_shown, int) else str(m.first_shown),
                             verdict=m.verdict, outcome=m.outcome, raw=m.raw_reply)
+    extra.update(strengths=list(result.strengths), judge_calls=result.judge_calls, aggregate=result.aggregate,
+                 pairing=result.pairing)
     return list(result.scores)
 
 

@@ -316,7 +316,8 @@ class Tournament(Node):
     live_opponents: list[str] = Field(default_factory=lambda: ["best", "worst", "median"])
     verdicts: list[str] = Field(default_factory=lambda: ["A", "B", "Tie"])
     gamma: float = 1.0
-    aggregate: Literal["win_rate", "bradley_terry"] = "bradley_terry"
+    # None: the paper's pairing default (round robin -> win rate, live -> Bradley-Terry)
+    aggregate: Literal["win_rate", "bradley_terry"] | None = None
     order: Literal["random", "both", "fixed"] = "random"  # presentation order of each judged pair
     retries: int = 2
 

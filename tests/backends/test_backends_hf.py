@@ -70,6 +70,13 @@ async def test_same_seed_same_text(backend):
     first = await backend.complete(req)
     second = await backend.complete(req)
     assert first.text == second.text
+    # Same seed, now batched with other rows: the row keeps its own random stream.
+    crowd = await asyncio.gather(
+        backend.complete(_req("Tell me a joke.", temperature=1.0, seed=7, max_tokens=10)),
+        backend.complete(req),
+        backend.complete(_req("Name a city.", temperature=0.5, top_k=10, max_tokens=6)),
+    )
+    assert crowd[1].text == first.text
     others = [await backend.complete(_req("Name an animal.", temperature=1.0, seed=s, max_tokens=10))
               for s in (1, 2, 3)]
     assert len({first.text, *(o.text for o in others)}) > 1  # seeds do change the sample

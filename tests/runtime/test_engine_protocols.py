@@ -206,3 +206,10 @@ def test_push_fills_buffer_then_replay_phase(tmp_path):
     assert seen == [3, 4, 5]
     dropped = json.loads(rows[1][3])["__dropped__"]
     assert dropped == [{"role": "a", "turns": [0]}]
+
+
+def test_tournament_strengths_are_stored_with_the_group(tmp_path):
+    con = _arena(tmp_path, "always_one", "live")
+    stats = json.loads(con.execute("select stats from groups").fetchone()[0])
+    assert len(stats["strengths"]) == 8 and stats["judge_calls"] == 18
+    assert stats["aggregate"] == "bradley_terry" and stats["var"] == 0
