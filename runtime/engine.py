@@ -19,9 +19,10 @@ from typing import Any, Callable
 
 import jinja2
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from askspec.ir import model as ir
+# the checker's sandboxed environment: templates render exactly as they were checked
+from askspec.lang.templates import environment as template_environment
 
 from .backends.base import Backend, BackendError, ChatRequest, ChatResult, Sampling
 from .evaluator import Env, EvalError, RoleView, evaluate
@@ -37,7 +38,6 @@ class SessionFailed(Exception):
     """A session cannot go on (model call failed for good, bad expression, replay ran out)."""
 
 
-_ENV = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
 @dataclass
@@ -114,7 +114,7 @@ class Engine:
         """The compiled template, its globals and the variables it uses (from the IR)."""
         hit = self._templates.get(key)
         if hit is None:
-            t = _ENV.from_string(self.exp.templates[key].source)
+            t = template_environment().from_string(self.exp.templates[key].source)
             hit = self._templates[key] = (t, dict(t.globals), tuple(self.exp.templates[key].variables))
         return hit
 
