@@ -51,3 +51,8 @@ UNIVERSAL = (
 def universal(messages, request):
     """One reply every parser in the five specs accepts (tags, sections, JSON, boxed)."""
     return UNIVERSAL
+
+
+def seeded(messages, request):
+    """Echoes the sampling seed the engine chose for this call (determinism tests)."""
+    return f"#Answer# seed={request.sampling.seed} call={request.call_index}"

@@ -1,0 +1,36 @@
+"""The main job, small: Ask-E on the embedded hf backend (real SmolLM2 on the CPU),
+one session with one probing round and short replies, recorded and queryable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_ask_e_runs_on_smollm2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "specs/ask_e.ask", "--sessions", "1",
+                           "--set", "probes=1", "--max-tokens", "24", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    run_dir = proc.stdout.strip().splitlines()[-1]
+    from askspec.runtime.store.views import open_store
+
+    con = open_store(run_dir)
+    status, outcome = con.execute("select status, outcome from sessions").fetchone()
+    assert status == "ok" and outcome in ("calibrated", "too_easy", "too_hard")
+    turns = con.execute("select role, model, finish_reason, tokens_in, tokens_out, text from turns").fetchall()
+    assert {t[0] for t in turns} >= {"questioner"}
+    for role, model, finish, tin, tout, text in turns:
+        assert finish in ("stop", "length") and tin > 0 and 0 < tout <= 24
+        assert isinstance(text, str)
+    manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+    assert manifest["status"] == "finished"
+    assert manifest["roles"]["questioner"]["model"] == "policy"
