@@ -20,11 +20,9 @@ from .evaluator import AGGREGATES, Env, EvalError, RoleView, evaluate
 
 
 def _load_json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except json.JSONDecodeError:
-            return v
+    from .resume import json_cell
+
+    v = json_cell(v)
     return v if v is not None else {}
 
 

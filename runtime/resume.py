@@ -12,7 +12,8 @@ from .engine import SessionResult
 from .plan import SessionPlan
 
 
-def _json(v: Any) -> Any:
+def json_cell(v: Any) -> Any:
+    """A JSON column's value as DuckDB hands it over (text) decoded; other values as is."""
     if isinstance(v, str):
         try:
             return json.loads(v)
@@ -42,14 +43,14 @@ def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[
         if rank_last == 1:
             finals.setdefault(sid, {})[role] = text or ""
         if rank_first == 1:
-            messages = _json(prompt) or []
+            messages = json_cell(prompt) or []
             users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
             firsts.setdefault(sid, {})[role] = users[-1] if users else ""
     prior: dict[str, SessionResult] = {}
     for sid, status, outcome, error, vars_, attempt in rows:
         if sid not in done or sid not in by_id:
             continue
-        v = _json(vars_) or {}
+        v = json_cell(vars_) or {}
         pushes = [(b, value) for b, value in v.pop("__pushes__", [])] if status == "ok" else []
         v.pop("__dropped__", None)
         prior[sid] = SessionResult(by_id[sid], status, outcome, error, rewards.get(sid, []), finals.get(sid, {}), 0,

@@ -122,3 +122,14 @@ def test_replay_running_out_marks_session_error(tmp_path):
     rows = _q(run_dir, "select session_id, status, error from sessions order by session_id")
     assert rows[0][1] == "ok"
     assert rows[1][1] == "error" and "session" in rows[1][2].lower()
+
+
+def test_metrics_by_pair(run_dir):
+    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "metrics", str(run_dir), "--format", "json"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["metric"]: r for r in json.loads(proc.stdout)}
+    pair = {"a": "boundary_small", "b": "boundary_mid"}
+    for name, value in {"calibration_rate": 0.5, "too_easy_rate": 0.0, "too_hard_rate": 0.5, "missing_rate": 0.5}.items():
+        assert rows[name]["by"] == pair and rows[name]["n"] == 2
+        assert rows[name]["value"] == pytest.approx(value)
