@@ -409,10 +409,11 @@ class Engine:
         st.tokens += result.tokens_out
         fields = parsed["fields"]
         fields.pop("text", None)
-        # what the store records as `parsed`: the parser's fields plus the reply's status
-        record = {**fields, "parsed": parsed["ok"], "truncated": result.finish_reason == "length",
-                  "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role, "model": binding.name}
-        reply = {**record, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
+        # what the store records as `parsed`: the parser's fields and whether the reply
+        # parsed (role, model, finish reason and tokens are columns of their own)
+        record = {**fields, "parsed": parsed["ok"], "truncated": result.finish_reason == "length"}
+        reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
+                 "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
         st.roles[role].turns.append(reply)
         self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=binding.name,
                          prompt=messages, text=result.text, parsed=record, finish_reason=result.finish_reason,
