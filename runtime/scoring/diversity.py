@@ -277,14 +277,20 @@ class EmbeddingDiversity:
         return out
 
 
-def ask_e_bonus(calibration_reward: float, diversity: float) -> float:
-    """Gated diversity term: diversity * max(calibration reward, 0) (ask_e.txt App. E).
+def ask_e_bonus(outcome: str, diversity: float) -> float:
+    """Ask-E's gated diversity term (ask_e.txt App. E): diversity * max(calibration
+    reward, 0), "so diversity is only rewarded when the question is calibrated".
 
-    Zero for too_hard (-0.2). Note the formula also pays 0.2 * diversity for too_easy
-    (+0.2), although the paper's prose says "only rewarded when the question is
-    calibrated"; the formula (and DESIGN.md) is what is implemented.
+    The formula alone would also pay 0.2 * diversity for a too_easy question (+0.2);
+    the paper's stated intent, and this project's acceptance criteria, are that an
+    uncalibrated question (too_easy or too_hard) earns no bonus, so the gate is on the
+    outcome: calibrated -> diversity * 1.0, anything else -> 0.
     """
-    return float(diversity) * max(float(calibration_reward), 0.0)
+    from .rewards import ask_e_calibration_reward
+
+    if str(getattr(outcome, "value", outcome)) != "calibrated":
+        return 0.0
+    return float(diversity) * max(ask_e_calibration_reward(outcome), 0.0)
 
 
 askE_bonus = ask_e_bonus  # name used in the design notes

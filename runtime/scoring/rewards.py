@@ -96,12 +96,14 @@ def ask_e_reward(outcome: Any, untagged_turns: int = 0, diversity: float = 0.0,
     """Calibration reward - 0.05 per turn lacking the required tags + gated diversity.
 
     ``diversity`` is the embedding bonus alpha * (1 - mean kNN cos-sim) (see
-    diversity.EmbeddingDiversity); it is multiplied by max(calibration reward, 0) (App. E).
+    diversity.EmbeddingDiversity); only calibrated questions earn it (diversity.ask_e_bonus).
     """
+    from .diversity import ask_e_bonus
+
     if untagged_turns < 0:
         raise ValueError("untagged_turns must be >= 0")
     cal = ask_e_calibration_reward(outcome)
-    return cal - penalty * untagged_turns + float(diversity) * max(cal, 0.0)
+    return cal - penalty * untagged_turns + ask_e_bonus(outcome, diversity)
 
 
 # --------------------------------------------------------------------------- AskBench

@@ -39,6 +39,15 @@ SCRIPT = {
             "boundary_b": ["no tag but \\boxed{2}"],
             "answer_key": [],
         },
+        {   # too easy: both boundary models match the key
+            "questioner": [
+                "#Reasoning# r #Draft# d #Question# What is 5+5?",
+                "#Reasoning# r #Draft# d #Question# What is 6+6?",
+            ],
+            "boundary_a": ["#Summary# \\boxed{10}", "\\boxed{12}"],
+            "boundary_b": ["#Summary# \\boxed{10}", "The answer is \\boxed{12}."],
+            "answer_key": ["\\boxed{12}"],
+        },
     ]
 }
 
@@ -46,7 +55,7 @@ SCRIPT = {
 def _run(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps(SCRIPT))
-    cmd = [sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--replay", str(replay), "--sessions", "2",
+    cmd = [sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--replay", str(replay), "--sessions", "3",
            "--set", "probes=1", "--set", "question_words=3", "--out", str(tmp_path / "runs"), "--quiet", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
@@ -69,7 +78,8 @@ def _q(run_dir: Path, sql: str):
 
 def test_sessions_and_outcomes(run_dir):
     rows = _q(run_dir, "select session_id, status, outcome, error from sessions order by session_id")
-    assert rows == [("s000000", "ok", "calibrated", None), ("s000001", "ok", "too_hard", None)]
+    assert rows == [("s000000", "ok", "calibrated", None), ("s000001", "ok", "too_hard", None),
+                    ("s000002", "ok", "too_easy", None)]
 
 
 def test_question_forwarded_parsed_and_truncated(run_dir):
@@ -130,6 +140,14 @@ def test_metrics_by_pair(run_dir):
     assert proc.returncode == 0, proc.stderr
     rows = {r["metric"]: r for r in json.loads(proc.stdout)}
     pair = {"a": "boundary_small", "b": "boundary_mid"}
-    for name, value in {"calibration_rate": 0.5, "too_easy_rate": 0.0, "too_hard_rate": 0.5, "missing_rate": 0.5}.items():
-        assert rows[name]["by"] == pair and rows[name]["n"] == 2
+    for name, value in {"calibration_rate": 1 / 3, "too_easy_rate": 1 / 3, "too_hard_rate": 1 / 3,
+                        "missing_rate": 1 / 3}.items():
+        assert rows[name]["by"] == pair and rows[name]["n"] == 3
         assert rows[name]["value"] == pytest.approx(value)
+
+
+def test_diversity_bonus_only_for_calibrated(run_dir):
+    rows = dict(((s, n), v) for s, n, v in _q(run_dir, "select session_id, name, value from rewards where role='questioner'"))
+    assert rows[("s000000", "diversity")] > 0  # calibrated: the bonus is paid
+    assert rows[("s000002", "calibration")] == pytest.approx(0.2)
+    assert rows[("s000002", "diversity")] == 0.0  # too easy: uncalibrated, no bonus

@@ -201,16 +201,16 @@ def test_dimension_mismatch_raises():
 
 # ----------------------------------------------------------------- Ask-E gating
 
-@pytest.mark.parametrize("calibration,diversity,expected", [
-    (1.0, 0.4, 0.4),      # calibrated: full bonus
-    (0.2, 0.4, 0.08),     # too_easy: max(0.2, 0) * d (the formula; see ask_e_bonus docstring)
-    (-0.2, 0.4, 0.0),     # too_hard: no bonus
-    (-0.2, 2.0, 0.0),
-    (0.0, 0.9, 0.0),
+@pytest.mark.parametrize("outcome,diversity,expected", [
+    ("calibrated", 0.4, 0.4),   # calibrated: diversity * max(1.0, 0)
+    ("calibrated", 1.7, 1.7),
+    ("too_easy", 0.4, 0.0),     # uncalibrated: no bonus (the paper's "only when calibrated")
+    ("too_hard", 0.4, 0.0),
+    ("too_hard", 2.0, 0.0),
 ])
-def test_ask_e_bonus_is_gated_by_non_negative_calibration(calibration, diversity, expected):
-    assert ask_e_bonus(calibration, diversity) == pytest.approx(expected)
-    assert askE_bonus(calibration, diversity) == pytest.approx(expected)
+def test_ask_e_bonus_is_zero_for_uncalibrated_questions(outcome, diversity, expected):
+    assert ask_e_bonus(outcome, diversity) == pytest.approx(expected)
+    assert askE_bonus(outcome, diversity) == pytest.approx(expected)
 
 
 # ----------------------------------------------------------------- real MiniLM
