@@ -116,7 +116,8 @@ async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: s
     traces = [m.final_texts.get(role, "") for m in ok]
     try:
         result = await run_tournament(traces, judge=judge, pairing=t.pairing, gamma=t.gamma, aggregate=t.aggregate, order=t.order,
-                                      seed=derive_seed(engine.seed, group_id), retries=t.retries)
+                                      seed=derive_seed(engine.seed, group_id), retries=t.retries,
+                                      anchors=t.live_opponents, labels=t.verdicts)
     except BackendError as e:
         engine.writer.group(group_id, route=f"tournament:{t.name}", stats={"error": str(e)}, members=[m.plan.session_id for m in ok])
         return [None] * len(ok)

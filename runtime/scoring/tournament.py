@@ -215,15 +215,20 @@ def leaderboard(arrived: Sequence[int], rates: np.ndarray) -> list[int]:
     return sorted(arrived, key=lambda t: (-float(rates[t]), position[t]))
 
 
-def live_opponents(board: Sequence[int]) -> list[int]:
-    """Best, worst and median of a best-first leaderboard, deduplicated, in that order.
+ANCHORS = ("best", "worst", "median")
+
+
+def live_opponents(board: Sequence[int], anchors: Sequence[str] = ANCHORS) -> list[int]:
+    """Best, worst and median (or the `anchors` asked for) of a best-first leaderboard,
+    deduplicated, in that order.
 
     The median is the ceil(m/2)-th best (index (m - 1) // 2): for m >= 3 it is strictly
     between best and worst, so the three anchors are distinct.
     """
     if not board:
         return []
-    picks = [board[0], board[-1], board[(len(board) - 1) // 2]]
+    at = {"best": board[0], "worst": board[-1], "median": board[(len(board) - 1) // 2]}
+    picks = [at[a] for a in ANCHORS if a in anchors]
     out: list[int] = []
     for t in picks:
         if t not in out:
@@ -246,7 +251,8 @@ def _pair_rng(seed: int, a: int, b: int) -> random.Random:
 
 class _Runner:
     def __init__(self, traces: Sequence[str], judge: Judge, gamma: float, seed: int,
-                 retries: int, order: Order, max_concurrency: int | None):
+                 retries: int, order: Order, max_concurrency: int | None,
+                 labels: Sequence[str] = VERDICTS):
         if not 0.5 < gamma <= 1.0:
             raise ValueError("gamma must be in (1/2, 1] (reasoning_arena.txt Eq. 7)")
         if retries < 0:
@@ -259,6 +265,9 @@ class _Runner:
         self.seed = seed
         self.retries = retries
         self.order = order
+        # the spec's verdict labels for (first wins, second wins, tie), e.g. ("A", "B", "Tie")
+        self.labels = tuple(labels)
+        self._canonical = dict(zip(self.labels, VERDICTS))
         self.judge_calls = 0
         self._sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
@@ -285,10 +294,10 @@ class _Runner:
             reply = await self._call(first_text, second_text, attempt)
             m.attempts = attempt + 1
             m.raw_reply = reply if isinstance(reply, str) else str(reply)
-            verdict = parse_verdict(m.raw_reply)
+            verdict = parse_verdict(m.raw_reply, self.labels)
             if verdict is not None:
                 m.verdict = verdict
-                o_first = _outcome_for_first(verdict, self.gamma)
+                o_first = _outcome_for_first(self._canonical.get(verdict, verdict), self.gamma)
                 m.outcome = o_first if m.first_shown == m.a else 1.0 - o_first
                 return m
         m.skipped = True  # unparseable after retries: excluded from aggregation
@@ -308,8 +317,10 @@ class LiveTournament:
     """
 
     def __init__(self, *, judge: Judge, gamma: float, seed: int, retries: int = 2,
-                 order: Order = "random", max_concurrency: int | None = None):
-        self._runner = _Runner([], judge, gamma, seed, retries, order, max_concurrency)
+                 order: Order = "random", max_concurrency: int | None = None,
+                 anchors: Sequence[str] = ANCHORS, labels: Sequence[str] = VERDICTS):
+        self._runner = _Runner([], judge, gamma, seed, retries, order, max_concurrency, labels)
+        self.anchors = tuple(anchors)
         self.matches: list[Match] = []
         # Arrivals are processed one at a time: a trace that finishes while another is
         # being judged waits, so it sees that trace's results on the leaderboard.
@@ -331,7 +342,7 @@ class LiveTournament:
         """Judge a newly arrived trace against the current anchors; return its matches."""
         async with self._arrival:
             arrived = list(range(len(self.traces)))
-            opponents = live_opponents(leaderboard(arrived, self.rates()))
+            opponents = live_opponents(leaderboard(arrived, self.rates()), self.anchors)
             new = len(self.traces)
             self._runner.traces.append(trace)
             scheduled = [m for opp in opponents for m in self._runner.schedule(new, opp)]
@@ -367,7 +378,8 @@ def _aggregate(n: int, matches: list[Match], judge_calls: int, aggregate: Aggreg
 async def run_tournament(traces: Sequence[str], *, judge: Judge, pairing: Pairing = "round_robin",
                          gamma: float, aggregate: Aggregate | None = None, seed: int = 0,
                          retries: int = 2, order: Order = "random", normalise: bool | None = None,
-                         l2: float = 1.0, max_concurrency: int | None = None) -> TournamentResult:
+                         l2: float = 1.0, max_concurrency: int | None = None,
+                         anchors: Sequence[str] = ANCHORS, labels: Sequence[str] = VERDICTS) -> TournamentResult:
     """Run a tournament over ``traces`` and aggregate it into per-trace rewards.
 
     ``judge(first_text, second_text, attempt)`` returns the judge's raw reply; attempt is
@@ -377,6 +389,8 @@ async def run_tournament(traces: Sequence[str], *, judge: Judge, pairing: Pairin
     BT strengths are min-max normalised, win rates are already rewards in [0, 1] (Eq. 8).
     ``gamma`` is required: the paper gives no value, only gamma in (1/2, 1] (Eq. 7).
     Judge exceptions propagate: retrying transport errors is the backend's job.
+    ``anchors`` (live only) picks which of best / worst / median a newcomer meets;
+    ``labels`` are the verdict labels for (first wins, second wins, tie).
     """
     if aggregate is None:
         aggregate = "win_rate" if pairing == "round_robin" else "bradley_terry"
@@ -384,13 +398,13 @@ async def run_tournament(traces: Sequence[str], *, judge: Judge, pairing: Pairin
         raise ValueError(f"unknown aggregate {aggregate!r}")
     n = len(traces)
     if pairing == "round_robin":
-        runner = _Runner(traces, judge, gamma, seed, retries, order, max_concurrency)
+        runner = _Runner(traces, judge, gamma, seed, retries, order, max_concurrency, labels)
         scheduled = [m for a, b in round_robin_pairs(n) for m in runner.schedule(a, b)]
         matches = await runner.play_all(scheduled)
         return _aggregate(n, matches, runner.judge_calls, aggregate, pairing, normalise, l2)
     if pairing == "live":
         live = LiveTournament(judge=judge, gamma=gamma, seed=seed, retries=retries, order=order,
-                              max_concurrency=max_concurrency)
+                              max_concurrency=max_concurrency, anchors=anchors, labels=labels)
         for t in traces:
             await live.add(t)
         return live.result(aggregate, normalise, l2)

@@ -393,3 +393,22 @@ def test_group_stats_non_diverse_group_has_exactly_zero_variance(values, any_pos
 def test_group_stats_rejects_empty():
     with pytest.raises(ValueError):
         group_stats([])
+
+
+def test_live_anchors_subset_and_custom_labels():
+    """live(best, worst) meets at most two anchors; custom verdict labels map by position
+    to (first wins, second wins, tie)."""
+    import asyncio
+
+    from askspec.runtime.scoring.tournament import run_tournament
+
+    calls = []
+
+    async def judge(first, second, attempt):
+        calls.append((first, second))
+        return "\\boxed{first}"
+
+    res = asyncio.run(run_tournament([f"t{i}" for i in range(8)], judge=judge, pairing="live", gamma=1.0,
+                                     anchors=("best", "worst"), labels=("first", "second", "draw")))
+    assert res.judge_calls == len(calls) == 0 + 1 + 2 * 6
+    assert all(m.verdict == "first" and m.outcome in (0.0, 1.0) for m in res.matches)
