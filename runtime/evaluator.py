@@ -23,6 +23,10 @@ class EvalError(Exception):
         self.span = span
 
 
+class MissingValue(EvalError):
+    """A variable with no value on this path (or, in metrics, not defined by this game)."""
+
+
 @dataclass
 class RoleView:
     name: str
@@ -93,7 +97,7 @@ def evaluate(e: ir.Expr, env: Env) -> Any:
             return env.item[e.name]
         if e.name in env.params:
             return env.params[e.name]
-        raise EvalError(f"'{e.name}' has no value yet on this path", e.span)
+        raise MissingValue(f"'{e.name}' has no value yet on this path", e.span)
     if k == "attr":
         obj = evaluate(e.obj, env)
         return get_field(obj, e.name, e.span)

@@ -16,7 +16,7 @@ from typing import Any
 
 from askspec.ir import model as ir
 
-from .evaluator import AGGREGATES, Env, EvalError, RoleView, evaluate
+from .evaluator import AGGREGATES, Env, EvalError, MissingValue, RoleView, evaluate
 
 
 def _load_json(v: Any) -> Any:
@@ -27,7 +27,10 @@ def _load_json(v: Any) -> Any:
 
 
 def session_scopes(con, run_id: str | None = None) -> tuple[list[dict], int]:
-    """Per-session variable scopes for finished ok sessions, and the number of errors."""
+    """Per-session variable scopes for finished ok sessions, and the number of errors.
+
+    Sessions contribute to a metric only where its variables are defined (a metric over
+    `acc` counts the sessions of the game that sets `acc`)."""
     where = f"WHERE run_id = '{run_id}'" if run_id else ""
     rows = con.execute(f"SELECT run_id, session_id, game, status, outcome, params, vars FROM sessions {where}").fetchall()
     totals: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -46,9 +49,21 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[dict], int]:
 
 def _lifted(e: ir.Expr, sessions: list[dict], group: dict, params: dict, roles: dict) -> Any:
     if e.kind == "call" and e.fn in AGGREGATES and len(e.args) == 1:
+        arg = e.args[0]
+        # `mean(x where cond)`: cond selects the sessions that contribute
+        cond = arg.cond if arg.kind == "where" else None
+        inner = arg.seq if arg.kind == "where" else arg
         values = []
         for s in sessions:
-            v = evaluate(e.args[0], Env(vars=s, params=params, roles=roles))
+            env = Env(vars=s, params=params, roles=roles)
+            try:
+                if cond is not None and not evaluate(cond, env):
+                    continue
+                v = evaluate(inner, env)
+            except MissingValue:
+                continue  # a session of a game that does not define this variable
+            except EvalError:
+                raise
             if isinstance(v, list):  # an aggregate over a list inside one session, then across sessions
                 values.extend(v)
             elif v is not None:

@@ -213,3 +213,30 @@ def test_tournament_strengths_are_stored_with_the_group(tmp_path):
     stats = json.loads(con.execute("select stats from groups").fetchone()[0])
     assert len(stats["strengths"]) == 8 and stats["judge_calls"] == 18
     assert stats["aggregate"] == "bradley_terry" and stats["var"] == 0
+
+
+def test_metrics_filter_sessions_and_skip_games_without_the_variable(tmp_path):
+    from askspec.runtime.metrics import run_metrics
+
+    spec = """
+model m = python("fake_models:always_one")
+role a { model = m; memory = none; reply = boxed; prompt = "q" }
+game scored for i in [1, 2, 3, 4] {
+    r = ask a
+    score = i * 10
+}
+game plain { r = ask a }
+metric mean_score = mean(score)
+metric mean_big = mean(score where score > 15)
+metric n_sessions = count(status)
+"""
+    path = tmp_path / "m.ask"
+    path.write_text(spec)
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs")))
+    assert rc == 0
+    rows, errors = run_metrics(run_dir)
+    values = {r["metric"]: r["value"] for r in rows}
+    assert errors == 0
+    assert values["mean_score"] == pytest.approx(25.0)  # the `plain` session defines no score
+    assert values["mean_big"] == pytest.approx(30.0)
+    assert values["n_sessions"] == 5
