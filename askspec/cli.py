@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -49,8 +50,12 @@ def cmd_compile(args) -> int:
         "hash": lambda: canonical.experiment_hash(res.ir) + "\n",
     }[fmt]()
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            print(f"error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+            return 1
     else:
         sys.stdout.write(text)
     return 0
@@ -138,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # never a traceback for the user; ASKSPEC_DEBUG=1 shows it
+        if os.environ.get("ASKSPEC_DEBUG"):
+            raise
+        print(f"error: internal error: {e.__class__.__name__}: {e} (set ASKSPEC_DEBUG=1 for details)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

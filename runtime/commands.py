@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from askspec.ir import model as ir
@@ -281,11 +282,22 @@ async def _run(args) -> int:
     for role in role_models:
         if role not in {r.name for r in exp.roles}:
             return _err(f"--model {role}=...: no role named '{role}'")
+    if args.replay:  # a bad recording is the user's input error: refuse before starting
+        from .backends.base import BackendError
+        from .backends.replay import load_recording
+
+        try:
+            load_recording(Path(args.replay))
+        except BackendError as e:
+            return _err(str(e))
     if manifest is None:
         roles_info = {r.name: {"model": role_models.get(r.name, r.model), "trained": r.trained} for r in exp.roles}
-        writer = RunWriter.create(args.out, experiment=exp.name, experiment_hash=ehash, ir_json=to_json(exp),
-                                  spec_files=res.files, seed=seed, roles=roles_info, params=params,
-                                  planned_sessions=len(plans), argv=sys.argv)
+        try:
+            writer = RunWriter.create(args.out, experiment=exp.name, experiment_hash=ehash, ir_json=to_json(exp),
+                                      spec_files=res.files, seed=seed, roles=roles_info, params=params,
+                                      planned_sessions=len(plans), argv=sys.argv)
+        except OSError as e:
+            return _err(f"cannot create a run directory under {args.out}: {e.strerror or e}")
         writer.manifest["spec_path"] = os.path.abspath(spec_path)
         writer.manifest["overrides"] = {k: params[k] for k in overrides if k in params}
         writer.manifest["run_options"] = {"backend": args.backend, "replay": os.path.abspath(args.replay) if args.replay else None,
