@@ -104,31 +104,6 @@ class ModelResolver:
         await aclose_backends()
 
 
-class StatefulScorers:
-    """Run-level state for `diversity(...)` and `novelty(...)`, one scorer per call site."""
-
-    def __init__(self) -> None:
-        self._by_site: dict[str, Any] = {}
-
-    def __call__(self, fn: str, site: str, args: list, kwargs: dict) -> float:
-        text = "" if not args or args[0] is None else str(args[0])
-        scorer = self._by_site.get(site)
-        if fn == "diversity":
-            if scorer is None:
-                from .scoring.diversity import EmbeddingDiversity
-
-                scorer = EmbeddingDiversity(alpha=float(kwargs.get("alpha", 1.0)), k=int(kwargs.get("k", 5)),
-                                            window=int(kwargs.get("window", 5000)))
-                self._by_site[site] = scorer
-            return float(scorer.score_and_add(text))
-        if scorer is None:
-            from .scoring.diversity import JaccardHistory
-
-            scorer = JaccardHistory(capacity=int(kwargs.get("history", 100)), tau_sim=float(kwargs.get("tau_sim", 0.3)))
-            self._by_site[site] = scorer
-        return float(scorer.r_div_and_add(text))
-
-
 class Progress:
     """Sessions done/total, sessions/s, tokens/s, ETA and outcome counts; one rewritten
     line on a terminal, plain periodic lines otherwise."""
@@ -232,6 +207,7 @@ async def _run(args) -> int:
 
     from .engine import Engine
     from .plan import load_dataset, plan_sessions
+    from .stateful import StatefulScorers
     from .store import layout
     from .store.writer import RunWriter
 

@@ -27,6 +27,7 @@ from askspec.lang.templates import environment as template_environment
 from .backends.base import Backend, BackendError, ChatRequest, ChatResult, Sampling
 from .evaluator import Env, EvalError, RoleView, evaluate
 from .plan import SessionPlan
+from .stateful import OrderGate, calls_stateful
 
 
 class EndSession(Exception):
@@ -65,6 +66,8 @@ class SessionState:
     first_user: dict[str, str] = field(default_factory=dict)
     pushes: list[tuple[str, Any]] = field(default_factory=list)
     dropped: list[dict] = field(default_factory=list)
+    stateful_log: list[list] = field(default_factory=list)  # [fn, site, text, kwargs] per call
+    stateful: Callable[[str, str, list, dict], Any] | None = None
 
 
 @dataclass
@@ -108,6 +111,8 @@ class Engine:
         self.collections: dict[str, list] = {**datasets, **self.buffers}
         self.max_sessions: int | None = None
         self.on_plan: Callable[[int], None] | None = None
+        self._gate = OrderGate()
+        self._ordered: dict[int, bool] = {}  # id(step) -> whether it calls diversity/novelty
 
     # ------------------------------------------------------------------ templates
     def template(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]:
@@ -144,6 +149,10 @@ class Engine:
         from .plan import plan_games, replays_buffer
 
         done, prior, routed = done or set(), prior or {}, routed or set()
+        if self.stateful is not None:  # resume: earlier sessions' texts, in session order
+            for res in sorted(prior.values(), key=lambda r: r.plan.index):
+                for fn, site, text, kwargs in res.vars.get("__stateful__", []):
+                    self.stateful.replay(fn, site, text, kwargs)
         results: dict[int, SessionResult] = {}
         phase, planned = list(plans), len(plans)
         deferred = [g for g in self.exp.games if replays_buffer(g) is not None]
@@ -183,12 +192,16 @@ class Engine:
                     route_tasks.append(asyncio.create_task(self.route_group(p.group_id, group)))
 
         async def one(p: SessionPlan) -> None:
-            async with sem:
-                res = await self.run_session(p)
+            try:
+                async with sem:
+                    res = await self.run_session(p)
+            finally:
+                await self._gate.finished(p.index)
             if self.on_session_done:
                 self.on_session_done(res)
             finished(p, res)
 
+        self._gate.reset([p.index for p in plans if p.session_id not in done])
         for p in plans:  # sessions an earlier run finished: kept, and counted in their groups
             if p.session_id in done and p.session_id in prior:
                 finished(p, prior[p.session_id])
@@ -213,6 +226,13 @@ class Engine:
         attempt = self.writer.session_started(p.session_id, game=p.game, group_id=p.group_id, params=_jsonable(p.bindings), index=p.index)
         st = SessionState(plan=p, attempt=attempt, vars=dict(p.bindings),
                           roles={r: RoleView(r) for r in self.roles})
+        if self.stateful is not None:
+            def stateful(fn: str, site: str, args: list, kwargs: dict) -> Any:
+                text = "" if not args or args[0] is None else str(args[0])
+                st.stateful_log.append([fn, site, text, kwargs])
+                return self.stateful(fn, site, text, kwargs)
+
+            st.stateful = stateful
         status, error = "ok", None
         try:
             await self.steps(game.body, st)
@@ -226,6 +246,8 @@ class Engine:
         except Exception as e:  # a bug must not take the whole run down
             status, error = "error", f"internal error: {e.__class__.__name__}: {e}"
         scalars = {k: v for k, v in st.vars.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        if st.stateful_log:  # what this session added to run-level histories (for resume)
+            scalars["__stateful__"] = st.stateful_log
         if status == "ok":
             # kept with the session so a resumed run can rebuild the buffers and a trainer
             # can tell which turns are excluded from training
@@ -240,13 +262,18 @@ class Engine:
 
     # ------------------------------------------------------------------ steps
     def env(self, st: SessionState) -> Env:
-        return Env(vars=st.vars, params=self.params, roles=st.roles, stateful=self.stateful, collections=self.collections)
+        return Env(vars=st.vars, params=self.params, roles=st.roles, stateful=st.stateful, collections=self.collections)
 
     async def steps(self, steps: list, st: SessionState) -> None:
         for s in steps:
             await self.step(s, st)
 
     async def step(self, s, st: SessionState) -> None:
+        ordered = self._ordered.get(id(s))
+        if ordered is None:
+            ordered = self._ordered[id(s)] = calls_stateful(s)
+        if ordered:  # run-level history: wait for every earlier session (determinism)
+            await self._gate.wait_for_earlier(st.plan.index)
         k = s.kind
         if k == "ask":
             await self.ask(s, st)

@@ -56,3 +56,10 @@ def universal(messages, request):
 def seeded(messages, request):
     """Echoes the sampling seed the engine chose for this call (determinism tests)."""
     return f"#Answer# seed={request.sampling.seed} call={request.call_index}"
+
+
+async def jittery(messages, request):
+    """Finishes out of session order (a deterministic per-session delay) with texts that
+    overlap partly across sessions, for history-dependent rewards."""
+    await asyncio.sleep(((request.session_index * 7) % 11) * 0.01)
+    return "#Question# q"

@@ -89,3 +89,29 @@ def test_same_spec_seed_backend_same_sessions(tmp_path):
     assert [t[2] for t in other_seed] != [t[2] for t in first]
     seeds = {t[2] for t in first}
     assert len(seeds) == len(first)  # every call gets its own seed
+
+
+HISTORY_SPEC = """
+model m = python("fake_models:jittery")
+role a { model = m; memory = none; reply = sections("#Question#"); prompt = "q {{ i }}" }
+game g for i in range(1, 12) {
+    q = ask a
+    r_div = novelty(q.question + " " + str(i % 3) + " " + str(i % 4), history = 3, tau_sim = 0.6)
+    reward a = r_div
+}
+"""
+
+
+def _rewards(tmp_path: Path, name: str, **options) -> list[tuple]:
+    spec = tmp_path / f"{name}.ask"
+    spec.write_text(HISTORY_SPEC)
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / name), **options))
+    assert rc == 0
+    return open_store(run_dir).execute("select session_id, value from rewards order by 1").fetchall()
+
+
+def test_history_dependent_rewards_do_not_depend_on_scheduling(tmp_path):
+    serial = _rewards(tmp_path, "serial", concurrency=1)
+    parallel = _rewards(tmp_path, "parallel", concurrency=8)
+    assert serial == parallel
+    assert len({v for _, v in serial}) > 1  # the history really changes the values

@@ -26,6 +26,7 @@ game one for i in range(1, n) {
     q = ask asker
     s = ask solver: q.question
     outcome = case { s.answer == str(i + 0) -> solved; else -> unsolved }
+    fresh = novelty(str(i % 3) + " " + str(i % 4), history = 4, tau_sim = 0.3)
 }
 """
 
@@ -95,6 +96,13 @@ def test_sigkill_then_resume(tmp_path):
     assert not (before_ok & {r[0] for r in reran})
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished"
+    # run-level histories (novelty) were rebuilt: the resumed run equals an uninterrupted one
+    clean = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(tmp_path / "clean"),
+                            "--quiet"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr
+    clean_con = open_store(clean.stdout.strip().splitlines()[-1])
+    query = "select session_id, json_extract(vars, '$.fresh') from sessions order by 1"
+    assert con.execute(query).fetchall() == clean_con.execute(query).fetchall()
 
 
 def test_resume_refuses_changed_spec(tmp_path):
