@@ -55,7 +55,7 @@ async def route_group(engine: "Engine", group_id: str, members: list["SessionRes
             name = "tournament"
         else:
             j = next(j for j in engine.exp.judges if j.name == arm.target)
-            scores = await _pointwise(engine, j, route.role, ok, group_ctx)
+            scores = await _pointwise(engine, j, route.role, ok, group_ctx, extra)
             name = "judge"
         for m, score in zip(ok, scores):
             if score is None:
@@ -131,21 +131,29 @@ async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: s
 
 
 async def _pointwise(engine: "Engine", j: ir.PointwiseJudge, role: str, ok: list["SessionResult"],
-                     group_ctx: dict) -> list[float | None]:
+                     group_ctx: dict, extra: dict) -> list[float | None]:
+    """Scores each member's final reply; the judge's raw replies go into `extra` (stored
+    with the group) so a score can be checked against what the judge said."""
     from .scoring.tournament import parse_pointwise
 
     caller = _JudgeCaller(engine, j.judge, ok[0].plan.index)
     out: list[float | None] = []
+    replies: list[list[str]] = []
     for m in ok:
         ctx = {**_context(engine, m, role, group_ctx), "response": m.final_texts.get(role, "")}
         score = None
+        said: list[str] = []
         for attempt in range(1 + j.retries):
             try:
                 text = await caller(engine.render(j.template, {**ctx, "attempt": attempt}))
-            except BackendError:
+            except BackendError as e:
+                said.append(f"error: {e}")
                 break
+            said.append(text)
             score = parse_pointwise(text)
             if score is not None:
                 break
         out.append(score)
+        replies.append(said)
+    extra.update(judge_replies=replies, judge_calls=caller.calls)
     return out

@@ -240,3 +240,24 @@ metric n_sessions = count(status)
     assert values["mean_score"] == pytest.approx(25.0)  # the `plain` session defines no score
     assert values["mean_big"] == pytest.approx(30.0)
     assert values["n_sessions"] == 5
+
+
+def test_pointwise_judge_route_scores_each_trace(tmp_path):
+    spec = """
+experiment pw { param group: int = 4 }
+model policy_m = python("fake_models:always_one")
+model judge_m = python("fake_models:always_one")
+role policy { model = policy_m; trained; memory = none; reply = boxed; prompt = "solve" }
+role judge { model = judge_m; memory = none }
+judge grade { judge = judge; prompt = "Grade: {{ response }}" }
+game solve sample group {
+    r = ask policy
+    reward policy = 1.0
+    route policy { when var(rewards) > 0 -> keep; else -> judge grade }
+}
+"""
+    con = run(tmp_path, spec)
+    assert con.execute("select route from groups").fetchone()[0] == "judge:grade"
+    stats = json.loads(con.execute("select stats from groups").fetchone()[0])
+    assert stats["judge_calls"] == 4 and len(stats["judge_replies"]) == 4
+    assert [r[0] for r in con.execute("select value from rewards where name='judge'").fetchall()] == [1.0] * 4
