@@ -150,7 +150,7 @@ async def _pointwise(engine: "Engine", j: ir.PointwiseJudge, role: str, ok: list
                 said.append(f"error: {e}")
                 break
             said.append(text)
-            score = parse_pointwise(text)
+            score = parse_pointwise(text, j.scores)
             if score is not None:
                 break
         out.append(score)

@@ -106,11 +106,12 @@ def parse_verdict(text: str, labels: Sequence[str] = VERDICTS) -> str | None:
 _POINTWISE = {0.0, 0.5, 1.0}
 
 
-def parse_pointwise(text: str) -> float | None:
+def parse_pointwise(text: str, scores: Sequence[float] | None = None) -> float | None:
     """Pointwise judge score (App. D "Pointwise prompt"): 0, 0.5 or 1 from the last box.
 
     Accepts ``0``, ``0.5``, ``.5``, ``1``, ``1.0``, ``1/2`` and ``\\frac{1}{2}``; anything
-    else (other numbers, text, no box) is None.
+    else (other numbers, text, no box) is None. ``scores`` replaces the allowed values
+    (a spec's `judge { scores = [...] }`).
     """
     content = last_boxed(text)
     if content is None:
@@ -125,7 +126,8 @@ def parse_pointwise(text: str) -> float | None:
             value = float(s)
     except ValueError:
         return None
-    return value if value in _POINTWISE else None
+    allowed = _POINTWISE if scores is None else {float(x) for x in scores}
+    return value if value in allowed else None
 
 
 # --------------------------------------------------------------------------- results

@@ -412,3 +412,11 @@ def test_live_anchors_subset_and_custom_labels():
                                      anchors=("best", "worst"), labels=("first", "second", "draw")))
     assert res.judge_calls == len(calls) == 0 + 1 + 2 * 6
     assert all(m.verdict == "first" and m.outcome in (0.0, 1.0) for m in res.matches)
+
+
+def test_pointwise_scores_list_replaces_the_allowed_values():
+    from askspec.runtime.scoring.tournament import parse_pointwise
+
+    assert parse_pointwise("\\boxed{3}", [0, 1, 2, 3]) == 3.0
+    assert parse_pointwise("\\boxed{0.5}", [0, 1]) is None
+    assert parse_pointwise("\\boxed{0.5}") == 0.5
