@@ -467,7 +467,13 @@ class Engine:
     async def route_group(self, group_id: str, members: list[SessionResult]) -> None:
         from .routing import route_group
 
-        await route_group(self, group_id, members)
+        try:
+            await route_group(self, group_id, members)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failing route is recorded on its group; the run goes on
+            self.writer.group(group_id, route="error", stats={"error": f"{e.__class__.__name__}: {e}"},
+                              members=[m.plan.session_id for m in members])
 
 
 def _slim(res: SessionResult) -> SessionResult:

@@ -114,13 +114,10 @@ async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: s
         return await caller(engine.render(t.template, {**ctx_base, "response_a": first, "response_b": second, "attempt": attempt}))
 
     traces = [m.final_texts.get(role, "") for m in ok]
-    try:
-        result = await run_tournament(traces, judge=judge, pairing=t.pairing, gamma=t.gamma, aggregate=t.aggregate, order=t.order,
-                                      seed=derive_seed(engine.seed, group_id), retries=t.retries,
-                                      anchors=t.live_opponents, labels=t.verdicts)
-    except BackendError as e:
-        engine.writer.group(group_id, route=f"tournament:{t.name}", stats={"error": str(e)}, members=[m.plan.session_id for m in ok])
-        return [None] * len(ok)
+    # a judge that keeps failing propagates: the engine records the group's route as error
+    result = await run_tournament(traces, judge=judge, pairing=t.pairing, gamma=t.gamma, aggregate=t.aggregate, order=t.order,
+                                  seed=derive_seed(engine.seed, group_id), retries=t.retries,
+                                  anchors=t.live_opponents, labels=t.verdicts)
     for m in result.matches:
         engine.writer.match(group_id, a=ok[m.a].plan.session_id, b=ok[m.b].plan.session_id,
                             first_shown=ok[m.first_shown].plan.session_id if isinstance(m.first_shown, int) else str(m.first_shown),

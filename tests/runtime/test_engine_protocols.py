@@ -261,3 +261,23 @@ game solve sample group {
     stats = json.loads(con.execute("select stats from groups").fetchone()[0])
     assert stats["judge_calls"] == 4 and len(stats["judge_replies"]) == 4
     assert [r[0] for r in con.execute("select value from rewards where name='judge'").fetchall()] == [1.0] * 4
+
+
+def test_a_failing_route_is_recorded_on_its_group(tmp_path):
+    spec = """
+experiment bad_route { param group: int = 2 }
+model m = python("fake_models:always_one")
+model down = python("fake_models:fails")
+role policy { model = m; trained; memory = none; reply = boxed; prompt = "solve" }
+role judge { model = down; memory = none }
+tournament cup { judge = judge; prompt = "{{ response_a }} {{ response_b }}"; pairing = round_robin; gamma = 1.0 }
+game solve sample group {
+    r = ask policy
+    reward policy = 1.0
+    route policy { when var(rewards) > 0 -> keep; else -> tournament cup }
+}
+"""
+    con = run(tmp_path, spec)  # the run itself finishes (exit 0)
+    route, stats = con.execute("select route, stats from groups").fetchone()
+    assert route == "error" and "fake model is down" in json.loads(stats)["error"]
+    assert [r[0] for r in con.execute("select status from sessions").fetchall()] == ["ok", "ok"]
