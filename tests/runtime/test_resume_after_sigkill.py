@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SPEC = """
 experiment resume_demo {
-    param n: int = 24
+    param n: int = 40
     seed = 7
 }
 model slow = python("slow_model:reply")
@@ -67,7 +67,7 @@ def test_sigkill_then_resume(tmp_path):
 
     con = open_store(str(run_dir))
     before_ok = {r[0] for r in con.execute("select session_id from sessions where status = 'ok'").fetchall()}
-    assert 0 < len(before_ok) < 24
+    assert 0 < len(before_ok) < 40
     turns_before = _lines(run_dir / "events" / "turns.ndjson")
     sessions_before = _lines(run_dir / "events" / "sessions.ndjson")
 
@@ -79,7 +79,7 @@ def test_sigkill_then_resume(tmp_path):
     con = open_store(str(run_dir))
     rows = con.execute("select session_id, status, count(*) over (partition by session_id) from sessions").fetchall()
     ids = sorted(r[0] for r in rows)
-    assert ids == [f"s{k:06d}" for k in range(24)]  # every planned session exactly once
+    assert ids == [f"s{k:06d}" for k in range(40)]  # every planned session exactly once
     assert all(r[1] == "ok" and r[2] == 1 for r in rows)
     # every finished session has exactly its two turns, no duplicates from the killed attempt
     per = dict(con.execute("select session_id, count(*) from turns group by session_id").fetchall())
@@ -107,7 +107,7 @@ def test_sigkill_then_resume(tmp_path):
 
 def test_resume_refuses_changed_spec(tmp_path):
     spec = tmp_path / "resume_demo.ask"
-    spec.write_text(SPEC.replace("param n: int = 24", "param n: int = 3"))
+    spec.write_text(SPEC.replace("param n: int = 40", "param n: int = 3"))
     out = tmp_path / "runs"
     done = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), "--quiet"],
                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
@@ -150,4 +150,4 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path):
     from askspec.runtime.store.views import open_store
 
     con = open_store(str(run_dir))
-    assert con.execute("select count(distinct session_id), count(*) from sessions where status='ok'").fetchone() == (24, 24)
+    assert con.execute("select count(distinct session_id), count(*) from sessions where status='ok'").fetchone() == (40, 40)
