@@ -355,9 +355,18 @@ class GameChecker:
         return ir.ForStep(span=irspan(s.span), names=[n for n, _ in s.pattern], iter=it, limit=limit or 0, body=body)
 
     def _list_bound(self, e: A.Expr) -> int | None:
-        """Length bound of a list produced by `sample N ask` (held in a variable)."""
+        """Length bound of a list produced by `sample N ask` (held in a variable), or of a
+        data set whose size is known before the run (inline items, or a `limit`)."""
         if isinstance(e, A.Name):
-            return self.sample_sizes.get(e.id)
+            if e.id in self.sample_sizes:
+                return self.sample_sizes[e.id]
+            ds = next((d for d in self.c.exp.datasets if d.name == e.id), None)
+            if ds is not None:
+                limit = ds.options.get("limit")
+                if ds.items is not None:
+                    return len(ds.items) if not isinstance(limit, int) else min(len(ds.items), limit)
+                if isinstance(limit, int) and not isinstance(limit, bool):
+                    return limit
         return None
 
     @functools.cached_property

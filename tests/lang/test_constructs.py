@@ -190,3 +190,25 @@ def test_cascades_are_suppressed() -> None:
     res = compile_source("t.ask", "experiment e { param k: int = 2 }\n" + HEAD + 'game g { repeat k { a = ask s: "q" }\n reward s = 1 }',
                          {"k": "x"})
     assert codes(res) == ["E111"]
+
+
+def test_for_over_a_data_set_with_a_limit_is_bounded(tmp_path):
+    from askspec.lang.compiler import compile_source
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"q": 1}\n{"q": 2}\n')
+    src = """
+model m = hf("x")
+role a { model = m; prompt = "{{ r.q }}" }
+data rows = jsonl("d.jsonl") { limit = 2 }
+data open_rows = jsonl("d.jsonl")
+game g {
+    for r in rows { ask a }
+    for r in open_rows limit 3 { ask a }
+}
+"""
+    res = compile_source(str(tmp_path / "t.ask"), src)
+    assert res.ok, [d.message for d in res.sink.items]
+    assert res.ir.games[0].call_bounds["a"] == 5
+    bad = compile_source(str(tmp_path / "t.ask"), src.replace("open_rows limit 3", "open_rows"))
+    assert any(d.code == "E401" for d in bad.sink.items)
