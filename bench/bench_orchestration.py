@@ -11,7 +11,9 @@ bench/.venv-verifiers unless $VERIFIERS_PYTHON points at a Python that has it. B
 timed in the same invocation, side by side; wall-clock and process CPU time are both
 reported (CPU time is the steadier figure on a shared machine).
 
-    python bench/bench_orchestration.py [--sessions 2000] [--turns 8]
+    python bench/bench_orchestration.py [--sessions 2000] [--turns 8] [--repeats 3]
+
+Each engine runs `--repeats` times; the run with the median CPU time is reported.
 """
 
 from __future__ import annotations
@@ -114,14 +116,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=2000)
     ap.add_argument("--turns", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per engine; the median is reported")
     ap.add_argument("--skip-verifiers", action="store_true")
     args = ap.parse_args()
+
+    def median_run(fn) -> dict:
+        runs = sorted((fn() for _ in range(args.repeats)), key=lambda r: r["cpu_ms_per_call"])
+        return runs[len(runs) // 2]
+
     # warm-up (imports, template compilation) outside the timed runs
     askspec_side(20, args.turns, record=False)
-    rows = [("askspec (no recording)", askspec_side(args.sessions, args.turns, record=False)),
-            ("askspec (recording every turn)", askspec_side(args.sessions, args.turns, record=True))]
+    rows = [("askspec (no recording)", median_run(lambda: askspec_side(args.sessions, args.turns, record=False))),
+            ("askspec (recording every turn)", median_run(lambda: askspec_side(args.sessions, args.turns, record=True)))]
     if not args.skip_verifiers:
-        rows.append(("verifiers 0.3.1 MultiTurnEnv", verifiers_side(args.sessions, args.turns)))
+        rows.append(("verifiers 0.3.1 MultiTurnEnv", median_run(lambda: verifiers_side(args.sessions, args.turns))))
     print(f"{'engine':34s} {'calls':>8s} {'seconds':>9s} {'ms/call':>9s} {'cpu ms/call':>12s}")
     for name, r in rows:
         print(f"{name:34s} {r['calls']:8d} {r['seconds']:9.3f} {r['ms_per_call']:9.4f} {r['cpu_ms_per_call']:12.4f}")
