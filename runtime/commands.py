@@ -295,9 +295,7 @@ async def _run(args) -> int:
     progress = Progress(len(plans), len([p for p in plans if p.session_id in done]), args.quiet)
     engine = Engine(exp, params=params, datasets=datasets, writer=writer, resolve_model=resolver.resolve, seed=seed,
                     concurrency=args.concurrency, stateful=StatefulScorers(), on_session_done=progress.session,
-                    on_turn=progress.turn)
-    engine.max_sessions = args.sessions
-    engine.on_plan = progress.planned
+                    on_turn=progress.turn, on_plan=progress.planned, max_sessions=args.sessions)
     print(f"run {writer.run_id}: {len(plans)} sessions of {exp.name} ({ehash[:12]}) -> {writer.run_dir}", file=sys.stderr)
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(engine.run(plans, done, prior, routed))

@@ -86,10 +86,13 @@ class SessionResult:
 
 
 class Engine:
+    """Runs planned sessions of one experiment against a run writer."""
+
     def __init__(self, exp: ir.Experiment, *, params: dict[str, Any], datasets: dict[str, list], writer,
                  resolve_model: Callable[[str, str | None], ModelBinding], seed: int = 0,
                  concurrency: int = 8, stateful=None, on_session_done: Callable[[SessionResult], None] | None = None,
-                 on_turn: Callable[[int], None] | None = None) -> None:
+                 on_turn: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
+                 max_sessions: int | None = None) -> None:
         self.exp = exp
         self.params = params
         self.datasets = datasets
@@ -109,8 +112,8 @@ class Engine:
         # contents do not depend on scheduling)
         self.buffers: dict[str, list] = {b.name: [] for b in exp.buffers}
         self.collections: dict[str, list] = {**datasets, **self.buffers}
-        self.max_sessions: int | None = None
-        self.on_plan: Callable[[int], None] | None = None
+        self.max_sessions = max_sessions  # a cap over all phases (whole groups)
+        self.on_plan = on_plan  # a later phase planned n more sessions
         self._gate = OrderGate()
         self._ordered: dict[int, bool] = {}  # id(step) -> whether it calls diversity/novelty
 
