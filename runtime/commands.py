@@ -47,7 +47,6 @@ class ModelResolver:
         self.replay = replay
         self.max_tokens = max_tokens
         self.spec_dir = spec_dir
-        self._cache: dict[tuple, Any] = {}
         self._bindings: dict[tuple[str, str | None], Any] = {}
 
     def resolve(self, role: str, name: str | None):
@@ -83,18 +82,14 @@ class ModelResolver:
             options["file"] = self.replay or options.get("file")
             if not options["file"]:
                 raise SessionFailed("the replay backend needs --replay FILE")
-        if kind in ("replay",) and options.get("file") and not os.path.isabs(options["file"]) and not os.path.exists(options["file"]):
-            options["file"] = os.path.join(self.spec_dir, options["file"])
+            if not os.path.isabs(options["file"]) and not os.path.exists(options["file"]):
+                options["file"] = os.path.join(self.spec_dir, options["file"])  # relative to the spec
         if self.max_tokens:
             sampling["max_tokens"] = min(int(sampling.get("max_tokens", self.max_tokens)), self.max_tokens)
-        key = (kind, weights, json.dumps(options, sort_keys=True, default=str))
-        backend = self._cache.get(key)
-        if backend is None:
-            try:
-                backend = make_backend(kind, weights, options)
-            except BackendError as e:
-                raise SessionFailed(str(e)) from None
-            self._cache[key] = backend
+        try:  # the registry shares one backend per (kind, weights, options)
+            backend = make_backend(kind, weights, options)
+        except BackendError as e:
+            raise SessionFailed(str(e)) from None
         return ModelBinding(name=name if m is not None or ":" in name else f"{kind}:{weights}", backend=backend,
                             weights=weights, sampling=sampling)
 

@@ -76,15 +76,11 @@ class _JudgeCaller:
 
     async def __call__(self, user: str) -> str:
         r = self.role_ir
-        sampling = {**self.binding.sampling, **r.sampling}
-        if r.max_tokens is not None:
-            sampling["max_tokens"] = r.max_tokens
-        sampling.pop("seed", None)
-        stop = sampling.pop("stop", None) or ()
+        # the same merged sampling fields as the role's session turns (engine._sampling)
+        base, _ = self.engine._sampling(self.role, r, self.binding)
         call_index = self.calls
         self.calls += 1
-        samp = Sampling(seed=derive_seed(self.engine.seed, "judge", self.session_index, call_index), stop=tuple(stop),
-                        **{k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__})
+        samp = Sampling(seed=derive_seed(self.engine.seed, "judge", self.session_index, call_index), **base)
         messages = []
         if r.system is not None:
             messages.append({"role": "system", "content": self.engine.render(r.system, dict(self.engine.params))})
