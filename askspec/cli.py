@@ -124,10 +124,9 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_fmt)
 
     if runtime:
-        from askspec.runtime import commands, metrics
-        from askspec.runtime.store import commands as store_commands
+        from askspec.runtime.commands import metrics, query, run
 
-        for mod in (commands, metrics, store_commands):
+        for mod in (run, metrics, query):
             mod.register(sub)
     return p
 

@@ -22,7 +22,7 @@ game tell for i in range(1, n) {{ story = ask writer }}
 
 
 async def one_run(spec: Path, out: Path, concurrency: int) -> tuple[float, int]:
-    from askspec.runtime.commands import run_spec
+    from askspec.runtime.commands.run import run_spec
     from askspec.runtime.store.views import open_store
 
     t0 = time.perf_counter()

@@ -56,9 +56,9 @@ class NullWriter:
 def askspec_side(sessions: int, turns: int, record: bool) -> dict:
     sys.path.insert(0, str(HERE))
     from askspec.lang.compiler import compile_source
-    from askspec.runtime.commands import ModelResolver
-    from askspec.runtime.engine import Engine
-    from askspec.runtime.plan import plan_sessions
+    from askspec.runtime.commands.run import ModelResolver
+    from askspec.runtime.engine.session import Engine
+    from askspec.runtime.engine.plan import plan_sessions
     from askspec.runtime.store.writer import RunWriter
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import Backend, BackendError, ChatRequest, ChatResult, FinishReason
+from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ class HFBackend(Backend):
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            from .hf_ops import use_gqa_attention
+            from askspec.runtime.backends.hf_ops import use_gqa_attention
 
             folder = resolve_weights(self.model_name, self.cache_dir)
             torch.set_num_threads(int(self.num_threads or default_threads()))
@@ -464,7 +464,7 @@ class HFBackend(Backend):
     def _new_row(self, job: _Job, prompt_len: int) -> _Row:
         import torch
 
-        from .hf_ops import RowSampling
+        from askspec.runtime.backends.hf_ops import RowSampling
 
         s = job.request.sampling
         generator = torch.Generator(device=self._device)
@@ -490,7 +490,7 @@ class HFBackend(Backend):
     def _admit(self, jobs: list[_Job]) -> None:
         import torch
 
-        from .hf_ops import new_cache
+        from askspec.runtime.backends.hf_ops import new_cache
 
         vocab = int(self._model.get_output_embeddings().weight.shape[0])
         rows: list[_Row] = []
@@ -585,7 +585,7 @@ class HFBackend(Backend):
 
     def _sample(self, rows: list[_Row], logits: Any) -> list[int]:
         """Pick one token per row, each with its own parameters and generator."""
-        from .hf_ops import sample_rows
+        from askspec.runtime.backends.hf_ops import sample_rows
 
         return sample_rows(
             logits,

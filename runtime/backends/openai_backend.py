@@ -16,8 +16,8 @@ import time
 import weakref
 from typing import Any
 
-from .base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
-from .registry import RetriesExhausted, retry_async
+from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
+from askspec.runtime.backends.registry import RetriesExhausted, retry_async
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import inspect
 import time
 from typing import Any, Callable
 
-from .base import Backend, BackendError, ChatRequest, ChatResult
+from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult
 
 
 def load_callable(target: str) -> Callable[..., Any]:

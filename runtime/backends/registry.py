@@ -15,7 +15,7 @@ import random
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
-from .base import Backend, BackendError
+from askspec.runtime.backends.base import Backend, BackendError
 
 log = logging.getLogger(__name__)
 

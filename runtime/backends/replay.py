@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .base import Backend, BackendError, ChatRequest, ChatResult
+from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult
 
 
 class ReplayBackend(Backend):

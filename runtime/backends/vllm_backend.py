@@ -13,7 +13,7 @@ import itertools
 import time
 from typing import Any
 
-from .base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
+from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
 
 MISSING_EXTRA = (
     "the vllm backend needs the 'vllm' extra: pip install 'askspec[vllm]' (CUDA GPU required)"

@@ -22,7 +22,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 
-from ._blas import single_threaded_blas
+from askspec.runtime.scoring._blas import single_threaded_blas
 
 Comparison = tuple[int, int, float]  # (i, j, o_ij)
 

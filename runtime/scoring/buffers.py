@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from .rewards import PASODOBLE_TAU_LOW
+from askspec.runtime.scoring.rewards import PASODOBLE_TAU_LOW
 
 T = TypeVar("T")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._blas import single_threaded_blas
+from askspec.runtime.scoring._blas import single_threaded_blas
 
 Embedder = Callable[[Sequence[str]], np.ndarray]
 
@@ -286,7 +286,7 @@ def ask_e_bonus(outcome: str, diversity: float) -> float:
     uncalibrated question (too_easy or too_hard) earns no bonus, so the gate is on the
     outcome: calibrated -> diversity * 1.0, anything else -> 0.
     """
-    from .rewards import ask_e_calibration_reward
+    from askspec.runtime.scoring.rewards import ask_e_calibration_reward
 
     if str(getattr(outcome, "value", outcome)) != "calibrated":
         return 0.0

@@ -98,7 +98,7 @@ def ask_e_reward(outcome: Any, untagged_turns: int = 0, diversity: float = 0.0,
     ``diversity`` is the embedding bonus alpha * (1 - mean kNN cos-sim) (see
     diversity.EmbeddingDiversity); only calibrated questions earn it (diversity.ask_e_bonus).
     """
-    from .diversity import ask_e_bonus
+    from askspec.runtime.scoring.diversity import ask_e_bonus
 
     if untagged_turns < 0:
         raise ValueError("untagged_turns must be >= 0")

@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from .bradley_terry import fit_bradley_terry, minmax_normalise, mirror, win_rates
+from askspec.runtime.scoring.bradley_terry import fit_bradley_terry, minmax_normalise, mirror, win_rates
 
 Judge = Callable[[str, str, int], Awaitable[str]]
 Pairing = Literal["round_robin", "live"]

@@ -4,7 +4,6 @@
 - ``writer``   ``RunWriter``: what a running experiment calls (never opens DuckDB)
 - ``views``    ``open_store`` / ``connect``: in-memory DuckDB views over runs
 - ``compact``  ``compact_run``: Parquet copies of a finished run's events
-- ``commands`` ``askspec query | runs | export | compact``; ``query``, ``list_runs``
 
 Nothing is imported here, so the engine importing the writer does not load DuckDB.
 """

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import duckdb
 
-from . import layout
-from .views import raw_events_sql
-from .writer import RunLockedError, acquire_writer_lock, release_writer_lock
+from askspec.runtime.store import layout
+from askspec.runtime.store.views import raw_events_sql
+from askspec.runtime.store.writer import RunLockedError, acquire_writer_lock, release_writer_lock
 
 
 class CompactError(Exception):

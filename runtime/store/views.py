@@ -51,7 +51,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import layout
+from askspec.runtime.store import layout
 
 # Public views, in the order ``export`` writes them.
 VIEW_NAMES = ("runs", "sessions", "turns", "rewards", "groups", "matches", "train_steps")

@@ -49,7 +49,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import layout
+from askspec.runtime.store import layout
 
 try:  # advisory single-writer lock; released by the kernel if the process dies
     import fcntl
@@ -682,7 +682,7 @@ class RunWriter:
         layout.write_json_atomic(layout.manifest_path(self.run_dir), self.manifest)
         self.close()
         if compact:
-            from .compact import compact_run  # compact imports this module
+            from askspec.runtime.store.compact import compact_run  # compact imports this module
 
             compact_run(self.run_dir)
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import askspec.runtime.verify as verify_mod
-from askspec.runtime.verify import (
+import askspec.runtime.replies.verify as verify_mod
+from askspec.runtime.replies.verify import (
     DeadlineExceeded,
     call_with_deadline,
     equiv,

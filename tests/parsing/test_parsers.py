@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from askspec.runtime.parsers import (
+from askspec.runtime.replies.parsers import (
     NO_SUMMARY_PLACEHOLDER,
     PARSERS,
     ParsedReply,
@@ -512,7 +512,7 @@ def test_summary_always_keeps_final_box(body, cap, ans):
     ],
 )
 def test_xml_tags_parser(text, ok, fields):
-    from askspec.runtime.parsers import parse
+    from askspec.runtime.replies.parsers import parse
 
     r = parse("tags", text, {"tags": ["problem", "answer"], "boxed": "answer"})
     assert r.ok is ok

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))
 
 from test_backends_openai import FakeOpenAIServer  # noqa: E402
 
-from askspec.runtime.commands import run_spec  # noqa: E402
+from askspec.runtime.commands.run import run_spec  # noqa: E402
 from askspec.runtime.store.views import open_store  # noqa: E402
 
 SPEC = """

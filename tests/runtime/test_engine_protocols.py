@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import fake_models  # noqa: E402
 
-from askspec.runtime.commands import run_spec  # noqa: E402
+from askspec.runtime.commands.run import run_spec  # noqa: E402
 from askspec.runtime.store.views import open_store  # noqa: E402
 
 
@@ -216,7 +216,7 @@ def test_tournament_strengths_are_stored_with_the_group(tmp_path):
 
 
 def test_metrics_filter_sessions_and_skip_games_without_the_variable(tmp_path):
-    from askspec.runtime.metrics import run_metrics
+    from askspec.runtime.engine.metrics import run_metrics
 
     spec = """
 model m = python("fake_models:always_one")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from askspec.runtime.commands import run_spec  # noqa: E402
+from askspec.runtime.commands.run import run_spec  # noqa: E402
 from askspec.runtime.store.views import open_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 
 from askspec.ir import model as ir
 from askspec.lang.compiler import compile_file
-from askspec.runtime.evaluator import Env, evaluate
+from askspec.runtime.engine.evaluator import Env, evaluate
 from askspec.runtime.scoring.rewards import ask_e_calibration_reward, pasodoble_proposer_reward
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from askspec.ir import model as ir  # noqa: E402
 from askspec.lang.compiler import compile_file  # noqa: E402
-from askspec.runtime.commands import run_spec  # noqa: E402
+from askspec.runtime.commands.run import run_spec  # noqa: E402
 from askspec.runtime.store.views import open_store  # noqa: E402
 
 SPECS = sorted((Path(__file__).resolve().parents[2] / "specs").glob("*.ask"))

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from askspec.runtime.store import layout
-from askspec.runtime.store.commands import format_table, list_runs, query, register
+from askspec.runtime.commands.query import format_table, list_runs, query, register
 
 
 def cli(*argv):

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import askspec
-from askspec.runtime.store.commands import cmd_query, query
+from askspec.runtime.commands.query import cmd_query, query
 
 WRITER = r"""
 import sys, time

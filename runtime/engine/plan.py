@@ -15,7 +15,7 @@ from typing import Any
 
 from askspec.ir import model as ir
 
-from .evaluator import Env, evaluate
+from askspec.runtime.engine.evaluator import Env, evaluate
 
 
 @dataclass(frozen=True)

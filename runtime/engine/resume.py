@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .engine import SessionResult
-from .plan import SessionPlan
+from askspec.runtime.engine.session import SessionResult
+from askspec.runtime.engine.plan import SessionPlan
 
 
 def json_cell(v: Any) -> Any:
@@ -23,7 +23,7 @@ def json_cell(v: Any) -> Any:
 
 
 def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[dict[str, SessionResult], set[str]]:
-    from .store.views import open_store
+    from askspec.runtime.store.views import open_store
 
     if not done:
         return {}, set()

@@ -764,7 +764,7 @@ def xml_tags(text: Any, tags: Sequence[str], boxed: str | None = None) -> Parsed
         if not value:
             missing.append(name)
     if boxed is not None:
-        from .verify import parses_as_math
+        from askspec.runtime.replies.verify import parses_as_math
 
         inner = fields.get(field_name(boxed))
         box = last_boxed(inner) if inner else None

@@ -265,25 +265,25 @@ def _call(e: ir.CallFn, env: Env) -> Any:
 
 
 def _equiv(a: Any, b: Any) -> bool:
-    from .verify import equiv
+    from askspec.runtime.replies.verify import equiv
 
     return bool(equiv(a, b))
 
 
 def _words(text: Any, n: Any) -> str:
-    from .parsers import words
+    from askspec.runtime.replies.parsers import words
 
     return words("" if text is None else str(text), int(n))
 
 
 def _boxed(text: Any) -> str:
-    from .parsers import last_boxed
+    from askspec.runtime.replies.parsers import last_boxed
 
     return last_boxed("" if text is None else str(text)) or ""
 
 
 def _jaccard(a: Any, b: Any) -> float:
-    from .scoring.diversity import jaccard
+    from askspec.runtime.scoring.diversity import jaccard
 
     return float(jaccard(str(a or ""), str(b or "")))
 

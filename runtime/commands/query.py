@@ -22,9 +22,9 @@ from typing import Any, Callable, TextIO
 import duckdb
 import pyarrow as pa
 
-from . import layout
-from .compact import CompactError, compact_run
-from .views import VIEW_NAMES, Store, StoreError, connect
+from askspec.runtime.store import layout
+from askspec.runtime.store.compact import CompactError, compact_run
+from askspec.runtime.store.views import VIEW_NAMES, Store, StoreError, connect
 
 # ---------------------------------------------------------------------- pure API
 
@@ -324,7 +324,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m askspec.runtime.store.commands``)."""
+    """Stand-alone entry point (``python -m askspec.runtime.commands.query``)."""
     parser = argparse.ArgumentParser(prog="askspec")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)

@@ -30,12 +30,12 @@ class StatefulScorers:
         scorer = self._by_site.get(site)
         if scorer is None:
             if fn == "diversity":
-                from .scoring.diversity import EmbeddingDiversity
+                from askspec.runtime.scoring.diversity import EmbeddingDiversity
 
                 scorer = EmbeddingDiversity(alpha=float(kwargs.get("alpha", 1.0)), k=int(kwargs.get("k", 5)),
                                             window=int(kwargs.get("window", 5000)))
             else:
-                from .scoring.diversity import JaccardHistory
+                from askspec.runtime.scoring.diversity import JaccardHistory
 
                 scorer = JaccardHistory(capacity=int(kwargs.get("history", 100)),
                                         tau_sim=float(kwargs.get("tau_sim", 0.3)))

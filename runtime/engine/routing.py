@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from askspec.ir import model as ir
 
-from .backends.base import BackendError, ChatRequest, Sampling
-from .evaluator import Env, evaluate
-from .plan import derive_seed
+from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
+from askspec.runtime.engine.evaluator import Env, evaluate
+from askspec.runtime.engine.plan import derive_seed
 
 if TYPE_CHECKING:
-    from .engine import Engine, SessionResult
+    from askspec.runtime.engine.session import Engine, SessionResult
 
 
 def role_total(res: "SessionResult", role: str) -> float:
@@ -101,7 +101,7 @@ async def _tournament(engine: "Engine", t: ir.Tournament, group_id: str, role: s
                       group_ctx: dict, extra: dict) -> list[float | None]:
     """Runs the tournament; the fitted strengths and call count go into `extra` (stored
     with the group), the normalised scores are returned as the routed rewards."""
-    from .scoring.tournament import run_tournament
+    from askspec.runtime.scoring.tournament import run_tournament
 
     caller = _JudgeCaller(engine, t.judge, ok[0].plan.index)
     ctx_base = _context(engine, ok[0], role, group_ctx)
@@ -127,7 +127,7 @@ async def _pointwise(engine: "Engine", j: ir.PointwiseJudge, role: str, ok: list
                      group_ctx: dict, extra: dict) -> list[float | None]:
     """Scores each member's final reply; the judge's raw replies go into `extra` (stored
     with the group) so a score can be checked against what the judge said."""
-    from .scoring.tournament import parse_pointwise
+    from askspec.runtime.scoring.tournament import parse_pointwise
 
     caller = _JudgeCaller(engine, j.judge, ok[0].plan.index)
     out: list[float | None] = []

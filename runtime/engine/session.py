@@ -24,10 +24,10 @@ from askspec.ir import model as ir
 # the checker's sandboxed environment: templates render exactly as they were checked
 from askspec.lang.templates import environment as template_environment
 
-from .backends.base import Backend, BackendError, ChatRequest, ChatResult, Sampling
-from .evaluator import Env, EvalError, RoleView, evaluate
-from .plan import SessionPlan
-from .stateful import OrderGate, calls_stateful
+from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, Sampling
+from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
+from askspec.runtime.engine.plan import SessionPlan
+from askspec.runtime.engine.stateful import OrderGate, calls_stateful
 
 
 class EndSession(Exception):
@@ -149,7 +149,7 @@ class Engine:
         `done` are sessions finished by an earlier, interrupted run of the same plan;
         `prior` holds their results (for group routing and buffer contents) and `routed`
         the groups whose route was already recorded."""
-        from .plan import plan_games, replays_buffer
+        from askspec.runtime.engine.plan import plan_games, replays_buffer
 
         done, prior, routed = done or set(), prior or {}, routed or set()
         if self.stateful is not None:  # resume: earlier sessions' texts, in session order
@@ -468,7 +468,7 @@ class Engine:
 
     # ------------------------------------------------------------------ groups
     async def route_group(self, group_id: str, members: list[SessionResult]) -> None:
-        from .routing import route_group
+        from askspec.runtime.engine.routing import route_group
 
         try:
             await route_group(self, group_id, members)
@@ -496,7 +496,7 @@ def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | N
 
 def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
     """Run the role's reply parser; returns {"fields", "ok", "missing"}."""
-    from . import parsers
+    from askspec.runtime.replies import parsers
 
     result = parsers.parse(parser.kind, text, dict(parser.args))
     fields = dict(getattr(result, "fields", None) or (result.get("fields") if isinstance(result, dict) else {}) or {})

@@ -16,11 +16,11 @@ from typing import Any
 
 from askspec.ir import model as ir
 
-from .evaluator import AGGREGATES, Env, EvalError, MissingValue, RoleView, evaluate
+from askspec.runtime.engine.evaluator import AGGREGATES, Env, EvalError, MissingValue, RoleView, evaluate
 
 
 def _load_json(v: Any) -> Any:
-    from .resume import json_cell
+    from askspec.runtime.engine.resume import json_cell
 
     v = json_cell(v)
     return v if v is not None else {}
@@ -68,7 +68,7 @@ def _lifted(e: ir.Expr, sessions: list[dict], group: dict, params: dict, roles: 
                 values.extend(v)
             elif v is not None:
                 values.append(v)
-        from .evaluator import _agg
+        from askspec.runtime.engine.evaluator import _agg
 
         return _agg(e.fn, values, e.span)
     if e.kind == "binary":
@@ -111,7 +111,7 @@ def run_metrics(path: str) -> tuple[list[dict], int]:
     """Metrics of a run directory (spec IR from the run itself) or a folder of runs."""
     from askspec.ir.canonical import from_json
 
-    from .store.views import open_store
+    from askspec.runtime.store.views import open_store
 
     p = Path(path)
     run_dirs = [p] if (p / "ir.json").exists() else sorted(d for d in p.iterdir() if (d / "ir.json").exists())
@@ -127,43 +127,3 @@ def run_metrics(path: str) -> tuple[list[dict], int]:
         for row in evaluate_metrics(exp, scopes):
             rows.append({"run_id": run_id, **row})
     return rows, errors
-
-
-def register(sub) -> None:
-    p = sub.add_parser("metrics", help="evaluate the spec's declared metrics over a run")
-    p.add_argument("run_dir")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    p.set_defaults(func=cmd_metrics)
-
-
-def cmd_metrics(args) -> int:
-    import sys
-
-    try:
-        rows, errors = run_metrics(args.run_dir)
-    except (FileNotFoundError, OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    if args.format == "json":
-        print(json.dumps(rows, indent=2, default=str))
-    else:
-        import pyarrow as pa
-
-        table = pa.table({
-            "run_id": [r["run_id"] for r in rows],
-            "metric": [r["metric"] for r in rows],
-            "by": [", ".join(f"{k}={v}" for k, v in r["by"].items()) for r in rows],
-            "value": [None if r["value"] is None else str(round(r["value"], 4) if isinstance(r["value"], float) else r["value"]) for r in rows],
-            "n": [r["n"] for r in rows],
-        })
-        if args.format == "csv":
-            from .store.commands import _write_csv
-
-            _write_csv(table, sys.stdout)
-        else:
-            from .store.commands import format_table
-
-            print(format_table(table))
-    if errors:
-        print(f"note: {errors} session(s) ended in error and are excluded", file=sys.stderr)
-    return 0

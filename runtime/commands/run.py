@@ -56,9 +56,9 @@ class ModelResolver:
         return binding
 
     def _resolve(self, role: str, name: str | None):
-        from .backends.base import BackendError
-        from .backends.registry import make_backend
-        from .engine import ModelBinding, SessionFailed
+        from askspec.runtime.backends.base import BackendError
+        from askspec.runtime.backends.registry import make_backend
+        from askspec.runtime.engine.session import ModelBinding, SessionFailed
 
         name = self.role_models.get(role, name)
         if name is None:
@@ -94,7 +94,7 @@ class ModelResolver:
                             weights=weights, sampling=sampling)
 
     async def aclose(self) -> None:
-        from .backends.registry import aclose_backends
+        from askspec.runtime.backends.registry import aclose_backends
 
         await aclose_backends()
 
@@ -200,11 +200,11 @@ async def _run(args) -> int:
     from askspec.ir.canonical import experiment_hash, to_json
     from askspec.lang.compiler import compile_file
 
-    from .engine import Engine
-    from .plan import load_dataset, plan_sessions
-    from .stateful import StatefulScorers
-    from .store import layout
-    from .store.writer import RunWriter
+    from askspec.runtime.engine.session import Engine
+    from askspec.runtime.engine.plan import load_dataset, plan_sessions
+    from askspec.runtime.engine.stateful import StatefulScorers
+    from askspec.runtime.store import layout
+    from askspec.runtime.store.writer import RunWriter
 
     try:
         overrides = _parse_pairs(args.set, "--set")
@@ -254,8 +254,8 @@ async def _run(args) -> int:
         if role not in {r.name for r in exp.roles}:
             return _err(f"--model {role}=...: no role named '{role}'")
     if args.replay:  # a bad recording is the user's input error: refuse before starting
-        from .backends.base import BackendError
-        from .backends.replay import load_recording
+        from askspec.runtime.backends.base import BackendError
+        from askspec.runtime.backends.replay import load_recording
 
         try:
             load_recording(Path(args.replay))
@@ -282,7 +282,7 @@ async def _run(args) -> int:
     done = writer.completed_sessions()
     prior, routed = {}, set()
     if manifest is not None and done:
-        from .resume import load_prior
+        from askspec.runtime.engine.resume import load_prior
 
         writer.flush()
         prior, routed = load_prior(str(writer.run_dir), done, plans)

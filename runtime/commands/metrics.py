@@ -1,0 +1,47 @@
+"""``askspec metrics RUN``: the spec's declared metrics over a run, as a table, CSV or JSON."""
+
+from __future__ import annotations
+
+import json
+
+from askspec.runtime.engine.metrics import run_metrics
+
+
+def register(sub) -> None:
+    p = sub.add_parser("metrics", help="evaluate the spec's declared metrics over a run")
+    p.add_argument("run_dir")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.set_defaults(func=cmd_metrics)
+
+
+def cmd_metrics(args) -> int:
+    import sys
+
+    try:
+        rows, errors = run_metrics(args.run_dir)
+    except (FileNotFoundError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        import pyarrow as pa
+
+        table = pa.table({
+            "run_id": [r["run_id"] for r in rows],
+            "metric": [r["metric"] for r in rows],
+            "by": [", ".join(f"{k}={v}" for k, v in r["by"].items()) for r in rows],
+            "value": [None if r["value"] is None else str(round(r["value"], 4) if isinstance(r["value"], float) else r["value"]) for r in rows],
+            "n": [r["n"] for r in rows],
+        })
+        if args.format == "csv":
+            from askspec.runtime.commands.query import _write_csv
+
+            _write_csv(table, sys.stdout)
+        else:
+            from askspec.runtime.commands.query import format_table
+
+            print(format_table(table))
+    if errors:
+        print(f"note: {errors} session(s) ended in error and are excluded", file=sys.stderr)
+    return 0

@@ -1,0 +1,1 @@
+"""Reply handling: a model's reply text -> fields (``parsers``), answer equivalence (``verify``)."""
