@@ -1,4 +1,4 @@
-"""The `askspec` command line: check, compile, fmt, run, query, runs, metrics, export."""
+"""The `askspec` command line: check, compile, fmt, run, query, runs, metrics, export, tui."""
 
 from __future__ import annotations
 
@@ -96,6 +96,12 @@ def cmd_fmt(args) -> int:
     return status
 
 
+def cmd_tui(args) -> int:
+    from askspec.tui.app import run  # Textual loads only for this command
+
+    return run(args.path)
+
+
 LANGUAGE_COMMANDS = ("check", "compile", "fmt")
 
 
@@ -128,6 +134,10 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
 
         for mod in (run, metrics, query):
             mod.register(sub)
+        c = sub.add_parser("tui", help="browse runs and sessions in the terminal UI")
+        c.add_argument("path", metavar="PATH", nargs="?", default="runs",
+                       help="a folder of runs or one run directory (default: runs)")
+        c.set_defaults(func=cmd_tui)
     return p
 
 

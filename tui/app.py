@@ -1,0 +1,137 @@
+"""``askspec tui``: the Textual app (``AskspecApp(path)``).
+
+Screens: runs -> a run (tabs: sessions, groups, metrics, SQL) -> a session's transcript;
+compare two runs. All store access goes through ``askspec.tui.data`` in worker threads
+(``components.loader``); the UI thread never waits on DuckDB. Follow mode: a timer
+checks the runs' file sizes in a worker and tells the active screen when they grew.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from textual import on
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from askspec.runtime.store import layout
+from askspec.tui import data
+from askspec.tui.commands import RunsProvider
+from askspec.tui.components.loader import Loader
+from askspec.tui.messages import Loaded, LoadFailed, OpenRun, OpenSession, StoreChanged
+from askspec.tui.screens.compare import CompareScreen
+from askspec.tui.screens.message import MessageScreen
+from askspec.tui.screens.run import RunScreen
+from askspec.tui.screens.runs import RunsScreen
+from askspec.tui.screens.transcript import TranscriptScreen
+
+THEMES = ("textual-dark", "textual-light")
+
+
+class AskspecApp(Loader, App):
+    """Browse the runs under ``path`` (a folder of runs or one run directory)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "askspec"
+    COMMANDS = App.COMMANDS | {RunsProvider}
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("t", "toggle_theme", "Theme"),
+        Binding("question_mark", "keys", "Keys"),
+    ]
+
+    def __init__(self, path: str | os.PathLike[str] = "runs", *, follow_interval: float = 1.0,
+                 theme: str = "textual-dark") -> None:
+        super().__init__()
+        self.source = data.Source(path)
+        self.follow_interval = follow_interval
+        self.initial_theme = theme
+        self.sql_history: list[str] = []
+        self.known_runs: list[data.RunInfo] = []
+        self._fingerprint: tuple | None = None
+
+    def on_mount(self) -> None:
+        self.theme = self.initial_theme
+        problem = data.check_path(self.source.path)
+        if problem:
+            self.push_screen(MessageScreen(problem, "askspec tui [RUNS_DIR | RUN_DIR] opens a folder of runs "
+                                                    "(default: runs/) or one run directory."))
+            return
+        self.push_screen(RunsScreen())
+        if layout.is_run_dir(self.source.path):
+            self.load("open-run", self._run_info, None)
+        self.set_interval(self.follow_interval, self._poll)
+
+    # ------------------------------------------------------------------ navigation
+
+    def _run_info(self, run_id: str | None) -> data.RunInfo:
+        runs = data.list_runs(self.source)
+        for r in runs:
+            if run_id is None or r.run_id == run_id:
+                return r
+        raise data.DataError(f"no run {run_id} under {self.source.path}")
+
+    @on(OpenRun)
+    def _open_run(self, msg: OpenRun) -> None:
+        self.load("open-run", self._run_info, msg.run_id)
+
+    @on(OpenSession)
+    def _open_session(self, msg: OpenSession) -> None:
+        self.push_screen(TranscriptScreen(msg.run_id, msg.session_id))
+
+    def open_compare(self, run_a: str, run_b: str) -> None:
+        self.push_screen(CompareScreen(run_a, run_b))
+
+    def action_back(self) -> None:
+        if len(self.screen_stack) > 2:  # never pop the runs screen (or the default screen)
+            self.pop_screen()
+
+    # ------------------------------------------------------------------ follow mode
+
+    def _poll(self) -> None:
+        self.load("poll", data.fingerprint, self.source.path)
+
+    def on_loaded(self, msg: Loaded) -> None:
+        if msg.key == "poll":
+            changed = self._fingerprint is not None and msg.result != self._fingerprint
+            self._fingerprint = msg.result
+            if changed:
+                self.screen.post_message(StoreChanged())
+        elif msg.key == "open-run":
+            self.push_screen(RunScreen(msg.result))
+
+    def on_load_failed(self, msg: LoadFailed) -> None:
+        if msg.key == "open-run":
+            self.notify(msg.error, severity="error")
+
+    # ------------------------------------------------------------------ looks, help
+
+    def action_toggle_theme(self) -> None:
+        self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
+
+    def action_keys(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    def get_system_commands(self, screen: Screen):
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Toggle light/dark", "Switch between the light and dark themes",
+                            self.action_toggle_theme)
+        if isinstance(screen, RunScreen):
+            for key, title in (("sessions", "Sessions"), ("groups", "Groups and tournaments"),
+                               ("metrics", "Metrics and plots"), ("sql", "SQL console")):
+                yield SystemCommand(f"Go to {title}", f"the {title.lower()} tab of this run",
+                                    lambda k=key: screen.action_tab(k))
+        if isinstance(screen, RunsScreen):
+            yield SystemCommand("Compare marked runs", "two runs side by side (mark with space)",
+                                screen.action_compare)
+
+
+def run(path: str | os.PathLike[str] = "runs") -> int:
+    """Entry point of ``askspec tui`` (a bad path is explained on screen, not raised)."""
+    AskspecApp(Path(path)).run()
+    return 0

@@ -1,0 +1,128 @@
+"""``TurnView``: one turn of a transcript — who, which model, tokens, latency, finish
+reason; what it was sent and from whom; the reply with its parsed sections highlighted
+(forwarded sections, the graded ``\\boxed{}``); its rewards; the prompt, collapsed."""
+
+from __future__ import annotations
+
+import json
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Collapsible, Static
+
+from askspec.terminal import printable
+from askspec.tui.shaping import Highlight, Turn
+
+# Styles with their own background read on light and dark themes alike.
+FORWARDED = "bold black on #e5c07b"
+ANSWER = "bold black on #98c379"
+SECTION = "underline"
+SENT_LINES = 6
+
+
+def styled_reply(text: str, highlights: list[Highlight], forwarded: set[str]) -> Text:
+    """The reply, control characters escaped, parsed sections styled by what they are."""
+    points = sorted({0, len(text), *(h.start for h in highlights), *(h.end for h in highlights)})
+    out = Text()
+    pos: dict[int, int] = {}
+    for p, q in zip(points, points[1:]):
+        pos[p] = len(out)
+        out.append(printable(text[p:q]))
+    pos[len(text)] = len(out)
+    for h in highlights:
+        style = ANSWER if h.label == "answer" else FORWARDED if h.label in forwarded else SECTION
+        out.stylize(style, pos[h.start], pos[h.end])
+    return out
+
+
+def _cut(text: str, lines: int) -> str:
+    rows = text.splitlines()
+    if len(rows) <= lines:
+        return text
+    return "\n".join(rows[:lines]) + f"\n… ({len(rows) - lines} more lines; the full prompt is below)"
+
+
+def header(turn: Turn) -> Text:
+    t = Text()
+    t.append(f"t{turn.index} ", style="bold")
+    t.append(printable(turn.role, single_line=True), style="bold cyan")
+    if turn.model:
+        t.append(f"  {printable(turn.model, single_line=True)}", style="dim")
+    if turn.tokens_in is not None or turn.tokens_out is not None:
+        t.append(f"  tokens {turn.tokens_in if turn.tokens_in is not None else '?'}→"
+                 f"{turn.tokens_out if turn.tokens_out is not None else '?'}")
+    if turn.latency_ms is not None:
+        t.append(f"  {turn.latency_ms:.0f} ms")
+    if turn.finish_reason:
+        t.append(f"  {printable(turn.finish_reason, single_line=True)}",
+                 style="bold red" if turn.finish_reason == "length" else "")
+    if turn.recovery:
+        t.append("  ⟲ recovery", style="bold magenta")
+    if not turn.parsed.get("parsed", True):
+        t.append("  ✗ unparsed", style="bold red")
+    if turn.error:
+        t.append(f"  error: {printable(turn.error, single_line=True)}", style="bold red")
+    for name, value in turn.rewards:
+        t.append(f"  reward {printable(name, single_line=True)}={value:+.4g}", style="bold green")
+    return t
+
+
+def prompt_text(turn: Turn) -> Text:
+    t = Text()
+    for i, m in enumerate(turn.prompt):
+        role = m.get("role", "?") if isinstance(m, dict) else "?"
+        content = m.get("content", "") if isinstance(m, dict) else m
+        if not isinstance(content, str):
+            content = json.dumps(content, ensure_ascii=False)
+        if i:
+            t.append("\n")
+        t.append(f"[{printable(str(role), single_line=True)}]\n", style="bold")
+        t.append(printable(content))
+    return t or Text("(no prompt recorded)", style="dim")
+
+
+class TurnView(Vertical):
+    DEFAULT_CSS = """
+    TurnView { height: auto; margin: 0 0 1 0; padding: 0 1; border-left: wide $primary; }
+    TurnView.recovery { border-left: wide $warning; }
+    TurnView.failed { border-left: wide $error; }
+    TurnView > .sent { color: $text-muted; }
+    TurnView > .reply { margin: 0 0 0 0; }
+    TurnView > .links { color: $text-muted; }
+    TurnView Collapsible { padding: 0; margin: 0; border: none; }
+    """
+
+    def __init__(self, turn: Turn) -> None:
+        classes = "recovery" if turn.recovery else "failed" if (turn.error or not turn.ok) else ""
+        super().__init__(id=f"turn-{turn.index}", classes=classes)
+        self.turn = turn
+
+    def compose(self) -> ComposeResult:
+        turn = self.turn
+        yield Static(header(turn), classes="head")
+        if turn.sent is not None:
+            sent = Text("← sent", style="bold")
+            if turn.received_from:
+                sent.append(" (" + ", ".join(f"{printable(r, single_line=True)} t{i} {f}"
+                                             for r, i, f in turn.received_from) + ")")
+            sent.append(": ")
+            sent.append(printable(_cut(turn.sent, SENT_LINES)))
+            yield Static(sent, classes="sent")
+        forwarded = {f for _r, _i, f in turn.forwarded_to}
+        yield Static(styled_reply(turn.text, turn.highlights, forwarded) if turn.text
+                     else Text("(no reply)", style="dim"), classes="reply")
+        links = Text()
+        labels = [h.label for h in turn.highlights]
+        if labels:
+            links.append("parsed: " + ", ".join(dict.fromkeys(labels)))
+            answer = turn.parsed.get("answer")
+            if isinstance(answer, str):
+                links.append(f"   answer: {printable(answer, single_line=True)}")
+        if turn.forwarded_to:
+            links.append(("\n" if links else "") + "→ forwarded to " + ", ".join(
+                f"{printable(r, single_line=True)} t{i} ({f})" for r, i, f in turn.forwarded_to))
+        if links:
+            yield Static(links, classes="links")
+        with Collapsible(title=f"prompt ({len(turn.prompt)} messages)", collapsed=True):
+            yield Static(prompt_text(turn), classes="prompt")

@@ -1,0 +1,193 @@
+"""The sessions tab: a run's sessions in a virtual table, filterable (see
+``askspec.tui.filters``) and sortable, following a live run.
+
+Follow mode: while the cursor is on the last row, new sessions are shown as they arrive
+(the cursor stays on the newest). Moving the cursor up pauses following; what arrives is
+counted in a badge until ``f`` (or moving back to the last row) catches up."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Input, Static
+
+from askspec.tui import data
+from askspec.tui.components.loader import Loader
+from askspec.tui.components.table import ArrowTable
+from askspec.tui.filters import FilterError, parse_filter
+from askspec.tui.messages import Loaded, LoadFailed, OpenSession, StoreChanged
+
+FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward:0.5..1 "text in a turn"'
+               "  (Enter applies)")
+
+
+class SessionsPane(Loader, Vertical):
+    BINDINGS = [
+        Binding("slash", "focus_filter", "Filter"),
+        Binding("s", "sort", "Sort by next column"),
+        Binding("S", "reverse", "Reverse sort"),
+        Binding("f", "follow", "Follow"),
+    ]
+
+    def __init__(self, run_id: str, live: bool) -> None:
+        super().__init__(id="sessions-pane")
+        self.run_id = run_id
+        self.following = live
+        self.pending: pa.Table | None = None  # arrived while following was paused
+        self.filter_text = ""
+        self.sort_col: str | None = None
+        self.sort_desc = False
+        self.full: pa.Table | None = None  # the last result, unsorted
+        self._moving = False  # a cursor move of our own (not the user's)
+        self._loaded_once = False
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder=FILTER_HINT, id="filter")
+        yield Static("loading sessions…", id="sessions-status", classes="status")
+        yield ArrowTable(id="sessions", empty="loading sessions…")
+
+    def on_mount(self) -> None:
+        self.reload()
+
+    def reload(self) -> None:
+        try:
+            flt = parse_filter(self.filter_text)
+        except FilterError as e:
+            self._status(f"⚠ {e}", error=True)
+            return
+        if flt.needs_turns:
+            self._status("searching turns…")
+        self.load("sessions", data.sessions_table, self.app.source, self.run_id, flt)
+
+    @on(StoreChanged)
+    def _changed(self) -> None:
+        self.reload()
+
+    def _sorted(self, table: pa.Table) -> pa.Table:
+        if self.sort_col and self.sort_col in table.column_names:
+            return table.sort_by([(self.sort_col, "descending" if self.sort_desc else "ascending")])
+        return table
+
+    def _status(self, text: str, error: bool = False) -> None:
+        w = self.query_one("#sessions-status", Static)
+        w.update(text)
+        w.set_class(error, "error")
+
+    def _describe(self, shown: int) -> str:
+        parts = [f"{shown} session{'s' if shown != 1 else ''}"]
+        if self.filter_text.strip():
+            parts.append(f"matching {self.filter_text.strip()!r}")
+        if self.sort_col:
+            parts.append(f"sorted by {self.sort_col} {'↓' if self.sort_desc else '↑'}")
+        if self.following and self.screen.live:
+            parts.append("● following")
+        elif self.pending is not None:
+            n = self.pending.num_rows - (self.full.num_rows if self.full is not None else 0)
+            parts.append(f"⏸ paused: +{max(n, 0)} new — press f to catch up")
+        return "  ·  ".join(parts)
+
+    async def on_loaded(self, msg: Loaded) -> None:
+        if msg.key != "sessions":
+            return
+        msg.stop()
+        table: pa.Table = msg.result
+        first = not self._loaded_once
+        self._loaded_once = True
+        if not first and not self.following and self.full is not None:
+            if table.num_rows != self.full.num_rows or not table.equals(self.full):
+                self.pending = table  # shown when the user catches up
+            self._status(self._describe(self.full.num_rows))
+            return
+        await self._show(table, to_end=self.following, focus=first)
+
+    async def _show(self, table: pa.Table, to_end: bool, focus: bool = False) -> None:
+        self.full, self.pending = table, None
+        view = self.query_one("#sessions", ArrowTable)
+        shown = self._sorted(table)
+        self._moving = True
+        try:
+            await view.set_table(shown, cursor_row=shown.num_rows - 1 if to_end else None,
+                                 empty="no sessions" + (" match the filter" if self.filter_text.strip() else " yet"))
+        finally:
+            self.call_after_refresh(self._done_moving)
+        if focus or self.screen.focused is None:
+            view.focus_table()
+        self._status(self._describe(shown.num_rows))
+
+    def _done_moving(self) -> None:
+        self._moving = False
+
+    def on_load_failed(self, msg: LoadFailed) -> None:
+        if msg.key != "sessions":
+            return
+        msg.stop()
+        self._status(f"⚠ {msg.error}", error=True)
+
+    @on(ArrowTable.Highlighted, "#sessions")
+    def _highlighted(self, event: ArrowTable.Highlighted) -> None:
+        if self._moving or not self.screen.live:
+            return
+        at_end = event.index >= event.table.row_count - 1
+        if at_end and not self.following:
+            self.following = True
+            if self.pending is not None:
+                self.run_worker(self._show(self.pending, to_end=True))
+                return
+        elif not at_end and self.following:
+            self.following = False
+        self._status(self._describe(event.table.row_count))
+
+    @on(ArrowTable.Chosen, "#sessions")
+    def _chosen(self, event: ArrowTable.Chosen) -> None:
+        self.post_message(OpenSession(self.run_id, event.row["session"]))
+
+    @on(ArrowTable.HeaderClicked, "#sessions")
+    async def _header(self, event: ArrowTable.HeaderClicked) -> None:
+        if self.sort_col == event.column:
+            self.sort_desc = not self.sort_desc
+        else:
+            self.sort_col, self.sort_desc = event.column, False
+        await self._resort()
+
+    @on(Input.Submitted, "#filter")
+    def _filter(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value
+        self.reload()
+        self.query_one("#sessions", ArrowTable).focus_table()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    async def _resort(self) -> None:
+        if self.full is None:
+            return
+        shown = self._sorted(self.full)
+        self._moving = True
+        try:
+            await self.query_one("#sessions", ArrowTable).set_table(shown, cursor_row=0)
+        finally:
+            self.call_after_refresh(self._done_moving)
+        self._status(self._describe(shown.num_rows))
+
+    async def action_sort(self) -> None:
+        if self.full is None or not self.full.num_columns:
+            return
+        cols = self.full.column_names
+        i = cols.index(self.sort_col) + 1 if self.sort_col in cols else 0
+        self.sort_col = cols[i] if i < len(cols) else None
+        self.sort_desc = False
+        await self._resort()
+
+    async def action_reverse(self) -> None:
+        if self.sort_col is None and self.full is not None and self.full.num_columns:
+            self.sort_col = self.full.column_names[0]
+        self.sort_desc = not self.sort_desc
+        await self._resort()
+
+    async def action_follow(self) -> None:
+        self.following = True
+        await self._show(self.pending if self.pending is not None else self.full or pa.table({}), to_end=True)
+        self.reload()

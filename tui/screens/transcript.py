@@ -1,0 +1,137 @@
+"""A session's transcript: its outcome, parameters and rewards, then every turn in order
+(``TurnView``). A running session grows as its turns arrive."""
+
+from __future__ import annotations
+
+import json
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Collapsible, Footer, Header, Static
+
+from askspec.terminal import printable
+from askspec.tui import data
+from askspec.tui.components.loader import Loader
+from askspec.tui.components.turn import TurnView
+from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
+from askspec.tui.shaping import Transcript
+
+
+def _short(v) -> str:
+    s = json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else v
+    s = printable(s, single_line=True)
+    return s if len(s) <= 80 else s[:79] + "…"
+
+
+def session_head(tr: Transcript) -> Text:
+    s = tr.session
+    t = Text()
+    t.append(f"{printable(s['session_id'], single_line=True)}", style="bold")
+    t.append(f"  game {printable(s['game'] or '?', single_line=True)}")
+    if s.get("group_id"):
+        t.append(f"  group {printable(s['group_id'], single_line=True)}")
+    status = s.get("status") or "?"
+    t.append(f"  {status}", style="bold red" if status == "error" else "bold green" if status == "running" else "bold")
+    if s.get("outcome"):
+        t.append(f"  outcome {printable(s['outcome'], single_line=True)}", style="bold yellow")
+    if (s.get("attempt") or 1) > 1:
+        t.append(f"  attempt {s['attempt']}")
+    t.append(f"  {len(tr.turns)} turns")
+    if s.get("error"):
+        t.append(f"\nerror: {printable(s['error'], single_line=True)}", style="bold red")
+    params = s.get("params") if isinstance(s.get("params"), dict) else {}
+    if params:
+        t.append("\nparams: " + ", ".join(f"{printable(str(k), single_line=True)}={_short(v)}"
+                                          for k, v in params.items()))
+    if tr.terminal_rewards:
+        t.append("\nterminal rewards: ")
+        t.append(", ".join(f"{printable(r, single_line=True)} {printable(n, single_line=True)}={v:+.4g}"
+                           for r, n, v in tr.terminal_rewards), style="bold green")
+    totals = tr.totals
+    if totals:
+        t.append("   totals: " + ", ".join(f"{printable(r, single_line=True)} {v:+.4g}" for r, v in totals.items()))
+    return t
+
+
+class TranscriptScreen(Loader, Screen):
+    BINDINGS = [
+        Binding("escape", "app.back", "Back"),
+        Binding("p", "prompts", "Prompts"),
+        Binding("n", "turn(1)", "Next turn"),
+        Binding("N", "turn(-1)", "Previous turn"),
+        Binding("G", "end", "Last turn"),
+    ]
+
+    def __init__(self, run_id: str, session_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.session_id = session_id
+        self.transcript: Transcript | None = None
+        self.shown = 0
+        self._turn_cursor = -1
+        self._prompts_open = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"loading {printable(self.session_id, single_line=True)}…", id="session-head", classes="bar")
+        yield VerticalScroll(id="turns")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"{self.run_id} / {self.session_id}"
+        self.reload()
+
+    def reload(self) -> None:
+        self.load("transcript", data.transcript, self.app.source, self.run_id, self.session_id)
+
+    @on(StoreChanged)
+    def _changed(self, event: StoreChanged) -> None:
+        event.stop()
+        if self.transcript is None or self.transcript.session.get("status") == "running":
+            self.reload()
+
+    async def on_loaded(self, msg: Loaded) -> None:
+        if msg.key != "transcript":
+            return
+        msg.stop()
+        tr: Transcript = msg.result
+        self.transcript = tr
+        self.query_one("#session-head", Static).update(session_head(tr))
+        box = self.query_one("#turns", VerticalScroll)
+        at_bottom = box.scroll_y >= box.max_scroll_y - 1
+        new = tr.turns[self.shown:]
+        if not tr.turns and not self.shown:
+            await box.mount(Static("no turns recorded for this session"
+                                   + (" yet" if tr.session.get("status") == "running" else ""), id="no-turns"))
+        elif new:
+            for w in box.query("#no-turns"):
+                await w.remove()
+            await box.mount_all([TurnView(t) for t in new])
+            if self.shown and at_bottom:  # a growing session: keep the newest turn in view
+                box.scroll_end(animate=False)
+        self.shown = len(tr.turns)
+        box.focus()
+
+    def on_load_failed(self, msg: LoadFailed) -> None:
+        if msg.key == "transcript":
+            msg.stop()
+            self.query_one("#session-head", Static).update(Text(f"⚠ {msg.error}", style="bold red"))
+
+    def action_prompts(self) -> None:
+        self._prompts_open = not self._prompts_open
+        for c in self.query(Collapsible):
+            c.collapsed = not self._prompts_open
+
+    def action_turn(self, step: int) -> None:
+        views = list(self.query(TurnView))
+        if not views:
+            return
+        self._turn_cursor = max(0, min(len(views) - 1, self._turn_cursor + step))
+        self.query_one("#turns", VerticalScroll).scroll_to_widget(views[self._turn_cursor], top=True, animate=False)
+
+    def action_end(self) -> None:
+        self.query_one("#turns", VerticalScroll).scroll_end(animate=False)

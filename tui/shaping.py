@@ -1,0 +1,414 @@
+"""Turns rows from the store into what the screens show: transcripts (parsed sections
+located in the reply, what was forwarded to whom, recovery turns), a group's route and
+matches, metric tables and heatmaps, training series, run comparisons.
+
+Pure functions over plain data (the one exception reads a run's ``ir.json``); no
+Textual and no DuckDB, so every rule here is unit-tested directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+# -------------------------------------------------------------------------- the IR
+
+
+@functools.lru_cache(maxsize=32)
+def _load_ir_cached(path: str, mtime_ns: int):
+    from askspec.ir.canonical import from_json
+
+    return from_json(Path(path).read_text(encoding="utf-8"))
+
+
+def load_ir(run_dir: str | Path | None):
+    """The run's compiled experiment, or None when ir.json is missing or unreadable
+    (an older IR version, a partial copy): screens then show what needs no IR."""
+    if not run_dir:
+        return None
+    p = Path(run_dir) / "ir.json"
+    try:
+        return _load_ir_cached(str(p), p.stat().st_mtime_ns)
+    except Exception:
+        return None
+
+
+def role_retries(run_dir: str | Path | None) -> dict[str, int]:
+    """Recovery attempts each role may make (its ``retries``, or a JSON reply's own)."""
+    exp = load_ir(run_dir)
+    if exp is None:
+        return {}
+    out = {}
+    for r in exp.roles:
+        n = int(getattr(r.recover, "retries", 0) or 0)
+        if r.reply.kind == "json":
+            n = max(n, int(r.reply.args.get("retries", 0) or 0))
+        out[r.name] = n
+    return out
+
+
+# ---------------------------------------------------------------------- transcripts
+
+@dataclass
+class Highlight:
+    start: int
+    end: int
+    label: str  # the parsed field's name, or "answer" for the graded \boxed{}
+
+
+@dataclass
+class Turn:
+    index: int
+    role: str
+    model: str | None
+    text: str
+    parsed: dict[str, Any]
+    prompt: list[dict[str, Any]]
+    finish_reason: str | None
+    tokens_in: int | None
+    tokens_out: int | None
+    latency_ms: float | None
+    error: str | None
+    rewards: list[tuple[str, float]] = field(default_factory=list)
+    recovery: bool = False
+    sent: str | None = None  # the last user message: what this role was sent
+    received_from: list[tuple[str, int, str]] = field(default_factory=list)  # (role, turn, field)
+    forwarded_to: list[tuple[str, int, str]] = field(default_factory=list)  # (role, turn, field)
+    highlights: list[Highlight] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.parsed.get("parsed", True)) and self.error is None
+
+
+@dataclass
+class Transcript:
+    run_id: str
+    session: dict[str, Any]
+    turns: list[Turn]
+    terminal_rewards: list[tuple[str, str, float]]  # (role, name, value)
+
+    @property
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for t in self.turns:
+            for _name, v in t.rewards:
+                out[t.role] = out.get(t.role, 0.0) + v
+        for role, _name, v in self.terminal_rewards:
+            out[role] = out.get(role, 0.0) + v
+        return out
+
+
+# Parser bookkeeping fields, not sections of the reply.
+_META_FIELDS = {"parsed", "truncated", "answer", "ok"}
+_MIN_FORWARD = 6  # shorter values ("2", "yes") would match anywhere
+
+
+def last_boxed_span(text: str) -> tuple[int, int] | None:
+    """Span of the last ``\\boxed{...}`` (braces balanced), or None."""
+    start = text.rfind("\\boxed{")
+    while start >= 0:
+        depth, i = 0, start + len("\\boxed")
+        while i < len(text):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    return start, i + 1
+            i += 1
+        start = text.rfind("\\boxed{", 0, start)
+    return None
+
+
+def find_highlights(text: str, parsed: dict[str, Any]) -> list[Highlight]:
+    """Where each parsed section sits in the reply (its last occurrence, as the parsers
+    take the last tag), and the graded answer's ``\\boxed{}``."""
+    out = []
+    for key, value in parsed.items():
+        if key in _META_FIELDS or not isinstance(value, str) or not value.strip():
+            continue
+        v = value.strip()
+        i = text.rfind(v)
+        if i >= 0:
+            out.append(Highlight(i, i + len(v), key))
+    span = last_boxed_span(text)
+    if span is not None:
+        out.append(Highlight(span[0], span[1], "answer"))
+    elif isinstance(parsed.get("answer"), str) and parsed["answer"].strip():
+        a = parsed["answer"].strip()
+        i = text.rfind(a)
+        if i >= 0:
+            out.append(Highlight(i, i + len(a), "answer"))
+    return sorted(out, key=lambda h: h.start)
+
+
+def _last_user(prompt: Any) -> str | None:
+    if not isinstance(prompt, list):
+        return None
+    for m in reversed(prompt):
+        if isinstance(m, dict) and m.get("role") == "user":
+            c = m.get("content")
+            return c if isinstance(c, str) else json.dumps(c, ensure_ascii=False)
+    return None
+
+
+def _is_recovery(turn: Turn, prev: Turn | None, retries: int | None) -> bool:
+    """A recovery turn re-asks the same role after a reply that did not parse: the engine
+    sends the earlier prompt plus that reply and a recovery prompt, or (JSON retries
+    without a template) the same prompt again."""
+    if prev is None or prev.ok or retries == 0:
+        return False
+    p, q = turn.prompt, prev.prompt
+    if not isinstance(p, list) or not isinstance(q, list):
+        return False
+    if p == q:
+        return True
+    return (len(p) == len(q) + 2 and p[:-2] == q and isinstance(p[-2], dict)
+            and p[-2].get("role") == "assistant" and p[-2].get("content") == prev.text)
+
+
+def build_transcript(run_id: str, session: dict, turn_rows: list[dict], reward_rows: list[dict],
+                     retries: dict[str, int]) -> Transcript:
+    turns = [
+        Turn(index=r["turn_index"], role=r["role"] or "?", model=r["model"], text=r["text"] or "",
+             parsed=r["parsed"] if isinstance(r["parsed"], dict) else {},
+             prompt=r["prompt"] if isinstance(r["prompt"], list) else [],
+             finish_reason=r["finish_reason"], tokens_in=r["tokens_in"], tokens_out=r["tokens_out"],
+             latency_ms=r["latency_ms"], error=r["error"])
+        for r in turn_rows
+    ]
+    by_index = {t.index: t for t in turns}
+    terminal = []
+    for w in reward_rows:
+        t = by_index.get(w["turn_index"]) if w["turn_index"] is not None else None
+        if t is not None and (w["kind"] or "turn") == "turn":
+            t.rewards.append((w["name"], w["value"]))
+        else:
+            terminal.append((w["role"], w["name"], w["value"]))
+    last_of_role: dict[str, Turn] = {}
+    for t in turns:
+        t.sent = _last_user(t.prompt)
+        t.highlights = find_highlights(t.text, t.parsed)
+        t.recovery = _is_recovery(t, last_of_role.get(t.role), retries.get(t.role))
+        last_of_role[t.role] = t
+    # What was forwarded: a parsed section of one turn that appears in what a later turn
+    # of another role was sent. Forwarded text may be cut (words(200)), so match a prefix.
+    for i, t in enumerate(turns):
+        for key, value in t.parsed.items():
+            if key in _META_FIELDS or not isinstance(value, str):
+                continue
+            probe = value.strip()[:60]
+            if len(probe) < _MIN_FORWARD:
+                continue
+            for u in turns[i + 1:]:
+                if u.role != t.role and u.sent and probe in u.sent:
+                    t.forwarded_to.append((u.role, u.index, key))
+                    u.received_from.append((t.role, t.index, key))
+    return Transcript(run_id=run_id, session=session, turns=turns, terminal_rewards=terminal)
+
+
+# --------------------------------------------------------------------------- groups
+
+@dataclass
+class GroupDetail:
+    group_id: str
+    route: str
+    role: str | None
+    stats: dict[str, Any]
+    why: list[str]  # lines: the statistics the route looked at and the arm that fired
+    matches: list[dict[str, Any]]
+    members: pa.Table  # session, base reward, strength, routed reward, final reward
+
+
+def _fired_arm(run_dir: str | None, params: dict, group: dict, base: list[float]) -> str | None:
+    """The route arm that sent this group where it went, re-evaluated from the IR on the
+    group's base rewards; None if the IR is unreadable or no arm agrees with the record."""
+    exp = load_ir(run_dir)
+    if exp is None:
+        return None
+    from askspec.ir.render import expr_text
+    from askspec.runtime.engine.evaluator import Env, evaluate
+
+    merged = {**exp.param_values(), **(params or {})}  # the manifest holds the values run
+    role = (group.get("stats") or {}).get("role")
+    for game in exp.games:
+        for route in game.routes:
+            if role is not None and route.role != role:
+                continue
+            env = Env(vars={"rewards": base, "size": len(base)}, params=merged)
+            for arm in route.arms:
+                try:
+                    hit = arm.cond is None or bool(evaluate(arm.cond, env))
+                except Exception:
+                    hit = False
+                if not hit:
+                    continue
+                recorded = arm.action if arm.target is None else f"{arm.action}:{arm.target}"
+                if recorded != group.get("route"):
+                    break  # this route sends such a group elsewhere: not the one recorded
+                cond = "else" if arm.cond is None else f"when {expr_text(arm.cond)}"
+                target = f" {arm.target}" if arm.target else ""
+                return f"route {route.role} {{ {cond} -> {arm.action}{target} }} in game {game.name}"
+    return None
+
+
+def _num(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: str | None,
+                params: dict) -> GroupDetail:
+    stats = group.get("stats") or {}
+    role = stats.get("role")
+    members = list(group.get("members") or [])
+    routed_names = {"tournament", "judge"}
+    base: dict[str, float] = {}
+    routed: dict[str, float] = {}
+    final: dict[str, float] = {}
+    for w in rewards:
+        if role is not None and w["role"] != role:
+            continue
+        sid = w["session_id"]
+        if w["name"] in routed_names:
+            routed[sid] = routed.get(sid, 0.0) + w["value"]
+        else:
+            base[sid] = base.get(sid, 0.0) + w["value"]
+        final[sid] = final.get(sid, 0.0) + w["value"]
+    route = group.get("route") or "?"
+    why = []
+    if stats.get("count") is not None:
+        parts = [f"{k} {_num(stats[k])}" for k in ("count", "mean", "var", "std", "min", "max") if k in stats]
+        why.append(f"{role or 'rewards'}: " + ", ".join(parts))
+    arm = _fired_arm(run_dir, params, group, [base.get(m, 0.0) for m in members])
+    if arm:
+        why.append(f"arm fired: {arm}")
+    for k in ("pairing", "aggregate", "judge_calls"):
+        if k in stats:
+            why.append(f"{k}: {stats[k]}")
+    strengths = stats.get("strengths") if isinstance(stats.get("strengths"), list) else []
+    routed_list = stats.get("routed") if isinstance(stats.get("routed"), list) else []
+    n = len(members)
+    members_table = pa.table({
+        "session": members,
+        "base": [base.get(m) for m in members],
+        "strength": [strengths[i] if i < len(strengths) else None for i in range(n)],
+        "routed": [routed.get(m, routed_list[i] if i < len(routed_list) else None) for i, m in enumerate(members)],
+        "final": [final.get(m) for m in members],
+    }, schema=pa.schema([("session", pa.string()), ("base", pa.float64()), ("strength", pa.float64()),
+                         ("routed", pa.float64()), ("final", pa.float64())]))
+    return GroupDetail(group_id=group["group_id"], route=route, role=role, stats=stats, why=why,
+                       matches=matches, members=members_table)
+
+
+# -------------------------------------------------------------------------- metrics
+
+@dataclass
+class Heatmap:
+    metric: str
+    row_key: str
+    col_key: str
+    rows: list[str]
+    cols: list[str]
+    values: dict[tuple[str, str], float | None]
+    counts: dict[tuple[str, str], int]
+
+
+@dataclass
+class Metrics:
+    tables: dict[str, pa.Table]  # metric name -> by columns + value + n
+    heatmaps: list[Heatmap]
+    errors: int
+    train: dict[str, dict[str, list[tuple[int, float]]]]  # role -> column -> (step, value)
+    note: str | None = None
+
+
+def _label(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False)
+    return str(v)
+
+
+def build_metrics(rows: list[dict], errors: int, steps: list[dict], note: str | None) -> Metrics:
+    grouped: dict[str, list[dict]] = {}
+    for r in rows:
+        grouped.setdefault(r["metric"], []).append(r)
+    tables: dict[str, pa.Table] = {}
+    heatmaps: list[Heatmap] = []
+    for name, rs in grouped.items():
+        keys = list(rs[0]["by"].keys())
+        cols: dict[str, list] = {k: [_label(r["by"].get(k)) for r in rs] for k in keys}
+        numeric = all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+                      for v in (r["value"] for r in rs))
+        cols["value"] = [r["value"] if numeric else _label(r["value"]) for r in rs]
+        cols["n"] = [r["n"] for r in rs]
+        tables[name] = pa.table(cols)
+        if len(keys) == 2 and numeric:
+            rk, ck = keys
+            values = {(_label(r["by"][rk]), _label(r["by"][ck])): r["value"] for r in rs}
+            counts = {(_label(r["by"][rk]), _label(r["by"][ck])): r["n"] for r in rs}
+            heatmaps.append(Heatmap(metric=name, row_key=rk, col_key=ck,
+                                    rows=sorted({a for a, _ in values}), cols=sorted({b for _, b in values}),
+                                    values=values, counts=counts))
+    train: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for s in steps:
+        m = s["metrics"]
+        if not isinstance(m, dict):
+            continue
+        for k, v in m.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                train.setdefault(s["role"], {}).setdefault(k, []).append((int(s["step"]), float(v)))
+    return Metrics(tables=tables, heatmaps=heatmaps, errors=errors, train=train, note=note)
+
+
+# -------------------------------------------------------------------------- compare
+
+def compare_table(a, b, ma: Metrics, mb: Metrics) -> pa.Table:
+    """Rows (what, A, B, B - A) for two runs' summaries and declared metrics."""
+    rows: list[tuple[str, Any, Any]] = [
+        ("experiment", a.experiment, b.experiment),
+        ("hash", (a.experiment_hash or "")[:12], (b.experiment_hash or "")[:12]),
+        ("sessions done", a.done, b.done),
+        ("sessions errored", a.errors, b.errors),
+    ]
+    for o in sorted(set(a.outcomes) | set(b.outcomes)):
+        ra = a.outcomes.get(o, 0) / (a.done - a.errors) if a.done - a.errors else None
+        rb = b.outcomes.get(o, 0) / (b.done - b.errors) if b.done - b.errors else None
+        rows.append((f"rate {o}", ra, rb))
+    for role in sorted(set(a.mean_reward) | set(b.mean_reward)):
+        rows.append((f"mean reward {role}", a.mean_reward.get(role), b.mean_reward.get(role)))
+    for name in sorted(set(ma.tables) | set(mb.tables)):
+        ta, tb = _metric_values(ma.tables.get(name)), _metric_values(mb.tables.get(name))
+        for key in sorted(set(ta) | set(tb)):
+            rows.append((f"{name}{key}", ta.get(key), tb.get(key)))
+    delta = []
+    for _w, x, y in rows:
+        num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
+        delta.append(y - x if num else None)
+    return pa.table({
+        "what": [r[0] for r in rows],
+        "A": [_label(r[1]) if not isinstance(r[1], float) else f"{r[1]:.4g}" for r in rows],
+        "B": [_label(r[2]) if not isinstance(r[2], float) else f"{r[2]:.4g}" for r in rows],
+        "B - A": [None if d is None else round(float(d), 6) for d in delta],
+    })
+
+
+def _metric_values(t: pa.Table | None) -> dict[str, Any]:
+    if t is None:
+        return {}
+    keys = [c for c in t.column_names if c not in ("value", "n")]
+    out = {}
+    for r in t.to_pylist():
+        by = ", ".join(f"{k}={r[k]}" for k in keys)
+        out[f" [{by}]" if by else ""] = r["value"]
+    return out
