@@ -297,12 +297,16 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
     strengths = stats.get("strengths") if isinstance(stats.get("strengths"), list) else []
     routed_list = stats.get("routed") if isinstance(stats.get("routed"), list) else []
     n = len(members)
+
+    def r4(v: float | None) -> float | None:
+        return None if v is None else round(float(v), 4)
+
     members_table = pa.table({
         "session": members,
-        "base": [base.get(m) for m in members],
-        "strength": [strengths[i] if i < len(strengths) else None for i in range(n)],
-        "routed": [routed.get(m, routed_list[i] if i < len(routed_list) else None) for i, m in enumerate(members)],
-        "final": [final.get(m) for m in members],
+        "base": [r4(base.get(m)) for m in members],
+        "strength": [r4(strengths[i]) if i < len(strengths) else None for i in range(n)],
+        "routed": [r4(routed.get(m, routed_list[i] if i < len(routed_list) else None)) for i, m in enumerate(members)],
+        "final": [r4(final.get(m)) for m in members],
     }, schema=pa.schema([("session", pa.string()), ("base", pa.float64()), ("strength", pa.float64()),
                          ("routed", pa.float64()), ("final", pa.float64())]))
     return GroupDetail(group_id=group["group_id"], route=route, role=role, stats=stats, why=why,

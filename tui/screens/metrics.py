@@ -69,17 +69,18 @@ class MetricsPane(Loader, VerticalScroll):
             notes.append(m.note)
         if m.errors:
             notes.append(f"{m.errors} session(s) ended in error and are excluded")
-        n_sessions = sum(int(t.column("n")[0].as_py()) for t in list(m.tables.values())[:1]) if m.tables else 0
-        notes.append(f"{len(m.tables)} declared metric(s)" + (f" over {n_sessions}+ sessions" if n_sessions else ""))
+        if m.tables:
+            notes.append(f"{len(m.tables)} declared metric(s)")
         self.query_one("#metrics-note", Static).update("  ·  ".join(notes))
         widgets = []
+        heatmaps = {h.metric: h for h in m.heatmaps}
         for name, table in m.tables.items():
             widgets.append(Static(Text(printable(name, single_line=True), style="bold"), classes="section"))
             t = ArrowTable(classes="metric-table", max_width=40)
             widgets.append(t)
             t.styles.height = min(table.num_rows + 2, 12)
-        for h in m.heatmaps:
-            widgets.append(Heatmap(h))
+            if name in heatmaps:
+                widgets.append(Heatmap(heatmaps[name]))
         if m.train:
             widgets.append(Static(Text("training", style="bold"), classes="section"))
             for role, series in m.train.items():

@@ -99,7 +99,7 @@ class RunsScreen(Loader, Screen):
         if msg.key != "runs":
             return
         msg.stop()
-        self.runs = msg.result
+        self.runs = self.app.known_runs = msg.result  # the palette offers them too
         table = self.query_one("#runs", ArrowTable)
         await table.set_table(runs_table(self.runs, set(self.marked)))
         table.focus_table()

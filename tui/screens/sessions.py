@@ -43,6 +43,7 @@ class SessionsPane(Loader, Vertical):
         self.full: pa.Table | None = None  # the last result, unsorted
         self._moving = False  # a cursor move of our own (not the user's)
         self._loaded_once = False
+        self._force = True  # the user asked for this reload: show it even when paused
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder=FILTER_HINT, id="filter")
@@ -52,7 +53,8 @@ class SessionsPane(Loader, Vertical):
     def on_mount(self) -> None:
         self.reload()
 
-    def reload(self) -> None:
+    def reload(self, user: bool = True) -> None:
+        self._force = self._force or user
         try:
             flt = parse_filter(self.filter_text)
         except FilterError as e:
@@ -64,7 +66,7 @@ class SessionsPane(Loader, Vertical):
 
     @on(StoreChanged)
     def _changed(self) -> None:
-        self.reload()
+        self.reload(user=False)
 
     def _sorted(self, table: pa.Table) -> pa.Table:
         if self.sort_col and self.sort_col in table.column_names:
@@ -96,7 +98,7 @@ class SessionsPane(Loader, Vertical):
         table: pa.Table = msg.result
         first = not self._loaded_once
         self._loaded_once = True
-        if not first and not self.following and self.full is not None:
+        if not first and not self._force and not self.following and self.full is not None:
             if table.num_rows != self.full.num_rows or not table.equals(self.full):
                 self.pending = table  # shown when the user catches up
             self._status(self._describe(self.full.num_rows))
@@ -104,7 +106,7 @@ class SessionsPane(Loader, Vertical):
         await self._show(table, to_end=self.following, focus=first)
 
     async def _show(self, table: pa.Table, to_end: bool, focus: bool = False) -> None:
-        self.full, self.pending = table, None
+        self.full, self.pending, self._force = table, None, False
         view = self.query_one("#sessions", ArrowTable)
         shown = self._sorted(table)
         self._moving = True
