@@ -97,9 +97,9 @@ class AskspecApp(Loader, App):
         if msg.key == "poll":
             changed = self._fingerprint is not None and msg.result != self._fingerprint
             self._fingerprint = msg.result
-            if changed:
+            if changed and self.screen_stack:  # (none while the app shuts down)
                 self.screen.post_message(StoreChanged())
-        elif msg.key == "open-run":
+        elif msg.key == "open-run" and self.screen_stack:
             self.push_screen(RunScreen(msg.result))
 
     def on_load_failed(self, msg: LoadFailed) -> None:

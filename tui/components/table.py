@@ -66,6 +66,7 @@ class ArrowTable(Vertical):
         self.empty_text = empty
         self.max_width = max_width
         self._table: DataTable | None = None
+        self.pending_row: int | None = None  # a cursor move waiting for the table's layout
 
     def compose(self) -> ComposeResult:
         yield Static(self.empty_text, classes="empty")
@@ -91,6 +92,7 @@ class ArrowTable(Vertical):
             self.empty_text = empty
         await self.remove_children()
         self._table = None
+        self.pending_row = None
         if table.num_rows == 0 or table.num_columns == 0:
             await self.mount(Static(self.empty_text, classes="empty"))
             return
@@ -100,10 +102,30 @@ class ArrowTable(Vertical):
         await self.mount(dt)
         row = keep if cursor_row is None else cursor_row
         row = max(0, min(row, table.num_rows - 1))
+        self.pending_row = row or None
         if row:
-            dt.move_cursor(row=row, animate=False)
+            dt.call_after_refresh(self._place_cursor, dt, row, 25)
         if had_focus:
             dt.focus()
+
+    def _place_cursor(self, dt: DataTable, row: int, tries: int) -> None:
+        """Move the cursor to ``row`` once the table has measured itself (it does so when
+        idle); before that it cannot scroll to a row below the first screen."""
+        if dt is not self._table:
+            return  # replaced meanwhile
+        if dt.virtual_size.height <= row + 1 and tries > 0:
+            self.set_timer(0.02, lambda: self._place_cursor(dt, row, tries - 1))
+            return
+        dt.move_cursor(row=row, animate=False)
+        self.pending_row = None
+
+    @property
+    def at_end(self) -> bool:
+        """Whether the cursor is (or is about to be) on the last row."""
+        if not self.row_count:
+            return True
+        row = self.pending_row if self.pending_row is not None else self.cursor_row
+        return row >= self.row_count - 1
 
     def move_to(self, row: int) -> None:
         if self._table is not None and self.row_count:

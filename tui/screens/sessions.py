@@ -41,7 +41,6 @@ class SessionsPane(Loader, Vertical):
         self.sort_col: str | None = None
         self.sort_desc = False
         self.full: pa.Table | None = None  # the last result, unsorted
-        self._moving = False  # a cursor move of our own (not the user's)
         self._loaded_once = False
         self._force = True  # the user asked for this reload: show it even when paused
 
@@ -98,29 +97,26 @@ class SessionsPane(Loader, Vertical):
         table: pa.Table = msg.result
         first = not self._loaded_once
         self._loaded_once = True
-        if not first and not self._force and not self.following and self.full is not None:
-            if table.num_rows != self.full.num_rows or not table.equals(self.full):
-                self.pending = table  # shown when the user catches up
-            self._status(self._describe(self.full.num_rows))
-            return
-        await self._show(table, to_end=self.following, focus=first)
+        view = self.query_one("#sessions", ArrowTable)
+        if self.screen.live and not first and not self._force:
+            # a live update: follow only while the cursor is on the last row
+            self.following = view.at_end
+            if not self.following:
+                if self.full is None or not table.equals(self.full):
+                    self.pending = table  # shown when the user catches up
+                self._status(self._describe(view.row_count))
+                return
+        await self._show(table, to_end=self.following and self.screen.live, focus=first)
 
     async def _show(self, table: pa.Table, to_end: bool, focus: bool = False) -> None:
         self.full, self.pending, self._force = table, None, False
         view = self.query_one("#sessions", ArrowTable)
         shown = self._sorted(table)
-        self._moving = True
-        try:
-            await view.set_table(shown, cursor_row=shown.num_rows - 1 if to_end else None,
-                                 empty="no sessions" + (" match the filter" if self.filter_text.strip() else " yet"))
-        finally:
-            self.call_after_refresh(self._done_moving)
+        await view.set_table(shown, cursor_row=shown.num_rows - 1 if to_end else None,
+                             empty="no sessions" + (" match the filter" if self.filter_text.strip() else " yet"))
         if focus or self.screen.focused is None:
             view.focus_table()
         self._status(self._describe(shown.num_rows))
-
-    def _done_moving(self) -> None:
-        self._moving = False
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key != "sessions":
@@ -129,16 +125,16 @@ class SessionsPane(Loader, Vertical):
         self._status(f"⚠ {msg.error}", error=True)
 
     @on(ArrowTable.Highlighted, "#sessions")
-    def _highlighted(self, event: ArrowTable.Highlighted) -> None:
-        if self._moving or not self.screen.live:
+    async def _highlighted(self, event: ArrowTable.Highlighted) -> None:
+        if not self.screen.live or event.table.pending_row is not None:
             return
-        at_end = event.index >= event.table.row_count - 1
+        at_end = event.table.at_end
         if at_end and not self.following:
             self.following = True
-            if self.pending is not None:
-                self.run_worker(self._show(self.pending, to_end=True))
+            if self.pending is not None:  # back at the newest row: catch up
+                await self._show(self.pending, to_end=True)
                 return
-        elif not at_end and self.following:
+        elif not at_end:
             self.following = False
         self._status(self._describe(event.table.row_count))
 
@@ -167,11 +163,7 @@ class SessionsPane(Loader, Vertical):
         if self.full is None:
             return
         shown = self._sorted(self.full)
-        self._moving = True
-        try:
-            await self.query_one("#sessions", ArrowTable).set_table(shown, cursor_row=0)
-        finally:
-            self.call_after_refresh(self._done_moving)
+        await self.query_one("#sessions", ArrowTable).set_table(shown, cursor_row=0)
         self._status(self._describe(shown.num_rows))
 
     async def action_sort(self) -> None:
