@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "tui"))
 
-from conftest import build_demo_run  # noqa: E402
+from tui_helpers import build_demo_run  # noqa: E402
 
 from askspec.tui.app import AskspecApp  # noqa: E402
 

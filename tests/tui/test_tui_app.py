@@ -11,7 +11,7 @@ from askspec.tui.screens.compare import CompareScreen
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.transcript import TranscriptScreen
 
-from conftest import screen_text, shows, wait_until
+from tui_helpers import real_runs, screen_text, shows, wait_until  # noqa: F401 (fixture)
 
 SIZE = (150, 45)
 

@@ -9,7 +9,7 @@ from askspec.tui.app import AskspecApp
 from askspec.tui.screens.message import MessageScreen
 from askspec.tui.screens.run import RunScreen
 
-from conftest import ROOT, screen_text, shows, wait_until
+from tui_helpers import ROOT, demo_runs, screen_text, shows, wait_until  # noqa: F401 (fixture)
 
 SIZE = (140, 40)
 

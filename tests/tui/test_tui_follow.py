@@ -15,7 +15,7 @@ import pytest
 from askspec.tui.app import AskspecApp
 from askspec.tui.screens.run import RunScreen
 
-from conftest import screen_text, wait_until
+from tui_helpers import screen_text, wait_until
 
 WRITER = r"""
 import sys, time

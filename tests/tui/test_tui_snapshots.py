@@ -8,7 +8,7 @@ import pytest
 
 from askspec.tui.app import AskspecApp
 
-from conftest import screen_text, wait_until
+from tui_helpers import demo_runs, screen_text, wait_until  # noqa: F401 (fixture)
 
 SIZE = (130, 36)
 

@@ -1,4 +1,4 @@
-"""Fixtures for the TUI tests: real runs (Ask-E on the replay backend, Reasoning Arena
+"""Helpers and fixtures for the TUI tests: real runs (Ask-E on the replay backend, Reasoning Arena
 on the Python fake models), hand-built Ask-E-shaped runs written with the real
 RunWriter, and helpers to read what the app shows."""
 
