@@ -1,23 +1,32 @@
 """Any OpenAI-compatible chat endpoint (`vllm serve`, SGLang, hosted APIs) via `AsyncOpenAI`.
 
-The client's own retries are off; we retry 429s, 5xx, timeouts and connection errors with
-jittered exponential backoff (registry.retry_async), then raise BackendError. Calls to one
-base_url share one concurrency limit (an asyncio.Semaphore per event loop and endpoint).
-Sampling fields OpenAI does not define (top_k, min_p, repetition_penalty) travel in
-`extra_body`, which vLLM and SGLang read.
+The client's own retries are off; we retry transient faults (408/409/429, 5xx but 501 and
+505, timeouts, dropped connections, and a 200 whose body is not a chat completion) with
+jittered exponential backoff (registry.retry_async), then raise BackendError naming the
+endpoint. Each call is bounded as a whole: `timeout` caps each attempt from request to
+last byte (httpx's own timeout is per read, so a server dripping bytes would never trip
+it), `deadline` caps all attempts and backoff sleeps together. The reply body is read
+raw and checked here rather than by the client's lenient model construction, so a
+malformed body is an error that says what was wrong, never an AttributeError. Calls to
+one base_url share one concurrency limit (an asyncio.Semaphore per event loop and
+endpoint). Sampling fields OpenAI does not define (top_k, min_p, repetition_penalty)
+travel in `extra_body`, which vLLM and SGLang read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 import os
 import time
 import weakref
 from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
-from askspec.runtime.backends.registry import RetriesExhausted, retry_async
+from askspec.runtime.backends.registry import AttemptTimedOut, RetriesExhausted, retry_async
+from askspec.terminal import printable
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +72,68 @@ def chat_kwargs(sampling: Sampling) -> dict[str, Any]:
     return kwargs
 
 
+class MalformedReply(Exception):
+    """HTTP 200, but the body is not a chat completion we can read (retried: a proxy's
+    error page or a half-restarted server is usually gone on the next try)."""
+
+
+def parse_completion(body: bytes, content_type: str = "") -> tuple[str, FinishReason, int, int]:
+    """(text, finish reason, prompt tokens, completion tokens) from a chat completion body;
+    MalformedReply saying what is wrong when the body is not one."""
+    try:
+        data: Any = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
+        kind = content_type.split(";")[0].strip() or "no content-type"
+        raise MalformedReply(f"the body is not JSON ({kind}, {len(body)} bytes): {_excerpt(body)}") from None
+    if not isinstance(data, dict):
+        raise MalformedReply(f"the body is {_kind(data)}, not a chat completion object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        what = "has no 'choices'" if choices is None else (
+            "has an empty 'choices' list" if isinstance(choices, list) else f"has 'choices' as {_kind(choices)}"
+        )
+        error = data.get("error")  # some proxies send their errors with status 200
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        raise MalformedReply(f"the body {what}" + (f" (error: {_excerpt(str(error))})" if error else ""))
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise MalformedReply(f"choices[0] is {_kind(choice)}, not an object")
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise MalformedReply("choices[0] has no 'message' object" if message is None
+                             else f"choices[0].message is {_kind(message)}, not an object")
+    content = message.get("content")
+    if not isinstance(content, str):
+        refusal = message.get("refusal")
+        raise MalformedReply(f"choices[0].message.content is {_kind(content)}, not a string"
+                             + (f" (refusal: {_excerpt(refusal)})" if isinstance(refusal, str) else ""))
+    reason = choice.get("finish_reason")
+    usage = data.get("usage")
+    return (content, _finish_reason(reason if isinstance(reason, str) else None),
+            _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+
+
+def _count(usage: Any, key: str) -> int:
+    """A token count from `usage`, 0 when the server sends none or nonsense (it is only
+    bookkeeping; the reply itself is good)."""
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _excerpt(data: bytes | str, limit: int = 120) -> str:
+    """The start of a server's text for an error message, on one line, escapes shown."""
+    text = data[: limit * 4].decode("utf-8", "replace") if isinstance(data, bytes) else data
+    cut = text[:limit]
+    return repr(printable(cut, single_line=True) + ("..." if len(text) > limit else ""))
+
+
 def _finish_reason(value: str | None) -> FinishReason:
     if value == "length":
         return "length"
@@ -80,7 +151,11 @@ class OpenAIBackend(Backend):
       api_key          the key itself (prefer api_key_env so specs hold no secrets)
       api_key_env      name of the env var holding the key (default OPENAI_API_KEY; a local
                        server needs none, so a missing default variable is allowed)
-      timeout          seconds per attempt (default 120)
+      timeout          seconds for one attempt as a whole, request sent to last byte read
+                       (default 120); an attempt past it is cancelled and retried
+      deadline         seconds for the whole call: every attempt and the backoff sleeps
+                       between them (default 300); waiting for a max_concurrency slot
+                       is not counted
       attempts         tries per call, first one included (default 5)
       base_delay       first backoff in seconds (default 0.5), doubled per retry
       max_delay        backoff cap in seconds (default 30)
@@ -98,6 +173,7 @@ class OpenAIBackend(Backend):
         api_key: str | None = None,
         api_key_env: str | None = None,
         timeout: float = 120.0,
+        deadline: float = 300.0,
         attempts: int = 5,
         base_delay: float = 0.5,
         max_delay: float = 30.0,
@@ -123,7 +199,11 @@ class OpenAIBackend(Backend):
         self.api_key = api_key or "EMPTY"
         if int(attempts) < 1 or int(max_concurrency) < 1:
             raise BackendError("openai backend: attempts and max_concurrency must be >= 1")
+        for option, value in (("timeout", timeout), ("deadline", deadline)):
+            if not (math.isfinite(float(value)) and float(value) > 0):
+                raise BackendError(f"openai backend for {model!r}: {option} must be a positive number of seconds, got {value!r}")
         self.timeout = float(timeout)
+        self.deadline = float(deadline)
         self.attempts = int(attempts)
         self.base_delay = float(base_delay)
         self.max_delay = float(max_delay)
@@ -149,10 +229,11 @@ class OpenAIBackend(Backend):
 
     def _retryable(self, exc: BaseException) -> bool:
         o = self._openai
-        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError)):
+        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError, MalformedReply)):
             return True
         if isinstance(exc, o.APIStatusError):
-            return exc.status_code in (408, 429) or exc.status_code >= 500
+            # 501/505: the server does not do this at all; asking again will not change that
+            return exc.status_code in (408, 409, 429) or (exc.status_code >= 500 and exc.status_code not in (501, 505))
         return False
 
     @staticmethod
@@ -174,9 +255,9 @@ class OpenAIBackend(Backend):
         semaphore = endpoint_semaphore(self.base_url, self.max_concurrency)
         started = time.perf_counter()
 
-        async def attempt() -> Any:
-            async with semaphore:  # held per attempt, not across backoff sleeps
-                return await client.chat.completions.create(model=model, messages=messages, **kwargs)
+        async def attempt() -> tuple[str, FinishReason, int, int]:
+            raw = await client.chat.completions.with_raw_response.create(model=model, messages=messages, **kwargs)
+            return parse_completion(raw.content, raw.headers.get("content-type", ""))
 
         def note_retry(n: int, exc: BaseException, delay: float) -> None:
             log.warning(
@@ -185,7 +266,7 @@ class OpenAIBackend(Backend):
             )
 
         try:
-            response = await retry_async(
+            text, finish, tokens_in, tokens_out = await retry_async(
                 attempt,
                 attempts=self.attempts,
                 base_delay=self.base_delay,
@@ -193,28 +274,24 @@ class OpenAIBackend(Backend):
                 retry_on=self._retryable,
                 delay_hint=self._retry_after,
                 on_retry=note_retry,
+                attempt_timeout=self.timeout,
+                deadline=self.deadline,
+                limit=semaphore,  # held per attempt, not across backoff sleeps
             )
         except RetriesExhausted as exc:
+            stopped = (f" and its deadline of {exc.deadline:g}s left no time for another"
+                       if exc.deadline is not None else "")
             raise BackendError(
                 f"openai endpoint {self.base_url} (model {model!r}) failed {exc.attempts} "
-                f"time(s) in a row; last error: {_describe(exc.last)}"
+                f"time(s) in a row{stopped}; last error: {_describe(exc.last)}"
             ) from exc.last
         except self._openai.OpenAIError as exc:
             raise BackendError(
                 f"openai endpoint {self.base_url} (model {model!r}) refused the request: {_describe(exc)}"
             ) from exc
         latency = (time.perf_counter() - started) * 1000.0
-        if not response.choices:
-            raise BackendError(f"openai endpoint {self.base_url} (model {model!r}) returned no choices")
-        choice = response.choices[0]
-        usage = response.usage
-        return ChatResult(
-            text=choice.message.content or "",
-            finish_reason=_finish_reason(choice.finish_reason),
-            tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
-            tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
-            latency_ms=latency,
-        )
+        return ChatResult(text=text, finish_reason=finish, tokens_in=tokens_in, tokens_out=tokens_out,
+                          latency_ms=latency)
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
@@ -226,8 +303,15 @@ class OpenAIBackend(Backend):
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, MalformedReply):
+        return f"malformed reply (HTTP 200): {exc}"
+    if isinstance(exc, AttemptTimedOut):
+        return f"timed out: {exc}"
     status = getattr(exc, "status_code", None)
     text = str(exc) or type(exc).__name__
     if status is not None:
         return f"HTTP {status}: {text}"
+    cause = exc.__cause__  # the client's "Connection error." hides what httpx saw
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text} ({type(cause).__name__}: {cause})"
     return f"{type(exc).__name__}: {text}"

@@ -87,15 +87,35 @@ async def aclose_backends() -> None:
 
 # ---------------------------------------------------------------------------------------
 # Retries.
+#
+# Which errors are transient is the caller's call (`retry_on`): a 5xx or a dropped
+# connection is, a 400 is not; an attempt that outlived `attempt_timeout`
+# (AttemptTimedOut) always is. A call is
+# bounded as a whole: `attempt_timeout` caps each attempt from its first byte sent to its
+# last byte read (not per read: a server dripping a byte at a time is cut off), and
+# `deadline` caps the attempts and the backoff sleeps between them together.
+
+
+class AttemptTimedOut(Exception):
+    """One attempt ran past its time limit; retry_async cancelled it (and retries)."""
+
+    def __init__(self, seconds: float, *, by_deadline: bool = False) -> None:
+        why = " (what was left of the call's deadline)" if by_deadline else ""
+        super().__init__(f"no complete reply within {seconds:.3g}s{why}")
+        self.seconds = seconds
 
 
 class RetriesExhausted(Exception):
-    """Every attempt failed with a retryable error; `last` is the final one."""
+    """Every attempt failed with a retryable error, or the deadline left no time for
+    another; `last` is the final error, `deadline` the deadline that stopped the retries
+    (None when the attempts ran out)."""
 
-    def __init__(self, attempts: int, last: BaseException) -> None:
-        super().__init__(f"gave up after {attempts} attempt(s): {type(last).__name__}: {last}")
+    def __init__(self, attempts: int, last: BaseException, *, deadline: float | None = None) -> None:
+        why = f" (the call's deadline of {deadline:.3g}s was reached)" if deadline is not None else ""
+        super().__init__(f"gave up after {attempts} attempt(s){why}: {type(last).__name__}: {last}")
         self.attempts = attempts
         self.last = last
+        self.deadline = deadline
 
 
 def backoff_delay(attempt: int, base_delay: float, max_delay: float, rng: random.Random | None = None) -> float:
@@ -117,6 +137,9 @@ async def retry_async(
     retry_on: tuple[type[BaseException], ...] | Callable[[BaseException], bool],
     delay_hint: Callable[[BaseException], float | None] | None = None,
     on_retry: Callable[[int, BaseException, float], None] | None = None,
+    attempt_timeout: float | None = None,
+    deadline: float | None = None,
+    limit: asyncio.Semaphore | None = None,
 ) -> T:
     """Call `fn()` up to `attempts` times, sleeping with jittered backoff between tries.
 
@@ -124,9 +147,20 @@ async def retry_async(
     at once. `delay_hint(exc)` may return a server-suggested wait (e.g. Retry-After), used
     when longer than the backoff but still capped at max_delay. When every attempt fails,
     RetriesExhausted is raised from the last error.
+
+    `attempt_timeout` (seconds) bounds each attempt as a whole; one that runs longer is
+    cancelled and retried (AttemptTimedOut). `deadline` (seconds) bounds the attempts
+    plus the sleeps between them: an attempt gets at most what is left of it, and no
+    retry is started when its backoff would reach it. `limit` (a semaphore, e.g. an
+    endpoint's concurrency limit) is held during each attempt, not across sleeps; time
+    spent waiting for it counts against neither bound, since it is local queueing, not
+    the far side's doing.
     """
     if attempts < 1:
         raise ValueError(f"attempts must be >= 1, got {attempts}")
+    for name, value in (("attempt_timeout", attempt_timeout), ("deadline", deadline)):
+        if value is not None and not value > 0:  # also refuses NaN
+            raise ValueError(f"{name} must be > 0 seconds, got {value}")
     if isinstance(retry_on, type):  # one exception class: callable, but not a predicate
         retry_on = (retry_on,)
     if isinstance(retry_on, tuple):
@@ -134,13 +168,35 @@ async def retry_async(
         should_retry: Callable[[BaseException], bool] = lambda exc: isinstance(exc, types)
     else:
         should_retry = retry_on
+    loop = asyncio.get_running_loop()
+    spent = 0.0  # seconds of attempts and sleeps so far, queueing for `limit` excluded
+
+    async def bounded() -> T:
+        nonlocal spent
+        left = None if deadline is None else deadline - spent
+        budget = attempt_timeout if left is None or (attempt_timeout is not None and attempt_timeout <= left) else left
+        started = loop.time()
+        try:
+            async with asyncio.timeout(budget) as scope:
+                return await fn()
+        except TimeoutError:
+            if scope.expired():  # our limit, not a TimeoutError of fn's own
+                assert budget is not None
+                raise AttemptTimedOut(budget, by_deadline=budget != attempt_timeout) from None
+            raise
+        finally:
+            spent += loop.time() - started
+
     for attempt in range(1, attempts + 1):
         try:
-            return await fn()
+            if limit is None:
+                return await bounded()
+            async with limit:
+                return await bounded()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if not should_retry(exc):
+            if not isinstance(exc, AttemptTimedOut) and not should_retry(exc):
                 raise
             if attempt == attempts:
                 raise RetriesExhausted(attempts, exc) from exc
@@ -148,7 +204,10 @@ async def retry_async(
             hint = delay_hint(exc) if delay_hint else None
             if hint is not None and hint > delay:
                 delay = min(hint, max_delay)
+            if deadline is not None and spent + delay >= deadline:
+                raise RetriesExhausted(attempt, exc, deadline=deadline) from exc
             if on_retry is not None:
                 on_retry(attempt, exc, delay)
             await asyncio.sleep(delay)
+            spent += delay
     raise AssertionError("unreachable")  # pragma: no cover

@@ -7,12 +7,20 @@ File format::
 Session k of the run (`request.session_index`) reads `sessions[k]`; a role's calls read its
 list in order, indexed by `request.call_index` (the role's 0-based call number within the
 session) rather than by a counter, so retries and resumed runs get the same replies.
+
+A reply is at hand at once, so `complete` yields to the event loop before answering:
+without that, a session's whole game would run in one step of its task and a run would
+finish before the loop got to look at Ctrl-C. Any file that is not such a recording
+(not a regular file, not UTF-8, not JSON, nested past the parser, the wrong shape) is
+refused when the backend is made, with an error naming the file.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +44,7 @@ class ReplayBackend(Backend):
         self.sessions = load_recording(self.path)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
+        await asyncio.sleep(0)  # let the loop run: other sessions, signals, cancellation
         k, role, n = request.session_index, request.role, request.call_index
         where = f"replay file {str(self.path)!r}"
         if not 0 <= k < len(self.sessions):
@@ -62,17 +71,31 @@ def load_recording(path: Path) -> list[dict[str, list[str]]]:
     """Read and validate a recording; every problem is a BackendError naming where it is."""
     where = f"replay file {str(path)!r}"
     try:
-        text = path.read_text(encoding="utf-8")
+        mode = path.stat().st_mode  # follows symlinks: what would be read
     except FileNotFoundError:
         raise BackendError(f"{where} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BackendError(f"{where} cannot be read: {exc}") from None
+    except OSError as exc:
+        raise BackendError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        # a FIFO would block the read for good, /dev/zero would never end
+        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise BackendError(f"{where} is {what}; a recording is a JSON file")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is tolerated
+    except UnicodeDecodeError as exc:
+        raise BackendError(f"{where} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:
+        raise BackendError(f"{where} cannot be read: {exc.strerror or exc}") from None
     try:
         data: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BackendError(
             f"{where} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
         ) from None
+    except RecursionError:
+        raise BackendError(f"{where} is nested too deeply to read (a recording is 4 levels deep)") from None
+    except ValueError as exc:  # e.g. an integer literal past Python's digit limit
+        raise BackendError(f"{where} cannot be read as JSON: {exc}") from None
     if not isinstance(data, dict) or "sessions" not in data:
         raise BackendError(f'{where}: expected an object {{"sessions": [...]}} at the top level')
     sessions = data["sessions"]

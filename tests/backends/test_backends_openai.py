@@ -1,9 +1,10 @@
 """OpenAI backend against a real HTTP server on 127.0.0.1 speaking chat completions.
 
 The server is a small asyncio HTTP/1.1 responder: each request takes the next action from
-a script ("ok", "500", "429", "400", "hang"), so tests can inject failures and check that
-the backend's retries absorb them, that sampling fields reach the wire, and that the
-per-endpoint concurrency limit holds.
+a script ("ok", "500", "429", "400", "hang", and the misbehaviours in `_act`: "501",
+"raw:<content-type>|<body>", "drip", "cut", "huge"), so tests can inject failures and
+check that the backend's retries absorb them, that sampling fields reach the wire, and
+that the per-endpoint concurrency limit holds.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ FAST = {"base_delay": 0.001, "max_delay": 0.01}  # keep backoff tiny in tests
 
 
 class FakeOpenAIServer:
-    def __init__(self, script: list[str] | None = None, delay: float = 0.0) -> None:
+    def __init__(self, script: list[str] | None = None, delay: float = 0.0, drip_interval: float = 0.5,
+                 drip_limit: int = 80) -> None:
         self.script: deque[str] = deque(script or [])
         self.delay = delay
+        self.drip_interval = drip_interval  # "drip": seconds between bytes
+        self.drip_limit = drip_limit  # "drip": bytes sent at most, then the server hangs up
         self.bodies: list[dict] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
@@ -96,34 +100,76 @@ class FakeOpenAIServer:
         if action == "400":
             await self._send(writer, 400, {"error": {"message": "bad field 'top_q'", "type": "invalid_request"}})
             return
+        if action == "501":
+            await self._send(writer, 501, {"error": {"message": "chat is not implemented here"}})
+            return
+        if action.startswith("raw:"):  # a 200 with this content type and body, verbatim
+            content_type, _, body = action[4:].partition("|")
+            await self._send_bytes(writer, 200, body.encode(), content_type)
+            return
+        if action == "cut":  # promise 1000 bytes, send a few, hang up
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"
+                         b"Connection: close\r\n\r\n{\"choi")
+            await writer.drain()
+            return
+        if action == "drip":  # a valid reply, one byte per drip_interval, until drip_limit or hang-up
+            data = self._response_bytes(200, self._completion(payload, "dripped"), "application/json")
+            client_gone = asyncio.ensure_future(reader.read())
+            try:
+                for i in range(min(len(data), self.drip_limit)):
+                    writer.write(data[i:i + 1])
+                    await writer.drain()
+                    await asyncio.wait([client_gone], timeout=self.drip_interval)
+                    if client_gone.done():
+                        return
+            finally:
+                client_gone.cancel()
+            return
+        if action == "huge":  # ignores max_tokens: 2 MB of text
+            body = self._completion(payload, "x" * 2_000_000)
+            await self._send(writer, 200, body)
+            return
         await asyncio.sleep(self.delay)
-        last = payload["messages"][-1]["content"]
+        await self._send(writer, 200, self._completion(payload, f"echo: {payload['messages'][-1]['content']}"))
+
+    def _completion(self, payload: dict, text: str) -> dict:
         short = payload.get("max_tokens", 16) < 3
         prompt_tokens = sum(len(m["content"].split()) for m in payload["messages"])
-        await self._send(writer, 200, {
+        return {
             "id": f"chatcmpl-{len(self.bodies)}",
             "object": "chat.completion",
             "created": 0,
             "model": payload["model"],
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": f"echo: {last}"},
+                "message": {"role": "assistant", "content": text},
                 "finish_reason": "length" if short else "stop",
             }],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 2,
                       "total_tokens": prompt_tokens + 2},
-        })
+        }
+
+    @classmethod
+    async def _send(cls, writer, status: int, obj: dict, extra_headers: dict[str, str] | None = None) -> None:
+        await cls._send_bytes(writer, status, json.dumps(obj).encode(), "application/json", extra_headers)
+
+    @classmethod
+    async def _send_bytes(cls, writer, status: int, data: bytes, content_type: str,
+                          extra_headers: dict[str, str] | None = None) -> None:
+        writer.write(cls._response_bytes(status, data, content_type, extra_headers))
+        await writer.drain()
 
     @staticmethod
-    async def _send(writer, status: int, obj: dict, extra_headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(obj).encode()
+    def _response_bytes(status: int, data: bytes | dict, content_type: str,
+                        extra_headers: dict[str, str] | None = None) -> bytes:
+        if isinstance(data, dict):
+            data = json.dumps(data).encode()
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
-                  500: "Internal Server Error"}[status]
-        head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json",
+                  500: "Internal Server Error", 501: "Not Implemented"}[status]
+        head = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}",
                 f"Content-Length: {len(data)}", "Connection: close"]
         head += [f"{k}: {v}" for k, v in (extra_headers or {}).items()]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
-        await writer.drain()
+        return ("\r\n".join(head) + "\r\n\r\n").encode() + data
 
 
 def _req(text: str = "hello", **sampling) -> ChatRequest:

@@ -1,0 +1,162 @@
+"""The openai backend against a misbehaving OpenAI-compatible server on loopback.
+
+Whatever the server does (a 200 that is not a chat completion, a reply dripped a byte at a
+time, a connection cut mid-body, a status that will never change), the call ends within
+its bounds in a BackendError that names the endpoint, after retries when the fault is
+transient, and a spec run records it on the session while the other sessions go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_backends_openai import FAST, FakeOpenAIServer, _req  # noqa: E402
+
+from askspec.runtime.backends.base import BackendError  # noqa: E402
+from askspec.runtime.backends.openai_backend import OpenAIBackend, parse_completion, MalformedReply  # noqa: E402
+from askspec.runtime.commands.run import run_spec  # noqa: E402
+from askspec.runtime.store.views import open_store  # noqa: E402
+
+# (server action, what the error says about the body)
+MALFORMED = [
+    ("raw:text/html|<html><body>502 Bad Gateway</body></html>", "the body is not JSON (text/html, "),
+    ("raw:application/json|{not json", "the body is not JSON (application/json, 9 bytes): '{not json'"),
+    ("raw:application/json|[1, 2]", "the body is a list, not a chat completion object"),
+    ('raw:application/json|{"id": "x"}', "the body has no 'choices'"),
+    ('raw:application/json|{"choices": []}', "the body has an empty 'choices' list"),
+    ('raw:application/json|{"choices": "abc"}', "the body has 'choices' as a string"),
+    ('raw:application/json|{"choices": [7]}', "choices[0] is a number, not an object"),
+    ('raw:application/json|{"choices": [{"finish_reason": "stop"}]}', "choices[0] has no 'message' object"),
+    ('raw:application/json|{"choices": [{"message": "hi"}]}', "choices[0].message is a string, not an object"),
+    ('raw:application/json|{"choices": [{"message": {"content": null}}]}', "choices[0].message.content is null"),
+    ('raw:application/json|{"choices": [{"message": {"content": ["a"]}}]}', "choices[0].message.content is a list"),
+    ('raw:application/json|{"error": {"message": "quota"}}', "the body has no 'choices' (error: 'quota')"),
+    ("raw:application/json|" + "[" * 100_000, "the body is not JSON"),
+]
+
+
+@pytest.mark.parametrize(("action", "expected"), MALFORMED, ids=[e for _, e in MALFORMED])
+async def test_malformed_200_is_retried_then_a_clear_error(action, expected):
+    async with FakeOpenAIServer(script=[action] * 3) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=3, **FAST)
+        with pytest.raises(BackendError) as info:
+            await backend.complete(_req())
+        await backend.aclose()
+    assert len(server.bodies) == 3  # transient: retried like a 5xx
+    message = str(info.value)
+    assert f"openai endpoint {server.base_url} (model 'served-model') failed 3 time(s) in a row" in message
+    assert "malformed reply (HTTP 200): " + expected in message
+
+
+async def test_a_malformed_reply_then_a_good_one_succeeds():
+    async with FakeOpenAIServer(script=["raw:text/html|<html>oops</html>", "ok"]) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=3, **FAST)
+        result = await backend.complete(_req("again"))
+        await backend.aclose()
+    assert result.text == "echo: again"
+
+
+def test_parse_completion_tolerates_odd_bookkeeping():
+    # usage and finish_reason are only bookkeeping: nonsense there does not lose the reply
+    body = b'{"choices": [{"message": {"content": "ok"}, "finish_reason": 3}], "usage": {"prompt_tokens": "7", "completion_tokens": true}}'
+    assert parse_completion(body, "application/json") == ("ok", "stop", 0, 0)
+    assert parse_completion(b'{"choices": [{"message": {"content": ""}, "finish_reason": "length"}]}') == ("", "length", 0, 0)
+
+
+def test_error_excerpts_escape_control_characters():
+    with pytest.raises(MalformedReply) as info:
+        parse_completion(b"\x1b[2J\x1b]0;pwned\x07<html>", "text/html")
+    assert "\x1b" not in str(info.value) and "\\e[2J" in str(info.value)
+
+
+async def test_a_server_dripping_bytes_is_cut_off_by_timeout():
+    # httpx's timeout is per read: a byte every 0.5 s never trips a 1 s timeout (this hung
+    # past 45 s). The attempt as a whole is bounded now.
+    async with FakeOpenAIServer(script=["drip", "drip"], drip_interval=0.5) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=2, timeout=1, **FAST)
+        with pytest.raises(BackendError) as info:
+            await asyncio.wait_for(backend.complete(_req()), timeout=20)
+        await backend.aclose()
+    message = str(info.value)
+    assert f"openai endpoint {server.base_url}" in message
+    assert "failed 2 time(s) in a row; last error: timed out: no complete reply within 1s" in message
+
+
+async def test_deadline_bounds_the_whole_call_across_retries():
+    async with FakeOpenAIServer(script=["drip"] * 10, drip_interval=0.5) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=10, timeout=1, deadline=2.5,
+                                **FAST)
+        with pytest.raises(BackendError) as info:
+            await asyncio.wait_for(backend.complete(_req()), timeout=20)
+        await backend.aclose()
+    assert len(server.bodies) == 3  # 1 s, 1 s, then what was left (0.5 s); no fourth try
+    message = str(info.value)
+    assert "failed 3 time(s) in a row and its deadline of 2.5s left no time for another" in message
+    assert "(what was left of the call's deadline)" in message
+
+
+async def test_a_connection_cut_mid_body_is_retried_and_says_why():
+    async with FakeOpenAIServer(script=["cut", "ok"]) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=2, **FAST)
+        assert (await backend.complete(_req("after"))).text == "echo: after"
+    async with FakeOpenAIServer(script=["cut", "cut"]) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=2, **FAST)
+        with pytest.raises(BackendError, match="failed 2 time.*APIConnectionError.*RemoteProtocolError"):
+            await backend.complete(_req())
+        await backend.aclose()
+
+
+async def test_not_implemented_is_not_retried():
+    async with FakeOpenAIServer(script=["501", "ok"]) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=5, **FAST)
+        with pytest.raises(BackendError, match="refused the request: HTTP 501"):
+            await backend.complete(_req())
+        await backend.aclose()
+    assert len(server.bodies) == 1
+
+
+async def test_a_reply_far_beyond_max_tokens_is_returned_whole():
+    # recording and capping it is the store's business; the backend loses nothing
+    async with FakeOpenAIServer(script=["huge"]) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", **FAST)
+        result = await backend.complete(_req(max_tokens=8))
+        await backend.aclose()
+    assert len(result.text) == 2_000_000
+
+
+@pytest.mark.parametrize("option", ["timeout", "deadline"])
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf")])
+def test_bounds_must_be_positive_and_finite(option, value):
+    with pytest.raises(BackendError, match=f"{option} must be a positive number of seconds"):
+        OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", api_key="k", **{option: value})
+
+
+SPEC = """
+experiment hostile {{ param n: int = 3 }}
+model served = openai("served-model") {{ base_url = "{url}"; retries = 1 }}
+role a {{ model = served; memory = none; prompt = "question {{{{ i }}}}" }}
+game g for i in range(1, n) {{ x = ask a }}
+"""
+
+
+def test_a_run_records_a_malformed_endpoint_on_the_session_and_goes_on(tmp_path):
+    async def go():
+        # concurrency 1: the sessions ask in order, so the first gets both bad replies
+        async with FakeOpenAIServer(["raw:application/json|{\"choices\": [{}]}"] * 2) as server:
+            spec = tmp_path / "hostile.ask"
+            spec.write_text(SPEC.format(url=server.base_url))
+            rc, run_dir = await run_spec(str(spec), out=str(tmp_path / "runs"), concurrency=1)
+            return rc, run_dir, server
+
+    rc, run_dir, server = asyncio.run(go())
+    rows = open_store(run_dir).execute("select status, error from sessions order by session_id").fetchall()
+    assert [r[0] for r in rows] == ["error", "ok", "ok"]
+    assert f"openai endpoint {server.base_url}" in rows[0][1]
+    assert "choices[0] has no 'message' object" in rows[0][1]
+    assert "internal error" not in rows[0][1]
