@@ -1,8 +1,11 @@
-"""Python backend: "module:function" callables, sync and async, with clear errors."""
+"""Python backend: "module:function" callables, sync and async, with clear errors; calls
+that are bounded by `timeout` and never block the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
+import threading
 
 import pytest
 
@@ -36,6 +39,52 @@ MODULE = textwrap.dedent(
         @staticmethod
         def solve(messages, request):
             return "solved"
+
+    # -- for the bounds: the test sets RELEASE when it is done, so no thread outlives it
+    import threading, time
+    RELEASE = threading.Event()
+    ACTIVE = []
+    PEAK = []
+    STARTED = threading.Event()
+
+    def stuck(messages, request):
+        STARTED.set()
+        RELEASE.wait(20)
+        return "released" if RELEASE.is_set() else "gave up waiting"
+
+    def busy(messages, request):
+        ACTIVE.append(1)
+        PEAK.append(len(ACTIVE))
+        time.sleep(0.05)
+        ACTIVE.pop()
+        return messages[-1]["content"]
+
+    def stuck_once(messages, request):
+        if messages[-1]["content"] == "stick":
+            RELEASE.wait(20)
+        return "ok " + messages[-1]["content"]
+
+    def returns_coroutine(messages, request):
+        return async_echo(messages, request)
+
+    def own_timeout(messages, request):
+        raise TimeoutError("the solver's own limit")
+
+    CANCELLED = []
+
+    async def async_stuck(messages, request):
+        try:
+            await asyncio.sleep(20)
+        except asyncio.CancelledError:
+            CANCELLED.append(request.call_index)
+            raise
+        return "late"
+
+    def barrier(messages, request):
+        BARRIER.wait()
+        return "met"
+
+    BARRIER = threading.Barrier(2, timeout=10)
     '''
 )
 
@@ -101,3 +150,110 @@ async def test_callable_exception_becomes_backend_error(module):
 async def test_wrong_return_type(module):
     with pytest.raises(BackendError, match="returned int; it must return a str or a ChatResult"):
         await PythonBackend(f"{module}:wrong_type").complete(_req())
+
+
+# -- bounds and the event loop ----------------------------------------------------------------
+
+
+@pytest.fixture
+def callables(module):
+    import importlib
+
+    mod = importlib.import_module(module)  # imported once per test session: reset its state
+    mod.RELEASE.clear()
+    mod.CANCELLED.clear()
+    mod.PEAK.clear()
+    yield mod
+    mod.RELEASE.set()  # let any abandoned call finish
+
+
+async def test_sync_callable_does_not_block_the_loop(callables, module):
+    # the loop must keep running while a synchronous call waits: it releases the call
+    task = asyncio.ensure_future(PythonBackend(f"{module}:stuck").complete(_req()))
+    await asyncio.sleep(0.05)
+    callables.RELEASE.set()
+    assert (await asyncio.wait_for(task, 10)).text == "released"
+
+
+async def test_timeout_bounds_a_sync_callable(callables, module):
+    from askspec.runtime.backends.registry import make_backend
+
+    backend = make_backend("python", f"{module}:stuck", {"timeout": 0.3})  # the spec's option reaches it
+    with pytest.raises(BackendError) as info:
+        await asyncio.wait_for(backend.complete(_req()), 10)
+    assert str(info.value) == (
+        f"python backend '{module}:stuck' gave no reply within its timeout of 0.3s "
+        "(role 'solver', session 0, call 3); the call was abandoned"
+    )
+
+
+async def test_timeout_cancels_an_async_callable(callables, module):
+    backend = PythonBackend(f"{module}:async_stuck", timeout=0.2)
+    with pytest.raises(BackendError, match="gave no reply within its timeout of 0.2s"):
+        await asyncio.wait_for(backend.complete(_req()), 10)
+    assert callables.CANCELLED == [2]
+
+
+async def test_a_callables_own_timeout_error_is_its_error(callables, module):
+    with pytest.raises(BackendError, match="raised TimeoutError: the solver's own limit"):
+        await PythonBackend(f"{module}:own_timeout").complete(_req())
+
+
+async def test_a_plain_function_returning_a_coroutine(callables, module):
+    assert (await PythonBackend(f"{module}:returns_coroutine").complete(_req("up"))).text == "UP"
+
+
+async def test_a_stuck_call_does_not_stall_later_ones(callables, module):
+    backend = PythonBackend(f"{module}:stuck_once", timeout=0.3)
+    first = asyncio.ensure_future(backend.complete(_req("stick")))
+    later = asyncio.ensure_future(backend.complete(_req("next")))  # queued behind it
+    with pytest.raises(BackendError, match="timeout of 0.3s"):
+        await asyncio.wait_for(first, 10)
+    assert (await asyncio.wait_for(later, 10)).text == "ok next"
+
+
+async def test_calls_run_one_at_a_time_and_queueing_is_not_running(callables, module):
+    # 8 calls of 0.05 s queue for up to 0.35 s, past the 0.2 s timeout, and all succeed:
+    # the timeout counts from when a call starts
+    backend = PythonBackend(f"{module}:busy", timeout=0.2)
+    results = await asyncio.gather(*(backend.complete(_req(f"m{i}")) for i in range(8)))
+    assert [r.text for r in results] == [f"m{i}" for i in range(8)]
+    assert max(callables.PEAK) == 1
+
+
+async def test_threaded_calls_overlap(callables, module):
+    backend = PythonBackend(f"{module}:barrier", threaded=True)
+    results = await asyncio.wait_for(asyncio.gather(*(backend.complete(_req()) for _ in range(2))), 15)
+    assert [r.text for r in results] == ["met", "met"]
+
+
+async def test_cancelling_a_call_returns_at_once_and_the_backend_goes_on(callables, module):
+    backend = PythonBackend(f"{module}:stuck_once")
+    task = asyncio.ensure_future(backend.complete(_req("stick")))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert (await asyncio.wait_for(backend.complete(_req("after")), 5)).text == "ok after"
+
+
+@pytest.mark.parametrize("value", [0, -2, float("nan"), float("inf"), "soon"])
+def test_timeout_must_be_positive_and_finite(module, value):
+    with pytest.raises(BackendError, match="timeout must be a positive number of seconds"):
+        PythonBackend(f"{module}:echo", timeout=value)
+
+
+def test_the_backend_works_across_event_loops(callables, module):
+    # one shared instance serves successive runs (each asyncio.run is a new loop)
+    backend = PythonBackend(f"{module}:echo")
+    for text in ("one", "two"):
+        assert asyncio.run(backend.complete(_req(text))).text == f"solver:{text}"
+
+
+def test_no_worker_thread_is_left_blocking_exit(callables, module):
+    backend = PythonBackend(f"{module}:stuck", timeout=0.1)
+    with pytest.raises(BackendError):
+        asyncio.run(backend.complete(_req()))
+    # the abandoned call still runs, on a daemon thread: interpreter exit will not wait for it
+    stuck = [t for t in threading.enumerate() if t.name == f"askspec-python:{module}:stuck"]
+    assert stuck and all(t.daemon for t in stuck)

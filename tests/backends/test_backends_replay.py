@@ -3,6 +3,7 @@ or the file is malformed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -99,3 +100,67 @@ def test_missing_file(tmp_path):
 def test_no_file_named():
     with pytest.raises(BackendError, match="name the recording file"):
         ReplayBackend("")
+
+
+# -- hostile files and the event loop ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("[" * 100_000, "is nested too deeply to read"),
+        ('{"sessions": [' + "1" * 5000 + "]}", "cannot be read as JSON: Exceeds the limit"),
+        (b"\xff\xfe{}", "is not UTF-8 text (byte 0: invalid start byte)"),
+        ("", "is not valid JSON: Expecting value at line 1, column 1"),
+    ],
+    ids=["deep", "huge-int", "not-utf8", "empty"],
+)
+def test_malformed_files_name_the_file(tmp_path, content, expected):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(BackendError) as info:
+        ReplayBackend(file=str(path))
+    assert str(info.value).startswith(f"replay file {str(path)!r} ")
+    assert expected in str(info.value)
+
+
+def test_special_files_are_refused_without_reading(tmp_path):
+    import os
+
+    fifo = tmp_path / "rec.fifo"
+    os.mkfifo(fifo)  # reading it would block for good
+    with pytest.raises(BackendError, match="is not a regular file; a recording is a JSON file"):
+        ReplayBackend(file=str(fifo))
+    with pytest.raises(BackendError, match="is not a regular file"):
+        ReplayBackend(file="/dev/zero")  # would never end
+    with pytest.raises(BackendError, match="is a folder"):
+        ReplayBackend(file=str(tmp_path))
+
+
+def test_a_byte_order_mark_is_tolerated(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(RECORDING).encode())
+    assert ReplayBackend(file=str(path)).sessions[0]["judge"] == ["j0"]
+
+
+async def test_a_session_of_replay_calls_can_be_cancelled(tmp_path):
+    # The replies are at hand, so without a yield per call a session (here: 100,000
+    # calls) would run to its end in one step of its task, deaf to cancellation (Ctrl-C).
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps({"sessions": [{"a": ["x"] * 100_000}]}))
+    backend = ReplayBackend(file=str(path))
+    answered = 0
+
+    async def session() -> None:
+        nonlocal answered
+        for n in range(100_000):
+            await backend.complete(_req(0, "a", n))
+            answered += 1
+
+    task = asyncio.ensure_future(session())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert answered < 100_000
