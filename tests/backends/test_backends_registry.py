@@ -10,6 +10,7 @@ import pytest
 from askspec.runtime.backends import registry
 from askspec.runtime.backends.base import BackendError
 from askspec.runtime.backends.registry import (
+    AttemptTimedOut,
     RetriesExhausted,
     aclose_backends,
     backend_options,
@@ -155,3 +156,102 @@ def test_attempts_must_be_positive():
 
     with pytest.raises(ValueError):
         asyncio.run(retry_async(fn, attempts=0, base_delay=0, max_delay=0, retry_on=Flaky))
+
+
+# -- bounds: attempt_timeout, deadline, limit ---------------------------------------------------
+
+
+async def test_attempt_timeout_cancels_and_retries_whatever_retry_on_says():
+    import asyncio
+
+    calls, cancelled = [], []
+
+    async def fn():
+        calls.append(1)
+        if len(calls) == 1:
+            try:
+                await asyncio.sleep(30)  # a reply that never completes
+            except asyncio.CancelledError:
+                cancelled.append(1)
+                raise
+        return "second try"
+
+    out = await retry_async(fn, attempts=2, base_delay=0.001, max_delay=0.001, retry_on=Flaky, attempt_timeout=0.1)
+    assert out == "second try" and cancelled == [1]
+
+
+async def test_every_attempt_timing_out_exhausts_with_the_timeout_as_last_error():
+    import asyncio
+
+    async def fn():
+        await asyncio.sleep(30)
+
+    with pytest.raises(RetriesExhausted) as info:
+        await retry_async(fn, attempts=2, base_delay=0.001, max_delay=0.001, retry_on=Flaky, attempt_timeout=0.05)
+    assert isinstance(info.value.last, AttemptTimedOut)
+    assert str(info.value) == "gave up after 2 attempt(s): AttemptTimedOut: no complete reply within 0.05s"
+
+
+async def test_a_timeout_error_of_fns_own_is_not_mistaken_for_ours():
+    async def fn():
+        raise TimeoutError("the far side's")
+
+    with pytest.raises(TimeoutError, match="the far side's"):
+        await retry_async(fn, attempts=3, base_delay=0.001, max_delay=0.001, retry_on=Flaky, attempt_timeout=5)
+
+
+async def test_deadline_caps_attempts_and_sleeps_together():
+    import asyncio
+
+    calls = []
+
+    async def fn():
+        calls.append(1)
+        await asyncio.sleep(30)
+
+    with pytest.raises(RetriesExhausted) as info:
+        await retry_async(fn, attempts=100, base_delay=0.001, max_delay=0.001, retry_on=Flaky,
+                          attempt_timeout=0.5, deadline=1.25)
+    # 0.5 + 0.5 + what was left (0.25): the third attempt gets only the rest of the deadline
+    assert len(calls) == 3 and info.value.attempts == 3 and info.value.deadline == 1.25
+    assert "the call's deadline of 1.25s was reached" in str(info.value)
+    assert "what was left of the call's deadline" in str(info.value.last)
+
+
+async def test_no_retry_is_started_when_its_backoff_would_pass_the_deadline():
+    calls = []
+
+    async def fn():
+        calls.append(1)
+        raise Flaky("down")
+
+    with pytest.raises(RetriesExhausted) as info:
+        await retry_async(fn, attempts=5, base_delay=10, max_delay=10, retry_on=Flaky, deadline=1)
+    assert len(calls) == 1 and info.value.deadline == 1
+
+
+async def test_waiting_for_the_limit_is_not_counted_against_the_bounds():
+    import asyncio
+
+    limit = asyncio.Semaphore(1)
+    await limit.acquire()  # someone else holds the only slot for a while
+    asyncio.get_running_loop().call_later(0.3, limit.release)
+
+    async def fn():
+        return "served"
+
+    out = await retry_async(fn, attempts=1, base_delay=0, max_delay=0, retry_on=Flaky,
+                            attempt_timeout=0.1, deadline=0.1, limit=limit)
+    assert out == "served"
+    assert not limit.locked()  # released after the attempt
+
+
+@pytest.mark.parametrize("bad", [{"attempt_timeout": 0}, {"deadline": -1}, {"deadline": float("nan")}])
+def test_bounds_must_be_positive(bad):
+    import asyncio
+
+    async def fn():
+        return 1
+
+    with pytest.raises(ValueError, match="must be > 0 seconds"):
+        asyncio.run(retry_async(fn, attempts=1, base_delay=0, max_delay=0, retry_on=Flaky, **bad))
