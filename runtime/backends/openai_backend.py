@@ -26,6 +26,7 @@ from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
 from askspec.runtime.backends.registry import AttemptTimedOut, RetriesExhausted, retry_async
+from askspec.runtime.backends.replay import json_kind
 from askspec.terminal import printable
 
 log = logging.getLogger(__name__)
@@ -86,11 +87,11 @@ def parse_completion(body: bytes, content_type: str = "") -> tuple[str, FinishRe
         kind = content_type.split(";")[0].strip() or "no content-type"
         raise MalformedReply(f"the body is not JSON ({kind}, {len(body)} bytes): {_excerpt(body)}") from None
     if not isinstance(data, dict):
-        raise MalformedReply(f"the body is {_kind(data)}, not a chat completion object")
+        raise MalformedReply(f"the body is {json_kind(data)}, not a chat completion object")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         what = "has no 'choices'" if choices is None else (
-            "has an empty 'choices' list" if isinstance(choices, list) else f"has 'choices' as {_kind(choices)}"
+            "has an empty 'choices' list" if isinstance(choices, list) else f"has 'choices' as {json_kind(choices)}"
         )
         error = data.get("error")  # some proxies send their errors with status 200
         if isinstance(error, dict):
@@ -98,15 +99,15 @@ def parse_completion(body: bytes, content_type: str = "") -> tuple[str, FinishRe
         raise MalformedReply(f"the body {what}" + (f" (error: {_excerpt(str(error))})" if error else ""))
     choice = choices[0]
     if not isinstance(choice, dict):
-        raise MalformedReply(f"choices[0] is {_kind(choice)}, not an object")
+        raise MalformedReply(f"choices[0] is {json_kind(choice)}, not an object")
     message = choice.get("message")
     if not isinstance(message, dict):
         raise MalformedReply("choices[0] has no 'message' object" if message is None
-                             else f"choices[0].message is {_kind(message)}, not an object")
+                             else f"choices[0].message is {json_kind(message)}, not an object")
     content = message.get("content")
     if not isinstance(content, str):
         refusal = message.get("refusal")
-        raise MalformedReply(f"choices[0].message.content is {_kind(content)}, not a string"
+        raise MalformedReply(f"choices[0].message.content is {json_kind(content)}, not a string"
                              + (f" (refusal: {_excerpt(refusal)})" if isinstance(refusal, str) else ""))
     reason = choice.get("finish_reason")
     usage = data.get("usage")
@@ -119,12 +120,6 @@ def _count(usage: Any, key: str) -> int:
     bookkeeping; the reply itself is good)."""
     value = usage.get(key) if isinstance(usage, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
 
 
 def _excerpt(data: bytes | str, limit: int = 120) -> str:

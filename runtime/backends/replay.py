@@ -100,27 +100,28 @@ def load_recording(path: Path) -> list[dict[str, list[str]]]:
         raise BackendError(f'{where}: expected an object {{"sessions": [...]}} at the top level')
     sessions = data["sessions"]
     if not isinstance(sessions, list):
-        raise BackendError(f'{where}: "sessions" must be a list, got {_kind(sessions)}')
+        raise BackendError(f'{where}: "sessions" must be a list, got {json_kind(sessions)}')
     for k, session in enumerate(sessions):
         if not isinstance(session, dict):
             raise BackendError(
                 f"{where}: sessions[{k}] must be an object mapping role names to reply "
-                f"lists, got {_kind(session)}"
+                f"lists, got {json_kind(session)}"
             )
         for role, replies in session.items():
             if not isinstance(replies, list):
                 raise BackendError(
-                    f"{where}: sessions[{k}][{role!r}] must be a list of strings, got {_kind(replies)}"
+                    f"{where}: sessions[{k}][{role!r}] must be a list of strings, got {json_kind(replies)}"
                 )
             for n, reply in enumerate(replies):
                 if not isinstance(reply, str):
                     raise BackendError(
-                        f"{where}: sessions[{k}][{role!r}][{n}] must be a string, got {_kind(reply)}"
+                        f"{where}: sessions[{k}][{role!r}][{n}] must be a string, got {json_kind(reply)}"
                     )
     return sessions
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """How an error message names the JSON type of `value` ("an object", "null", ...)."""
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
              int: "a number", float: "a number", type(None): "null"}
     return names.get(type(value), type(value).__name__)
