@@ -23,6 +23,7 @@ import os
 import time
 import weakref
 from typing import Any
+from urllib.parse import urlsplit
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
 from askspec.runtime.backends.registry import AttemptTimedOut, RetriesExhausted, retry_async
@@ -129,6 +130,20 @@ def _excerpt(data: bytes | str, limit: int = 120) -> str:
     return repr(printable(cut, single_line=True) + ("..." if len(text) > limit else ""))
 
 
+def _check_url(url: str, model: str) -> None:
+    """BackendError unless `url` is an http(s) URL with a host (and a valid port)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # parses the port: ValueError when it is not a number in range
+    except ValueError as exc:
+        raise BackendError(f"openai backend for {model!r}: base_url {url!r} is not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BackendError(
+            f"openai backend for {model!r}: base_url {url!r} must be an http:// or https:// URL with a host, "
+            f"e.g. http://localhost:8000/v1"
+        )
+
+
 def _finish_reason(value: str | None) -> FinishReason:
     if value == "length":
         return "length"
@@ -192,6 +207,12 @@ class OpenAIBackend(Backend):
                 )
         # Local servers (vllm serve, SGLang) accept any key, but the client insists on one.
         self.api_key = api_key or "EMPTY"
+        if not (self.api_key.isascii() and self.api_key.isprintable()):  # never print the key itself
+            raise BackendError(
+                f"openai backend for {model!r}: the API key{f' in ${api_key_env}' if api_key_env else ''} has "
+                f"characters an HTTP header cannot carry (non-ASCII or control characters)"
+            )
+        _check_url(self.base_url, model)
         if int(attempts) < 1 or int(max_concurrency) < 1:
             raise BackendError("openai backend: attempts and max_concurrency must be >= 1")
         for option, value in (("timeout", timeout), ("deadline", deadline)):
@@ -228,7 +249,7 @@ class OpenAIBackend(Backend):
             return True
         if isinstance(exc, o.APIStatusError):
             # 501/505: the server does not do this at all; asking again will not change that
-            return exc.status_code in (408, 409, 429) or (exc.status_code >= 500 and exc.status_code not in (501, 505))
+            return exc.status_code in (408, 409, 429) or (500 <= exc.status_code < 600 and exc.status_code not in (501, 505))
         return False
 
     @staticmethod
@@ -283,6 +304,10 @@ class OpenAIBackend(Backend):
         except self._openai.OpenAIError as exc:
             raise BackendError(
                 f"openai endpoint {self.base_url} (model {model!r}) refused the request: {_describe(exc)}"
+            ) from exc
+        except Exception as exc:  # the client or httpx failing in a way of its own: still this call's failure
+            raise BackendError(
+                f"openai endpoint {self.base_url} (model {model!r}): the request failed: {type(exc).__name__}: {exc}"
             ) from exc
         latency = (time.perf_counter() - started) * 1000.0
         return ChatResult(text=text, finish_reason=finish, tokens_in=tokens_in, tokens_out=tokens_out,

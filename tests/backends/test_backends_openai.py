@@ -2,7 +2,7 @@
 
 The server is a small asyncio HTTP/1.1 responder: each request takes the next action from
 a script ("ok", "500", "429", "400", "hang", and the misbehaviours in `_act`: "501",
-"raw:<content-type>|<body>", "drip", "cut", "huge"), so tests can inject failures and
+"raw:<content-type>|<body>", "raw-status:<code>", "drip", "cut", "huge"), so tests can inject failures and
 check that the backend's retries absorb them, that sampling fields reach the wire, and
 that the per-endpoint concurrency limit holds.
 """
@@ -102,6 +102,10 @@ class FakeOpenAIServer:
             return
         if action == "501":
             await self._send(writer, 501, {"error": {"message": "chat is not implemented here"}})
+            return
+        if action.startswith("raw-status:"):  # a status no standard defines
+            writer.write(f"HTTP/1.1 {action[11:]} Odd\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}".encode())
+            await writer.drain()
             return
         if action.startswith("raw:"):  # a 200 with this content type and body, verbatim
             content_type, _, body = action[4:].partition("|")

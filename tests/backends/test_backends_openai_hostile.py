@@ -160,3 +160,44 @@ def test_a_run_records_a_malformed_endpoint_on_the_session_and_goes_on(tmp_path)
     assert f"openai endpoint {server.base_url}" in rows[0][1]
     assert "choices[0] has no 'message' object" in rows[0][1]
     assert "internal error" not in rows[0][1]
+
+
+@pytest.mark.parametrize(
+    ("base_url", "expected"),
+    [
+        ("localhost:8000/v1", "must be an http:// or https:// URL with a host"),
+        ("ftp://127.0.0.1/v1", "must be an http:// or https:// URL with a host"),
+        ("http://[::1/v1", "is not a valid URL: Invalid IPv6 URL"),
+        ("http://127.0.0.1:99999/v1", "is not a valid URL: Port out of range"),
+    ],
+)
+def test_a_bad_base_url_is_refused_when_the_backend_is_made(base_url, expected):
+    # before: an internal error (httpx's InvalidURL) at the first call, or five retries of
+    # a request that could never be sent
+    with pytest.raises(BackendError, match=f"base_url '.*' {expected}"):
+        OpenAIBackend("m", base_url=base_url, api_key="k")
+
+
+@pytest.mark.parametrize("key", ["ключ", "sk-abc\n"])
+def test_a_key_no_header_can_carry_is_refused_without_showing_it(monkeypatch, key):
+    monkeypatch.setenv("ASKSPEC_TEST_KEY", key)
+    with pytest.raises(BackendError) as info:
+        OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", api_key_env="ASKSPEC_TEST_KEY")
+    assert "the API key in $ASKSPEC_TEST_KEY has characters an HTTP header cannot carry" in str(info.value)
+    assert key.strip() not in str(info.value)
+
+
+async def test_a_nonsense_status_is_not_retried():
+    async with FakeOpenAIServer(script=["raw-status:999"] * 3) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=3, **FAST)
+        with pytest.raises(BackendError, match="refused the request: HTTP 999"):
+            await backend.complete(_req())
+        await backend.aclose()
+    assert len(server.bodies) == 1
+
+
+async def test_whatever_the_client_raises_is_a_backend_error_naming_the_endpoint():
+    backend = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", api_key="k", extra_body={"when": object()})
+    with pytest.raises(BackendError, match=r"openai endpoint http://127.0.0.1:9/v1 \(model 'served-model'\): the request failed: TypeError"):
+        await backend.complete(_req())
+    await backend.aclose()
