@@ -109,6 +109,7 @@ class PythonBackend(Backend):
             raise self._raised(exc, request) from exc
         latency = (time.perf_counter() - started) * 1000.0
         if isinstance(out, ChatResult):
+            self._check_result(out)
             return out
         if not isinstance(out, str):
             raise BackendError(
@@ -116,6 +117,22 @@ class PythonBackend(Backend):
                 f"it must return a str or a ChatResult"
             )
         return ChatResult(text=out, finish_reason="stop", latency_ms=latency)
+
+    def _check_result(self, out: ChatResult) -> None:
+        """A ChatResult is built by user code: a wrong field would fail later, in the
+        engine, as an internal error; refuse it here, naming the callable."""
+        counts = (out.tokens_in, out.tokens_out)
+        problem = (
+            f"text is {type(out.text).__name__}, not str" if not isinstance(out.text, str)
+            else f"finish_reason {out.finish_reason!r} is not 'stop', 'length' or 'error'"
+            if out.finish_reason not in ("stop", "length", "error")
+            else "tokens_in and tokens_out must be ints >= 0"
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)
+            else "latency_ms must be a number" if not isinstance(out.latency_ms, (int, float))
+            else None
+        )
+        if problem:
+            raise BackendError(f"python backend {self.target!r} returned a ChatResult whose {problem}")
 
     def _where(self, request: ChatRequest) -> str:
         return f"role {request.role!r}, session {request.session_index}, call {request.call_index + 1}"

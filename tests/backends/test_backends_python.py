@@ -257,3 +257,29 @@ def test_no_worker_thread_is_left_blocking_exit(callables, module):
     # the abandoned call still runs, on a daemon thread: interpreter exit will not wait for it
     stuck = [t for t in threading.enumerate() if t.name == f"askspec-python:{module}:stuck"]
     assert stuck and all(t.daemon for t in stuck)
+
+
+@pytest.fixture
+def holder(tmp_path, monkeypatch):
+    """A callable returning whatever the test puts in RESULT."""
+    import importlib
+
+    (tmp_path / "askspec_test_results_holder.py").write_text("RESULT = None\n\ndef give(messages, request):\n    return RESULT\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module("askspec_test_results_holder")
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (ChatResult(text=None), "text is NoneType, not str"),  # type: ignore[arg-type]
+        (ChatResult(text="x", finish_reason="done"), "finish_reason 'done' is not 'stop', 'length' or 'error'"),  # type: ignore[arg-type]
+        (ChatResult(text="x", tokens_out=-1), "tokens_in and tokens_out must be ints >= 0"),
+        (ChatResult(text="x", tokens_in="3"), "tokens_in and tokens_out must be ints >= 0"),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_malformed_chat_result_is_refused(holder, result, expected):
+    holder.RESULT = result
+    with pytest.raises(BackendError) as info:
+        await PythonBackend("askspec_test_results_holder:give").complete(_req())
+    assert str(info.value) == f"python backend 'askspec_test_results_holder:give' returned a ChatResult whose {expected}"
