@@ -89,6 +89,8 @@ class PythonBackend(Backend):
         scope = None  # the asyncio.timeout of the await on the loop, when there is one
         try:
             if self._is_async:
+                # one that never awaits would otherwise never let the loop run (Ctrl-C)
+                await asyncio.sleep(0)
                 async with asyncio.timeout(self.timeout) as scope:
                     out = await self.fn(messages, request)
             else:
@@ -188,10 +190,11 @@ class _Workers:
 
     A job that overruns its timeout retires its thread (which exits when the job finally
     returns) and a fresh thread takes the rest of the queue, so one stuck call does not
-    stall every later one. Costs per call are kept to a queue append and a batched
-    wake-up of the loop: an instant callable is the common case (scripted opponents,
-    samplers) and the thread hop is pure overhead there. Hence one watchdog timer per
-    loop rather than one per job, and results handed back in batches.
+    stall every later one. An instant callable is the common case (scripted opponents,
+    samplers) and the thread hop is pure overhead there, so the hop is batched both ways:
+    the jobs made in one turn of the loop are queued together (one wake-up of the
+    threads), results are handed back in batches (one wake-up of the loop), and there is
+    one watchdog timer per loop rather than one per job.
     """
 
     def __init__(self, size: int, name: str) -> None:
@@ -205,6 +208,7 @@ class _Workers:
         self._closed = False
         # per event loop (one in practice): results on their way back, and the watchdog
         self._results: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any, BaseException | None]]] = {}
+        self._outbox: dict[asyncio.AbstractEventLoop, list[_Job]] = {}  # made this turn of the loop, not yet queued
         self._watchdogs: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
 
     async def call(self, fn: Callable[..., Any], args: tuple, timeout: float) -> tuple[Any, float]:
@@ -214,14 +218,11 @@ class _Workers:
         a caller that is cancelled or gives up abandons the job."""
         loop = asyncio.get_running_loop()
         job = _Job(fn, args, loop, timeout)
-        with self._cv:
-            self._closed = False  # a backend reused after aclose (a later run in-process)
-            self._jobs.append(job)
-            if self._idle:
-                self._idle -= 1
-                self._cv.notify()
-            elif self._live < self._size:
-                self._spawn()
+        outbox = self._outbox.get(loop)
+        if outbox is None:  # the first job of this turn of the loop: hand them over after it
+            outbox = self._outbox[loop] = []
+            loop.call_soon(self._hand_over, loop)
+        outbox.append(job)
         if loop not in self._watchdogs:
             self._arm(loop, timeout)
         try:
@@ -230,6 +231,21 @@ class _Workers:
         finally:
             if not job.future.done() or job.future.cancelled() or isinstance(job.future.exception(), _GaveUp):
                 self._abandon(job)
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Queue the jobs made during one turn of the loop, waking threads once for all."""
+        batch = self._outbox.pop(loop, [])
+        with self._cv:
+            self._closed = False  # a backend reused after aclose (a later run in-process)
+            self._jobs.extend(batch)
+            wanted = len(batch)
+            while wanted and self._idle:
+                self._idle -= 1
+                wanted -= 1
+                self._cv.notify()
+            while wanted and self._live < self._size:
+                self._spawn()
+                wanted -= 1
 
     def close(self) -> None:
         """Let idle threads exit (busy ones exit after their job)."""

@@ -26,6 +26,9 @@ MODULE = textwrap.dedent(
         await asyncio.sleep(0)
         return messages[-1]["content"].upper()
 
+    async def instant_async(messages, request):
+        return "at once"
+
     def full(messages, request):
         return ChatResult(text="x", finish_reason="length", tokens_in=3, tokens_out=1)
 
@@ -283,3 +286,24 @@ async def test_a_malformed_chat_result_is_refused(holder, result, expected):
     with pytest.raises(BackendError) as info:
         await PythonBackend("askspec_test_results_holder:give").complete(_req())
     assert str(info.value) == f"python backend 'askspec_test_results_holder:give' returned a ChatResult whose {expected}"
+
+
+async def test_a_session_of_instant_async_calls_can_be_cancelled(module):
+    # an async callable that never awaits finishes without suspending: without a yield per
+    # call a session of such calls would run to its end in one step, deaf to Ctrl-C
+    backend = PythonBackend(f"{module}:instant_async")
+    answered = 0
+
+    async def session() -> None:
+        nonlocal answered
+        for _ in range(100_000):
+            await backend.complete(_req())
+            answered += 1
+
+    task = asyncio.ensure_future(session())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert answered < 100_000
