@@ -276,7 +276,10 @@ class _Workers:
                     else:
                         wake = end - now if wake is None else min(wake, end - now)
             if wake is None:
-                wake = next((j.timeout for j in self._jobs if j.loop is loop and j.state == _QUEUED), None)
+                # queued, or made this turn and not yet queued (this tick may run before that)
+                first = next((j for j in self._jobs if j.loop is loop and j.state == _QUEUED), None) or next(
+                    iter(self._outbox.get(loop, ())), None)
+                wake = first.timeout if first is not None else None
         for job in expired:
             if not job.future.done():
                 job.future.set_exception(_GaveUp())

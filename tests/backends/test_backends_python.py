@@ -307,3 +307,18 @@ async def test_a_session_of_instant_async_calls_can_be_cancelled(module):
     with pytest.raises(asyncio.CancelledError):
         await task
     assert answered < 100_000
+
+
+async def test_the_watchdog_keeps_watching_a_job_made_in_its_own_turn():
+    # the watchdog's tick can run in the same turn of the loop as a call that found it
+    # armed, before that call's job is queued; it must not stand down then
+    from askspec.runtime.backends.python_backend import _Job, _Workers
+
+    loop = asyncio.get_running_loop()
+    workers = _Workers(1, "t")
+    workers._arm(loop, 100)
+    workers._watchdogs[loop].cancel()
+    workers._outbox[loop] = [_Job(print, (), loop, 0.5)]
+    workers._watch(loop)
+    assert loop in workers._watchdogs
+    workers._watchdogs.pop(loop).cancel()
