@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..ir.builtins import pairs
 from . import ast as A
 
 # Stands for a template or model reference that was already reported as invalid, so later
@@ -55,7 +56,7 @@ def const_eval(e: A.Expr, params: dict[str, Any]) -> Any:
     if isinstance(e, A.Call) and e.func == "pairs" and len(e.args) == 1:
         v = const_eval(e.args[0], params)
         if isinstance(v, list):
-            return [[v[i], v[j]] for i in range(len(v)) for j in range(i + 1, len(v))]
+            return pairs(v)
     raise NotConstant(e)
 
 

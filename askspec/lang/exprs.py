@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..ir import model as ir
+from ..ir.builtins import BUILTINS as FUNCTIONS, Builtin
 from . import ast as A
 from .diagnostics import DiagnosticSink
 from .span import Span
@@ -64,14 +65,7 @@ def suggest(name: str, candidates) -> str | None:
     return f"did you mean '{close[0]}'?" if close else None
 
 
-AGGREGATES = {"mean", "var", "std", "sum", "count", "min", "max", "all", "any", "rate"}
-STATEFUL = {"diversity", "novelty"}
-BUILTINS = sorted(
-    AGGREGATES
-    | STATEFUL
-    | {"len", "clip", "abs", "round", "equiv", "jaccard", "words", "boxed", "lower", "upper", "strip",
-       "contains", "pairs", "product", "range", "str", "num", "file", "reward", "exists"}
-)
+BUILTINS = sorted(FUNCTIONS)  # names, for "did you mean" and the docs test
 
 
 class ExprChecker:
@@ -280,177 +274,70 @@ class ExprChecker:
         kwargs, ktypes = {}, {}
         for k, v in e.kwargs:
             kwargs[k], ktypes[k] = self.check(v, scope)
+        b = FUNCTIONS.get(e.func)
         site = ""
-        if e.func in STATEFUL:
+        if b is not None and b.stateful:
             self._site += 1
             site = f"{e.func}#{self._site}"
         node = ir.CallFn(span=irspan(e.span), fn=e.func, args=args, kwargs=kwargs, site=site)
-        sig = getattr(self, "_fn_" + e.func, None)
-        if sig is None:
+        if b is None:
             self.error("E108", f"unknown function '{e.func}'", e.func_span, suggest(e.func, BUILTINS))
             return node, ANY
-        return node, sig(e, types, ktypes)
+        return node, self._signature(b, e, types, ktypes)
 
-    def _arity(self, e: A.Call, types, lo: int, hi: int, kwargs: dict | None = None, allowed_kw: set[str] = frozenset()) -> bool:
-        ok = lo <= len(types) <= hi
-        if not ok:
-            want = str(lo) if lo == hi else f"{lo} to {hi}"
-            self.error("E109", f"'{e.func}' takes {want} argument{'s' if hi != 1 else ''}, got {len(types)}", e.span)
+    def _signature(self, b: Builtin, e: A.Call, types: list[T], ktypes: dict[str, T]) -> T:
+        """Checks a call against its row of the built-in table; returns its result type."""
+        n = len(types)
+        if not b.min_args <= n <= b.max_args:
+            want = str(b.min_args) if b.min_args == b.max_args else f"{b.min_args} to {b.max_args}"
+            self.error("E109", f"'{e.func}' takes {want} argument{'s' if b.max_args != 1 else ''}, got {n}", e.span)
+        else:
+            for i, (a, t) in enumerate(zip(e.args, types)):
+                kind = b.kind_of(i, n)
+                if kind == "path":
+                    if not isinstance(a, A.String):
+                        self.error("E107", f"{e.func}() takes a string literal path", a.span)
+                    continue
+                accepts, needs = _KINDS[kind]
+                if not accepts(t, self.metric):
+                    self.error("E201", f"'{e.func}' needs {needs}, found {t}", a.span)
         for k, _ in e.kwargs:
-            if k not in allowed_kw:
+            if k not in b.keywords:
                 self.error("E109", f"'{e.func}' has no keyword argument '{k}'", e.span,
-                           f"keywords: {', '.join(sorted(allowed_kw))}" if allowed_kw else None)
-                ok = False
-        return ok
-
-    def _numeric_list(self, e: A.Call, t: T, span: Span) -> None:
-        if self.metric and t.name in ("number", "bool", "any"):
-            return  # lifted over sessions
-        if t.name == "any":
-            return
-        if t.name != "list" or (t.elem and t.elem.name not in ("number", "bool", "any")):
-            self.error("E201", f"'{e.func}' needs a list of numbers or bools, found {t}", span)
-
-    def _agg(self, e, types, kt):
-        if self._arity(e, types, 1, 1):
-            self._numeric_list(e, types[0], e.args[0].span)
-        return NUM
-
-    _fn_mean = _fn_var = _fn_std = _fn_sum = _fn_rate = _agg
-
-    def _fn_count(self, e, types, kt):
-        if self._arity(e, types, 1, 1) and not self.metric and types[0].name not in ("list", "any"):
-            self.error("E201", f"'count' needs a list, found {types[0]}", e.args[0].span)
-        return NUM
-
-    def _fn_min(self, e, types, kt):
-        if len(types) == 1:
-            self._numeric_list(e, types[0], e.args[0].span)
-        elif self._arity(e, types, 1, 8):
-            for a, t in zip(e.args, types):
-                if not numeric(t):
-                    self.error("E201", f"'{e.func}' needs numbers, found {t}", a.span)
-        return NUM
-
-    _fn_max = _fn_min
-
-    def _fn_all(self, e, types, kt):
-        if self._arity(e, types, 1, 1) and not self.metric:
-            t = types[0]
-            if t.name not in ("list", "any") or (t.elem and not boolish(t.elem)):
-                self.error("E201", f"'{e.func}' needs a list of bools, found {t}", e.args[0].span)
-        return BOOL
-
-    _fn_any = _fn_all
-
-    def _fn_len(self, e, types, kt):
-        if self._arity(e, types, 1, 1) and types[0].name not in ("list", "string", "any"):
-            self.error("E201", f"'len' needs a list or string, found {types[0]}", e.args[0].span)
-        return NUM
-
-    def _nums(self, e, types, lo, hi):
-        if self._arity(e, types, lo, hi):
-            for a, t in zip(e.args, types):
-                if not numeric(t):
-                    self.error("E201", f"'{e.func}' needs numbers, found {t}", a.span)
-        return NUM
-
-    def _fn_clip(self, e, types, kt):
-        return self._nums(e, types, 3, 3)
-
-    def _fn_abs(self, e, types, kt):
-        return self._nums(e, types, 1, 1)
-
-    def _fn_round(self, e, types, kt):
-        return self._nums(e, types, 1, 2)
-
-    def _strs(self, e, types, lo, hi, kinds=("string", "any", "number")):
-        if self._arity(e, types, lo, hi):
-            for a, t in zip(e.args, types):
-                if t.name not in kinds:
-                    self.error("E201", f"'{e.func}' needs text, found {t}", a.span)
-
-    def _fn_equiv(self, e, types, kt):
-        self._strs(e, types, 2, 2)
-        return BOOL
-
-    def _fn_jaccard(self, e, types, kt):
-        self._strs(e, types, 2, 2)
-        return NUM
-
-    def _stateful(self, e, types, kt, allowed: set[str]) -> T:
-        if self._arity(e, types, 1, 1, allowed_kw=allowed) and types[0].name not in ("string", "any"):
-            self.error("E201", f"'{e.func}' needs text, found {types[0]}", e.args[0].span)
-        for k, t in kt.items():
-            if not numeric(t):
+                           f"keywords: {', '.join(sorted(b.keywords))}" if b.keywords else None)
+        for k, t in ktypes.items():
+            if k in b.keywords and not numeric(t):
                 self.error("E201", f"'{e.func}' option '{k}' must be a number, found {t}", e.span)
-        return NUM
+        if b.returns == "list[list[elem]]":
+            elem = ANY
+            for i, t in enumerate(types):
+                te = t.elem if t.name == "list" and t.elem else ANY
+                elem = te if i == 0 else unify(elem, te)
+            return list_of(list_of(elem))
+        return _RETURNS[b.returns]
 
-    def _fn_diversity(self, e, types, kt):
-        return self._stateful(e, types, kt, {"k", "window", "alpha"})
 
-    def _fn_novelty(self, e, types, kt):
-        return self._stateful(e, types, kt, {"history", "tau_sim"})
+def _list_of_kinds(t: T, elems: tuple[str, ...]) -> bool:
+    return t.name == "any" or (t.name == "list" and (t.elem is None or t.elem.name in elems))
 
-    def _fn_words(self, e, types, kt):
-        if self._arity(e, types, 2, 2):
-            if types[0].name not in ("string", "any"):
-                self.error("E201", f"'words' needs text, found {types[0]}", e.args[0].span)
-            if not numeric(types[1]):
-                self.error("E201", f"'words' needs a number of words, found {types[1]}", e.args[1].span)
-        return STR
 
-    def _fn_boxed(self, e, types, kt):
-        self._strs(e, types, 1, 1)
-        return STR
-
-    def _fn_lower(self, e, types, kt):
-        self._strs(e, types, 1, 1)
-        return STR
-
-    _fn_upper = _fn_strip = _fn_str = _fn_lower
-
-    def _fn_num(self, e, types, kt):
-        self._strs(e, types, 1, 1, kinds=("string", "any", "number", "bool"))
-        return NUM
-
-    def _fn_contains(self, e, types, kt):
-        if self._arity(e, types, 2, 2) and types[0].name not in ("string", "list", "any"):
-            self.error("E201", f"'contains' needs text or a list, found {types[0]}", e.args[0].span)
-        return BOOL
-
-    def _fn_exists(self, e, types, kt):
-        self._arity(e, types, 1, 1)
-        return BOOL
-
-    def _fn_pairs(self, e, types, kt):
-        if self._arity(e, types, 1, 1) and types[0].name not in ("list", "any"):
-            self.error("E201", f"'pairs' needs a list, found {types[0]}", e.args[0].span)
-        elem = types[0].elem if types and types[0].name == "list" and types[0].elem else ANY
-        return list_of(list_of(elem))
-
-    def _fn_product(self, e, types, kt):
-        if self._arity(e, types, 2, 4):
-            for a, t in zip(e.args, types):
-                if t.name not in ("list", "any"):
-                    self.error("E201", f"'product' needs lists, found {t}", a.span)
-        elem = ANY
-        for i, t in enumerate(types):
-            te = t.elem if t.name == "list" and t.elem else ANY
-            elem = te if i == 0 else unify(elem, te)
-        return list_of(list_of(elem))
-
-    def _fn_range(self, e, types, kt):
-        self._nums(e, types, 1, 2)
-        return list_of(NUM)
-
-    def _fn_file(self, e, types, kt):
-        if self._arity(e, types, 1, 1) and not isinstance(e.args[0], A.String):
-            self.error("E107", "file() takes a string literal path", e.args[0].span)
-        return TEMPLATE
-
-    def _fn_reward(self, e, types, kt):
-        # reward(role) in metrics: the session's total reward for that role
-        if self._arity(e, types, 1, 1) and types[0].name not in ("role", "any"):
-            self.error("E201", f"'reward' needs a role, found {types[0]}", e.args[0].span)
-        return NUM
+# argument kind (askspec/ir/builtins.py) -> (accepts(type, in_metric), what an error says is needed)
+_KINDS: dict[str, tuple[Callable[[T, bool], bool], str]] = {
+    "number": (lambda t, m: numeric(t), "numbers"),
+    "text": (lambda t, m: t.name in ("string", "any", "number"), "text"),
+    "string": (lambda t, m: t.name in ("string", "any"), "text"),
+    "scalar": (lambda t, m: t.name in ("string", "any", "number", "bool"), "text"),
+    "sized": (lambda t, m: t.name in ("list", "string", "any"), "a list or string"),
+    "seq": (lambda t, m: t.name in ("string", "list", "any"), "text or a list"),
+    "list": (lambda t, m: t.name in ("list", "any"), "a list"),
+    "lists": (lambda t, m: t.name in ("list", "any"), "lists"),
+    "items": (lambda t, m: m or t.name in ("list", "any"), "a list"),
+    # in a metric an aggregate's argument is a session value (lifted over sessions)
+    "numbers": (lambda t, m: (m and t.name in ("number", "bool")) or _list_of_kinds(t, ("number", "bool", "any")),
+                "a list of numbers or bools"),
+    "bools": (lambda t, m: m or _list_of_kinds(t, ("bool", "any")), "a list of bools"),
+    "role": (lambda t, m: t.name in ("role", "any"), "a role"),
+    "words": (lambda t, m: numeric(t), "a number of words"),
+    "value": (lambda t, m: True, "a value"),
+}
+_RETURNS = {"number": NUM, "bool": BOOL, "string": STR, "template": TEMPLATE, "list[number]": list_of(NUM)}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from askspec.ir import model as ir
+from askspec.ir.builtins import AGGREGATES, STATEFUL, pairs
 
 
 class EvalError(Exception):
@@ -46,10 +47,11 @@ class Env:
     stateful: Callable[[str, str, list, dict], Any] | None = None  # (fn, site, args, kwargs) -> value
     item: dict | None = None
     collections: dict[str, list] = field(default_factory=dict)  # data sets and buffers by name
+    rewards: dict[str, float] | None = None  # metrics: the session's total reward per role
 
     def child_item(self, item: Any) -> "Env":
         return Env(self.vars, self.params, self.roles, self.stateful, {"it": item, **(item if isinstance(item, dict) else {})},
-                   self.collections)
+                   self.collections, self.rewards)
 
 
 def _num(x: Any, span) -> float:
@@ -72,74 +74,85 @@ def _list(x: Any, span) -> list:
 
 
 def evaluate(e: ir.Expr, env: Env) -> Any:
-    k = e.kind
-    if k == "lit":
-        return e.value
-    if k == "ref":
-        if env.item is not None and e.scope == "item" and e.name in env.item:
-            return env.item[e.name]
-        if e.scope == "item" and env.item is not None:
-            return env.item.get(e.name)
-        if e.scope == "role":
-            view = env.roles.get(e.name)
-            if view is None:
-                raise EvalError(f"role '{e.name}' is not part of this session", e.span)
-            return view
-        if e.scope == "param":
-            return env.params[e.name]
-        if e.scope in ("data", "buffer"):
-            if e.name in env.collections:
-                return env.collections[e.name]
-            raise EvalError(f"{e.scope} '{e.name}' is not loaded", e.span)
-        if e.name in env.vars:
-            return env.vars[e.name]
-        if env.item is not None and e.name in env.item:
-            return env.item[e.name]
-        if e.name in env.params:
-            return env.params[e.name]
-        raise MissingValue(f"'{e.name}' has no value yet on this path", e.span)
-    if k == "attr":
-        obj = evaluate(e.obj, env)
-        return get_field(obj, e.name, e.span)
-    if k == "index":
-        obj = evaluate(e.obj, env)
-        idx = evaluate(e.index, env)
-        try:
-            if isinstance(obj, list):
-                return obj[int(_num(idx, e.span))]
-            if isinstance(obj, dict):
-                return obj.get(str(idx))
-        except IndexError:
-            raise EvalError(f"index {idx} is out of range (length {len(obj)})", e.span) from None
-        raise EvalError(f"cannot index a {type(obj).__name__}", e.span)
-    if k == "unary":
-        v = evaluate(e.operand, env)
-        return -_num(v, e.span) if e.op == "-" else not bool(v)
-    if k == "binary":
-        return _binary(e, env)
-    if k == "case":
-        if e.subject is not None:
-            subj = evaluate(e.subject, env)
-            for arm in e.arms:
-                if evaluate(arm.when, env) == subj:
-                    return evaluate(arm.then, env)
-        else:
-            for arm in e.arms:
-                if evaluate(arm.when, env):
-                    return evaluate(arm.then, env)
-        if e.default is not None:
-            return evaluate(e.default, env)
-        raise EvalError("no case arm matched and there is no else", e.span)
-    if k == "list":
-        return [evaluate(x, env) for x in e.items]
-    if k == "record":
-        return {name: evaluate(v, env) for name, v in e.fields.items()}
-    if k == "where":
-        seq = _list(evaluate(e.seq, env), e.span)
-        return [x for x in seq if evaluate(e.cond, env.child_item(x))]
-    if k == "call":
-        return _call(e, env)
-    raise EvalError(f"unknown expression kind {k}", e.span)
+    return _EVAL[e.__class__](e, env)
+
+
+def _lit(e: ir.Lit, env: Env) -> Any:
+    return e.value
+
+
+def _ref(e: ir.Ref, env: Env) -> Any:
+    scope = e.scope
+    if scope == "item" and env.item is not None:
+        return env.item.get(e.name)
+    if scope == "role":
+        view = env.roles.get(e.name)
+        if view is None:
+            raise EvalError(f"role '{e.name}' is not part of this session", e.span)
+        return view
+    if scope == "param":
+        return env.params[e.name]
+    if scope in ("data", "buffer"):
+        if e.name in env.collections:
+            return env.collections[e.name]
+        raise EvalError(f"{scope} '{e.name}' is not loaded", e.span)
+    if e.name in env.vars:
+        return env.vars[e.name]
+    if env.item is not None and e.name in env.item:
+        return env.item[e.name]
+    if e.name in env.params:
+        return env.params[e.name]
+    raise MissingValue(f"'{e.name}' has no value yet on this path", e.span)
+
+
+def _attr(e: ir.GetAttr, env: Env) -> Any:
+    return get_field(evaluate(e.obj, env), e.name, e.span)
+
+
+def _index(e: ir.GetIndex, env: Env) -> Any:
+    obj = evaluate(e.obj, env)
+    idx = evaluate(e.index, env)
+    try:
+        if isinstance(obj, list):
+            return obj[int(_num(idx, e.span))]
+        if isinstance(obj, dict):
+            return obj.get(str(idx))
+    except IndexError:
+        raise EvalError(f"index {idx} is out of range (length {len(obj)})", e.span) from None
+    raise EvalError(f"cannot index a {type(obj).__name__}", e.span)
+
+
+def _unary(e: ir.UnaryOp, env: Env) -> Any:
+    v = evaluate(e.operand, env)
+    return -_num(v, e.span) if e.op == "-" else not bool(v)
+
+
+def _case(e: ir.CaseOf, env: Env) -> Any:
+    if e.subject is not None:
+        subj = evaluate(e.subject, env)
+        for arm in e.arms:
+            if evaluate(arm.when, env) == subj:
+                return evaluate(arm.then, env)
+    else:
+        for arm in e.arms:
+            if evaluate(arm.when, env):
+                return evaluate(arm.then, env)
+    if e.default is not None:
+        return evaluate(e.default, env)
+    raise EvalError("no case arm matched and there is no else", e.span)
+
+
+def _list_of(e: ir.ListOf, env: Env) -> list:
+    return [evaluate(x, env) for x in e.items]
+
+
+def _record_of(e: ir.RecordOf, env: Env) -> dict:
+    return {name: evaluate(v, env) for name, v in e.fields.items()}
+
+
+def _filter(e: ir.Filter, env: Env) -> list:
+    seq = _list(evaluate(e.seq, env), e.span)
+    return [x for x in seq if evaluate(e.cond, env.child_item(x))]
 
 
 def get_field(obj: Any, name: str, span) -> Any:
@@ -232,36 +245,47 @@ def _agg(fn: str, xs: list, span) -> Any:
     raise EvalError(f"unknown aggregate {fn}", span)
 
 
-AGGREGATES = {"mean", "var", "std", "sum", "count", "min", "max", "all", "any", "rate"}
+def _aggregate(e: ir.CallFn, env: Env) -> Any:
+    args = [evaluate(a, env) for a in e.args]
+    if e.fn in ("min", "max") and len(args) > 1:
+        vals = _nums(args, e.span)
+        return min(vals) if e.fn == "min" else max(vals)
+    return _agg(e.fn, _list(args[0], e.span), e.span)
+
+
+def _stateful(e: ir.CallFn, env: Env) -> Any:
+    if env.stateful is None:
+        raise EvalError(f"'{e.fn}' is not available here", e.span)
+    args = [evaluate(a, env) for a in e.args]
+    kwargs = {k: evaluate(v, env) for k, v in e.kwargs.items()}
+    return env.stateful(e.fn, e.site, args, kwargs)
+
+
+def _reward(e: ir.CallFn, env: Env) -> float:
+    """metrics: a session's total reward for a role (0 outside a metric's session scope)."""
+    view = evaluate(e.args[0], env) if e.args else None
+    totals = env.rewards or {}
+    return float(totals.get(view.name if isinstance(view, RoleView) else str(view), 0.0))
+
+
+def _pure(fn: str, impl: Callable[..., Any]) -> Callable[[ir.CallFn, Env], Any]:
+    def call(e: ir.CallFn, env: Env) -> Any:
+        args = [evaluate(a, env) for a in e.args]
+        try:
+            return impl(*args)
+        except EvalError:
+            raise
+        except Exception as err:
+            raise EvalError(f"{fn}(): {err}", e.span) from None
+
+    return call
 
 
 def _call(e: ir.CallFn, env: Env) -> Any:
-    fn = e.fn
-    if fn in ("diversity", "novelty"):
-        if env.stateful is None:
-            raise EvalError(f"'{fn}' is not available here", e.span)
-        args = [evaluate(a, env) for a in e.args]
-        kwargs = {k: evaluate(v, env) for k, v in e.kwargs.items()}
-        return env.stateful(fn, e.site, args, kwargs)
-    args = [evaluate(a, env) for a in e.args]
-    if fn == "reward":  # metrics: a session's total reward for a role
-        view = args[0] if args else None
-        totals = env.vars.get("__rewards__") or {}
-        return float(totals.get(view.name if isinstance(view, RoleView) else str(view), 0.0))
-    if fn in AGGREGATES:
-        if fn in ("min", "max") and len(args) > 1:
-            vals = _nums(args, e.span)
-            return min(vals) if fn == "min" else max(vals)
-        return _agg(fn, _list(args[0], e.span), e.span)
-    impl = _FUNCTIONS.get(fn)
+    impl = _CALLS.get(e.fn)
     if impl is None:
-        raise EvalError(f"unknown function '{fn}'", e.span)
-    try:
-        return impl(*args)
-    except EvalError:
-        raise
-    except Exception as err:
-        raise EvalError(f"{fn}(): {err}", e.span) from None
+        raise EvalError(f"unknown function '{e.fn}'", e.span)
+    return impl(e, env)
 
 
 def _equiv(a: Any, b: Any) -> bool:
@@ -288,10 +312,6 @@ def _jaccard(a: Any, b: Any) -> float:
     return float(jaccard(str(a or ""), str(b or "")))
 
 
-def _pairs(xs: list) -> list:
-    return [[xs[i], xs[j]] for i in range(len(xs)) for j in range(i + 1, len(xs))]
-
-
 def _product(*lists: list) -> list:
     import itertools
 
@@ -313,7 +333,7 @@ def _num_fn(x: Any) -> float:
         return float("nan")
 
 
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
+_PURE: dict[str, Callable[..., Any]] = {
     "len": lambda x: len(x) if x is not None else 0,
     "clip": lambda x, lo, hi: max(lo, min(hi, x)),
     "abs": lambda x: abs(x),
@@ -327,9 +347,22 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "strip": lambda s: str(s or "").strip(),
     "contains": lambda s, x: (x in s) if s is not None else False,
     "exists": lambda x: x is not None and x != "",
-    "pairs": _pairs,
+    "pairs": pairs,
     "product": _product,
     "range": _range,
     "str": lambda x: "" if x is None else str(x),
     "num": _num_fn,
+}
+
+# one entry per run-time function of the built-in table (askspec/ir/builtins.py)
+_CALLS: dict[str, Callable[[ir.CallFn, Env], Any]] = {
+    **{name: _pure(name, impl) for name, impl in _PURE.items()},
+    **{name: _aggregate for name in AGGREGATES},
+    **{name: _stateful for name in STATEFUL},
+    "reward": _reward,
+}
+
+_EVAL: dict[type, Callable[[Any, Env], Any]] = {
+    ir.Lit: _lit, ir.Ref: _ref, ir.GetAttr: _attr, ir.GetIndex: _index, ir.CallFn: _call, ir.UnaryOp: _unary,
+    ir.BinaryOp: _binary, ir.CaseOf: _case, ir.ListOf: _list_of, ir.RecordOf: _record_of, ir.Filter: _filter,
 }

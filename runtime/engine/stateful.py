@@ -15,8 +15,7 @@ import heapq
 from typing import Any
 
 from askspec.ir import model as ir
-
-STATEFUL_FUNCTIONS = frozenset({"diversity", "novelty"})
+from askspec.ir.builtins import STATEFUL
 
 
 class StatefulScorers:
@@ -85,7 +84,7 @@ def calls_stateful(step: Any) -> bool:
     """Whether a step's own expressions (not those of nested bodies) call diversity/novelty."""
 
     def walk(value: Any) -> bool:
-        if isinstance(value, ir.CallFn) and value.fn in STATEFUL_FUNCTIONS:
+        if isinstance(value, ir.CallFn) and value.fn in STATEFUL:
             return True
         if isinstance(value, (ir.Node, ir.CaseArm, ir.Branch)):
             return any(walk(getattr(value, name)) for name in type(value).model_fields

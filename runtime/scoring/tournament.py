@@ -32,6 +32,7 @@ from typing import Literal
 
 import numpy as np
 
+from askspec.runtime.replies.parsers import last_boxed  # the one \boxed{} reader, shared with reply parsing
 from askspec.runtime.scoring.bradley_terry import fit_bradley_terry, minmax_normalise, mirror, win_rates
 
 Judge = Callable[[str, str, int], Awaitable[str]]
@@ -47,32 +48,11 @@ VERDICTS = ("A", "B", "Tie")
 
 # --------------------------------------------------------------------------- parsing
 
-_BOXED = re.compile(r"\\boxed\s*\{", re.IGNORECASE)
 # LaTeX text wrappers a judge may put inside the box: \boxed{\text{A}}, \textbf{Tie}, ...
 _WRAPPER = re.compile(
     r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|operatorname|mbox)\s*\{([^{}]*)\}")
 _PREFIX = re.compile(r"^(?:response|responses|trace|answer|option|solution|candidate|verdict)\s*[:\-]?\s*",
                      re.IGNORECASE)
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (balanced braces), or None (absent / truncated)."""
-    if not text:
-        return None
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    if not starts:
-        return None
-    start = starts[-1]
-    depth = 1
-    for pos in range(start, len(text)):
-        ch = text[pos]
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:pos]
-    return None  # unbalanced: the reply was cut off inside the box
 
 
 def _clean_box(content: str) -> str:
@@ -416,5 +396,5 @@ async def run_tournament(traces: Sequence[str], *, judge: Judge, pairing: Pairin
 __all__ = [
     "Match", "TournamentResult", "GroupStats", "group_stats", "round_robin_pairs",
     "live_call_bound", "leaderboard", "live_opponents", "LiveTournament", "run_tournament",
-    "parse_verdict", "parse_pointwise", "last_boxed", "VERDICTS",
+    "parse_verdict", "parse_pointwise", "VERDICTS",
 ]

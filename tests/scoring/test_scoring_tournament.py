@@ -358,6 +358,19 @@ def test_parse_verdict(text, expected):
     assert parse_verdict(text) == expected
 
 
+@pytest.mark.parametrize("text", [
+    "I pick \\fbox{B}",                         # \fbox is a box to reply parsing too
+    "\\boxed{B} (format: \\boxed{})",           # an empty box echoes the instructions
+    "\\boxed {B}",
+    "\\boxed{\\{B\\}} then \\boxed{B}",        # escaped braces do not end a box
+])
+def test_verdicts_read_the_same_box_as_reply_parsing(text):
+    from askspec.runtime.replies.parsers import last_boxed
+
+    assert last_boxed(text) is not None
+    assert parse_verdict(text) == "B"
+
+
 def test_parse_verdict_custom_labels():
     assert parse_verdict("\\boxed{left}", labels=("Left", "Right", "Draw")) == "Left"
 
