@@ -14,6 +14,15 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_metrics)
 
 
+def _shown(row: dict) -> str | None:
+    value = row["value"]
+    if row["n"] == 0:
+        return "no sessions"  # its `where` kept none: no value, not a NULL beside a count
+    if value is None:
+        return None
+    return str(round(value, 4) if isinstance(value, float) else value)
+
+
 def cmd_metrics(args) -> int:
     import sys
 
@@ -31,7 +40,7 @@ def cmd_metrics(args) -> int:
             "run_id": [r["run_id"] for r in rows],
             "metric": [r["metric"] for r in rows],
             "by": [", ".join(f"{k}={v}" for k, v in r["by"].items()) for r in rows],
-            "value": [None if r["value"] is None else str(round(r["value"], 4) if isinstance(r["value"], float) else r["value"]) for r in rows],
+            "value": [_shown(r) for r in rows],
             "n": [r["n"] for r in rows],
         })
         if args.format == "csv":

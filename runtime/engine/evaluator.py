@@ -222,7 +222,8 @@ def _nums(xs: list, span) -> list[float]:
     return [_num(x, span) for x in xs]
 
 
-def _agg(fn: str, xs: list, span) -> Any:
+def aggregate(fn: str, xs: list, span: ir.Span | None = None) -> Any:
+    """An aggregate built-in over values (missing ones skipped, except by count/all/any)."""
     if fn == "count":
         return len(xs)
     if fn in ("all", "any"):
@@ -250,7 +251,7 @@ def _aggregate(e: ir.CallFn, env: Env) -> Any:
     if e.fn in ("min", "max") and len(args) > 1:
         vals = _nums(args, e.span)
         return min(vals) if e.fn == "min" else max(vals)
-    return _agg(e.fn, _list(args[0], e.span), e.span)
+    return aggregate(e.fn, _list(args[0], e.span), e.span)
 
 
 def _stateful(e: ir.CallFn, env: Env) -> Any:

@@ -4,30 +4,42 @@ A metric is an expression over sessions: aggregate calls (`mean`, `count`, `var`
 whose argument is evaluated once per session and then aggregated; everything outside
 aggregates is evaluated per group. `by (a, b)` groups sessions by those session values
 (game `for` names, `outcome`, `status`, `game`, or final session variables). Sessions
-that ended in error are excluded from every denominator and counted separately."""
+that ended in error are excluded from every denominator and counted separately; a
+metric's `n` counts the sessions that gave it a value, so a `where` that keeps none gives
+n = 0 and no value ("no sessions"), never a count of sessions it did not use."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from askspec.ir import model as ir
+from askspec.ir.builtins import AGGREGATES
 
-from askspec.runtime.engine.evaluator import AGGREGATES, Env, EvalError, MissingValue, RoleView, evaluate
+from askspec.runtime.engine.evaluator import Env, MissingValue, EvalError, RoleView, aggregate, evaluate
+from askspec.runtime.engine.resume import json_cell
+
+
+@dataclass
+class SessionScope:
+    """One finished session as metrics see it: its variables (game `for` names, final
+    session variables, `outcome`, `status`, `game`) and its total reward per role."""
+
+    vars: dict[str, Any]
+    rewards: dict[str, float]
 
 
 def _load_json(v: Any) -> Any:
-    from askspec.runtime.engine.resume import json_cell
-
     v = json_cell(v)
     return v if v is not None else {}
 
 
-def session_scopes(con, run_id: str | None = None) -> tuple[list[dict], int]:
-    """Per-session variable scopes for finished ok sessions, and the number of errors.
+def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], int]:
+    """Per-session scopes for finished ok sessions, and the number of errors.
 
     Sessions contribute to a metric only where its variables are defined (a metric over
     `acc` counts the sessions of the game that sets `acc`)."""
@@ -42,68 +54,89 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[dict], int]:
             errors += status == "error"
             continue
         scope = {**_load_json(vars_), **_load_json(params)}
-        scope.update(outcome=outcome, status=status, game=game, __rewards__=dict(totals[(rid, sid)]))
-        scopes.append(scope)
+        scope.update(outcome=outcome, status=status, game=game)
+        scopes.append(SessionScope(scope, dict(totals[(rid, sid)])))
     return scopes, errors
 
 
-def _lifted(e: ir.Expr, sessions: list[dict], group: dict, params: dict, roles: dict) -> Any:
-    if e.kind == "call" and e.fn in AGGREGATES and len(e.args) == 1:
-        arg = e.args[0]
-        # `mean(x where cond)`: cond selects the sessions that contribute
-        cond = arg.cond if arg.kind == "where" else None
-        inner = arg.seq if arg.kind == "where" else arg
-        values = []
-        for s in sessions:
-            env = Env(vars=s, params=params, roles=roles)
-            try:
-                if cond is not None and not evaluate(cond, env):
-                    continue
-                v = evaluate(inner, env)
-            except MissingValue:
-                continue  # a session of a game that does not define this variable
-            except EvalError:
-                raise
-            if isinstance(v, list):  # an aggregate over a list inside one session, then across sessions
-                values.extend(v)
-            elif v is not None:
-                values.append(v)
-        from askspec.runtime.engine.evaluator import _agg
-
-        return _agg(e.fn, values, e.span)
-    if e.kind == "binary":
-        l = _lifted(e.left, sessions, group, params, roles)
-        r = _lifted(e.right, sessions, group, params, roles)
-        return evaluate(e.model_copy(update={"left": ir.Lit(value=l, type="any"), "right": ir.Lit(value=r, type="any")}),
-                        Env(vars=group, params=params, roles=roles))
-    if e.kind == "unary":
-        v = _lifted(e.operand, sessions, group, params, roles)
-        return evaluate(e.model_copy(update={"operand": ir.Lit(value=v, type="any")}), Env(vars=group, params=params))
-    if e.kind == "call":
-        args = [ir.Lit(value=_lifted(a, sessions, group, params, roles), type="any") for a in e.args]
-        return evaluate(e.model_copy(update={"args": args}), Env(vars=group, params=params, roles=roles))
-    return evaluate(e, Env(vars=group, params=params, roles=roles))
+def _const(value: Any) -> ir.Lit:
+    return ir.Lit(value=value, type="any")
 
 
-def evaluate_metrics(exp: ir.Experiment, scopes: list[dict]) -> list[dict]:
+def _lifted(e: ir.Expr, sessions: list[SessionScope], group: dict, params: dict, roles: dict, used: set[int]) -> Any:
+    """Evaluates a metric over a group of sessions: each aggregate's argument once per
+    session, then aggregated; `used` collects the sessions that gave a value."""
+    match e:
+        case ir.CallFn(fn=fn, args=[arg]) if fn in AGGREGATES:
+            # `mean(x where cond)`: cond selects the sessions that contribute
+            cond, inner = (arg.cond, arg.seq) if isinstance(arg, ir.Filter) else (None, arg)
+            values: list = []
+            for i, s in enumerate(sessions):
+                env = Env(vars=s.vars, params=params, roles=roles, rewards=s.rewards)
+                try:
+                    if cond is not None and not evaluate(cond, env):
+                        continue
+                    v = evaluate(inner, env)
+                except MissingValue:
+                    continue  # a session of a game that does not define this variable
+                if isinstance(v, list):  # an aggregate over a list inside one session, then across sessions
+                    values.extend(v)
+                    used.add(i)
+                elif v is not None:
+                    values.append(v)
+                    used.add(i)
+            return aggregate(fn, values, e.span)
+        case ir.BinaryOp():
+            left = _lifted(e.left, sessions, group, params, roles, used)
+            right = _lifted(e.right, sessions, group, params, roles, used)
+            return evaluate(e.model_copy(update={"left": _const(left), "right": _const(right)}),
+                            Env(vars=group, params=params, roles=roles))
+        case ir.UnaryOp():
+            v = _lifted(e.operand, sessions, group, params, roles, used)
+            return evaluate(e.model_copy(update={"operand": _const(v)}), Env(vars=group, params=params))
+        case ir.CallFn():
+            args = [_const(_lifted(a, sessions, group, params, roles, used)) for a in e.args]
+            return evaluate(e.model_copy(update={"args": args}), Env(vars=group, params=params, roles=roles))
+        case _:
+            return evaluate(e, Env(vars=group, params=params, roles=roles))
+
+
+def _has_aggregate(e: Any) -> bool:
+    if isinstance(e, ir.CallFn) and e.fn in AGGREGATES:
+        return True
+    if isinstance(e, (ir.Node, ir.CaseArm)):
+        return any(_has_aggregate(getattr(e, f)) for f in type(e).model_fields if f != "span")
+    if isinstance(e, list):
+        return any(_has_aggregate(x) for x in e)
+    if isinstance(e, dict):
+        return any(_has_aggregate(x) for x in e.values())
+    return False
+
+
+def evaluate_metrics(exp: ir.Experiment, scopes: list[SessionScope]) -> list[dict]:
+    """One row per metric and `by` group: its value and `n`, the number of sessions that
+    gave the metric a value (0, with value None, when its `where` kept no session)."""
     params = exp.param_values()
     roles = {r.name: RoleView(r.name) for r in exp.roles}
     out = []
     for m in exp.metrics:
-        groups: dict[tuple, list[dict]] = defaultdict(list)
+        groups: dict[tuple, list[SessionScope]] = defaultdict(list)
         for s in scopes:
-            key = tuple(json.dumps(s.get(b), sort_keys=True) for b in m.by)
+            key = tuple(json.dumps(s.vars.get(b), sort_keys=True) for b in m.by)
             groups[key].append(s)
+        lifts = _has_aggregate(m.value)
         for key in sorted(groups):
             members = groups[key]
             group_vals = {b: json.loads(k) for b, k in zip(m.by, key)}
+            used: set[int] = set()
             try:
-                value = _lifted(m.value, members, group_vals, params, roles)
+                value = _lifted(m.value, members, group_vals, params, roles, used)
             except EvalError as err:
                 value = f"error: {err}"
-            if isinstance(value, float) and math.isnan(value):
+            n = len(used) if lifts else len(members)
+            if (isinstance(value, float) and math.isnan(value)) or n == 0:
                 value = None
-            out.append({"metric": m.name, "by": group_vals, "value": value, "n": len(members)})
+            out.append({"metric": m.name, "by": group_vals, "value": value, "n": n})
     return out
 
 

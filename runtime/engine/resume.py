@@ -1,15 +1,17 @@
 """What a resumed run needs from the sessions an interrupted run already finished: their
-results (rewards, final replies, variables, buffer pushes) for group routing and buffer
-contents, and the groups whose route was already recorded. Read through the store's
-views, so only the latest attempt of each session counts."""
+results (rewards, final replies, variables, and the engine's bookkeeping: buffer pushes,
+stateful-function calls) for group routing, buffer contents and run-level histories, and
+the groups whose route was already recorded. Read through the store's views, so only the
+latest attempt of each session counts. Runs recorded before the `bookkeeping` column kept
+it in `vars` under dunder names; those are still read."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from askspec.runtime.engine.session import SessionResult
 from askspec.runtime.engine.plan import SessionPlan
+from askspec.runtime.engine.state import SessionBook, SessionResult
 
 
 def json_cell(v: Any) -> Any:
@@ -29,7 +31,7 @@ def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[
         return {}, set()
     con = open_store(run_dir)
     by_id = {p.session_id: p for p in plans}
-    rows = con.execute("SELECT session_id, status, outcome, error, vars, attempt FROM sessions "
+    rows = con.execute("SELECT session_id, status, outcome, error, vars, attempt, bookkeeping FROM sessions "
                        "WHERE status IN ('ok', 'error')").fetchall()
     rewards: dict[str, list] = {}
     for sid, role, turn, name, value in con.execute("SELECT session_id, role, turn_index, name, value FROM rewards").fetchall():
@@ -39,7 +41,8 @@ def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[
     for sid, role, text, prompt, rank_last, rank_first in con.execute(
             "SELECT session_id, role, text, prompt, "
             "row_number() OVER (PARTITION BY session_id, role ORDER BY turn_index DESC), "
-            "row_number() OVER (PARTITION BY session_id, role ORDER BY turn_index) FROM turns").fetchall():
+            "row_number() OVER (PARTITION BY session_id, role ORDER BY turn_index) FROM turns "
+            "WHERE group_id IS NULL").fetchall():  # a session's own turns, not its group's judge calls
         if rank_last == 1:
             finals.setdefault(sid, {})[role] = text or ""
         if rank_first == 1:
@@ -47,13 +50,17 @@ def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[
             users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
             firsts.setdefault(sid, {})[role] = users[-1] if users else ""
     prior: dict[str, SessionResult] = {}
-    for sid, status, outcome, error, vars_, attempt in rows:
+    for sid, status, outcome, error, vars_, attempt, bookkeeping in rows:
         if sid not in done or sid not in by_id:
             continue
         v = json_cell(vars_) or {}
-        pushes = [(b, value) for b, value in v.pop("__pushes__", [])] if status == "ok" else []
-        v.pop("__dropped__", None)
-        prior[sid] = SessionResult(by_id[sid], status, outcome, error, rewards.get(sid, []), finals.get(sid, {}), 0,
-                                   firsts.get(sid, {}), int(attempt or 1), {**by_id[sid].bindings, **v}, pushes)
+        legacy = SessionBook.from_legacy_vars(v)  # also strips the old dunder keys from v
+        book = SessionBook.from_json(json_cell(bookkeeping)) if bookkeeping is not None else legacy
+        if status != "ok":  # an errored session's pushes never entered a buffer
+            book = SessionBook(stateful=book.stateful)
+        prior[sid] = SessionResult(plan=by_id[sid], status=status, outcome=outcome, error=error,
+                                   rewards=rewards.get(sid, []), final_texts=finals.get(sid, {}),
+                                   first_prompts=firsts.get(sid, {}), attempt=int(attempt or 1),
+                                   vars={**by_id[sid].bindings, **v}, book=book)
     routed = {r[0] for r in con.execute("SELECT DISTINCT group_id FROM groups").fetchall()}
     return prior, routed

@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import jinja2
 from jinja2.exceptions import SecurityError
@@ -24,75 +23,30 @@ from askspec.ir import model as ir
 # the checker's sandboxed environment: templates render exactly as they were checked
 from askspec.lang.templates import environment as template_environment
 
-from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, Sampling
+from askspec.runtime.backends.base import BackendError, ChatRequest, ChatResult, Sampling
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
-from askspec.runtime.engine.plan import SessionPlan
-from askspec.runtime.engine.stateful import OrderGate, calls_stateful
+from askspec.runtime.engine.plan import SessionPlan, derive_seed, plan_games, replays_buffer
+from askspec.runtime.engine.recorder import Recorder
+from askspec.runtime.engine.routing import GroupRouter, JudgeReply, JudgeTally
+from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, SessionFailed, SessionResult,
+                                          SessionState, StatefulCall)
+from askspec.runtime.engine.stateful import OrderGate, StatefulScorers, calls_stateful
+from askspec.runtime.replies import parsers
+from askspec.runtime.scoring.buffers import ReplayBuffer
 
-
-class EndSession(Exception):
-    def __init__(self, outcome: str | None) -> None:
-        self.outcome = outcome
-
-
-class SessionFailed(Exception):
-    """A session cannot go on (model call failed for good, bad expression, replay ran out)."""
-
-
-
-
-@dataclass
-class ModelBinding:
-    name: str  # declared model name or "backend:weights"
-    backend: Backend
-    weights: str
-    sampling: dict[str, Any]
-
-
-@dataclass
-class SessionState:
-    plan: SessionPlan
-    attempt: int
-    vars: dict[str, Any]
-    roles: dict[str, RoleView]
-    history: dict[str, list[dict[str, str]]] = field(default_factory=dict)
-    system: dict[str, str] = field(default_factory=dict)
-    bound: dict[str, str] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)
-    turn_counter: int = 0
-    outcome: str | None = None
-    rewards: list[tuple[str, int | None, str, float]] = field(default_factory=list)
-    tokens: int = 0
-    first_user: dict[str, str] = field(default_factory=dict)
-    pushes: list[tuple[str, Any]] = field(default_factory=list)
-    dropped: list[dict] = field(default_factory=list)
-    stateful_log: list[list] = field(default_factory=list)  # [fn, site, text, kwargs] per call
-    stateful: Callable[[str, str, list, dict], Any] | None = None
-
-
-@dataclass
-class SessionResult:
-    plan: SessionPlan
-    status: str  # ok | error
-    outcome: str | None
-    error: str | None
-    rewards: list[tuple[str, int | None, str, float]]
-    final_texts: dict[str, str]
-    tokens: int
-    first_prompts: dict[str, str]
-    attempt: int = 1
-    vars: dict[str, Any] = field(default_factory=dict)
-    pushes: list[tuple[str, Any]] = field(default_factory=list)
+__all__ = ["Engine", "EndSession", "ModelBinding", "SessionFailed", "SessionResult", "SessionState", "call_seed",
+           "parse_reply"]
 
 
 class Engine:
-    """Runs planned sessions of one experiment against a run writer."""
+    """Runs planned sessions of one experiment against a run recorder (the store's writer)."""
 
-    def __init__(self, exp: ir.Experiment, *, params: dict[str, Any], datasets: dict[str, list], writer,
+    def __init__(self, exp: ir.Experiment, *, params: dict[str, Any], datasets: dict[str, list], writer: Recorder,
                  resolve_model: Callable[[str, str | None], ModelBinding], seed: int = 0,
-                 concurrency: int = 8, stateful=None, on_session_done: Callable[[SessionResult], None] | None = None,
+                 concurrency: int = 8, stateful: StatefulScorers | None = None,
+                 on_session_done: Callable[[SessionResult], None] | None = None,
                  on_turn: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
-                 max_sessions: int | None = None) -> None:
+                 max_sessions: int | None = None, on_warning: Callable[[str], None] | None = None) -> None:
         self.exp = exp
         self.params = params
         self.datasets = datasets
@@ -103,6 +57,7 @@ class Engine:
         self.stateful = stateful
         self.on_session_done = on_session_done
         self.on_turn = on_turn
+        self.on_warning = on_warning  # e.g. a route's judge fails most of its calls
         self.roles = {r.name: r for r in exp.roles}
         self.games = {g.name: g for g in exp.games}
         self._templates: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]] = {}
@@ -110,12 +65,14 @@ class Engine:
         # data sets and buffers, readable from expressions; buffers fill during a phase and
         # their new items become visible when the phase ends (in session order, so the
         # contents do not depend on scheduling)
-        self.buffers: dict[str, list] = {b.name: [] for b in exp.buffers}
-        self.collections: dict[str, list] = {**datasets, **self.buffers}
+        self.buffers = {b.name: ReplayBuffer(b.name, b.capacity, b.eviction) for b in exp.buffers}
+        self.collections: dict[str, list] = {**datasets, **{name: b.items for name, b in self.buffers.items()}}
         self.max_sessions = max_sessions  # a cap over all phases (whole groups)
         self.on_plan = on_plan  # a later phase planned n more sessions
         self._gate = OrderGate()
         self._ordered: dict[int, bool] = {}  # id(step) -> whether it calls diversity/novelty
+        self.router = GroupRouter(exp, params, seed, writer, _EngineJudges(self))
+        self.judge_tallies: dict[tuple[str, str, str], JudgeTally] = {}  # (game, role, contest) -> run totals
 
     # ------------------------------------------------------------------ templates
     def template(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]:
@@ -149,13 +106,11 @@ class Engine:
         `done` are sessions finished by an earlier, interrupted run of the same plan;
         `prior` holds their results (for group routing and buffer contents) and `routed`
         the groups whose route was already recorded."""
-        from askspec.runtime.engine.plan import plan_games, replays_buffer
-
         done, prior, routed = done or set(), prior or {}, routed or set()
         if self.stateful is not None:  # resume: earlier sessions' texts, in session order
             for res in sorted(prior.values(), key=lambda r: r.plan.index):
-                for fn, site, text, kwargs in res.vars.get("__stateful__", []):
-                    self.stateful.replay(fn, site, text, kwargs)
+                for call in res.book.stateful:
+                    self.stateful.replay(call.fn, call.site, call.text, call.kwargs)
         results: dict[int, SessionResult] = {}
         phase, planned = list(plans), len(plans)
         deferred = [g for g in self.exp.games if replays_buffer(g) is not None]
@@ -186,7 +141,7 @@ class Engine:
 
         def finished(p: SessionPlan, res: SessionResult) -> None:
             # keep only a slim record per session: a long run must not hold every transcript
-            results[p.index] = _slim(res)
+            results[p.index] = res.slim()
             if p.group_id and p.group_id not in routed:
                 group = members.setdefault(p.group_id, [])
                 group.append(res)
@@ -213,27 +168,22 @@ class Engine:
             await asyncio.gather(*route_tasks)
 
     def _commit_pushes(self, plans: list[SessionPlan], results: dict[int, SessionResult]) -> None:
-        specs = {b.name: b for b in self.exp.buffers}
         for p in sorted(plans, key=lambda p: p.index):
             res = results.get(p.index)
-            for name, value in (res.pushes if res else []):
-                buf, spec = self.buffers[name], specs[name]
-                if len(buf) >= spec.capacity:
-                    if spec.eviction == "none":
-                        continue  # full and nothing may be evicted: the new item is not kept
-                    del buf[0]  # oldest out
-                buf.append(value)
+            for name, value in (res.book.pushes if res else []):
+                self.buffers[name].add(value)
 
     async def run_session(self, p: SessionPlan) -> SessionResult:
         game = self.games[p.game]
         attempt = self.writer.session_started(p.session_id, game=p.game, group_id=p.group_id, params=_jsonable(p.bindings), index=p.index)
-        st = SessionState(plan=p, attempt=attempt, vars=dict(p.bindings),
-                          roles={r: RoleView(r) for r in self.roles})
+        st = SessionState(plan=p, attempt=attempt, vars=dict(p.bindings), roles={r: RoleView(r) for r in self.roles})
         if self.stateful is not None:
+            scorer = self.stateful
+
             def stateful(fn: str, site: str, args: list, kwargs: dict) -> Any:
                 text = "" if not args or args[0] is None else str(args[0])
-                st.stateful_log.append([fn, site, text, kwargs])
-                return self.stateful(fn, site, text, kwargs)
+                st.book.stateful.append(StatefulCall(fn, site, text, kwargs))
+                return scorer(fn, site, text, kwargs)
 
             st.stateful = stateful
         status, error = "ok", None
@@ -248,20 +198,11 @@ class Engine:
             raise
         except Exception as e:  # a bug must not take the whole run down
             status, error = "error", f"internal error: {e.__class__.__name__}: {e}"
+        res = SessionResult.of(st, status, error)
         scalars = {k: v for k, v in st.vars.items() if isinstance(v, (int, float, str, bool)) or v is None}
-        if st.stateful_log:  # what this session added to run-level histories (for resume)
-            scalars["__stateful__"] = st.stateful_log
-        if status == "ok":
-            # kept with the session so a resumed run can rebuild the buffers and a trainer
-            # can tell which turns are excluded from training
-            if st.pushes:
-                scalars["__pushes__"] = [[b, v] for b, v in st.pushes]
-            if st.dropped:
-                scalars["__dropped__"] = st.dropped
-        self.writer.session_finished(p.session_id, attempt, status=status, outcome=st.outcome, error=error, vars=scalars)
-        final_texts = {r: v.turns[-1]["text"] for r, v in st.roles.items() if v.turns}
-        return SessionResult(p, status, st.outcome, error, st.rewards, final_texts, st.tokens, dict(st.first_user), attempt,
-                             st.vars, st.pushes if status == "ok" else [])
+        self.writer.session_finished(p.session_id, attempt, status=status, outcome=st.outcome, error=error, vars=scalars,
+                                     bookkeeping=res.book.to_json())
+        return res
 
     # ------------------------------------------------------------------ steps
     def env(self, st: SessionState) -> Env:
@@ -271,86 +212,99 @@ class Engine:
         for s in steps:
             await self.step(s, st)
 
-    async def step(self, s, st: SessionState) -> None:
+    async def step(self, s: ir.Step, st: SessionState) -> None:
         ordered = self._ordered.get(id(s))
         if ordered is None:
             ordered = self._ordered[id(s)] = calls_stateful(s)
         if ordered:  # run-level history: wait for every earlier session (determinism)
             await self._gate.wait_for_earlier(st.plan.index)
-        k = s.kind
-        if k == "ask":
-            await self.ask(s, st)
-        elif k == "assign":
-            st.vars[s.name] = evaluate(s.value, self.env(st))
-        elif k == "outcome":
-            st.outcome = evaluate(s.value, self.env(st))
-            st.vars["outcome"] = st.outcome
-        elif k == "bind":
-            name = evaluate(s.model, self.env(st))
-            if not isinstance(name, str) or not name:
-                raise SessionFailed(f"bind {s.role}: a model name was expected, got {name!r}")
-            st.bound[s.role] = name
-        elif k == "reward":
-            value = evaluate(s.value, self.env(st))
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                raise SessionFailed(f"reward {s.name}: not a number ({value!r})") from None
-            turn = None
-            if s.turn_var is not None:
-                reply = st.vars.get(s.turn_var)
-                if not isinstance(reply, dict) or "_turn" not in reply:
-                    raise SessionFailed(f"reward {s.turn_var}: not a reply")
-                turn = reply["_turn"]
-            st.rewards.append((s.role, turn, s.name, value))
-            self.writer.reward(st.plan.session_id, st.attempt, role=s.role, turn_index=turn, name=s.name, value=value,
-                               kind="turn" if turn is not None else "terminal")
-        elif k == "end":
-            raise EndSession(s.outcome)
-        elif k == "push":
-            st.pushes.append((s.buffer, _jsonable(evaluate(s.value, self.env(st)))))
-        elif k == "drop":
-            turns = None
-            if s.turn_var is not None:
-                held = st.vars.get(s.turn_var)
-                held = held if isinstance(held, list) else [held]
-                turns = [r["_turn"] for r in held if isinstance(r, dict) and "_turn" in r]
-            st.dropped.append({"role": s.role, "turns": turns})
-        elif k == "if":
-            for b in s.branches:
-                if evaluate(b.cond, self.env(st)):
-                    await self.steps(b.body, st)
-                    return
-            await self.steps(s.orelse, st)
-        elif k == "repeat":
-            env = self.env(st)
-            lo = int(evaluate(s.start, env))
-            hi = int(evaluate(s.stop, env))
-            for i, v in enumerate(range(lo, hi + 1)):
-                if i >= s.bound:
-                    break
-                if s.var:
-                    st.vars[s.var] = v
-                await self.steps(s.body, st)
-        elif k == "while":
-            for _ in range(s.limit):
-                c = bool(evaluate(s.cond, self.env(st)))
-                if c == s.until:  # while: stop when false; until: stop when true
-                    break
-                await self.steps(s.body, st)
-        elif k == "for":
-            seq = evaluate(s.iter, self.env(st))
-            if not isinstance(seq, list):
-                raise SessionFailed(f"for: expected a list, got {type(seq).__name__}")
-            for item in seq[: s.limit]:
-                if len(s.names) == 1:
-                    st.vars[s.names[0]] = item
-                else:
-                    for n, v in zip(s.names, item):
-                        st.vars[n] = v
-                await self.steps(s.body, st)
+        simple = _SIMPLE_STEPS.get(s.__class__)
+        if simple is not None:
+            simple(self, s, st)
         else:
-            raise SessionFailed(f"unknown step {k}")
+            await _NESTED_STEPS[s.__class__](self, s, st)
+
+    # steps that never wait on a model
+    def _assign(self, s: ir.AssignStep, st: SessionState) -> None:
+        st.vars[s.name] = evaluate(s.value, self.env(st))
+
+    def _outcome(self, s: ir.OutcomeStep, st: SessionState) -> None:
+        st.outcome = evaluate(s.value, self.env(st))
+        st.vars["outcome"] = st.outcome
+
+    def _bind(self, s: ir.BindStep, st: SessionState) -> None:
+        name = evaluate(s.model, self.env(st))
+        if not isinstance(name, str) or not name:
+            raise SessionFailed(f"bind {s.role}: a model name was expected, got {name!r}")
+        st.bound[s.role] = name
+
+    def _reward(self, s: ir.RewardStep, st: SessionState) -> None:
+        value = evaluate(s.value, self.env(st))
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise SessionFailed(f"reward {s.name}: not a number ({value!r})") from None
+        turn = None
+        if s.turn_var is not None:
+            reply = st.vars.get(s.turn_var)
+            if not isinstance(reply, dict) or "_turn" not in reply:
+                raise SessionFailed(f"reward {s.turn_var}: not a reply")
+            turn = reply["_turn"]
+        st.rewards.append((s.role, turn, s.name, value))
+        self.writer.reward(st.plan.session_id, st.attempt, role=s.role, turn_index=turn, name=s.name, value=value,
+                           kind="turn" if turn is not None else "terminal")
+
+    def _end(self, s: ir.EndStep, st: SessionState) -> None:
+        raise EndSession(s.outcome)
+
+    def _push(self, s: ir.PushStep, st: SessionState) -> None:
+        st.book.pushes.append((s.buffer, _jsonable(evaluate(s.value, self.env(st)))))
+
+    def _drop(self, s: ir.DropStep, st: SessionState) -> None:
+        turns = None
+        if s.turn_var is not None:
+            held = st.vars.get(s.turn_var)
+            held = held if isinstance(held, list) else [held]
+            turns = [r["_turn"] for r in held if isinstance(r, dict) and "_turn" in r]
+        st.book.dropped.append(DroppedTurns(s.role, turns))
+
+    # steps with bodies (or model calls)
+    async def _if(self, s: ir.IfStep, st: SessionState) -> None:
+        for b in s.branches:
+            if evaluate(b.cond, self.env(st)):
+                await self.steps(b.body, st)
+                return
+        await self.steps(s.orelse, st)
+
+    async def _repeat(self, s: ir.RepeatStep, st: SessionState) -> None:
+        env = self.env(st)
+        lo = int(evaluate(s.start, env))
+        hi = int(evaluate(s.stop, env))
+        for i, v in enumerate(range(lo, hi + 1)):
+            if i >= s.bound:
+                break
+            if s.var:
+                st.vars[s.var] = v
+            await self.steps(s.body, st)
+
+    async def _while(self, s: ir.WhileStep, st: SessionState) -> None:
+        for _ in range(s.limit):
+            c = bool(evaluate(s.cond, self.env(st)))
+            if c == s.until:  # while: stop when false; until: stop when true
+                break
+            await self.steps(s.body, st)
+
+    async def _for(self, s: ir.ForStep, st: SessionState) -> None:
+        seq = evaluate(s.iter, self.env(st))
+        if not isinstance(seq, list):
+            raise SessionFailed(f"for: expected a list, got {type(seq).__name__}")
+        for item in seq[: s.limit]:
+            if len(s.names) == 1:
+                st.vars[s.names[0]] = item
+            else:
+                for n, v in zip(s.names, item):
+                    st.vars[n] = v
+            await self.steps(s.body, st)
 
     # ------------------------------------------------------------------ asking
     async def ask(self, s: ir.AskStep, st: SessionState) -> None:
@@ -358,7 +312,7 @@ class Engine:
         message = evaluate(s.message, env) if s.message is not None else None
         context = evaluate(s.context, env) if s.context is not None else {}
         n = int(evaluate(s.sample, env)) if s.sample is not None else None
-        base_ctx = {**self.params, **{k: v for k, v in st.vars.items()}}
+        base_ctx = {**self.params, **st.vars}
         if isinstance(context, dict):
             base_ctx.update(context)
         if message is not None:
@@ -427,12 +381,10 @@ class Engine:
         samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, model_seed), **base)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
                           session_index=st.plan.index, call_index=call_index)
-        t0 = time.perf_counter()
         try:
-            result: ChatResult = await binding.backend.complete(req)
+            result, latency = await self._complete(binding, req)
         except BackendError as e:
             raise SessionFailed(f"{role}: model call failed: {e}") from None
-        latency = result.latency_ms or (time.perf_counter() - t0) * 1000
         parsed = parse_reply(r.reply, result.text, result.finish_reason)
         turn_index = st.turn_counter
         st.turn_counter += 1
@@ -445,12 +397,25 @@ class Engine:
         reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
                  "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
         st.roles[role].turns.append(reply)
-        self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=binding.name,
-                         prompt=messages, text=result.text, parsed=record, finish_reason=result.finish_reason,
-                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency, 3))
+        self.record_turn(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency)
+        return reply
+
+    async def _complete(self, binding: ModelBinding, req: ChatRequest) -> tuple[ChatResult, float]:
+        """One backend call and its latency in ms (the backend's own figure when it has one)."""
+        t0 = time.perf_counter()
+        result = await binding.backend.complete(req)
+        return result, result.latency_ms or (time.perf_counter() - t0) * 1000
+
+    def record_turn(self, session_id: str, attempt: int, turn_index: int, role: str, binding: ModelBinding,
+                    messages: list[dict], result: ChatResult, parsed: dict, latency_ms: float,
+                    group_id: str | None = None) -> None:
+        """Every model call, a session's or a judge's, is recorded here as a turn."""
+        self.writer.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
+                         text=result.text, parsed=parsed, finish_reason=result.finish_reason,
+                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency_ms, 3),
+                         **({"group_id": group_id} if group_id is not None else {}))
         if self.on_turn:
             self.on_turn(result.tokens_out)
-        return reply
 
     def _sampling(self, role: str, r: ir.Role, binding: ModelBinding) -> tuple[dict[str, Any], int | None]:
         """The role's sampling fields on this model (seed filled in per call), memoised."""
@@ -468,20 +433,75 @@ class Engine:
 
     # ------------------------------------------------------------------ groups
     async def route_group(self, group_id: str, members: list[SessionResult]) -> None:
-        from askspec.runtime.engine.routing import route_group
+        for tally in await self.router.route(group_id, members):
+            key = (tally.game, tally.route_role, tally.contest)
+            total = self.judge_tallies.get(key)
+            if total is None:
+                total = self.judge_tallies[key] = JudgeTally(tally.game, tally.route_role, tally.contest, tally.judge)
+                if tally.failing and self.on_warning:  # once per route arm; the run summary has the totals
+                    self.on_warning(f"group {group_id}: {_judge_failure(tally)} (later groups are counted in the run summary)")
+            total.calls += tally.calls
+            total.unparsed += tally.unparsed
 
+    def route_warnings(self) -> list[str]:
+        """One line per route arm whose judge gave no verdict in most of its calls."""
+        return [f"{_judge_failure(t)}, over the whole run" for t in self.judge_tallies.values() if t.failing]
+
+
+def _judge_failure(t: JudgeTally) -> str:
+    return (f"game {t.game}, route {t.route_role} -> {t.contest}: judge '{t.judge}' gave no parseable verdict in "
+            f"{t.unparsed} of {t.calls} calls")
+
+
+class _EngineJudges:
+    """The engine's judge client for group routing: the judge role's system prompt and
+    merged sampling, seeds derived per contest call, and every call recorded as a turn
+    of the judge role whose session id is the group's id (`group_id` set)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._turns: dict[str, int] = {}  # group id -> judge turns so far
+
+    def render(self, template: str, ctx: dict[str, Any]) -> str:
+        return self.engine.render(template, ctx)
+
+    async def call(self, role: str, prompt: str, parse: Callable[[str], Any], *, group_id: str, session_index: int,
+                   call_index: int) -> JudgeReply:
+        engine = self.engine
+        r = engine.roles[role]
+        binding = engine.resolve_model(role, r.model)
+        base, _ = engine._sampling(role, r, binding)
+        samp = Sampling(seed=derive_seed(engine.seed, "judge", session_index, call_index), **base)
+        messages = []
+        if r.system is not None:
+            messages.append({"role": "system", "content": engine.render(r.system, dict(engine.params))})
+        messages.append({"role": "user", "content": prompt})
+        req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
+                          session_index=session_index, call_index=call_index)
+        turn_index = self._turns.get(group_id, 0)
+        self._turns[group_id] = turn_index + 1
         try:
-            await route_group(self, group_id, members)
-        except asyncio.CancelledError:
+            result, latency = await engine._complete(binding, req)
+        except BackendError as e:  # recorded too: a judge that is down is seen in `turns`
+            engine.writer.turn(group_id, 1, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
+                               text=None, parsed=None, finish_reason="error", tokens_in=None, tokens_out=None,
+                               latency_ms=None, error=str(e), group_id=group_id)
             raise
-        except Exception as e:  # a failing route is recorded on its group; the run goes on
-            self.writer.group(group_id, route="error", stats={"error": f"{e.__class__.__name__}: {e}"},
-                              members=[m.plan.session_id for m in members])
+        value = parse(result.text)
+        engine.record_turn(group_id, 1, turn_index, role, binding, messages, result,
+                           {"verdict": value, "parsed": value is not None}, latency, group_id=group_id)
+        return JudgeReply(result.text, value)
 
 
-def _slim(res: SessionResult) -> SessionResult:
-    return SessionResult(res.plan, res.status, res.outcome, res.error, res.rewards, {}, res.tokens, {}, res.attempt,
-                         {}, res.pushes)
+# IR step class -> the engine's method for it; steps that never wait run without a coroutine
+_SIMPLE_STEPS: dict[type, Callable[[Engine, Any, SessionState], None]] = {
+    ir.AssignStep: Engine._assign, ir.OutcomeStep: Engine._outcome, ir.BindStep: Engine._bind,
+    ir.RewardStep: Engine._reward, ir.EndStep: Engine._end, ir.PushStep: Engine._push, ir.DropStep: Engine._drop,
+}
+_NESTED_STEPS: dict[type, Callable[[Engine, Any, SessionState], Awaitable[None]]] = {
+    ir.AskStep: Engine.ask, ir.IfStep: Engine._if, ir.RepeatStep: Engine._repeat, ir.WhileStep: Engine._while,
+    ir.ForStep: Engine._for,
+}
 
 
 def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:
@@ -496,8 +516,6 @@ def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | N
 
 def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
     """Run the role's reply parser; returns {"fields", "ok", "missing"}."""
-    from askspec.runtime.replies import parsers
-
     result = parsers.parse(parser.kind, text, dict(parser.args))
     fields = dict(getattr(result, "fields", None) or (result.get("fields") if isinstance(result, dict) else {}) or {})
     missing = [f for f in parser.required if not fields.get(f)]

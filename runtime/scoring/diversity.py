@@ -277,26 +277,7 @@ class EmbeddingDiversity:
         return out
 
 
-def ask_e_bonus(outcome: str, diversity: float) -> float:
-    """Ask-E's gated diversity term (ask_e.txt App. E): diversity * max(calibration
-    reward, 0), "so diversity is only rewarded when the question is calibrated".
-
-    The formula alone would also pay 0.2 * diversity for a too_easy question (+0.2);
-    the paper's stated intent, and this project's acceptance criteria, are that an
-    uncalibrated question (too_easy or too_hard) earns no bonus, so the gate is on the
-    outcome: calibrated -> diversity * 1.0, anything else -> 0.
-    """
-    from askspec.runtime.scoring.rewards import ask_e_calibration_reward
-
-    if str(getattr(outcome, "value", outcome)) != "calibrated":
-        return 0.0
-    return float(diversity) * max(ask_e_calibration_reward(outcome), 0.0)
-
-
-askE_bonus = ask_e_bonus  # name used in the design notes
-
-
 __all__ = [
     "token_set", "jaccard", "JaccardHistory", "EmbeddingDiversity", "MiniLMEmbedder",
-    "default_embedder", "minilm_folder", "ask_e_bonus", "askE_bonus",
+    "default_embedder", "minilm_folder",
 ]

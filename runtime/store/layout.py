@@ -60,6 +60,8 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "outcome": "VARCHAR",
         "error": "VARCHAR",
         "vars": "JSON",
+        # the engine's own record (stateful calls, buffer pushes, dropped turns), kept out of vars
+        "bookkeeping": "JSON",
     },
     "turns": {
         "session_id": "VARCHAR",
@@ -75,6 +77,7 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "tokens_out": "INTEGER",
         "latency_ms": "DOUBLE",
         "error": "VARCHAR",
+        "group_id": "VARCHAR",  # a group route's judge call (its session_id is the group id)
     },
     "rewards": {
         "session_id": "VARCHAR",
@@ -90,6 +93,8 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "route": "VARCHAR",
         "stats": "JSON",
         "members": "VARCHAR[]",
+        "judge_calls": "INTEGER",  # judge calls the route made for this group
+        "unparsed": "INTEGER",  # of those, the ones that gave no parseable verdict
     },
     "matches": {
         "group_id": "VARCHAR",

@@ -19,18 +19,19 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type):
     runs(run_id, experiment, experiment_hash, status, started_at, ended_at, seed,
          planned_sessions, resumes, roles, params, versions, run_dir)
     sessions(run_id, session_id, game, group_id, status, outcome, error,
-             started_at, ended_at, params, vars, attempt, index)
+             started_at, ended_at, params, vars, attempt, index, bookkeeping)
     turns(run_id, session_id, turn_index, role, model, prompt, text, parsed,
-          finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts)
+          finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts, group_id)
     rewards(run_id, session_id, role, turn_index, name, value, kind, attempt, ts)
-    groups(run_id, group_id, route, stats, members, ts)
+    groups(run_id, group_id, route, stats, members, ts, judge_calls, unparsed)
     matches(run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts)
     train_steps(run_id, role, step, metrics, ts)
 
 Resume semantics: sessions/turns/rewards keep only each session's latest
 attempt; a reward rewritten by a later writer generation supersedes the
-earlier line; groups and train steps keep the last event per key; matches keep,
-per group, only the writer generation that last wrote matches for it. The raw
+earlier line; groups and train steps keep the last event per key; matches, and
+the judge turns of a group's route (``group_id`` set, ``session_id`` = the group
+id), keep per group only the writer generation that last wrote them. The raw
 event streams stay reachable as ``events_<name>`` (``retried_sessions`` and
 ``rewarded_again`` are helpers of the views above).
 
@@ -177,7 +178,7 @@ _VIEW_SQL = {
     "sessions": """
         SELECT s.run_id, s.session_id, s.game, s.group_id,
                coalesce(f.status, 'running') AS status, f.outcome, f.error,
-               s.ts AS started_at, f.ts AS ended_at, s.params, f.vars, s.attempt, s."index"
+               s.ts AS started_at, f.ts AS ended_at, s.params, f.vars, s.attempt, s."index", f.bookkeeping
         FROM (SELECT e.* FROM events_sessions e
               ANTI JOIN retried_sessions r
                 ON r.run_id = e.run_id AND r.session_id = e.session_id AND r.attempt <> e.attempt
@@ -185,12 +186,20 @@ _VIEW_SQL = {
         LEFT JOIN (SELECT * FROM events_sessions WHERE event = 'finished') f
           USING (run_id, session_id, attempt)
     """,
+    # a group routed again after a resume (its route was not recorded) supersedes the
+    # judge turns an earlier generation wrote for it; tiny or empty, like retried_sessions
+    "rejudged_groups": """
+        SELECT run_id, group_id, max(gen) AS gen FROM events_turns
+        WHERE group_id IS NOT NULL GROUP BY run_id, group_id HAVING min(gen) <> max(gen)
+    """,
     "turns": """
         SELECT t.run_id, t.session_id, t.turn_index, t.role, t.model, t.prompt, t.text, t.parsed,
-               t.finish_reason, t.tokens_in, t.tokens_out, t.latency_ms, t.error, t.attempt, t.ts
+               t.finish_reason, t.tokens_in, t.tokens_out, t.latency_ms, t.error, t.attempt, t.ts, t.group_id
         FROM events_turns t
         ANTI JOIN retried_sessions r
           ON r.run_id = t.run_id AND r.session_id = t.session_id AND r.attempt <> t.attempt
+        ANTI JOIN rejudged_groups g
+          ON g.run_id = t.run_id AND g.group_id = t.group_id AND g.gen <> t.gen
     """,
     # Within one writer generation each reward is written once. A later
     # generation may write the same (session, attempt, role, turn, name) again
@@ -212,7 +221,7 @@ _VIEW_SQL = {
         WHERE a.gen IS NULL OR a.gen = w.gen
     """,
     "groups": """
-        SELECT run_id, group_id, route, stats, members, ts FROM events_groups
+        SELECT run_id, group_id, route, stats, members, ts, judge_calls, unparsed FROM events_groups
         QUALIFY row_number() OVER (PARTITION BY run_id, group_id ORDER BY seq DESC) = 1
     """,
     "matches": """

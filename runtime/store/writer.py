@@ -440,7 +440,10 @@ class RunWriter:
         tokens_out: int | None,
         latency_ms: float | None,
         error: str | None = None,
+        group_id: str | None = None,
     ) -> None:
+        """A model call. A group route's judge call has ``group_id`` set and the group's
+        id as its ``session_id``."""
         self._emit(
             "turns",
             {
@@ -460,6 +463,7 @@ class RunWriter:
                 "tokens_out": tokens_out,
                 "latency_ms": latency_ms,
                 "error": error,
+                "group_id": _str(group_id),
             },
         )
 
@@ -501,8 +505,10 @@ class RunWriter:
         outcome: str | None,
         error: str | None,
         vars: dict,
+        bookkeeping: dict | None = None,
     ) -> None:
-        """Record a session's end. ``error`` sessions are recorded outcomes and count as done."""
+        """Record a session's end. ``error`` sessions are recorded outcomes and count as done.
+        ``vars`` are the spec's variables; ``bookkeeping`` the engine's own record."""
         if status not in ("ok", "error"):
             raise ValueError(f"session status must be 'ok' or 'error', not {status!r}")
         if attempt >= self._attempts.get(session_id, 0):
@@ -520,10 +526,12 @@ class RunWriter:
                 "outcome": _str(outcome),
                 "error": error,
                 "vars": vars,
+                "bookkeeping": bookkeeping,
             },
         )
 
-    def group(self, group_id: str, *, route: str, stats: dict, members: list[str]) -> None:
+    def group(self, group_id: str, *, route: str, stats: dict, members: list[str], judge_calls: int | None = None,
+              unparsed: int | None = None) -> None:
         self._emit(
             "groups",
             {
@@ -534,6 +542,8 @@ class RunWriter:
                 "route": route,
                 "stats": stats,
                 "members": [_str(m) for m in members],
+                "judge_calls": judge_calls,
+                "unparsed": unparsed,
             },
         )
 

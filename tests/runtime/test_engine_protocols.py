@@ -199,13 +199,16 @@ game replay for item in kept {
 
 def test_push_fills_buffer_then_replay_phase(tmp_path):
     con = run(tmp_path, BUFFERS)
-    rows = con.execute("select session_id, game, params, vars from sessions order by session_id").fetchall()
+    rows = con.execute("select session_id, game, params, vars, bookkeeping from sessions order by session_id").fetchall()
     assert [r[1] for r in rows] == ["fill"] * 5 + ["replay"] * 3
     # capacity 3, oldest out: the replay phase sees the last three pushes, in session order
     seen = [json.loads(r[3])["seen"] for r in rows[5:]]
     assert seen == [3, 4, 5]
-    dropped = json.loads(rows[1][3])["__dropped__"]
-    assert dropped == [{"role": "a", "turns": [0]}]
+    # the engine's bookkeeping has a column of its own; `vars` holds the spec's variables only
+    book = json.loads(rows[1][4])
+    assert book["dropped"] == [{"role": "a", "turns": [0]}] and book["pushes"] == [["kept", {"q": 2}]]
+    assert all(not k.startswith("__") for r in rows for k in json.loads(r[3]))
+    assert rows[5][4] is None  # a replay session pushes, drops and scores nothing
 
 
 def test_tournament_strengths_are_stored_with_the_group(tmp_path):

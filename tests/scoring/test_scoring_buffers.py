@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from askspec.runtime.scoring.buffers import (
+from reference_buffers import (
     BufferEmpty,
     EvictionRule,
     QuestionBuffer,

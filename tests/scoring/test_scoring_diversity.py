@@ -9,11 +9,11 @@ import pytest
 from askspec.runtime.scoring.diversity import (
     EmbeddingDiversity,
     JaccardHistory,
-    askE_bonus,
-    ask_e_bonus,
     jaccard,
     token_set,
 )
+
+from paper_rewards import askE_bonus, ask_e_bonus  # noqa: E402  (tests/scoring/, the reference)
 
 # ----------------------------------------------------------------- tokens & Jaccard
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from askspec.runtime.scoring.bradley_terry import fit_bradley_terry, minmax_normalise, mirror, win_rates
 from askspec.runtime.scoring.diversity import JaccardHistory, jaccard
-from askspec.runtime.scoring.rewards import group_norm, rloo
+from paper_rewards import group_norm, rloo
 
 texts = st.text(alphabet=st.sampled_from("abc xyz 12+=?ÉéK\n"), max_size=40)
 

@@ -7,7 +7,7 @@ from enum import Enum
 import numpy as np
 import pytest
 
-from askspec.runtime.scoring.rewards import (
+from paper_rewards import (
     ask_e_calibration_reward,
     ask_e_outcome,
     ask_e_reward,

@@ -1,8 +1,10 @@
-"""Reference reward functions of the five papers, as pure functions.
+"""Reference reward functions of the five papers, as pure functions: test oracles.
 
-Defaults are the papers' constants (section cited at each function). Specs express the
-same formulas in the reward language; tests check that both agree. Outcomes may be given
-as strings or as enums whose ``.value`` is the string.
+Defaults are the papers' constants (section cited at each function). The engine never
+calls these: specs express the same formulas in the reward language, and
+tests/runtime/test_spec_rewards_match_papers.py checks that both agree. Outcomes may be
+given as strings or as enums whose ``.value`` is the string. The advantage estimators
+(`rloo`, `group_norm`) are the reference a trainer's estimators are compared against.
 """
 
 from __future__ import annotations
@@ -96,14 +98,29 @@ def ask_e_reward(outcome: Any, untagged_turns: int = 0, diversity: float = 0.0,
     """Calibration reward - 0.05 per turn lacking the required tags + gated diversity.
 
     ``diversity`` is the embedding bonus alpha * (1 - mean kNN cos-sim) (see
-    diversity.EmbeddingDiversity); only calibrated questions earn it (diversity.ask_e_bonus).
+    diversity.EmbeddingDiversity); only calibrated questions earn it (ask_e_bonus below).
     """
-    from askspec.runtime.scoring.diversity import ask_e_bonus
-
     if untagged_turns < 0:
         raise ValueError("untagged_turns must be >= 0")
     cal = ask_e_calibration_reward(outcome)
     return cal - penalty * untagged_turns + ask_e_bonus(outcome, diversity)
+
+
+def ask_e_bonus(outcome: Any, diversity: float) -> float:
+    """Ask-E's gated diversity term (ask_e.txt App. E): diversity * max(calibration
+    reward, 0), "so diversity is only rewarded when the question is calibrated".
+
+    The formula alone would also pay 0.2 * diversity for a too_easy question (+0.2);
+    the paper's stated intent, and this project's acceptance criteria, are that an
+    uncalibrated question (too_easy or too_hard) earns no bonus, so the gate is on the
+    outcome: calibrated -> diversity * 1.0, anything else -> 0.
+    """
+    if _key(outcome) != "calibrated":
+        return 0.0
+    return float(diversity) * max(ask_e_calibration_reward(outcome), 0.0)
+
+
+askE_bonus = ask_e_bonus  # name used in the design notes
 
 
 # --------------------------------------------------------------------------- AskBench

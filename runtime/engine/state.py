@@ -1,0 +1,143 @@
+"""What a session carries while it runs and what it leaves behind, as typed records.
+
+The spec's own variables (`vars`) are kept apart from the engine's bookkeeping
+(`SessionBook`: stateful-function calls, buffer pushes, turns dropped from training), so
+the store's queryable `sessions.vars` column holds only what the spec named, and a resumed
+run or a trainer reads the bookkeeping from a column of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from askspec.runtime.backends.base import Backend
+from askspec.runtime.engine.evaluator import RoleView
+from askspec.runtime.engine.plan import SessionPlan
+
+# (role, turn index or None for a terminal reward, reward name, value)
+Reward = tuple[str, "int | None", str, float]
+
+
+class EndSession(Exception):
+    def __init__(self, outcome: str | None) -> None:
+        self.outcome = outcome
+
+
+class SessionFailed(Exception):
+    """A session cannot go on (model call failed for good, bad expression, replay ran out)."""
+
+
+@dataclass
+class ModelBinding:
+    name: str  # declared model name or "backend:weights"
+    backend: Backend
+    weights: str
+    sampling: dict[str, Any]
+
+
+@dataclass
+class StatefulCall:
+    """One call of a stateful built-in (diversity, novelty): replayed into the run-level
+    histories when a run resumes."""
+
+    fn: str
+    site: str
+    text: str
+    kwargs: dict[str, Any]
+
+
+@dataclass
+class DroppedTurns:
+    """`drop`: turns of `role` excluded from training (None: every turn of the role)."""
+
+    role: str
+    turns: list[int] | None
+
+
+@dataclass
+class SessionBook:
+    """The engine's bookkeeping of one session, recorded beside (never inside) its vars."""
+
+    stateful: list[StatefulCall] = field(default_factory=list)
+    pushes: list[tuple[str, Any]] = field(default_factory=list)  # (buffer, JSON value), in push order
+    dropped: list[DroppedTurns] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The store's `bookkeeping` column (None when there is nothing to keep)."""
+        if not (self.stateful or self.pushes or self.dropped):
+            return None
+        return {"stateful": [[c.fn, c.site, c.text, c.kwargs] for c in self.stateful],
+                "pushes": [[b, v] for b, v in self.pushes],
+                "dropped": [{"role": d.role, "turns": d.turns} for d in self.dropped]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> SessionBook:
+        data = data or {}
+        return cls(stateful=[StatefulCall(fn, site, text, dict(kwargs or {})) for fn, site, text, kwargs in data.get("stateful") or []],
+                   pushes=[(b, v) for b, v in data.get("pushes") or []],
+                   dropped=[DroppedTurns(d["role"], d.get("turns")) for d in data.get("dropped") or []])
+
+    @classmethod
+    def from_legacy_vars(cls, vars_: dict[str, Any]) -> SessionBook:
+        """Runs recorded before the bookkeeping column kept it in `vars` under dunder
+        names; those are removed from `vars_`."""
+        return cls.from_json({"stateful": vars_.pop("__stateful__", None), "pushes": vars_.pop("__pushes__", None),
+                              "dropped": vars_.pop("__dropped__", None)})
+
+
+@dataclass
+class SessionState:
+    """A running session: the spec's variables, each role's view and conversation, and
+    the engine's counters and bookkeeping."""
+
+    plan: SessionPlan
+    attempt: int
+    vars: dict[str, Any]
+    roles: dict[str, RoleView]
+    history: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    system: dict[str, str] = field(default_factory=dict)
+    bound: dict[str, str] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    turn_counter: int = 0
+    outcome: str | None = None
+    rewards: list[Reward] = field(default_factory=list)
+    tokens: int = 0
+    first_user: dict[str, str] = field(default_factory=dict)
+    book: SessionBook = field(default_factory=SessionBook)
+    stateful: Callable[[str, str, list, dict], Any] | None = None
+
+
+@dataclass
+class SessionResult:
+    """A finished session, as group routing, buffers and resume need it."""
+
+    plan: SessionPlan
+    status: str  # ok | error
+    outcome: str | None = None
+    error: str | None = None
+    rewards: list[Reward] = field(default_factory=list)
+    final_texts: dict[str, str] = field(default_factory=dict)  # each role's last reply
+    tokens: int = 0
+    first_prompts: dict[str, str] = field(default_factory=dict)  # each role's first user message
+    attempt: int = 1
+    vars: dict[str, Any] = field(default_factory=dict)
+    book: SessionBook = field(default_factory=SessionBook)
+
+    @classmethod
+    def of(cls, st: SessionState, status: str, error: str | None) -> SessionResult:
+        """The result of a session that ran here. An errored session's pushes and drops
+        are not kept: its buffer items never enter a buffer."""
+        book = st.book if status == "ok" else SessionBook(stateful=st.book.stateful)
+        return cls(plan=st.plan, status=status, outcome=st.outcome, error=error, rewards=st.rewards,
+                   final_texts={r: v.turns[-1]["text"] for r, v in st.roles.items() if v.turns},
+                   tokens=st.tokens, first_prompts=dict(st.first_user), attempt=st.attempt, vars=st.vars, book=book)
+
+    def slim(self) -> SessionResult:
+        """Without transcripts and variables: what a long run keeps per finished session."""
+        return SessionResult(plan=self.plan, status=self.status, outcome=self.outcome, error=self.error,
+                             rewards=self.rewards, tokens=self.tokens, attempt=self.attempt,
+                             book=SessionBook(pushes=self.book.pushes))
+
+    @property
+    def pushes(self) -> list[tuple[str, Any]]:
+        return self.book.pushes
