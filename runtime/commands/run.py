@@ -151,6 +151,11 @@ class Progress:
             self.stream.write(self.line() + "\n")
         self.stream.flush()
 
+    def warn(self, message: str) -> None:
+        """A warning line, shown even with --quiet (on a terminal, above the progress line)."""
+        self.stream.write(("\r\x1b[2K" if self.tty and not self.quiet else "") + f"warning: {message}\n")
+        self.stream.flush()
+
     def close(self) -> None:
         if self.quiet:
             return
@@ -290,7 +295,7 @@ async def _run(args) -> int:
     progress = Progress(len(plans), len([p for p in plans if p.session_id in done]), args.quiet)
     engine = Engine(exp, params=params, datasets=datasets, writer=writer, resolve_model=resolver.resolve, seed=seed,
                     concurrency=args.concurrency, stateful=StatefulScorers(), on_session_done=progress.session,
-                    on_turn=progress.turn, on_plan=progress.planned, max_sessions=args.sessions)
+                    on_turn=progress.turn, on_plan=progress.planned, max_sessions=args.sessions, on_warning=progress.warn)
     print(f"run {writer.run_id}: {len(plans)} sessions of {exp.name} ({ehash[:12]}) -> {writer.run_dir}", file=sys.stderr)
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(engine.run(plans, done, prior, routed))
@@ -326,6 +331,8 @@ async def _run(args) -> int:
         print(f"interrupted: everything recorded so far is in {writer.run_dir}; continue with: askspec run --resume {writer.run_dir}",
               file=sys.stderr)
         return 130
+    for line in engine.route_warnings():  # the run summary: judges that mostly gave no verdict
+        print(f"warning: {line}", file=sys.stderr)
     errors = [r for r in results if r.status == "error"]
     if errors:
         print(f"{len(errors)} session(s) ended in error; first: {errors[0].plan.session_id}: {errors[0].error}", file=sys.stderr)

@@ -26,7 +26,7 @@ import duckdb
 
 from askspec.runtime.store import layout
 from askspec.runtime.store.views import raw_events_sql
-from askspec.runtime.store.writer import RunLockedError, acquire_writer_lock, release_writer_lock
+from askspec.runtime.store.lock import RunLockedError, acquire_writer_lock, release_writer_lock
 
 
 class CompactError(Exception):

@@ -29,9 +29,10 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type):
 
 Resume semantics: sessions/turns/rewards keep only each session's latest
 attempt; a reward rewritten by a later writer generation supersedes the
-earlier line; groups and train steps keep the last event per key; matches, and
-the judge turns of a group's route (``group_id`` set, ``session_id`` = the group
-id), keep per group only the writer generation that last wrote them. The raw
+earlier line; groups and train steps keep the last event per key; matches keep,
+per group, only the writer generation that last wrote matches for it, and the
+judge turns of a group's route (``group_id`` set, ``session_id`` = the group id)
+only those of the generation that recorded the group's route. The raw
 event streams stay reachable as ``events_<name>`` (``retried_sessions`` and
 ``rewarded_again`` are helpers of the views above).
 
@@ -186,11 +187,11 @@ _VIEW_SQL = {
         LEFT JOIN (SELECT * FROM events_sessions WHERE event = 'finished') f
           USING (run_id, session_id, attempt)
     """,
-    # a group routed again after a resume (its route was not recorded) supersedes the
-    # judge turns an earlier generation wrote for it; tiny or empty, like retried_sessions
-    "rejudged_groups": """
-        SELECT run_id, group_id, max(gen) AS gen FROM events_turns
-        WHERE group_id IS NOT NULL GROUP BY run_id, group_id HAVING min(gen) <> max(gen)
+    # A group routed by a resumed writer (its route was not recorded before the crash)
+    # supersedes the judge turns an earlier generation wrote for it. Read from the small
+    # groups file, and empty for a run that was never resumed, like retried_sessions.
+    "rerouted_groups": """
+        SELECT run_id, group_id, max(gen) AS gen FROM events_groups WHERE gen > 0 GROUP BY run_id, group_id
     """,
     "turns": """
         SELECT t.run_id, t.session_id, t.turn_index, t.role, t.model, t.prompt, t.text, t.parsed,
@@ -198,7 +199,7 @@ _VIEW_SQL = {
         FROM events_turns t
         ANTI JOIN retried_sessions r
           ON r.run_id = t.run_id AND r.session_id = t.session_id AND r.attempt <> t.attempt
-        ANTI JOIN rejudged_groups g
+        ANTI JOIN rerouted_groups g
           ON g.run_id = t.run_id AND g.group_id = t.group_id AND g.gen <> t.gen
     """,
     # Within one writer generation each reward is written once. A later

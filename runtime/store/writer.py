@@ -51,12 +51,9 @@ from typing import Any
 
 from askspec.runtime.store import layout
 
-try:  # advisory single-writer lock; released by the kernel if the process dies
-    import fcntl
-except ImportError:  # pragma: no cover - non-POSIX
-    fcntl = None  # type: ignore[assignment]
-
-LOCK_FILE = ".writer.lock"
+# the single-writer lock lives in its own module so that compaction (which the writer
+# calls at the end of a run) can take it without importing the writer
+from askspec.runtime.store.lock import LOCK_FILE, RunLockedError, acquire_writer_lock, release_writer_lock  # noqa: F401
 
 # Flush order (see module docstring). "sessions:pre" holds started events,
 # "sessions:post" finished events; both go to sessions.ndjson.
@@ -69,10 +66,6 @@ _QUEUES = (
     ("groups", "groups"),
     ("train_steps", "train_steps"),
 )
-
-
-class RunLockedError(RuntimeError):
-    """Another live process holds this run's writer lock."""
 
 
 def _json_default(o: Any) -> Any:
@@ -692,7 +685,7 @@ class RunWriter:
         layout.write_json_atomic(layout.manifest_path(self.run_dir), self.manifest)
         self.close()
         if compact:
-            from askspec.runtime.store.compact import compact_run  # compact imports this module
+            from askspec.runtime.store.compact import compact_run  # only runs that finish are compacted
 
             compact_run(self.run_dir)
 
@@ -721,24 +714,6 @@ class RunWriter:
             self.finish("interrupted")
         else:
             self.finish("failed")
-
-
-def acquire_writer_lock(run_dir: Path) -> int | None:
-    if fcntl is None:  # pragma: no cover
-        return None
-    layout.events_dir(run_dir).mkdir(exist_ok=True)
-    fd = os.open(layout.events_dir(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise RunLockedError(f"run {run_dir} is being written by another process") from None
-    return fd
-
-
-def release_writer_lock(fd: int | None) -> None:
-    if fd is not None:
-        os.close(fd)  # closing the descriptor drops the flock
 
 
 def _rmtree(path: Path) -> None:

@@ -63,3 +63,8 @@ async def jittery(messages, request):
     overlap partly across sessions, for history-dependent rewards."""
     await asyncio.sleep(((request.session_index * 7) % 11) * 0.01)
     return "#Question# q"
+
+
+def judge_rambles(messages, request):
+    """A judge that never ends with a verdict in a box (as a small model often does)."""
+    return "Both responses have merit; it is hard to say which one is better."
