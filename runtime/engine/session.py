@@ -12,8 +12,6 @@ variable values, never as template source."""
 from __future__ import annotations
 
 import asyncio
-import time
-import zlib
 from typing import Any, Awaitable, Callable
 
 import jinja2
@@ -23,15 +21,16 @@ from askspec.ir import model as ir
 # the checker's sandboxed environment: templates render exactly as they were checked
 from askspec.lang.templates import environment as template_environment
 
-from askspec.runtime.backends.base import BackendError, ChatRequest, ChatResult, Sampling
+from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
+from askspec.runtime.engine.calls import ModelCalls, call_seed, parse_reply
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
-from askspec.runtime.engine.plan import SessionPlan, derive_seed, plan_games, replays_buffer
+from askspec.runtime.engine.judges import EngineJudges
+from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
 from askspec.runtime.engine.recorder import Recorder
-from askspec.runtime.engine.routing import GroupRouter, JudgeReply, JudgeTally
+from askspec.runtime.engine.routing import GroupRouter, JudgeTally
 from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, SessionFailed, SessionResult,
                                           SessionState, StatefulCall)
 from askspec.runtime.engine.stateful import OrderGate, StatefulScorers, calls_stateful
-from askspec.runtime.replies import parsers
 from askspec.runtime.scoring.buffers import ReplayBuffer
 
 __all__ = ["Engine", "EndSession", "ModelBinding", "SessionFailed", "SessionResult", "SessionState", "call_seed",
@@ -56,12 +55,11 @@ class Engine:
         self.concurrency = max(1, concurrency)
         self.stateful = stateful
         self.on_session_done = on_session_done
-        self.on_turn = on_turn
         self.on_warning = on_warning  # e.g. a route's judge fails most of its calls
         self.roles = {r.name: r for r in exp.roles}
         self.games = {g.name: g for g in exp.games}
         self._templates: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]] = {}
-        self._sampling_cache: dict[tuple[str, str], tuple[dict[str, Any], int | None]] = {}
+        self.calls = ModelCalls(writer, on_turn)  # every model call goes through here and is recorded
         # data sets and buffers, readable from expressions; buffers fill during a phase and
         # their new items become visible when the phase ends (in session order, so the
         # contents do not depend on scheduling)
@@ -71,7 +69,8 @@ class Engine:
         self.on_plan = on_plan  # a later phase planned n more sessions
         self._gate = OrderGate()
         self._ordered: dict[int, bool] = {}  # id(step) -> whether it calls diversity/novelty
-        self.router = GroupRouter(exp, params, seed, writer, _EngineJudges(self))
+        self.router = GroupRouter(exp, params, seed, writer,
+                                  EngineJudges(self.calls, self.roles, resolve_model, self.render, params, seed))
         self.judge_tallies: dict[tuple[str, str, str], JudgeTally] = {}  # (game, role, contest) -> run totals
 
     # ------------------------------------------------------------------ templates
@@ -377,12 +376,12 @@ class Engine:
                          sample_index: int) -> dict:
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
-        base, model_seed = self._sampling(role, r, binding)
+        base, model_seed = self.calls.sampling(role, r, binding)
         samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, model_seed), **base)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
                           session_index=st.plan.index, call_index=call_index)
         try:
-            result, latency = await self._complete(binding, req)
+            result, latency = await self.calls.complete(binding, req)
         except BackendError as e:
             raise SessionFailed(f"{role}: model call failed: {e}") from None
         parsed = parse_reply(r.reply, result.text, result.finish_reason)
@@ -397,39 +396,8 @@ class Engine:
         reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
                  "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
         st.roles[role].turns.append(reply)
-        self.record_turn(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency)
+        self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency)
         return reply
-
-    async def _complete(self, binding: ModelBinding, req: ChatRequest) -> tuple[ChatResult, float]:
-        """One backend call and its latency in ms (the backend's own figure when it has one)."""
-        t0 = time.perf_counter()
-        result = await binding.backend.complete(req)
-        return result, result.latency_ms or (time.perf_counter() - t0) * 1000
-
-    def record_turn(self, session_id: str, attempt: int, turn_index: int, role: str, binding: ModelBinding,
-                    messages: list[dict], result: ChatResult, parsed: dict, latency_ms: float,
-                    group_id: str | None = None) -> None:
-        """Every model call, a session's or a judge's, is recorded here as a turn."""
-        self.writer.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
-                         text=result.text, parsed=parsed, finish_reason=result.finish_reason,
-                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency_ms, 3),
-                         **({"group_id": group_id} if group_id is not None else {}))
-        if self.on_turn:
-            self.on_turn(result.tokens_out)
-
-    def _sampling(self, role: str, r: ir.Role, binding: ModelBinding) -> tuple[dict[str, Any], int | None]:
-        """The role's sampling fields on this model (seed filled in per call), memoised."""
-        key = (role, binding.name)
-        hit = self._sampling_cache.get(key)
-        if hit is None:
-            sampling = {**binding.sampling, **r.sampling}
-            if r.max_tokens is not None:
-                sampling["max_tokens"] = r.max_tokens
-            model_seed = sampling.pop("seed", None)
-            stop = sampling.pop("stop", None) or ()
-            fields = {k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__}
-            hit = self._sampling_cache[key] = ({"stop": tuple(stop), **fields}, model_seed)
-        return hit
 
     # ------------------------------------------------------------------ groups
     async def route_group(self, group_id: str, members: list[SessionResult]) -> None:
@@ -453,46 +421,6 @@ def _judge_failure(t: JudgeTally) -> str:
             f"{t.unparsed} of {t.calls} calls")
 
 
-class _EngineJudges:
-    """The engine's judge client for group routing: the judge role's system prompt and
-    merged sampling, seeds derived per contest call, and every call recorded as a turn
-    of the judge role whose session id is the group's id (`group_id` set)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._turns: dict[str, int] = {}  # group id -> judge turns so far
-
-    def render(self, template: str, ctx: dict[str, Any]) -> str:
-        return self.engine.render(template, ctx)
-
-    async def call(self, role: str, prompt: str, parse: Callable[[str], Any], *, group_id: str, session_index: int,
-                   call_index: int) -> JudgeReply:
-        engine = self.engine
-        r = engine.roles[role]
-        binding = engine.resolve_model(role, r.model)
-        base, _ = engine._sampling(role, r, binding)
-        samp = Sampling(seed=derive_seed(engine.seed, "judge", session_index, call_index), **base)
-        messages = []
-        if r.system is not None:
-            messages.append({"role": "system", "content": engine.render(r.system, dict(engine.params))})
-        messages.append({"role": "user", "content": prompt})
-        req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
-                          session_index=session_index, call_index=call_index)
-        turn_index = self._turns.get(group_id, 0)
-        self._turns[group_id] = turn_index + 1
-        try:
-            result, latency = await engine._complete(binding, req)
-        except BackendError as e:  # recorded too: a judge that is down is seen in `turns`
-            engine.writer.turn(group_id, 1, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
-                               text=None, parsed=None, finish_reason="error", tokens_in=None, tokens_out=None,
-                               latency_ms=None, error=str(e), group_id=group_id)
-            raise
-        value = parse(result.text)
-        engine.record_turn(group_id, 1, turn_index, role, binding, messages, result,
-                           {"verdict": value, "parsed": value is not None}, latency, group_id=group_id)
-        return JudgeReply(result.text, value)
-
-
 # IR step class -> the engine's method for it; steps that never wait run without a coroutine
 _SIMPLE_STEPS: dict[type, Callable[[Engine, Any, SessionState], None]] = {
     ir.AssignStep: Engine._assign, ir.OutcomeStep: Engine._outcome, ir.BindStep: Engine._bind,
@@ -502,30 +430,6 @@ _NESTED_STEPS: dict[type, Callable[[Engine, Any, SessionState], Awaitable[None]]
     ir.AskStep: Engine.ask, ir.IfStep: Engine._if, ir.RepeatStep: Engine._repeat, ir.WhileStep: Engine._while,
     ir.ForStep: Engine._for,
 }
-
-
-def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:
-    """Per-call sampling seed: a splitmix64 mix of the session seed, the role, the call
-    number and the model's own seed (stable across processes, unlike hash())."""
-    x = (session_seed * 0x9E3779B97F4A7C15 + zlib.crc32(role.encode()) * 0xBF58476D1CE4E5B9
-         + call_index * 0x94D049BB133111EB + (model_seed or 0)) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (x ^ (x >> 31)) & 0x7FFFFFFF
-
-
-def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
-    """Run the role's reply parser; returns {"fields", "ok", "missing"}."""
-    result = parsers.parse(parser.kind, text, dict(parser.args))
-    fields = dict(getattr(result, "fields", None) or (result.get("fields") if isinstance(result, dict) else {}) or {})
-    missing = [f for f in parser.required if not fields.get(f)]
-    ok = not missing
-    if parser.kind == "json":
-        ok = bool(getattr(result, "ok", False))
-        missing = list(getattr(result, "missing", []) or []) if not ok else []
-    if "answer" not in fields:
-        fields["answer"] = parsers.fallback_answer(text)
-    return {"fields": fields, "ok": ok, "missing": missing}
 
 
 def _jsonable(v: Any) -> Any:

@@ -1,0 +1,89 @@
+"""One model call: a role's merged sampling settings on its model, the per-call seed,
+the backend request, the parsed reply and the turn it leaves in the run store.
+
+A session's turns and a group's judge calls both go through `ModelCalls`, so every model
+call is recorded the same way, in one place (where a trainer's rollout records — token
+ids, log-probs — attach)."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any, Callable
+
+from askspec.ir import model as ir
+
+from askspec.runtime.backends.base import ChatRequest, ChatResult, Sampling
+from askspec.runtime.engine.recorder import Recorder
+from askspec.runtime.engine.state import ModelBinding
+from askspec.runtime.replies import parsers
+
+
+class ModelCalls:
+    def __init__(self, recorder: Recorder, on_turn: Callable[[int], None] | None = None) -> None:
+        self.recorder = recorder
+        self.on_turn = on_turn  # tokens out of each recorded call (progress display)
+        self._sampling: dict[tuple[str, str], tuple[dict[str, Any], int | None]] = {}
+
+    def sampling(self, role: str, r: ir.Role, binding: ModelBinding) -> tuple[dict[str, Any], int | None]:
+        """The role's sampling fields on this model (the seed is set per call) and the
+        model's own seed, memoised per (role, model)."""
+        key = (role, binding.name)
+        hit = self._sampling.get(key)
+        if hit is None:
+            sampling = {**binding.sampling, **r.sampling}
+            if r.max_tokens is not None:
+                sampling["max_tokens"] = r.max_tokens
+            model_seed = sampling.pop("seed", None)
+            stop = sampling.pop("stop", None) or ()
+            fields = {k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__}
+            hit = self._sampling[key] = ({"stop": tuple(stop), **fields}, model_seed)
+        return hit
+
+    async def complete(self, binding: ModelBinding, req: ChatRequest) -> tuple[ChatResult, float]:
+        """One backend call and its latency in ms (the backend's own figure when it has one)."""
+        t0 = time.perf_counter()
+        result = await binding.backend.complete(req)
+        return result, result.latency_ms or (time.perf_counter() - t0) * 1000
+
+    def record(self, session_id: str, attempt: int, turn_index: int, role: str, binding: ModelBinding,
+               messages: list[dict], result: ChatResult, parsed: dict, latency_ms: float,
+               group_id: str | None = None) -> None:
+        """Record a call as a turn (a judge call carries its group)."""
+        self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
+                           text=result.text, parsed=parsed, finish_reason=result.finish_reason,
+                           tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency_ms, 3),
+                           **({"group_id": group_id} if group_id is not None else {}))
+        if self.on_turn:
+            self.on_turn(result.tokens_out)
+
+    def record_failure(self, session_id: str, attempt: int, turn_index: int, role: str, binding: ModelBinding,
+                       messages: list[dict], error: str, group_id: str | None = None) -> None:
+        """Record a call that failed for good (the backend gave up) as a turn with its error."""
+        self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
+                           text=None, parsed=None, finish_reason="error", tokens_in=None, tokens_out=None,
+                           latency_ms=None, error=error, **({"group_id": group_id} if group_id is not None else {}))
+
+
+def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:
+    """Per-call sampling seed: a splitmix64 mix of the session seed, the role, the call
+    number and the model's own seed (stable across processes, unlike hash())."""
+    x = (session_seed * 0x9E3779B97F4A7C15 + zlib.crc32(role.encode()) * 0xBF58476D1CE4E5B9
+         + call_index * 0x94D049BB133111EB + (model_seed or 0)) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (x ^ (x >> 31)) & 0x7FFFFFFF
+
+
+def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
+    """Run the role's reply parser; returns {"fields", "ok", "missing"}."""
+    result = parsers.parse(parser.kind, text, dict(parser.args))
+    fields = dict(getattr(result, "fields", None) or (result.get("fields") if isinstance(result, dict) else {}) or {})
+    missing = [f for f in parser.required if not fields.get(f)]
+    ok = not missing
+    if parser.kind == "json":
+        ok = bool(getattr(result, "ok", False))
+        missing = list(getattr(result, "missing", []) or []) if not ok else []
+    if "answer" not in fields:
+        fields["answer"] = parsers.fallback_answer(text)
+    return {"fields": fields, "ok": ok, "missing": missing}
