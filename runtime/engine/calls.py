@@ -53,7 +53,7 @@ class ModelCalls:
         self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
                            text=result.text, parsed=parsed, finish_reason=result.finish_reason,
                            tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency_ms, 3),
-                           **({"group_id": group_id} if group_id is not None else {}))
+                           group_id=group_id)
         if self.on_turn:
             self.on_turn(result.tokens_out)
 
@@ -62,7 +62,7 @@ class ModelCalls:
         """Record a call that failed for good (the backend gave up) as a turn with its error."""
         self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
                            text=None, parsed=None, finish_reason="error", tokens_in=None, tokens_out=None,
-                           latency_ms=None, error=error, **({"group_id": group_id} if group_id is not None else {}))
+                           latency_ms=None, error=error, group_id=group_id)
 
 
 def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:

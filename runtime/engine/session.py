@@ -12,6 +12,7 @@ variable values, never as template source."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Awaitable, Callable
 
 import jinja2
@@ -380,10 +381,12 @@ class Engine:
         samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, model_seed), **base)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
                           session_index=st.plan.index, call_index=call_index)
+        t0 = time.perf_counter()  # inline (not calls.complete): one coroutine less per turn on the hot path
         try:
-            result, latency = await self.calls.complete(binding, req)
+            result = await binding.backend.complete(req)
         except BackendError as e:
             raise SessionFailed(f"{role}: model call failed: {e}") from None
+        latency = result.latency_ms or (time.perf_counter() - t0) * 1000
         parsed = parse_reply(r.reply, result.text, result.finish_reason)
         turn_index = st.turn_counter
         st.turn_counter += 1
