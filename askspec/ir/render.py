@@ -1,5 +1,6 @@
 """Renderers of the IR: a readable text outline (with the static per-role bound on model
-calls per session), Graphviz DOT and Mermaid flowcharts of each game."""
+calls per session), Graphviz DOT and Mermaid flowcharts of each game, its group routes,
+their tournaments or judges and the judge roles they consult."""
 
 from __future__ import annotations
 
@@ -11,89 +12,91 @@ from .canonical import experiment_hash
 
 
 def expr_text(e: ir.Expr | None) -> str:
-    if e is None:
-        return ""
-    k = e.kind
-    if k == "lit":
-        return json.dumps(e.value) if e.type in ("string",) else ("none" if e.value is None else str(e.value).lower() if isinstance(e.value, bool) else str(e.value))
-    if k == "ref":
-        return e.name
-    if k == "attr":
-        return f"{expr_text(e.obj)}.{e.name}"
-    if k == "index":
-        return f"{expr_text(e.obj)}[{expr_text(e.index)}]"
-    if k == "call":
-        args = [expr_text(a) for a in e.args] + [f"{n}={expr_text(v)}" for n, v in e.kwargs.items()]
-        return f"{e.fn}({', '.join(args)})"
-    if k == "unary":
-        return f"{e.op}{' ' if e.op == 'not' else ''}{expr_text(e.operand)}"
-    if k == "binary":
-        return f"({expr_text(e.left)} {e.op} {expr_text(e.right)})"
-    if k == "case":
-        arms = "; ".join(f"{expr_text(a.when)} -> {expr_text(a.then)}" for a in e.arms)
-        if e.default is not None:
-            arms += f"; else -> {expr_text(e.default)}"
-        subj = f" {expr_text(e.subject)}" if e.subject is not None else ""
-        return f"case{subj} {{ {arms} }}"
-    if k == "list":
-        return "[" + ", ".join(expr_text(x) for x in e.items) + "]"
-    if k == "record":
-        return "{" + ", ".join(f"{n}: {expr_text(v)}" for n, v in e.fields.items()) + "}"
-    if k == "where":
-        return f"({expr_text(e.seq)} where {expr_text(e.cond)})"
+    match e:
+        case None:
+            return ""
+        case ir.Lit(value=v, type=t):
+            if t == "string":
+                return json.dumps(v)
+            return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+        case ir.Ref(name=name):
+            return name
+        case ir.GetAttr(obj=obj, name=name):
+            return f"{expr_text(obj)}.{name}"
+        case ir.GetIndex(obj=obj, index=index):
+            return f"{expr_text(obj)}[{expr_text(index)}]"
+        case ir.CallFn(fn=fn, args=args, kwargs=kwargs):
+            shown = [expr_text(a) for a in args] + [f"{n}={expr_text(v)}" for n, v in kwargs.items()]
+            return f"{fn}({', '.join(shown)})"
+        case ir.UnaryOp(op=op, operand=operand):
+            return f"{op}{' ' if op == 'not' else ''}{expr_text(operand)}"
+        case ir.BinaryOp(op=op, left=left, right=right):
+            return f"({expr_text(left)} {op} {expr_text(right)})"
+        case ir.CaseOf(subject=subject, arms=arms, default=default):
+            shown = "; ".join(f"{expr_text(a.when)} -> {expr_text(a.then)}" for a in arms)
+            if default is not None:
+                shown += f"; else -> {expr_text(default)}"
+            subj = f" {expr_text(subject)}" if subject is not None else ""
+            return f"case{subj} {{ {shown} }}"
+        case ir.ListOf(items=items):
+            return "[" + ", ".join(expr_text(x) for x in items) + "]"
+        case ir.RecordOf(fields=fields):
+            return "{" + ", ".join(f"{n}: {expr_text(v)}" for n, v in fields.items()) + "}"
+        case ir.Filter(seq=seq, cond=cond):
+            return f"({expr_text(seq)} where {expr_text(cond)})"
     return "?"
 
 
 def step_text(s: ir.Step) -> str:
-    k = s.kind
-    if k == "ask":
-        lhs = ", ".join(t for t in s.targets if t)
-        parts = [f"ask {', '.join(s.roles)}"]
-        if s.sample is not None:
-            parts.insert(0, f"sample {expr_text(s.sample)}")
-        if s.template:
-            parts.append(f"using {s.template}")
-        if s.message is not None:
-            parts.append(f": {expr_text(s.message)}")
-        if s.context is not None:
-            parts.append(f"with {expr_text(s.context)}")
-        return (f"{lhs} = " if lhs else "") + " ".join(parts)
-    if k == "assign":
-        return f"{s.name} = {expr_text(s.value)}"
-    if k == "outcome":
-        return f"outcome = {expr_text(s.value)}"
-    if k == "reward":
-        target = s.turn_var or s.role
-        kind = "turn" if s.turn_var else "terminal"
-        return f"reward {target} as {s.name} ({kind}) = {expr_text(s.value)}"
-    if k == "bind":
-        return f"bind {s.role} = {expr_text(s.model)}"
-    if k == "end":
-        return "end" + (f" {s.outcome}" if s.outcome else "")
-    if k == "drop":
-        return f"drop {s.turn_var or s.role} (not trained)"
-    if k == "push":
-        return f"push {s.buffer}: {expr_text(s.value)}"
-    if k == "repeat":
-        var = f"{s.var} in " if s.var else ""
-        return f"repeat {var}{expr_text(s.start)}..{expr_text(s.stop)} (≤ {s.bound})"
-    if k == "while":
-        return f"{'until' if s.until else 'while'} {expr_text(s.cond)} (≤ {s.limit})"
-    if k == "for":
-        return f"for {', '.join(s.names)} in {expr_text(s.iter)} (≤ {s.limit})"
-    if k == "if":
-        return f"if {expr_text(s.branches[0].cond)}"
-    return k
+    match s:
+        case ir.AskStep():
+            lhs = ", ".join(t for t in s.targets if t)
+            parts = [f"ask {', '.join(s.roles)}"]
+            if s.sample is not None:
+                parts.insert(0, f"sample {expr_text(s.sample)}")
+            if s.template:
+                parts.append(f"using {s.template}")
+            if s.message is not None:
+                parts.append(f": {expr_text(s.message)}")
+            if s.context is not None:
+                parts.append(f"with {expr_text(s.context)}")
+            return (f"{lhs} = " if lhs else "") + " ".join(parts)
+        case ir.AssignStep():
+            return f"{s.name} = {expr_text(s.value)}"
+        case ir.OutcomeStep():
+            return f"outcome = {expr_text(s.value)}"
+        case ir.RewardStep():
+            kind = "turn" if s.turn_var else "terminal"
+            return f"reward {s.turn_var or s.role} as {s.name} ({kind}) = {expr_text(s.value)}"
+        case ir.BindStep():
+            return f"bind {s.role} = {expr_text(s.model)}"
+        case ir.EndStep():
+            return "end" + (f" {s.outcome}" if s.outcome else "")
+        case ir.DropStep():
+            return f"drop {s.turn_var or s.role} (not trained)"
+        case ir.PushStep():
+            return f"push {s.buffer}: {expr_text(s.value)}"
+        case ir.RepeatStep():
+            var = f"{s.var} in " if s.var else ""
+            return f"repeat {var}{expr_text(s.start)}..{expr_text(s.stop)} (≤ {s.bound})"
+        case ir.WhileStep():
+            return f"{'until' if s.until else 'while'} {expr_text(s.cond)} (≤ {s.limit})"
+        case ir.ForStep():
+            return f"for {', '.join(s.names)} in {expr_text(s.iter)} (≤ {s.limit})"
+        case ir.IfStep():
+            return f"if {expr_text(s.branches[0].cond)}"
+    return s.kind
 
 
 def _children(s: ir.Step) -> list[tuple[str | None, list]]:
-    if s.kind in ("repeat", "while", "for"):
-        return [(None, s.body)]
-    if s.kind == "if":
-        out = [(f"elif {expr_text(b.cond)}" if i else None, b.body) for i, b in enumerate(s.branches)]
-        if s.orelse:
-            out.append(("else", s.orelse))
-        return out
+    match s:
+        case ir.RepeatStep() | ir.WhileStep() | ir.ForStep():
+            return [(None, s.body)]
+        case ir.IfStep():
+            out = [(f"elif {expr_text(b.cond)}" if i else None, b.body) for i, b in enumerate(s.branches)]
+            if s.orelse:
+                out.append(("else", s.orelse))
+            return out
     return []
 
 
@@ -106,20 +109,25 @@ def judge_calls_per_group(t: ir.Tournament, n: int) -> int:
     return matches * (2 if t.order == "both" else 1) * (1 + t.retries)
 
 
+def arm_cost(exp: ir.Experiment, g: ir.Game, arm: ir.RouteArm) -> tuple[str, int, str] | None:
+    """(judge role, most judge calls one group costs, contest label) of a route arm that
+    consults a judge; None for keep / drop."""
+    if arm.action == "tournament":
+        t = next((t for t in exp.tournaments if t.name == arm.target), None)
+        return (t.judge, judge_calls_per_group(t, g.group_size), f"tournament {t.name}, {t.pairing}") if t else None
+    if arm.action == "judge":
+        j = next((j for j in exp.judges if j.name == arm.target), None)
+        return (j.judge, g.group_size * (1 + j.retries), f"judge {j.name}") if j else None
+    return None
+
+
 def route_call_bounds(exp: ir.Experiment, g: ir.Game) -> list[tuple[str, int, str]]:
     """Per judge role: the most calls one group can cost through the game's routes (a
     group takes one arm), with the contests that reach that bound."""
     best: dict[str, tuple[int, list[str]]] = {}
     for rt in g.routes:
         for a in rt.arms:
-            if a.action == "tournament":
-                t = next((t for t in exp.tournaments if t.name == a.target), None)
-                cost = (t.judge, judge_calls_per_group(t, g.group_size), f"tournament {t.name}, {t.pairing}") if t else None
-            elif a.action == "judge":
-                j = next((j for j in exp.judges if j.name == a.target), None)
-                cost = (j.judge, g.group_size * (1 + j.retries), f"judge {j.name}") if j else None
-            else:
-                cost = None
+            cost = arm_cost(exp, g, a)
             if cost is None:
                 continue
             role, n, label = cost
@@ -129,6 +137,10 @@ def route_call_bounds(exp: ir.Experiment, g: ir.Game) -> list[tuple[str, int, st
             elif n == prev_n and label not in labels:
                 labels.append(label)
     return [(role, n, " / ".join(labels)) for role, (n, labels) in sorted(best.items())]
+
+
+def arm_text(a: ir.RouteArm) -> str:
+    return f"{'when ' + expr_text(a.cond) if a.cond is not None else 'else'} -> {a.action}{' ' + a.target if a.target else ''}"
 
 
 def to_text(exp: ir.Experiment) -> str:
@@ -171,7 +183,7 @@ def to_text(exp: ir.Experiment) -> str:
 
         walk(g.body, 1)
         for rt in g.routes:
-            arms = "; ".join(f"{'when ' + expr_text(a.cond) if a.cond is not None else 'else'} -> {a.action}{' ' + a.target if a.target else ''}" for a in rt.arms)
+            arms = "; ".join(arm_text(a) for a in rt.arms)
             out.append(f"  route {rt.role}: {arms}")
         out.append("  model calls per session (upper bound, recovery retries included):")
         for role, n in g.call_bounds.items():
@@ -208,28 +220,29 @@ class _Graph:
         self.edges.append((a, b, label))
 
 
-def _build(g: ir.Game) -> _Graph:
+def _build(exp: ir.Experiment, g: ir.Game) -> _Graph:
     gr = _Graph()
     start = gr.node(f"start {g.name}", "oval")
     end = gr.node("end", "oval")
 
     def seq(steps, prev: list[tuple[str, str]]) -> list[tuple[str, str]]:
         for s in steps:
-            nid = gr.node(step_text(s), "diamond" if s.kind in ("if", "while", "repeat", "for") else "box")
+            loop = isinstance(s, (ir.RepeatStep, ir.WhileStep, ir.ForStep))
+            nid = gr.node(step_text(s), "diamond" if loop or isinstance(s, ir.IfStep) else "box")
             for p, label in prev:
                 gr.edge(p, nid, label)
-            if s.kind in ("repeat", "while", "for"):
+            if loop:
                 tail = seq(s.body, [(nid, "body")])
                 for t, label in tail:
                     gr.edge(t, nid, label or "next")
                 prev = [(nid, "done")]
-            elif s.kind == "if":
+            elif isinstance(s, ir.IfStep):
                 outs = []
                 for i, b in enumerate(s.branches):
                     outs += seq(b.body, [(nid, "yes" if i == 0 else f"elif {expr_text(b.cond)}")])
                 outs += seq(s.orelse, [(nid, "else")]) if s.orelse else [(nid, "else")]
                 prev = outs
-            elif s.kind == "end":
+            elif isinstance(s, ir.EndStep):
                 gr.edge(nid, end, "")
                 prev = []
             else:
@@ -238,13 +251,40 @@ def _build(g: ir.Game) -> _Graph:
 
     for p, label in seq(g.body, [(start, "")]):
         gr.edge(p, end, label)
+    _routes(exp, g, gr, end)
     return gr
+
+
+def _routes(exp: ir.Experiment, g: ir.Game, gr: _Graph, end: str) -> None:
+    """A game's routes after its sessions end (once per group of `sample N`): each arm's
+    condition, its action, and for a tournament or judge the judge role it consults and
+    the most calls it costs a group (as the text outline states them)."""
+    judges: dict[str, str] = {}  # judge role -> its node
+    for rt in g.routes:
+        rid = gr.node(f"route {rt.role} (group of {g.group_size})", "diamond")
+        gr.edge(end, rid, "group finished")
+        actions: dict[tuple[str, str | None], str] = {}  # arms leading to the same action share its node
+        for a in rt.arms:
+            label = f"when {expr_text(a.cond)}" if a.cond is not None else "else"
+            aid = actions.get((a.action, a.target))
+            if aid is None:
+                cost = arm_cost(exp, g, a)
+                if cost is None:
+                    aid = gr.node("keep the verifier rewards" if a.action == "keep" else "drop the group (not trained)")
+                else:
+                    role, calls, contest = cost
+                    aid = gr.node(f"{contest}: rewards {rt.role} (≤ {calls} judge calls)")
+                    if role not in judges:
+                        judges[role] = gr.node(f"judge role {role}", "oval")
+                    gr.edge(aid, judges[role], "asks")
+                actions[(a.action, a.target)] = aid
+            gr.edge(rid, aid, label)
 
 
 def to_dot(exp: ir.Experiment) -> str:
     out = [f'digraph "{_esc(exp.name)}" {{', "  rankdir=TB;", '  node [fontname="Helvetica"];']
     for gi, g in enumerate(exp.games):
-        gr = _build(g)
+        gr = _build(exp, g)
         out.append(f'  subgraph "cluster_{_esc(g.name)}" {{')
         out.append(f'    label="game {_esc(g.name)}";')
         for nid, label, shape in gr.nodes:
@@ -264,7 +304,7 @@ def _mm(label: str) -> str:
 def to_mermaid(exp: ir.Experiment) -> str:
     out = ["flowchart TD"]
     for gi, g in enumerate(exp.games):
-        gr = _build(g)
+        gr = _build(exp, g)
         out.append(f'  subgraph g{gi}["game {_mm(g.name)}"]')
         for nid, label, shape in gr.nodes:
             left, right = {"oval": ("([", "])"), "diamond": ("{", "}"), "box": ("[", "]")}[shape]
