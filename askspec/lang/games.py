@@ -402,8 +402,12 @@ class GameChecker:
         sym = scope.lookup(s.target)
         if sym is not None and sym.type.name == "record" and sym.type.role:
             return ir.RewardStep(span=irspan(s.span), role=sym.type.role, turn_var=s.target, name=name, value=value)
+        return self._not_a_target(s, scope, sym, "a role or a single reply")
+
+    def _not_a_target(self, s, scope, sym, wanted: str) -> None:
+        """`reward`/`drop` named something that is not what they take (or nothing at all)."""
         if sym is not None:
-            self.err("E201", f"'{s.target}' is not a role or a single reply (it is {sym.type})", s.target_span)
+            self.err("E201", f"'{s.target}' is not {wanted} (it is {sym.type})", s.target_span)
         else:
             self.err("E102", f"unknown role '{s.target}'", s.target_span, suggest(s.target, set(self.roles) | scope.all_names()))
         return None
@@ -431,11 +435,7 @@ class GameChecker:
         if t is not None and t.name == "record" and t.role:
             sym.used = True
             return ir.DropStep(span=irspan(s.span), role=t.role, turn_var=s.target)
-        if sym is not None:
-            self.err("E201", f"'{s.target}' is not a role, a reply or a list of replies (it is {sym.type})", s.target_span)
-        else:
-            self.err("E102", f"unknown role '{s.target}'", s.target_span, suggest(s.target, set(self.roles) | scope.all_names()))
-        return None
+        return self._not_a_target(s, scope, sym, "a role, a reply or a list of replies")
 
     def _Push(self, s: A.Push, scope, in_loop):
         value, t = self.expr(s.value, scope)

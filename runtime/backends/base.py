@@ -29,6 +29,22 @@ class Sampling:
     stop: tuple[str, ...] = ()
     seed: int | None = None
 
+    def given(self) -> dict[str, Any]:
+        """The fields that are set (None ones and an empty `stop` left out), typed as the
+        wire formats want them (`stop` as a list): what a backend maps onto its API."""
+        out: dict[str, Any] = {}
+        for name, cast in _SAMPLING_TYPES.items():
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = cast(value)
+        if self.stop:
+            out["stop"] = list(self.stop)
+        return out
+
+
+_SAMPLING_TYPES = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "presence_penalty": float,
+                   "repetition_penalty": float, "max_tokens": int, "seed": int}
+
 
 @dataclass(frozen=True)
 class ChatRequest:

@@ -51,24 +51,9 @@ def endpoint_semaphore(base_url: str, limit: int) -> asyncio.Semaphore:
 
 def chat_kwargs(sampling: Sampling) -> dict[str, Any]:
     """Map our Sampling onto chat.completions.create arguments (None fields are left out)."""
-    kwargs: dict[str, Any] = {"max_tokens": int(sampling.max_tokens)}
-    if sampling.temperature is not None:
-        kwargs["temperature"] = float(sampling.temperature)
-    if sampling.top_p is not None:
-        kwargs["top_p"] = float(sampling.top_p)
-    if sampling.presence_penalty is not None:
-        kwargs["presence_penalty"] = float(sampling.presence_penalty)
-    if sampling.seed is not None:
-        kwargs["seed"] = int(sampling.seed)
-    if sampling.stop:
-        kwargs["stop"] = list(sampling.stop)
-    extra: dict[str, Any] = {}
-    if sampling.top_k is not None:
-        extra["top_k"] = int(sampling.top_k)
-    if sampling.min_p is not None:
-        extra["min_p"] = float(sampling.min_p)
-    if sampling.repetition_penalty is not None:
-        extra["repetition_penalty"] = float(sampling.repetition_penalty)
+    kwargs = sampling.given()
+    # not in the OpenAI API: servers that take them (vLLM, llama.cpp) read them from the body
+    extra = {k: kwargs.pop(k) for k in ("top_k", "min_p", "repetition_penalty") if k in kwargs}
     if extra:
         kwargs["extra_body"] = extra
     return kwargs

@@ -25,26 +25,10 @@ def sampling_params_kwargs(sampling: Sampling) -> dict[str, Any]:
 
     Fields left as None keep vLLM's defaults. `temperature=0` is greedy in vLLM too.
     """
-    kwargs: dict[str, Any] = {
-        "n": 1,
-        "max_tokens": int(sampling.max_tokens),
-        "temperature": float(sampling.temperature if sampling.temperature is not None else 1.0),
-    }
-    if sampling.top_p is not None:
-        kwargs["top_p"] = float(sampling.top_p)
-    if sampling.top_k is not None:
-        # vLLM disables top-k with 0 or -1; ours uses None/0 for "off".
-        kwargs["top_k"] = int(sampling.top_k) if sampling.top_k > 0 else 0
-    if sampling.min_p is not None:
-        kwargs["min_p"] = float(sampling.min_p)
-    if sampling.presence_penalty is not None:
-        kwargs["presence_penalty"] = float(sampling.presence_penalty)
-    if sampling.repetition_penalty is not None:
-        kwargs["repetition_penalty"] = float(sampling.repetition_penalty)
-    if sampling.seed is not None:
-        kwargs["seed"] = int(sampling.seed)
-    if sampling.stop:
-        kwargs["stop"] = list(sampling.stop)
+    kwargs: dict[str, Any] = {"n": 1, "temperature": 1.0, **sampling.given()}
+    if "top_k" in kwargs:  # vLLM disables top-k with 0 or -1; ours uses None/0 for "off"
+        kwargs["top_k"] = max(kwargs["top_k"], 0)
+    if "stop" in kwargs:
         kwargs["include_stop_str_in_output"] = False  # stop strings are stripped, as in hf
     return kwargs
 
