@@ -73,6 +73,7 @@ class Engine:
         self.router = GroupRouter(exp, params, seed, writer,
                                   EngineJudges(self.calls, self.roles, resolve_model, self.render, params, seed))
         self.judge_tallies: dict[tuple[str, str, str], JudgeTally] = {}  # (game, role, contest) -> run totals
+        self._warned: set[tuple[str, str, str]] = set()
 
     # ------------------------------------------------------------------ templates
     def template(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]:
@@ -409,7 +410,9 @@ class Engine:
             total = self.judge_tallies.get(key)
             if total is None:
                 total = self.judge_tallies[key] = JudgeTally(tally.game, tally.route_role, tally.contest, tally.judge)
-                if tally.failing and self.on_warning:  # once per route arm; the run summary has the totals
+            if tally.failing and key not in self._warned:  # once per route arm; the run summary has the totals
+                self._warned.add(key)
+                if self.on_warning:
                     self.on_warning(f"group {group_id}: {_judge_failure(tally)} (later groups are counted in the run summary)")
             total.calls += tally.calls
             total.unparsed += tally.unparsed

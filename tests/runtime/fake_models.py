@@ -68,3 +68,8 @@ async def jittery(messages, request):
 def judge_rambles(messages, request):
     """A judge that never ends with a verdict in a box (as a small model often does)."""
     return "Both responses have merit; it is hard to say which one is better."
+
+
+def judge_fails_later(messages, request):
+    """Gives verdicts for the first group (session index 0) only, then rambles."""
+    return "\\boxed{A}" if request.session_index == 0 else judge_rambles(messages, request)

@@ -20,10 +20,10 @@ from askspec.runtime.store.views import open_store  # noqa: E402
 ARENA = Path(__file__).resolve().parents[2] / "specs" / "reasoning_arena.ask"
 
 
-def arena(tmp_path: Path, judge: str):
-    # one group of 4 identical traces: not diverse, so the live tournament judges it
+def arena(tmp_path: Path, judge: str, sessions: int = 4):
+    # groups of 4 identical traces: not diverse, so the live tournament judges them
     # (6 matches; a match without a verdict is retried twice)
-    rc, run_dir = asyncio.run(run_spec(str(ARENA), out=str(tmp_path), sessions=4, set=["group_size=4"],
+    rc, run_dir = asyncio.run(run_spec(str(ARENA), out=str(tmp_path), sessions=sessions, set=["group_size=4"],
                                        model=["policy=python:fake_models:always_one", f"judge=python:fake_models:{judge}"]))
     assert rc == 0
     return open_store(run_dir)
@@ -57,6 +57,15 @@ def test_a_judge_that_parses_is_recorded_without_a_warning(tmp_path, capsys):
     assert parsed == [{"verdict": "A", "parsed": True}] * 6
     assert con.execute("select count(*) from matches").fetchone()[0] == 6
     assert "warning:" not in capsys.readouterr().err
+
+
+def test_a_judge_that_starts_failing_later_is_warned_about(tmp_path, capsys):
+    con = arena(tmp_path, "judge_fails_later", sessions=8)
+    groups = con.execute("select judge_calls, unparsed from groups order by group_id").fetchall()
+    assert groups == [(6, 0), (18, 18)]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2
+    assert "in 18 of 18 calls" in warnings[0] and "in 18 of 24 calls, over the whole run" in warnings[1]
 
 
 def test_a_group_routed_again_after_a_resume_keeps_only_the_new_judge_turns(tmp_path):
