@@ -22,27 +22,25 @@ from typing import Any, Callable, TextIO
 import duckdb
 import pyarrow as pa
 
+from askspec.terminal import printable
+
 from askspec.runtime.store import layout
 from askspec.runtime.store.compact import CompactError, compact_run
+from askspec.runtime.store.readonly import QueryRefused, open_readonly_store, run_readonly
 from askspec.runtime.store.views import VIEW_NAMES, Store, StoreError, connect
 
 # ---------------------------------------------------------------------- pure API
 
 
-def _run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[pa.Table, list[str]]:
-    """Result table and DuckDB type names of ``sql``; an empty table for statements."""
-    rel = con.sql(sql)
-    if rel is None:  # DDL / SET / COPY: nothing to show
-        return pa.table({}), []
-    types = [str(t) for t in rel.types]
-    return rel.to_arrow_table(), types
-
-
 def query(path: str | os.PathLike[str], sql: str) -> pa.Table:
-    """Run ``sql`` against the store views of ``path`` (run dir or folder of runs)."""
-    store = connect(path)
+    """Run ``sql`` against the store views of ``path`` (run dir or folder of runs).
+
+    Read-only and confined (see ``store.readonly``): only queries run, and only the
+    run's own files are readable. Raises ``QueryRefused`` for any other statement.
+    """
+    store = open_readonly_store(path)
     try:
-        return _run_sql(store.con, sql)[0]
+        return run_readonly(store.con, sql)[0]
     finally:
         store.con.close()
 
@@ -94,8 +92,8 @@ def _cell(value: Any, max_width: int) -> str:
         text = json.dumps(value, ensure_ascii=False, default=str)
     else:
         text = str(value)
-    # One row per line: show control characters instead of breaking the table.
-    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
+    # One row per line, and model text must not drive the terminal: escape controls.
+    text = printable(text, single_line=True)
     if max_width > 0 and len(text) > max_width:
         text = text[: max(1, max_width - 1)] + "…"
     return text
@@ -110,15 +108,16 @@ def format_table(table: pa.Table, max_width: int = 40) -> str:
         pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
         for f in table.schema
     ]
+    header = [printable(n, single_line=True) for n in names]
     rows = [[_cell(v, max_width) for v in row.values()] for row in table.to_pylist()]
-    widths = [max([len(n)] + [len(r[i]) for r in rows]) for i, n in enumerate(names)]
+    widths = [max([len(n)] + [len(r[i]) for r in rows]) for i, n in enumerate(header)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(
             c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)
         ).rstrip()
 
-    out = [line(list(names)), "  ".join("-" * w for w in widths)]
+    out = [line(header), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in rows]
     n = table.num_rows
     out.append(f"({n} row{'s' if n != 1 else ''})")
@@ -126,7 +125,7 @@ def format_table(table: pa.Table, max_width: int = 40) -> str:
 
 
 def _write_csv(table: pa.Table, out: TextIO) -> None:
-    w = csv.writer(out)
+    w = csv.writer(out, lineterminator="\n")  # not the csv module's \r\n: shell pipelines split on \n
     w.writerow(table.column_names)
     for row in table.to_pylist():
         w.writerow(["" if v is None else json.dumps(v) if isinstance(v, (list, dict)) else v
@@ -162,7 +161,8 @@ def _json_default(v: Any) -> Any:
 
 
 def _error(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    # messages quote user SQL and file names: no control characters reach the terminal
+    print(f"error: {printable(message, single_line=True)}", file=sys.stderr)
     return 1
 
 
@@ -192,8 +192,10 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             except (OSError, ValueError):
                 pass
             return 0  # as the askspec CLI does for a closed pipe
-        except (StoreError, CompactError) as e:
+        except (StoreError, CompactError, QueryRefused) as e:
             return _error(str(e))
+        except duckdb.PermissionException as e:
+            return _error(f"{_first_line(e)} (a query reads only the run store's own files)")
         except duckdb.Error as e:
             return _error(_first_line(e))
         except OSError as e:
@@ -211,10 +213,10 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 @_guarded
 def cmd_query(args: argparse.Namespace) -> int:
     """askspec query RUN_DIR "SQL" [--format table|csv|json] [--max-width N]"""
-    store = connect(args.run_dir)
+    store = open_readonly_store(args.run_dir)
     _print_warnings(store)
     try:
-        table, types = _run_sql(store.con, args.sql)
+        table, types = run_readonly(store.con, args.sql)
     finally:
         store.con.close()
     if args.format == "csv":

@@ -73,11 +73,15 @@ class StaleParquetWarning(UserWarning):
 
 @dataclass
 class Store:
-    """An open store: the connection, the run dirs it spans, and what to warn about."""
+    """An open store: the connection, the run dirs it spans, and what to warn about.
+
+    ``files`` are the files its views read (manifests, NDJSON event files, Parquet
+    copies): all a confined connection needs access to (see ``readonly``)."""
 
     con: duckdb.DuckDBPyConnection
     run_dirs: list[Path]
     warnings: list[tuple[type[Warning], str]] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
 
 
 def _sql_str(s: str | os.PathLike[str]) -> str:
@@ -293,7 +297,10 @@ def connect(path: str | os.PathLike[str]) -> Store:
         con.execute(f"CREATE VIEW {name} AS {sql}")
     run_dirs = [rd for rd, _ in runs]
     _create_runs_view(con, run_dirs)
-    return Store(con=con, run_dirs=run_dirs, warnings=found)
+    files = [layout.manifest_path(rd) for rd in run_dirs]
+    for name in layout.EVENT_NAMES:
+        files += ndjson[name] + parquet[name]
+    return Store(con=con, run_dirs=run_dirs, warnings=found, files=files)
 
 
 def _create_runs_view(con: duckdb.DuckDBPyConnection, run_dirs: list[Path]) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from askspec.runtime.store import layout
 from askspec.runtime.commands.query import format_table, list_runs, query, register
+from askspec.runtime.store.readonly import QueryRefused
 
 
 def cli(*argv):
@@ -62,8 +63,9 @@ def test_query_function_and_statements(finished_run):
     t = query(finished_run, "SELECT role, count(*) AS n FROM turns GROUP BY role ORDER BY role")
     assert isinstance(t, pa.Table)
     assert t.to_pylist() == [{"role": "judge", "n": 4}, {"role": "questioner", "n": 4}]
-    # Statements are allowed (in-memory only) and return whatever DuckDB reports.
-    assert isinstance(query(finished_run, "CREATE TABLE x AS SELECT 1"), pa.Table)
+    # Only queries run: the store is read-only (tests/store/test_store_readonly.py).
+    with pytest.raises(QueryRefused, match="CREATE refused"):
+        query(finished_run, "CREATE TABLE x AS SELECT 1")
 
 
 def test_runs(kit, tmp_path, capsys, monkeypatch):
@@ -141,4 +143,4 @@ def test_format_table_edge_cases():
     assert format_table(t).splitlines() == ["a", "-", "(0 rows)"]
     t = pa.table({"s": ["x\ty\nz"], "f": [float("nan")], "n": [None]})
     lines = format_table(t).splitlines()
-    assert lines[2].split() == ["x", "y\\nz", "nan", "NULL"] and lines[-1] == "(1 row)"
+    assert lines[2].split() == ["x\\ty\\nz", "nan", "NULL"] and lines[-1] == "(1 row)"

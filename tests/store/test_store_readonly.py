@@ -1,0 +1,230 @@
+"""`askspec query` and the TUI console: read-only, confined to the run store's own files.
+
+Hostile statements are refused with one line and exit code 1, and nothing on disk
+changes: not the run's event files, not files elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+
+import duckdb
+import pytest
+
+from askspec.runtime.commands.query import query, register
+from askspec.runtime.store import layout
+from askspec.runtime.store.compact import compact_run
+from askspec.runtime.store.readonly import QueryRefused, check_sql, open_readonly_store, run_readonly
+
+
+def cli(*argv):
+    parser = argparse.ArgumentParser(prog="askspec")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args([str(a) for a in argv])
+    return args.func(args)
+
+
+def digest_tree(root):
+    """Path -> sha256 of every file under ``root``: proof that nothing was written."""
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def secret(tmp_path):
+    p = tmp_path / "secret.txt"
+    p.write_text("name:password\nroot:hunter2\n")
+    return p
+
+
+# Statements that must never run; {run} is the run dir, {tmp} a folder outside it.
+REFUSED = [
+    "COPY (SELECT 1) TO '{tmp}/out.csv'",
+    "COPY (SELECT 1 AS x) TO '{run}/events/sessions.ndjson'",
+    "COPY (SELECT 1 AS x) TO '{run}/events/sessions.ndjson' (USE_TMP_FILE false, FORMAT json)",
+    "COPY turns TO '{tmp}/turns.parquet'",
+    "COPY turns FROM '{tmp}/in.csv'",
+    "ATTACH '{tmp}/new.duckdb' AS x",
+    "ATTACH ':memory:' AS x",
+    "DETACH memory",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "LOAD json",
+    "EXPORT DATABASE '{tmp}/export'",
+    "IMPORT DATABASE '{tmp}/export'",
+    "SET enable_external_access = true",
+    "SET threads = 1",
+    "SET VARIABLE x = 1",
+    "RESET lock_configuration",
+    "PRAGMA version",
+    "PRAGMA enable_profiling",
+    "CALL pragma_version()",
+    "CHECKPOINT",
+    "CREATE TABLE t AS SELECT 1",
+    "CREATE VIEW v AS SELECT 1",
+    "CREATE OR REPLACE VIEW turns AS SELECT 1",
+    "CREATE MACRO m() AS 1",
+    "CREATE SECRET s (TYPE s3)",
+    "CREATE SCHEMA s",
+    "CREATE TYPE e AS ENUM ('a')",
+    "CREATE SEQUENCE q",
+    "INSERT INTO turns VALUES (1)",
+    "UPDATE turns SET text = ''",
+    "DELETE FROM turns",
+    "DROP VIEW turns",
+    "ALTER VIEW turns RENAME TO t2",
+    "COMMENT ON VIEW turns IS 'x'",
+    "BEGIN TRANSACTION",
+    "VACUUM",
+    "ANALYZE",
+    "USE memory",
+    "PREPARE p AS SELECT 1",
+    "EXPLAIN ANALYZE COPY (SELECT 1) TO '{tmp}/out.csv'",
+    "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
+    "EXPLAIN /* hi */ ANALYZE COPY (SELECT 1) TO '{run}/events/turns.ndjson' (USE_TMP_FILE false)",
+    "SELECT * FROM (PIVOT (SELECT 'a' AS k) ON k)",  # creates a type first
+    # more than one statement: all are checked before any runs
+    "SELECT 1; COPY (SELECT 1) TO '{tmp}/out.csv'",
+    "SELECT 1; COPY (SELECT 1 AS x) TO '{run}/events/turns.ndjson' (USE_TMP_FILE false); SELECT 2",
+    "select 1;;ATTACH '{tmp}/new.duckdb'",
+]
+
+
+def fill(sql, run, tmp):
+    return sql.format(run=run, tmp=tmp)
+
+
+@pytest.mark.parametrize("sql", REFUSED)
+def test_statement_refused_and_nothing_written(finished_run, tmp_path, capsys, sql):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "in.csv").write_text("a\n1\n")
+    before, before_out = digest_tree(finished_run), digest_tree(outside)
+    rc = cli("query", finished_run, fill(sql, finished_run, outside))
+    out, err = capsys.readouterr()
+    assert rc == 1 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "refused" in err and "read-only" in err
+    assert digest_tree(finished_run) == before and digest_tree(outside) == before_out
+    with pytest.raises(QueryRefused):
+        query(finished_run, fill(sql, finished_run, outside))
+    assert digest_tree(finished_run) == before and digest_tree(outside) == before_out
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM read_csv('{secret}')",
+    "SELECT * FROM read_csv_auto('{secret}', sep = ':')",
+    "SELECT * FROM read_text('{secret}')",
+    "SELECT * FROM read_blob('{secret}')",
+    "SELECT * FROM read_json('{secret}')",
+    "SELECT * FROM read_parquet('{secret}')",
+    "SELECT * FROM parquet_metadata('{secret}')",
+    "SELECT * FROM sniff_csv('{secret}')",
+    "SELECT * FROM glob('{tmp}/*')",
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT * FROM read_text('{run}/../secret.txt')",
+    "SELECT * FROM read_text('{run}/events/../../../secret.txt')",
+    "SELECT * FROM '{secret}'",
+    "SELECT * FROM read_parquet('https://example.com/x.parquet')",
+    "SELECT * FROM query('SELECT * FROM read_text(''{secret}'')')",
+])
+def test_files_outside_the_store_are_unreadable(finished_run, tmp_path, secret, capsys, sql):
+    sql = sql.format(secret=secret, tmp=tmp_path, run=finished_run)
+    rc = cli("query", finished_run, sql)
+    out, err = capsys.readouterr()
+    assert rc == 1 and "hunter2" not in out + err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Permission Error" in err or "Catalog Error" in err
+
+
+def test_environment_is_not_readable(finished_run, capsys, monkeypatch):
+    monkeypatch.setenv("ASKSPEC_TEST_KEY", "sk-secret")
+    assert cli("query", finished_run, "SELECT getenv('ASKSPEC_TEST_KEY')") == 1
+    assert "sk-secret" not in capsys.readouterr().out
+
+
+def test_python_variables_are_not_scanned(finished_run):
+    import pyarrow as pa
+
+    leaked = pa.table({"k": ["sk-secret"]})  # noqa: F841 - what a replacement scan would find
+    store = open_readonly_store(finished_run)
+    with pytest.raises(duckdb.Error):
+        run_readonly(store.con, "SELECT * FROM leaked")
+
+
+def test_connection_itself_is_locked(finished_run, secret):
+    """The second lock: even SQL that skips ``check_sql`` cannot reach other files."""
+    store = open_readonly_store(finished_run)
+    con = store.con
+    with pytest.raises(duckdb.PermissionException):
+        con.execute(f"SELECT * FROM read_text('{secret}')")
+    with pytest.raises(duckdb.Error):
+        con.execute("SET enable_external_access = true")
+    with pytest.raises(duckdb.Error):
+        con.execute("SET allowed_paths = ['/']")
+    with pytest.raises(duckdb.Error):
+        con.execute("RESET lock_configuration")
+    with pytest.raises(duckdb.Error):
+        con.execute("INSTALL httpfs")
+    with pytest.raises(duckdb.Error):
+        con.execute(f"ATTACH '{secret.parent}/x.duckdb'")
+    assert not (secret.parent / "x.duckdb").exists()
+    assert con.execute("SELECT count(*) FROM turns").fetchone() == (8,)
+
+
+@pytest.mark.parametrize("sql, expected", [
+    ("SELECT count(*) AS n FROM turns", [{"n": 8}]),
+    ("select 1; SELECT count(*) AS n FROM sessions", [{"n": 4}]),
+    ("WITH a AS (SELECT 2 AS n) SELECT * FROM a", [{"n": 2}]),
+    ("FROM (VALUES (3)) t(n)", [{"n": 3}]),
+    ("VALUES (4)", [{"col0": 4}]),
+    ("SELECT count(*) AS n FROM train_steps -- trailing comment", [{"n": 2}]),
+    ("PIVOT (SELECT 'a' AS k, 1 AS v) ON k IN ('a') USING sum(v)", [{"a": 1}]),
+])
+def test_queries_run(finished_run, sql, expected):
+    assert query(finished_run, sql).to_pylist() == expected
+
+
+@pytest.mark.parametrize("sql", [
+    "DESCRIBE turns", "SHOW TABLES", "SUMMARIZE sessions", "EXPLAIN SELECT * FROM turns",
+    "EXPLAIN ANALYZE SELECT count(*) FROM turns", "EXPLAIN (SELECT 1)",
+    "EXPLAIN (FORMAT json) SELECT 1", "explain /* c */ analyze select 1",
+])
+def test_introspection_runs(finished_run, sql):
+    assert query(finished_run, sql).num_rows > 0
+
+
+def test_run_readonly_checks_everything_first(finished_run, tmp_path):
+    store = open_readonly_store(finished_run)
+    with pytest.raises(QueryRefused, match="statement 2 of 3"):
+        check_sql(store.con, f"SELECT 1; ATTACH '{tmp_path}/a.duckdb'; SELECT 2")
+    with pytest.raises(QueryRefused, match="no SQL statement"):
+        check_sql(store.con, " ; -- nothing")
+    with pytest.raises(duckdb.ParserException):
+        check_sql(store.con, "SELEC 1")
+
+
+def test_views_read_parquet_and_runs_in_a_folder(kit, tmp_path):
+    """Files read through the views stay readable after locking: NDJSON, Parquet copies,
+    and several runs under one folder."""
+    out = tmp_path / "runs"
+    w1 = kit.new_writer(out, experiment="a")
+    for i in range(3):
+        kit.play_session(w1, i)
+    w1.finish("finished")
+    w2 = kit.new_writer(out, experiment="b")
+    kit.play_session(w2, 0)
+    w2.finish("finished")
+    compact_run(w1.run_dir)
+    assert layout.parquet_path(w1.run_dir, "turns").exists()
+    t = query(out, "SELECT run_id, count(*) AS n FROM turns GROUP BY ALL ORDER BY n")
+    assert t.column("n").to_pylist() == [2, 6]
+    assert query(out, "SELECT count(*) AS n FROM runs").to_pylist() == [{"n": 2}]
+    # the NDJSON of a compacted run is not among the readable files once Parquet stands in
+    layout.ndjson_path(w1.run_dir, "turns").unlink()
+    assert query(w1.run_dir, "SELECT count(*) AS n FROM turns").to_pylist() == [{"n": 6}]
+
+
+def test_query_of_a_symlinked_run_dir(finished_run, tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(finished_run, target_is_directory=True)
+    assert query(link, "SELECT count(*) AS n FROM sessions").to_pylist() == [{"n": 4}]
