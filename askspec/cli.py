@@ -64,14 +64,13 @@ def cmd_compile(args) -> int:
 def cmd_fmt(args) -> int:
     from .lang.diagnostics import DiagnosticSink, Sources
     from .lang.fmt import format_source
-    from .lang.parser import decode_source, parse
+    from .lang.parser import decode_source, parse, read_source
 
     status = 0
     for path in args.files:
         sink, sources = DiagnosticSink(), Sources()
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_source(path)
         except OSError as e:
             print(f"error: cannot read {path}: {e.strerror}", file=sys.stderr)
             status = 1

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Any
 
 from ..ir import model as ir
 from . import ast as A
 from .exprs import ExprChecker, Scope, Sym, irspan, suggest
+from .paths import MAX_DATA_BYTES, FileRefused, open_spec_file
 from .span import Span
+from .templates import CONFINED_HINT
 from .types import ANY, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record
 
 ALGORITHMS = {"grpo", "rloo", "reinforce", "reinforce_baseline", "ppo", "gspo", "cispo", "dr_grpo", "group_norm", "sft"}
@@ -52,13 +53,14 @@ class BlockChecks:
     def file_digest(self, rel: str, span: Span) -> str | None:
         """sha256 of a data file (relative to the spec's folder), so that the experiment
         hash changes when the data does."""
-        full = os.path.normpath(os.path.join(self.spec_dir, rel))
         try:
             h = hashlib.sha256()
-            with open(full, "rb") as f:
+            with open_spec_file(self.spec_dir, rel, MAX_DATA_BYTES) as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             return h.hexdigest()
+        except FileRefused as e:
+            self.err("E304", f"data file refused: {e}", span, CONFINED_HINT)
         except FileNotFoundError:
             self.err("E303", f"data file not found: {rel}", span, "paths are relative to the spec's folder")
         except OSError as e:

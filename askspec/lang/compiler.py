@@ -17,7 +17,7 @@ from .consts import INVALID, NotConstant, const_eval, parse_override
 from .diagnostics import DiagnosticSink, Sources
 from .exprs import irspan, suggest
 from .games import GameChecker
-from .parser import decode_source, parse
+from .parser import decode_source, parse, read_source
 from .roles import RoleChecks
 from .span import Span
 from .templates import LoadedTemplate, load_template
@@ -41,8 +41,7 @@ class CompileResult:
 def compile_file(path: str, overrides: dict[str, str] | None = None) -> CompileResult:
     sink, sources = DiagnosticSink(), Sources()
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_source(path)
     except OSError as e:
         sink.error("E004", f"cannot read {path}: {e.strerror or e}", None)
         return CompileResult(None, sink, sources)
@@ -160,6 +159,7 @@ class Compiler(RoleChecks, BlockChecks):
                 self.used.add(("template", e.id))
                 return key
             if e.id in self.broken_templates:
+                self.used.add(("template", e.id))  # reported once, as broken, not also as unused
                 return INVALID
             self.err("E110", f"unknown template '{e.id}'", e.span,
                      suggest(e.id, [k.split(":", 1)[1] for k in self.templates if k.startswith("named:")]))

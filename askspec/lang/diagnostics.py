@@ -39,6 +39,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E301": ("error", "template uses a variable the protocol does not provide"),
     "E302": ("error", "template syntax error"),
     "E303": ("error", "template or data file not found"),
+    "E304": ("error", "file refused: outside the spec's folder, not a regular file, or too large"),
     "E401": ("error", "unbounded loop"),
     "E402": ("error", "trained role without a reward on some path"),
     "E403": ("error", "role has no model on some path"),

@@ -3,6 +3,7 @@ and turns every lexing/parsing failure into a Diagnostic (never an exception).""
 
 from __future__ import annotations
 
+import errno
 import functools
 import re
 from importlib import resources
@@ -133,9 +134,23 @@ def _unclosed(text: str) -> tuple[str, int, int] | None:
     return stack[-1] if stack else None
 
 
+def read_source(path: str) -> bytes:
+    """The bytes of a spec file named on the command line: a regular file (a FIFO or a
+    device such as /dev/zero is refused without reading or blocking), at most
+    MAX_BYTES + 1 bytes of it (more is reported as too large). Raises OSError."""
+    from .paths import FileRefused, open_regular
+
+    try:
+        with open_regular(path) as f:
+            return f.read(MAX_BYTES + 1)
+    except FileRefused as e:
+        raise OSError(errno.EINVAL, str(e).removeprefix(f"{path} is ")) from None
+
+
 def decode_source(path: str, data: bytes, sink: DiagnosticSink) -> str | None:
     if len(data) > MAX_BYTES:
-        sink.error("E005", f"file is {len(data)} bytes; the limit is {MAX_BYTES}", Span(path, 1, 1, 1, 1))
+        sink.error("E005", f"file is over {MAX_BYTES} bytes, the limit for a spec", Span(path, 1, 1, 1, 1),
+                   hint="prompts belong in their own files: file(\"prompts/x.j2\")")
         return None
     try:
         text = data.decode("utf-8")

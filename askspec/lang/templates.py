@@ -17,7 +17,11 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from . import ast as A
 from .diagnostics import DiagnosticSink
+from .paths import MAX_TEMPLATE_BYTES, FileRefused, read_spec_file, spec_relative
 from .span import Span
+
+
+CONFINED_HINT = "a spec reads only regular files inside its own folder (symlinks are followed first)"
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,17 +52,19 @@ def load_template(e: A.Expr, spec_dir: str, spec_path: str, sink: DiagnosticSink
         rel = e.args[0].value
         full = os.path.normpath(os.path.join(spec_dir, rel))
         try:
-            with open(full, "rb") as f:
-                data = f.read()
-            text = data.decode("utf-8")
+            text = read_spec_file(spec_dir, rel, MAX_TEMPLATE_BYTES).decode("utf-8")
+        except FileRefused as err:
+            sink.error("E304", f"template file refused: {err}", e.args[0].span, CONFINED_HINT)
+            return None
         except FileNotFoundError:
             sink.error("E303", f"template file not found: {rel}", e.args[0].span,
                        f"looked for {_display_path(spec_path, rel)} (paths are relative to the spec's folder)")
             return None
         except (OSError, UnicodeDecodeError) as err:
-            sink.error("E303", f"cannot read template file {rel}: {err.__class__.__name__}", e.args[0].span)
+            sink.error("E303", f"cannot read template file {rel}: {getattr(err, 'strerror', None) or err.__class__.__name__}",
+                       e.args[0].span)
             return None
-        files[rel] = text
+        files[spec_relative(spec_dir, rel)] = text
         key = name or f"file:{rel}"
         return _analyse(key, text, rel, full if not os.path.isabs(rel) else rel, 1, 1, e.span, sink, display=_display_path(spec_path, rel))
     sink.error("E107", "a template is a string (inline) or file(\"path\")", e.span)

@@ -7,13 +7,14 @@ exactly the same sessions."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from askspec.ir import model as ir
+from askspec.lang.paths import MAX_DATA_BYTES, open_spec_file
 
 from askspec.runtime.engine.evaluator import Env, evaluate
 
@@ -38,11 +39,13 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
     if ds.format == "list":
         items = list(ds.items or [])
     else:
-        path = ds.path if os.path.isabs(ds.path or "") else os.path.join(spec_dir, ds.path or "")
-        if ds.format in ("jsonl", "knowledge"):
-            items = []
-            with open(path, encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
+        # the checks `check` made (inside the spec's folder, a regular file, size cap),
+        # made again on the file actually read: it may have changed since
+        path = ds.path or ""
+        with open_spec_file(spec_dir, path, MAX_DATA_BYTES) as raw:
+            if ds.format in ("jsonl", "knowledge"):
+                items = []
+                for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8"), 1):
                     line = line.strip()
                     if not line:
                         continue
@@ -50,10 +53,10 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
                         items.append(json.loads(line))
                     except json.JSONDecodeError as e:
                         raise ValueError(f"{path}:{n}: invalid JSON line ({e.msg})") from None
-        else:
-            import pyarrow.parquet as pq
+            else:
+                import pyarrow.parquet as pq
 
-            items = pq.read_table(path).to_pylist()
+                items = pq.read_table(raw).to_pylist()
     if ds.options.get("shuffle"):
         random.Random(derive_seed(seed, ds.name, ds.options.get("seed", 0))).shuffle(items)
     limit = ds.options.get("limit")

@@ -1,0 +1,115 @@
+"""The files a spec may read: inside its own folder tree, regular, and not too large.
+
+A spec is shared like code, and what it reads is sent to models (templates become
+prompts, data items become messages), so ``file("/etc/passwd")``, ``../`` paths and
+symlinks that lead out of the spec's folder would let a shared spec ship a user's files
+to an endpoint of its author's choosing. Every spec-relative path, at check time
+(templates, data digests) and at run time (data loading), goes through ``open_spec_file``:
+
+- the path is resolved (``..`` and every symlink followed) and must stay inside the
+  spec's folder tree, itself resolved;
+- the file must be a regular file (not a device such as ``/dev/zero``, a FIFO, a
+  socket or a folder); it is stat'ed before opening and opened non-blocking, so a FIFO
+  can never block;
+- its size is capped: ``MAX_TEMPLATE_BYTES`` for template files (their text is embedded
+  in the IR), ``MAX_DATA_BYTES`` for data files.
+
+A refusal is a ``FileRefused`` (diagnostic E304); a file that does not exist is
+``FileNotFoundError`` as before (E303).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import BinaryIO
+
+MAX_TEMPLATE_BYTES = 1024 * 1024  # as for a spec file
+MAX_DATA_BYTES = 1024 * 1024 * 1024  # 1 GiB: data files are hashed at check time and loaded at run time
+
+
+class FileRefused(ValueError):
+    """A spec-relative path the spec may not read; ``str()`` is the one-line reason.
+    (A ValueError, so callers that report bad input as ValueError report it too.)"""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def human_size(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} bytes"
+
+
+def resolve_spec_path(spec_dir: str, rel: str) -> str:
+    """The real path of ``rel`` (relative to ``spec_dir``), or FileRefused when it leads
+    outside the spec's folder tree. Does not require the file to exist."""
+    if "\x00" in rel:
+        raise FileRefused(f"{rel!r} is not a valid path (NUL character)")
+    root = os.path.realpath(spec_dir)
+    real = os.path.realpath(os.path.join(root, rel))
+    if os.path.commonpath([root, real]) != root:
+        lexical = os.path.normpath(os.path.join(root, rel))
+        if os.path.commonpath([root, lexical]) == root:
+            raise FileRefused(f"{rel} leads through a symlink to {real}, outside the spec's folder")
+        raise FileRefused(f"{rel} is outside the spec's folder")
+    return real
+
+
+def spec_relative(spec_dir: str, rel: str) -> str:
+    """``rel`` as a clean relative path inside the spec's folder (``a/../b.j2`` -> ``b.j2``,
+    an absolute path inside the folder -> relative), for recording the file with a run.
+    Call after ``resolve_spec_path`` accepted ``rel``."""
+    root = os.path.realpath(spec_dir)
+    lexical = os.path.normpath(os.path.join(root, rel))
+    if os.path.commonpath([root, lexical]) != root:  # inside only once symlinks are followed
+        lexical = os.path.realpath(lexical)
+    return os.path.relpath(lexical, root).replace(os.sep, "/")
+
+
+def open_regular(path: str, max_bytes: int | None = None, shown: str | None = None) -> BinaryIO:
+    """Open ``path`` for reading if it is a regular file (no more than ``max_bytes``),
+    without ever blocking on a FIFO. Raises FileRefused or OSError."""
+    shown = shown or path
+    st = os.stat(path)  # FileNotFoundError when missing
+    if not stat.S_ISREG(st.st_mode):
+        raise FileRefused(f"{shown} is {_kind(st.st_mode)}, not a regular file")
+    # O_NONBLOCK: if the path was swapped for a FIFO since the stat, opening cannot hang
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"{shown} is {_kind(st.st_mode)}, not a regular file")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise FileRefused(f"{shown} is {human_size(st.st_size)}; the limit is {human_size(max_bytes)}")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)  # a regular file: ordinary reads from here on
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_spec_file(spec_dir: str, rel: str, max_bytes: int) -> BinaryIO:
+    """Open ``rel`` (relative to ``spec_dir``) for reading after the checks above; the
+    caller closes it. Raises FileRefused, FileNotFoundError, or another OSError."""
+    return open_regular(resolve_spec_path(spec_dir, rel), max_bytes, shown=rel)
+
+
+def read_spec_file(spec_dir: str, rel: str, max_bytes: int) -> bytes:
+    """The bytes of ``rel`` (see ``open_spec_file``); a file that grew past the limit
+    since it was stat'ed is refused too."""
+    with open_spec_file(spec_dir, rel, max_bytes) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileRefused(f"{rel} is over the limit of {human_size(max_bytes)}")
+    return data
