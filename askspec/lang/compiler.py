@@ -13,7 +13,7 @@ from typing import Any
 from ..ir import model as ir
 from . import ast as A
 from .blocks import BlockChecks
-from .consts import INVALID, NotConstant, const_eval, parse_override
+from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval, parse_override
 from .diagnostics import DiagnosticSink, Sources
 from .exprs import irspan, suggest
 from .games import GameChecker
@@ -139,6 +139,12 @@ class Compiler(RoleChecks, BlockChecks):
                 self.used.add(("param", n))
         try:
             return const_eval(e, self.params)
+        except OutOfRange as nc:
+            self.err("E006", f"{what}: {nc.why}", nc.node.span)
+            return None
+        except TooLarge as nc:
+            self.err("E005", f"{what}: {nc.why}", nc.node.span)
+            return None
         except NotConstant as nc:
             self.err("E107", f"{what} must be a constant: {nc.why}", nc.node.span)
             return None
@@ -252,25 +258,32 @@ class Compiler(RoleChecks, BlockChecks):
                 self.err("E201", f"parameter '{p.name}' is {type_text} but its default is {problem}", p.default.span)
                 value = _zero(declared)  # a well-typed stand-in, so uses do not report again
         if p.name in self.overrides:
-            raw = self.overrides[p.name]
-            expr = parse_override(raw)
-            try:
-                new = const_eval(expr, self.params) if expr is not None else raw
-            except NotConstant:
-                new = raw  # a bare word is a string: --set routing=pointwise
-            want = declared or (from_json_value(value) if value is not None else None)
-            problem = _type_problem(new, want, type_text or str(want)) if want is not None else None
-            if problem:
-                # keep the default so that one bad --set gives one diagnostic
-                self.err("E111", f"--set {p.name}={raw}: parameter '{p.name}' is {type_text or want} but the value is {problem}",
-                         p.name_span)
-            else:
-                value = new
+            value = self.override(p, declared, type_text, value)
         t = declared or (from_json_value(value) if value is not None else ANY)
         self.params[p.name] = value
         self.param_types[p.name] = t
         self.param_spans[p.name] = p.name_span
         self.exp.params.append(ir.Param(span=irspan(p.span), name=p.name, type=type_text or str(t), value=value))
+
+    def override(self, p: A.Param, declared: T | None, type_text: str | None, value: Any) -> Any:
+        """The value of `--set NAME=RAW` for parameter `p`, or its default when it does not fit."""
+        raw = self.overrides[p.name]
+        try:
+            expr = parse_override(raw)
+            new = const_eval(expr, self.params) if expr is not None else raw
+        except (OutOfRange, TooLarge) as nc:
+            self.err("E111", f"--set {p.name}={_shorten(raw)}: {nc.why}", p.name_span)
+            return value
+        except NotConstant:
+            new = raw  # a bare word is a string: --set routing=pointwise
+        want = declared or (from_json_value(value) if value is not None else None)
+        problem = _type_problem(new, want, type_text or str(want)) if want is not None else None
+        if problem:
+            # keep the default so that one bad --set gives one diagnostic
+            self.err("E111", f"--set {p.name}={_shorten(raw)}: parameter '{p.name}' is {type_text or want} but the value is {problem}",
+                     p.name_span)
+            return value
+        return new
 
     # -- cross checks
     def check_buffer_scores(self) -> None:
@@ -310,11 +323,15 @@ class Compiler(RoleChecks, BlockChecks):
             self.sink.warn("W501", f"{kind} '{name}' is never used", span)
 
 
+def _shorten(text: str, n: int = 40) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
 def _type_problem(value: Any, want: T, want_text: str) -> str | None:
     """Why a constant does not fit a declared parameter type (None when it fits)."""
     vt = from_json_value(value)
     if not is_a(vt, want):
-        return f"{vt} {json.dumps(value)}" if not isinstance(value, (list, dict)) else str(vt)
+        return f"{vt} {_shorten(json.dumps(value))}" if not isinstance(value, (list, dict)) else str(vt)
     if want_text == "int" and isinstance(value, float) and value != int(value):
         return f"the fraction {value}"
     return None

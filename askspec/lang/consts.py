@@ -13,11 +13,32 @@ from . import ast as A
 INVALID = "!invalid"
 
 
+# Bounds on what constant evaluation may build: numbers stay finite floats (or ints in
+# float range, which also keeps int arithmetic cheap), and `pairs` of a long list is
+# refused rather than grown quadratically.
+MAX_NUMBER = 1.7976931348623157e308
+MAX_CONST_ITEMS = 1_000_000
+
+
 class NotConstant(Exception):
     def __init__(self, node: A.Node, why: str = "not a constant") -> None:
         super().__init__(why)
         self.node = node
         self.why = why
+
+
+class OutOfRange(NotConstant):
+    """A constant expression whose value is not a finite number (E006)."""
+
+
+class TooLarge(NotConstant):
+    """A constant expression that would build too large a value (E005)."""
+
+
+def _number(e: A.Node, v: int | float) -> int | float:
+    if v != v or abs(v) > MAX_NUMBER:  # NaN, inf, or an int past the float range
+        raise OutOfRange(e, "the result is out of range (not a finite number)")
+    return v
 
 
 def const_eval(e: A.Expr, params: dict[str, Any]) -> Any:
@@ -34,20 +55,23 @@ def const_eval(e: A.Expr, params: dict[str, Any]) -> Any:
     if isinstance(e, A.Unary) and e.op == "-":
         v = const_eval(e.operand, params)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return -v
+            return _number(e, -v)
         raise NotConstant(e, "'-' needs a number")
     if isinstance(e, A.Binary) and e.op in "+-*/":
         l, r = const_eval(e.left, params), const_eval(e.right, params)
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (l, r)):
             if e.op == "+":
-                return l + r
+                return _number(e, l + r)
             if e.op == "-":
-                return l - r
+                return _number(e, l - r)
             if e.op == "*":
-                return l * r
+                return _number(e, l * r)
             if r == 0:
                 raise NotConstant(e, "division by zero")
-            return l / r
+            try:
+                return _number(e, l / r)
+            except OverflowError:  # int / int whose quotient is past the float range
+                raise OutOfRange(e, "the result is out of range (not a finite number)") from None
         raise NotConstant(e, f"'{e.op}' needs numbers")
     if isinstance(e, A.Call) and e.func == "len" and len(e.args) == 1:
         v = const_eval(e.args[0], params)
@@ -56,17 +80,23 @@ def const_eval(e: A.Expr, params: dict[str, Any]) -> Any:
     if isinstance(e, A.Call) and e.func == "pairs" and len(e.args) == 1:
         v = const_eval(e.args[0], params)
         if isinstance(v, list):
+            if len(v) * (len(v) - 1) // 2 > MAX_CONST_ITEMS:
+                raise TooLarge(e, f"pairs of {len(v)} items would be more than {MAX_CONST_ITEMS:,} pairs")
             return pairs(v)
     raise NotConstant(e)
 
 
 def parse_override(text: str) -> A.Expr | None:
-    """Parse a --set value as a constant expression; None when it is not one."""
+    """Parse a --set value as a constant expression; None when it is not one (a bare
+    word is then taken as a string). A number out of range raises OutOfRange."""
     from .diagnostics import DiagnosticSink
     from .parser import parse
 
     sink = DiagnosticSink()
     module = parse("<--set>", f"metric __v = {text}", sink)
+    bad = next((d for d in sink.items if d.code == "E006"), None)
+    if bad is not None:
+        raise OutOfRange(A.Name(bad.span, text), bad.message)
     if module is None or sink.has_errors or len(module.decls) != 1:
         return None
     decl = module.decls[0]

@@ -22,6 +22,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E003": ("error", "invalid character"),
     "E004": ("error", "file cannot be read or is not valid UTF-8 text"),
     "E005": ("error", "input too large or nested too deeply"),
+    "E006": ("error", "number out of range (not a finite number)"),
     "E101": ("error", "undefined name"),
     "E102": ("error", "unknown role"),
     "E103": ("error", "unknown model"),

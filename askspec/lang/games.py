@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..ir import model as ir
 from . import ast as A
-from .consts import NotConstant, const_eval
+from .consts import NotConstant, OutOfRange, const_eval
 from .exprs import ExprChecker, Scope, Sym, irspan, suggest
 from .parser import KEYWORDS
 from .span import Span
@@ -216,6 +216,8 @@ class GameChecker:
                 self.err("E201", f"sample needs a number, found {st}", a.sample.span)
             try:
                 v = const_eval(a.sample, self.c.params)
+            except OutOfRange as nc:
+                self.err("E006", f"a sample count: {nc.why}", nc.node.span)
             except NotConstant:
                 self.err("E401", "sample needs a count known before the run (a number or parameter)", a.sample.span)
             else:
@@ -280,6 +282,9 @@ class GameChecker:
     def _bound(self, e: A.Expr, what: str) -> int | None:
         try:
             v = const_eval(e, self.c.params)
+        except OutOfRange as nc:
+            self.err("E006", f"{what}: {nc.why}", nc.node.span)
+            return 0
         except NotConstant:
             return None
         self._mark_used(e)

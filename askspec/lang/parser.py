@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import math
 import re
 from importlib import resources
 
@@ -227,7 +228,9 @@ def parse(path: str, text: str, sink: DiagnosticSink) -> A.Module | None:
         line, col = _end_position(text)
         sink.error("E002", "unexpected end of file", Span(path, line, col, line, col + 1))
         return None
-    return _Builder(path, text).module(tree)
+    before = len(sink.items)
+    module = _Builder(path, text, sink).module(tree)
+    return None if any(d.is_error for d in sink.items[before:]) else module
 
 
 def _end_position(text: str) -> tuple[int, int]:
@@ -250,12 +253,29 @@ def _unescape(body: str) -> str:
     return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), body)
 
 
-class _Builder:
-    """Converts lark's parse tree into AST nodes."""
+MAX_NUMBER = 1.7976931348623157e308  # the largest finite float
 
-    def __init__(self, path: str, text: str) -> None:
+
+def number_value(raw: str) -> int | float | None:
+    """The value of a number literal; None when it is not a finite number (``1e400``, or
+    an integer too long for a float). Integers stay ints."""
+    if re.fullmatch(r"\d+", raw):
+        if len(raw.lstrip("0")) > 309:  # cheaper than int(): and > 4300 digits int() refuses
+            return None
+        value: int | float = int(raw)
+        return value if value <= MAX_NUMBER else None
+    value = float(raw)
+    return value if math.isfinite(value) else None
+
+
+class _Builder:
+    """Converts lark's parse tree into AST nodes; the few errors only found while building
+    (a number literal out of range) go to ``sink``."""
+
+    def __init__(self, path: str, text: str, sink: DiagnosticSink | None = None) -> None:
         self.path = path
         self.text = text
+        self.sink = sink or DiagnosticSink()
 
     # -- spans
     def span(self, node: Tree | Token) -> Span:
@@ -470,7 +490,12 @@ class _Builder:
 
     def e_number(self, t: Tree) -> A.Number:
         raw = str(t.children[0])
-        value: float | int = int(raw) if re.fullmatch(r"\d+", raw) else float(raw)
+        value = number_value(raw)
+        if value is None:
+            shown = raw if len(raw) <= 24 else raw[:21] + "..."
+            self.sink.error("E006", f"number {shown} is out of range (larger than about 1.8e308, not a finite number)",
+                            self.span(t), hint="numbers are 64-bit floats (and integers within their range)")
+            value = 0  # a stand-in; parse() reports the module as failed
         return A.Number(self.span(t), value)
 
     def e_string(self, t: Tree) -> A.String:
