@@ -322,7 +322,7 @@ def _product(*lists: list) -> list:
 def _range(a: Any, b: Any = None) -> list:
     if b is None:
         return list(range(int(a)))
-    return list(range(int(a), int(b) + 1))
+    return list(range(int(a), int(b)))  # half-open, as Python and the docs: range(1, 4) = [1, 2, 3]
 
 
 def _num_fn(x: Any) -> float:
