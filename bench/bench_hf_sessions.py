@@ -17,7 +17,7 @@ SPEC = """
 experiment hf_sessions {{ param n: int = {n} }}
 model m = hf("smollm2-135m-instruct") {{ temperature = 0.7; top_p = 0.95; max_tokens = {tokens} }}
 role writer {{ model = m; memory = none; prompt = "Write a short story about the number {{{{ i }}}}." }}
-game tell for i in range(1, n) {{ story = ask writer }}
+game tell for i in range(1, n + 1) {{ story = ask writer }}
 """
 
 

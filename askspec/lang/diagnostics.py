@@ -41,6 +41,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E302": ("error", "template syntax error"),
     "E303": ("error", "template or data file not found"),
     "E304": ("error", "file refused: outside the spec's folder, not a regular file, or too large"),
+    "E305": ("error", "template breaks the sandbox: a forbidden attribute, a change to data, or work past the render limits"),
     "E401": ("error", "unbounded loop"),
     "E402": ("error", "trained role without a reward on some path"),
     "E403": ("error", "role has no model on some path"),

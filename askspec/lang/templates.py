@@ -1,32 +1,28 @@
 """Prompt templates: loading (inline or file), Jinja2 syntax checks, and the variables a
 template needs, located at the template's own line so an undefined one is reported there.
 
-Templates are parsed with Jinja2's SandboxedEnvironment, the same environment the runtime
-renders them in."""
+Templates are parsed in the sandbox of `sandbox.py`, the same environment the runtime
+renders them in; what that sandbox is certain to refuse is reported here (E305)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 from dataclasses import dataclass
 
 import jinja2
 from jinja2 import meta
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from . import ast as A
 from .diagnostics import DiagnosticSink
+from .sandbox import environment, static_problems
+from .sandbox import render as render_template  # noqa: F401 - the runtime renders through here
 from .paths import MAX_TEMPLATE_BYTES, FileRefused, read_spec_file, spec_relative
 from .span import Span
 
 
 CONFINED_HINT = "a spec reads only regular files inside its own folder (symlinks are followed first)"
 
-
-@functools.lru_cache(maxsize=1)
-def environment() -> ImmutableSandboxedEnvironment:
-    return ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
 @dataclass
@@ -88,7 +84,26 @@ def _analyse(key, source, rel, full, line, col, span, sink, display=None) -> Loa
     except Exception as err:  # jinja may raise assertion errors on odd input
         sink.error("E302", f"template error: {err}", span)
         return None
-    return LoadedTemplate(key, source, rel, display, line, col, variables, span)
+    lt = LoadedTemplate(key, source, rel, display, line, col, variables, span)
+    for lineno, needle, message in static_problems(parsed):
+        sink.error("E305", message, _locate(lt, lineno, needle), SANDBOX_HINT)
+    return lt
+
+
+SANDBOX_HINT = "templates render in a sandbox: no private attributes, no changes to data, bounded time and size"
+
+
+def _locate(t: LoadedTemplate, lineno: int, needle: str) -> Span:
+    """Span of ``needle`` on template line ``lineno`` (the line's start when absent)."""
+    lines = t.source.splitlines() or [""]
+    text = lines[min(max(lineno, 1), len(lines)) - 1]
+    idx = text.find(needle) if needle else -1
+    col = idx + 1 if idx >= 0 else 1
+    width = len(needle) if idx >= 0 else 1
+    line = t.origin_line + lineno - 1
+    if lineno == 1:
+        col += t.origin_col - 1
+    return Span(t.display_path, line, col, line, col + width)
 
 
 def variable_location(t: LoadedTemplate, var: str) -> Span:

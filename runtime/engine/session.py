@@ -19,8 +19,10 @@ import jinja2
 from jinja2.exceptions import SecurityError
 
 from askspec.ir import model as ir
-# the checker's sandboxed environment: templates render exactly as they were checked
+# the checker's sandboxed environment: templates render exactly as they were checked,
+# within the sandbox's time and size limits
 from askspec.lang.templates import environment as template_environment
+from askspec.lang.templates import render_template
 
 from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
 from askspec.runtime.engine.calls import ModelCalls, call_seed, parse_reply
@@ -91,7 +93,7 @@ class Engine:
         # in the same sandboxed environment.
         parent = {**globals_, **{k: ctx[k] for k in wanted if k in ctx}}
         try:
-            return "".join(t.root_render_func(t.new_context(parent, shared=True)))
+            return render_template(t, parent)
         except jinja2.UndefinedError as e:
             raise SessionFailed(f"template {key}: {e.message}") from None
         except jinja2.TemplateError as e:

@@ -19,7 +19,7 @@ SPEC = """
 experiment remote {{ param n: int = 3 }}
 model served = openai("served-model") {{ base_url = "{url}"; retries = {retries}; top_k = 20; temperature = 0.5 }}
 role a {{ model = served; memory = full; prompt = "question {{{{ i }}}}" }}
-game g for i in range(1, n) {{
+game g for i in range(1, n + 1) {{
     x = ask a
     y = ask a
 }}

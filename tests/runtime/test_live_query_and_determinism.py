@@ -23,7 +23,7 @@ SLOW_SPEC = """
 experiment live { param n: int = 40 }
 model slow = python("slow_model:reply")
 role asker { model = slow; memory = none; reply = sections("#Question#"); prompt = "Ask question {{ i }}." }
-game one for i in range(1, n) { q = ask asker }
+game one for i in range(1, n + 1) { q = ask asker }
 """
 
 
@@ -68,7 +68,7 @@ DET_SPEC = """
 experiment det { param n: int = 6  seed = 11 }
 model m = python("fake_models:seeded") { temperature = 0.8 }
 role a { model = m; memory = full; reply = sections("#Answer#"); prompt = "go {{ i }}" }
-game g for i in range(1, n) { repeat 3 { r = ask a } }
+game g for i in range(1, n + 1) { repeat 3 { r = ask a } }
 """
 
 

@@ -21,7 +21,7 @@ experiment resume_demo {
 model slow = python("slow_model:reply")
 role asker { model = slow; memory = none; reply = sections("#Question#"); prompt = "Ask question {{ i }}." }
 role solver { model = slow; memory = none; reply = boxed }
-game one for i in range(1, n) {
+game one for i in range(1, n + 1) {
     outcomes solved, unsolved
     q = ask asker
     s = ask solver: q.question
