@@ -35,7 +35,7 @@ experiment overhead { param sessions: int = 100  param turns: int = 8 }
 model instant = python("bench_instant:reply")
 role player { model = instant; memory = full; reply = sections("#Answer#");
               prompt = "Turn {{ t }} of {{ turns }}: continue the game." }
-game play for i in range(1, sessions) {
+game play for i in range(1, sessions + 1) {
     repeat t in 1..turns { r = ask player }
 }
 """

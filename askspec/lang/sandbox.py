@@ -58,15 +58,13 @@ class TemplateLimitError(SecurityError):
 
 
 class _Budget:
-    __slots__ = ("deadline", "iterations")
+    __slots__ = ("deadline", "iterations", "ops")
 
     def __init__(self) -> None:
         self.deadline = time.monotonic() + RENDER_SECONDS
         self.iterations = 0
+        self.ops = 0
 
-    def tick(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise TemplateLimitError(f"rendering took longer than {RENDER_SECONDS:g} s (the limit)")
 
 
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("askspec_template_budget", default=None)
@@ -78,19 +76,26 @@ def _budget() -> _Budget:
     return _BUDGET.get() or _Budget()
 
 
+def _tick() -> None:
+    """Called by every guarded operation; reads the clock every 32nd time (each operation
+    is bounded by its own checks, and reading it every time tripled a render's cost)."""
+    b = _BUDGET.get()
+    if b is not None:
+        b.ops += 1
+        if not b.ops & 31 and time.monotonic() > b.deadline:
+            raise TemplateLimitError(f"rendering took longer than {RENDER_SECONDS:g} s (the limit)")
+
+
 def _too_big(what: str, n: int, limit: int = MAX_CHARS) -> TemplateLimitError:
     return TemplateLimitError(f"{what} would be {n:,} long, over the limit of {limit:,}")
 
 
-def _size(v: Any) -> int:
-    return len(v) if isinstance(v, (str, bytes, list, tuple, dict)) else 0
-
-
 def _check_size(v: Any, what: str = "a value") -> Any:
-    n = _size(v)
-    if n > MAX_CHARS:
-        raise _too_big(what, n)
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_INT_BITS:
+    t = type(v)
+    if t is str or t is list or t is tuple or t is dict or t is bytes or isinstance(v, (str, bytes, list, tuple, dict)):
+        if len(v) > MAX_CHARS:
+            raise _too_big(what, len(v))
+    elif isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_INT_BITS:
         raise TemplateLimitError(f"{what} would be an integer of {v.bit_length():,} bits, over the limit of {MAX_INT_BITS:,}")
     return v
 
@@ -103,17 +108,24 @@ def _check_width(n: Any, what: str) -> None:
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\d+|\*)?(?:\.(\d+|\*))?[hlL]?[diouxXeEfFgGcrsa%]")
 
 
-def _check_percent_format(fmt: str | bytes, args: Any) -> None:
-    """``fmt % args``: widths and precisions, literal or ``*``, are bounded."""
-    text = fmt.decode("latin-1") if isinstance(fmt, bytes) else fmt
-    stars = 0
+@functools.lru_cache(maxsize=1024)
+def _percent_widths(text: str) -> tuple[int, bool]:
+    """The largest literal width or precision in a %-format, and whether one is ``*``."""
+    widest, star = 0, False
     for m in _PERCENT_SPEC.finditer(text):
         for g in m.groups():
             if g == "*":
-                stars += 1
+                star = True
             elif g:
-                _check_width(int(g[:12]) if len(g) < 12 else MAX_WIDTH + 1, "a format width")
-    if stars:
+                widest = max(widest, int(g) if len(g) < 12 else MAX_WIDTH + 1)
+    return widest, star
+
+
+def _check_percent_format(fmt: str | bytes, args: Any) -> None:
+    """``fmt % args``: widths and precisions, literal or ``*``, are bounded."""
+    widest, star = _percent_widths(fmt.decode("latin-1") if isinstance(fmt, bytes) else str(fmt))
+    _check_width(widest, "a format width")
+    if star:
         for a in (args if isinstance(args, tuple) else (args,)):
             _check_width(a, "a format width")
 
@@ -128,6 +140,11 @@ def _check_format_spec(spec: str) -> None:
 
 def _binop(op: str, left: Any, right: Any) -> Any:
     """``left op right`` for the operators whose result can outgrow their inputs."""
+    if op == "%":
+        if isinstance(left, (str, bytes)):
+            _check_percent_format(left, right)
+            return _check_size(left % right, "a formatted string")
+        return left % right
     seqs = (str, bytes, list, tuple)
     ints = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
     if op == "*":
@@ -148,26 +165,22 @@ def _binop(op: str, left: Any, right: Any) -> Any:
         if isinstance(left, seqs) and isinstance(right, seqs) and len(left) + len(right) > MAX_CHARS:
             raise _too_big("a concatenation", len(left) + len(right))
         return _check_size(left + right, "a sum")
-    if op == "%":
-        if isinstance(left, (str, bytes)):
-            _check_percent_format(left, right)
-            return _check_size(left % right, "a formatted string")
-        return left % right
     raise AssertionError(op)  # pragma: no cover - only the operators above are intercepted
 
 
-def _join_parts(parts: Iterable[Any], sep: str = "") -> str:
-    """``sep.join(str(p) for p in parts)``, refusing before the join when too long."""
-    strs, total = [], 0
-    budget = _budget()
+def _join_parts(parts: Iterable[Any]) -> str:
+    """``"".join(str(p) for p in parts)``, refusing as soon as it would be too long."""
+    # no clock here: what yields the parts (loops, calls, filters) reads it
+    strs: list[str] = []
+    append, total = strs.append, 0
     for p in parts:
-        s = p if isinstance(p, str) else str(p)
-        total += len(s) + len(sep)
-        if total > MAX_CHARS + len(sep):
-            raise _too_big("the text", total - len(sep))
-        strs.append(s)
-        budget.tick()
-    return sep.join(strs)
+        if type(p) is not str:
+            p = str(p)
+        total += len(p)
+        if total > MAX_CHARS:
+            raise _too_big("the text", total)
+        append(p)
+    return "".join(strs)
 
 
 def _count_lines(s: str) -> int:
@@ -269,12 +282,25 @@ def _precheck_filter(name: str, value: Any, args: tuple, kwargs: dict) -> None:
             raise TemplateLimitError("striptags on this text would take too long (many '<!--')")
 
 
+# Filters whose output can be far larger than their input, or whose cost can be more
+# than linear in it: checked before they run. The others only read the clock.
+_PRECHECKED_FILTERS = {"center", "indent", "replace", "format", "batch", "slice", "wordwrap", "tojson", "sum",
+                       "striptags", "join"}
+
+
 def _guard_filter(name: str, func: Callable) -> Callable:
     at = _value_index(func)
+    if name not in _PRECHECKED_FILTERS:
+        @functools.wraps(func)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            _tick()
+            return func(*args, **kwargs)
+
+        return timed
 
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        _budget().tick()
+        _tick()
         value, rest = (args[at] if len(args) > at else None), args[at + 1:]
         _precheck_filter(name, value, rest, kwargs)
         if name == "join" and value is not None and not isinstance(value, (str, bytes)):
@@ -292,7 +318,7 @@ def _guard_filter(name: str, func: Callable) -> Callable:
 def _guard_test(func: Callable) -> Callable:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        _budget().tick()
+        _tick()
         return func(*args, **kwargs)
 
     return guarded
@@ -318,7 +344,8 @@ def _loop_guard(iterable: Any) -> Iterator[Any]:
         budget.iterations += 1
         if budget.iterations > MAX_ITERATIONS:
             raise TemplateLimitError(f"loops ran more than {MAX_ITERATIONS:,} iterations (the limit)")
-        budget.tick()
+        if not budget.iterations & 31 and time.monotonic() > budget.deadline:
+            raise TemplateLimitError(f"rendering took longer than {RENDER_SECONDS:g} s (the limit)")
         yield item
 
 
@@ -372,19 +399,19 @@ class BoundedSandboxedEnvironment(ImmutableSandboxedEnvironment):
         return _join_parts(parts)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        _budget().tick()
+        _tick()
         return _binop(operator, left, right)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        _budget().tick()
+        _tick()
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
-        _budget().tick()
+        _tick()
         return super().getitem(obj, argument)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        _budget().tick()
+        _tick()
         receiver = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")
         if isinstance(receiver, (str, bytes)) and isinstance(__obj, (types.BuiltinMethodType, types.MethodType)):
@@ -459,7 +486,12 @@ def _static(node: nodes.Node) -> Any:
         if left is _UNKNOWN or right is _UNKNOWN:
             return _UNKNOWN
         if node.operator in BoundedSandboxedEnvironment.intercepted_binops:
-            return _binop(node.operator, left, right)
+            try:
+                return _binop(node.operator, left, right)
+            except TemplateLimitError:
+                raise
+            except Exception:  # e.g. 'a' ** 2: fails when rendered, not a limit
+                return _UNKNOWN
         try:
             return {"-": lambda: left - right, "/": lambda: left / right, "//": lambda: left // right}[node.operator]()
         except Exception:

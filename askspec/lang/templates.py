@@ -85,7 +85,11 @@ def _analyse(key, source, rel, full, line, col, span, sink, display=None) -> Loa
         sink.error("E302", f"template error: {err}", span)
         return None
     lt = LoadedTemplate(key, source, rel, display, line, col, variables, span)
-    for lineno, needle, message in static_problems(parsed):
+    try:
+        problems = static_problems(parsed)
+    except RecursionError:
+        problems = []  # an expression nested too deeply to analyse; the render limits still apply
+    for lineno, needle, message in problems:
         sink.error("E305", message, _locate(lt, lineno, needle), SANDBOX_HINT)
     return lt
 
