@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from .terminal import printable
+
 
 def _overrides(pairs: list[str] | None) -> dict[str, str]:
     out = {}
@@ -24,7 +26,7 @@ def cmd_check(args) -> int:
     failed = False
     for path in args.files:
         res = compile_file(path, _overrides(args.set))
-        res.sink.emit(res.sources)
+        res.sink.emit(res.sources, limit=args.max_diagnostics)
         if res.sink.has_errors:
             failed = True
     if not failed and not args.quiet:
@@ -38,7 +40,7 @@ def cmd_compile(args) -> int:
     from .lang.compiler import compile_file
 
     res = compile_file(args.file, _overrides(args.set))
-    res.sink.emit(res.sources)
+    res.sink.emit(res.sources, limit=args.max_diagnostics)
     if not res.ok:
         return 1
     fmt = args.format
@@ -54,7 +56,7 @@ def cmd_compile(args) -> int:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
-            print(f"error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+            _error(f"cannot write {args.output}: {e.strerror or e}")
             return 1
     else:
         sys.stdout.write(text)
@@ -72,7 +74,7 @@ def cmd_fmt(args) -> int:
         try:
             data = read_source(path)
         except OSError as e:
-            print(f"error: cannot read {path}: {e.strerror}", file=sys.stderr)
+            _error(f"cannot read {path}: {e.strerror or e}")
             status = 1
             continue
         text = decode_source(path, data, sink)
@@ -86,12 +88,15 @@ def cmd_fmt(args) -> int:
         out = format_source(text)
         if out != text:
             if args.check:
-                print(f"would reformat {path}", file=sys.stderr)
+                print(printable(f"would reformat {path}", single_line=True), file=sys.stderr)
                 status = 1
             else:
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(out)
-                print(f"reformatted {path}", file=sys.stderr)
+                problem = _write_in_place(path, out)
+                if problem:
+                    _error(f"cannot write {path}: {problem}")
+                    status = 1
+                else:
+                    print(printable(f"reformatted {path}", single_line=True), file=sys.stderr)
     return status
 
 
@@ -101,7 +106,64 @@ def cmd_tui(args) -> int:
     return run(args.path)
 
 
+def _write_in_place(path: str, text: str) -> str | None:
+    """Replace the file at ``path`` (through symlinks) with ``text``; why not, or None.
+
+    The text goes to a temporary file beside it that then replaces it, so a failure
+    midway (a full disk) leaves the original intact. A file the user cannot write is
+    refused, as an editor would, even where its folder would allow replacing it.
+    """
+    import tempfile
+
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except OSError as e:
+        return e.strerror or str(e)
+    # no write bit: read-only for everyone, root included (as editors treat it)
+    if not mode & 0o222 or not os.access(target, os.W_OK):
+        return "permission denied (the file is read-only)"
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fmt-", suffix=".tmp", dir=os.path.dirname(target))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode & 0o7777)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as e:
+        return e.strerror or str(e)
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return None
+
+
+def _error(message: str) -> None:
+    print(printable(f"error: {message}", single_line=True), file=sys.stderr)
+
+
 LANGUAGE_COMMANDS = ("check", "compile", "fmt")
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {text!r}")
+    return n
+
+
+def _max_diagnostics(c: argparse.ArgumentParser) -> None:
+    from .lang.diagnostics import MAX_PRINTED
+
+    c.add_argument("--max-diagnostics", type=_count, default=MAX_PRINTED, metavar="N",
+                   help=f"print at most N diagnostics per file, then a count of the rest (default {MAX_PRINTED}; 0: all)")
 
 
 def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
@@ -114,6 +176,7 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c.add_argument("files", nargs="+")
     c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
     c.add_argument("-q", "--quiet", action="store_true")
+    _max_diagnostics(c)
     c.set_defaults(func=cmd_check)
 
     c = sub.add_parser("compile", help="compile a spec to its game-graph IR")
@@ -121,6 +184,7 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c.add_argument("--format", choices=["json", "text", "dot", "mermaid", "hash"], default="json")
     c.add_argument("-o", "--output")
     c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    _max_diagnostics(c)
     c.set_defaults(func=cmd_compile)
 
     c = sub.add_parser("fmt", help="format specs in place (idempotent)")

@@ -97,7 +97,7 @@ class BlockChecks:
         if isinstance(e, A.Name) and any(r.name == e.id for r in self.exp.roles):
             return e.id
         if isinstance(e, A.Name):
-            self.err("E102", f"unknown role '{e.id}'", e.span, suggest(e.id, [r.name for r in self.exp.roles]))
+            self.err("E102", f"unknown role '{e.id}'", e.span, suggest(e.id, lambda: [r.name for r in self.exp.roles]))
         else:
             self.err("E107", "expected a role name", e.span)
         return None
@@ -283,7 +283,7 @@ class BlockChecks:
     def train(self, d: A.TrainDecl) -> None:
         role = next((r for r in self.exp.roles if r.name == d.role), None)
         if role is None:
-            self.err("E102", f"unknown role '{d.role}'", d.role_span, suggest(d.role, [r.name for r in self.exp.roles]))
+            self.err("E102", f"unknown role '{d.role}'", d.role_span, suggest(d.role, lambda: [r.name for r in self.exp.roles]))
             return
         self.used.add(("role", d.role))
         if not role.trained:
@@ -330,7 +330,7 @@ class BlockChecks:
         for name, span in m.by:
             if scope.lookup(name) is None or scope.lookup(name).kind == "role":
                 self.err("E101", f"cannot group by '{name}': not a session variable", span,
-                         suggest(name, [n for n in scope.all_names() if scope.lookup(n).kind != "role"]))
+                         suggest(name, lambda: [n for n in scope.all_names() if scope.lookup(n).kind != "role"]))
             by.append(name)
         self.exp.metrics.append(ir.Metric(span=irspan(m.span), name=m.name, value=value, by=by))
 

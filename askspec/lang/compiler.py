@@ -15,7 +15,7 @@ from . import ast as A
 from .blocks import BlockChecks
 from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval, parse_override
 from .diagnostics import DiagnosticSink, Sources
-from .exprs import irspan, suggest
+from .exprs import irspan, suggest, suggestion_budget
 from .games import GameChecker
 from .parser import decode_source, parse, read_source
 from .roles import RoleChecks
@@ -65,7 +65,8 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
         if module is None:
             return CompileResult(None, sink, sources)
         files = {os.path.basename(path): text}
-        exp = Compiler(path, sink, sources, files, overrides or {}).run(module)
+        with suggestion_budget():
+            exp = Compiler(path, sink, sources, files, overrides or {}).run(module)
         return CompileResult(None if sink.has_errors else exp, sink, sources, files)
     except RecursionError:
         sink.error("E005", "spec nested too deeply to compile", Span(path, 1, 1, 1, 2))
@@ -168,7 +169,7 @@ class Compiler(RoleChecks, BlockChecks):
                 self.used.add(("template", e.id))  # reported once, as broken, not also as unused
                 return INVALID
             self.err("E110", f"unknown template '{e.id}'", e.span,
-                     suggest(e.id, [k.split(":", 1)[1] for k in self.templates if k.startswith("named:")]))
+                     suggest(e.id, lambda: [k.split(":", 1)[1] for k in self.templates if k.startswith("named:")]))
             return INVALID
         lt = load_template(e, self.spec_dir, self.path, self.sink, self.files, name)
         if lt is None:

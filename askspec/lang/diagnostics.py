@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..terminal import printable
 from .span import Span
 
 Severity = Literal["error", "warning"]
@@ -75,50 +76,58 @@ class Sources:
 
     def __init__(self) -> None:
         self._texts: dict[str, str] = {}
+        self._lines: dict[str, list[str]] = {}  # split once: a diagnostic per line must not re-split the file
 
     def add(self, path: str, text: str) -> None:
         self._texts[path] = text
+        self._lines.pop(path, None)
 
     def line(self, path: str, line: int) -> str | None:
-        text = self._texts.get(path)
-        if text is None:
-            return None
-        lines = text.splitlines()
+        lines = self._lines.get(path)
+        if lines is None:
+            text = self._texts.get(path)
+            if text is None:
+                return None
+            lines = self._lines[path] = text.splitlines()
         if 1 <= line <= len(lines):
             return lines[line - 1]
         return None
 
 
-def _display(line: str) -> str:
-    # Tabs and control characters would misplace the caret; show them as spaces/escapes.
-    return "".join(ch if ch.isprintable() or ch == " " else (" " if ch == "\t" else "?") for ch in line)
+def _shown(text: str) -> str:
+    # Tabs become one space (so columns still count characters); every other control
+    # character is escaped, so a spec cannot drive the terminal through a diagnostic.
+    return printable(text.replace("\t", " "), single_line=True)
 
 
 def format_diagnostic(d: Diagnostic, sources: Sources) -> str:
     where = f"{d.span.file}:{d.span.line}:{d.span.col}: " if d.span else ""
-    out = [f"{where}{d.severity}[{d.code}]: {d.message}"]
+    out = [_shown(f"{where}{d.severity}[{d.code}]: {d.message}")]
     if d.span is not None:
         src = sources.line(d.span.file, d.span.line)
         if src is not None:
-            src = _display(src)
+            col = d.span.col
             if len(src) > 200:  # keep huge single-line inputs readable
-                start = max(0, d.span.col - 80)
+                start = max(0, col - 80)
                 src = src[start : start + 160]
-                col = d.span.col - start
-            else:
-                col = d.span.col
+                col -= start
             width = 1
             if d.span.end_line == d.span.line and d.span.end_col > d.span.col:
                 width = d.span.end_col - d.span.col
             width = max(1, min(width, len(src) - col + 2))
+            # the caret goes under the escaped text: measure what precedes and what it covers
+            before, covered = _shown(src[: col - 1]), _shown(src[col - 1 : col - 1 + width])
             gutter = str(d.span.line)
-            out.append(f" {gutter} | {src}")
-            out.append(f" {' ' * len(gutter)} | {' ' * (col - 1)}{'^' * width}")
+            out.append(f" {gutter} | {_shown(src)}")
+            out.append(f" {' ' * len(gutter)} | {' ' * len(before)}{'^' * max(1, len(covered))}")
     for msg, span in d.notes:
-        out.append(f"  note: {span}: {msg}")
+        out.append(_shown(f"  note: {span}: {msg}"))
     if d.hint:
-        out.append(f"  hint: {d.hint}")
+        out.append(_shown(f"  hint: {d.hint}"))
     return "\n".join(out)
+
+
+MAX_PRINTED = 100  # diagnostics printed per file by default (`--max-diagnostics`)
 
 
 class DiagnosticSink:
@@ -152,7 +161,19 @@ class DiagnosticSink:
                 out.append(d)
         return out
 
-    def emit(self, sources: Sources, stream=None) -> None:
+    def emit(self, sources: Sources, stream=None, limit: int | None = MAX_PRINTED) -> None:
+        """Print the diagnostics in source order, at most ``limit`` of them (None or 0:
+        all; when some are left out, errors come before warnings), then one line counting
+        the rest."""
         stream = stream or sys.stderr
-        for d in self.sorted():
+        shown = self.sorted()
+        if limit and len(shown) > limit:  # errors first when not all fit
+            shown = [d for d in shown if d.is_error] + [d for d in shown if not d.is_error]
+        rest = shown[limit:] if limit else []
+        for d in shown[:limit] if limit else shown:
             print(format_diagnostic(d, sources), file=stream)
+        if rest:
+            errors = sum(d.is_error for d in rest)
+            kinds = ", ".join(f"{n:,} {w}{'s' if n != 1 else ''}" for n, w in
+                              ((errors, "error"), (len(rest) - errors, "warning")) if n)
+            print(f"... and {len(rest):,} more ({kinds}) not shown; --max-diagnostics 0 shows all", file=stream)

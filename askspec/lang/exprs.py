@@ -6,9 +6,12 @@ and the walk goes on with type `any`, so one run reports every independent error
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
+import heapq
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 from ..ir import model as ir
 from ..ir.builtins import BUILTINS as FUNCTIONS, Builtin
@@ -60,9 +63,54 @@ class Scope:
         return Scope(self)
 
 
-def suggest(name: str, candidates) -> str | None:
-    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.7)
+# "did you mean" compares a misspelled name with every name it could have been: with N
+# names and N misspellings that is N² comparisons (20,000 undefined names against 20,000
+# parameters took minutes). So suggestions share a budget of names looked at per compile;
+# once it is spent, diagnostics come without suggestions and checking stays linear.
+SUGGEST_WORK = 200_000
+_SUGGEST_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("askspec_suggest_left", default=None)
+
+
+@contextlib.contextmanager
+def suggestion_budget(work: int = SUGGEST_WORK) -> Iterator[None]:
+    """Give the suggestions made inside the block ``work`` names to look at, in total."""
+    token = _SUGGEST_LEFT.set([work])
+    try:
+        yield
+    finally:
+        _SUGGEST_LEFT.reset(token)
+
+
+def _spend(n: int) -> bool:
+    left = _SUGGEST_LEFT.get()
+    if left is None:
+        return True
+    if left[0] <= 0:
+        return False
+    left[0] -= max(n, 1)
+    return True
+
+
+def suggest(name: str, candidates: Iterable[str] | Callable[[], Iterable[str]]) -> str | None:
+    """A "did you mean" hint, or None. Pass a callable when the candidates cost something
+    to gather (a scope's names): it is not called once the budget is spent."""
+    if not _spend(0):
+        return None
+    names = sorted(candidates() if callable(candidates) else candidates)
+    if not _spend(len(names)):
+        return None
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.7)
     return f"did you mean '{close[0]}'?" if close else None
+
+
+def name_list(names: Callable[[], Iterable[str]], n: int = 12) -> str | None:
+    """The first ``n`` names in order, comma-separated, within the same budget (None past it)."""
+    if not _spend(0):
+        return None
+    gathered = list(names())
+    if not _spend(len(gathered)):
+        return None
+    return ", ".join(heapq.nsmallest(n, gathered))
 
 
 BUILTINS = sorted(FUNCTIONS)  # names, for "did you mean" and the docs test
@@ -106,7 +154,7 @@ class ExprChecker:
             return ir.Ref(span=irspan(e.span), name=e.id, scope=kind), sym.type
         if e.id in self.outcomes:
             return ir.Lit(span=irspan(e.span), value=e.id, type="outcome"), OUTCOME
-        self.error("E101", f"undefined name '{e.id}'", e.span, suggest(e.id, scope.all_names() | self.outcomes))
+        self.error("E101", f"undefined name '{e.id}'", e.span, suggest(e.id, lambda: scope.all_names() | self.outcomes))
         return ir.Lit(span=irspan(e.span), value=None, type="any"), ANY
 
     def _ListLit(self, e: A.ListLit, scope):

@@ -8,12 +8,12 @@ static per-session upper bound on model calls per role."""
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..ir import model as ir
 from . import ast as A
 from .consts import NotConstant, OutOfRange, const_eval
-from .exprs import ExprChecker, Scope, Sym, irspan, suggest
+from .exprs import ExprChecker, Scope, Sym, irspan, name_list, suggest
 from .parser import KEYWORDS
 from .span import Span
 from .templates import JINJA_GLOBALS, variable_location
@@ -88,7 +88,7 @@ class GameChecker:
         # tournament / judge prompts see the group's session variables (at the session's
         # end), the traces being judged, and the parameters
         for key, extra in self.contest_templates:
-            self.check_template_vars(key, _value_names(game_scope) | extra, game_scope)
+            self.check_template_vars(key, _Available(game_scope, extra), game_scope)
         game.routes = self.routes
         self.flow_check(g)
         game.call_bounds = self.call_bounds(game.body)
@@ -246,12 +246,12 @@ class GameChecker:
             tpl = template or r.prompt
             if tpl is None and message is None:
                 self.err("E106", f"nothing to send to '{role}': give a template (using ...), a message (: expr) or a role prompt", a.span)
-            names = _value_names(scope) | extra | {"role", "turn"}
+            names = _Available(scope, extra | {"role", "turn"})
             for key in {tpl, r.system} - {None}:
                 self.check_template_vars(key, names, scope)
             if r.recover.retries:
                 for key in {r.recover.truncated, r.recover.malformed} - {None}:
-                    self.check_template_vars(key, names | {"reply", "missing"}, scope)
+                    self.check_template_vars(key, _Available(scope, names.extra | {"reply", "missing"}), scope)
         step = ir.AskStep(span=irspan(a.span), roles=roles, targets=[n for n, _ in targets] or [None] * len(roles),
                           sample=sample_ir, template=template, message=message, context=context)
         if sample_n is not None:
@@ -261,7 +261,7 @@ class GameChecker:
             self.define(scope, name, list_of(t) if a.sample is not None else t, span)
         return step
 
-    def check_template_vars(self, key: str, available: set[str], scope: Scope) -> None:
+    def check_template_vars(self, key: str, available: "_Available", scope: Scope) -> None:
         lt = self.c.loaded.get(key)
         if lt is None:
             return
@@ -277,7 +277,7 @@ class GameChecker:
                 continue
             span = variable_location(lt, var)
             self.err("E301", f"template uses '{var}', which the protocol does not provide here", span,
-                     suggest(var, available) or f"available: {', '.join(sorted(v for v in available if not v.startswith('_'))[:12])}")
+                     suggest(var, available.names) or _available(available.names))
 
     def _bound(self, e: A.Expr, what: str) -> int | None:
         try:
@@ -414,7 +414,7 @@ class GameChecker:
         if sym is not None:
             self.err("E201", f"'{s.target}' is not {wanted} (it is {sym.type})", s.target_span)
         else:
-            self.err("E102", f"unknown role '{s.target}'", s.target_span, suggest(s.target, set(self.roles) | scope.all_names()))
+            self.err("E102", f"unknown role '{s.target}'", s.target_span, suggest(s.target, lambda: set(self.roles) | scope.all_names()))
         return None
 
     def _Bind(self, s: A.Bind, scope, in_loop):
@@ -446,7 +446,7 @@ class GameChecker:
         value, t = self.expr(s.value, scope)
         buf = next((b for b in self.c.exp.buffers if b.name == s.buffer), None)
         if buf is None:
-            self.err("E110", f"unknown buffer '{s.buffer}'", s.buffer_span, suggest(s.buffer, [b.name for b in self.c.exp.buffers]))
+            self.err("E110", f"unknown buffer '{s.buffer}'", s.buffer_span, suggest(s.buffer, lambda: [b.name for b in self.c.exp.buffers]))
             return None
         self.c.used.add(("buffer", s.buffer))
         if t.name not in ("record", "any"):
@@ -508,7 +508,7 @@ class GameChecker:
                 if target is None:
                     self.err("E107", f"'{action}' needs the name of a declared {action}", arm.target_span)
                 elif not any(x.name == target for x in pool):
-                    self.err("E110", f"unknown {action} '{target}'", arm.arg[1], suggest(target, [x.name for x in pool]))
+                    self.err("E110", f"unknown {action} '{target}'", arm.arg[1], suggest(target, lambda: [x.name for x in pool]))
                 else:
                     self.c.used.add(("contest", target))
                     contest = next(x for x in pool if x.name == target)
@@ -648,6 +648,30 @@ class GameChecker:
 
         bounds = walk(steps, 1)
         return dict(sorted(bounds.items()))
+
+
+class _Available:
+    """The variables a template may use at one ask: the scope's values plus ``extra``.
+    Membership is a scope lookup, so an ask costs the number of variables its templates
+    use, not the number of names in scope (which grows with every ask before it)."""
+
+    def __init__(self, scope: Scope, extra: set[str]) -> None:
+        self.scope, self.extra = scope, extra
+
+    def __contains__(self, name: str) -> bool:
+        if name in self.extra:
+            return True
+        sym = self.scope.lookup(name)
+        return sym is not None and sym.kind not in ("role", "data", "buffer")
+
+    def names(self) -> set[str]:
+        """Every name (for a suggestion; gathered only when one is made)."""
+        return _value_names(self.scope) | self.extra
+
+
+def _available(names: Callable[[], set[str]]) -> str | None:
+    listed = name_list(lambda: (v for v in names() if not v.startswith("_")))
+    return f"available: {listed}" if listed is not None else None
 
 
 def _value_names(scope: Scope) -> set[str]:

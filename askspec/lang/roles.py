@@ -137,7 +137,7 @@ class RoleChecks:
                 elif isinstance(mv, A.Name) and mv.id in ("bound", "per_session"):
                     r.model = None
                 elif isinstance(mv, A.Name):
-                    self.err("E103", f"unknown model '{mv.id}'", mv.span, suggest(mv.id, [m.name for m in self.exp.models]))
+                    self.err("E103", f"unknown model '{mv.id}'", mv.span, suggest(mv.id, lambda: [m.name for m in self.exp.models]))
                     r.model = INVALID
                 else:
                     self.err("E107", "a role's model is the name of a declared model", mv.span)
