@@ -26,8 +26,10 @@ from askspec.terminal import printable
 
 from askspec.runtime.store import layout
 from askspec.runtime.store.compact import CompactError, compact_run
-from askspec.runtime.store.readonly import QueryRefused, open_readonly_store, run_readonly
+from askspec.runtime.store.readonly import QueryRefused, QueryTimeout, open_readonly_store, run_readonly
 from askspec.runtime.store.views import VIEW_NAMES, Store, StoreError, connect
+
+QUERY_TIMEOUT = 600.0  # seconds; a query over a large run takes seconds, not minutes
 
 # ---------------------------------------------------------------------- pure API
 
@@ -192,7 +194,7 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             except (OSError, ValueError):
                 pass
             return 0  # as the askspec CLI does for a closed pipe
-        except (StoreError, CompactError, QueryRefused) as e:
+        except (StoreError, CompactError, QueryRefused, QueryTimeout) as e:
             return _error(str(e))
         except duckdb.PermissionException as e:
             return _error(f"{_first_line(e)} (a query reads only the run store's own files)")
@@ -216,7 +218,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     store = open_readonly_store(args.run_dir)
     _print_warnings(store)
     try:
-        table, types = run_readonly(store.con, args.sql)
+        table, types = run_readonly(store.con, args.sql, timeout=args.timeout or None)
     finally:
         store.con.close()
     if args.format == "csv":
@@ -294,6 +296,16 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds ≥ 0, got {text!r}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``query``, ``runs``, ``export`` and ``compact`` to an argparse subparsers object."""
     p = subparsers.add_parser(
@@ -307,6 +319,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--max-width", type=int, default=40, metavar="N",
                    help="cut table cells to N characters (0: no limit; default 40)")
+    p.add_argument("--timeout", type=_seconds, default=QUERY_TIMEOUT, metavar="SECONDS",
+                   help=f"interrupt a query still running after SECONDS (0: never; default {QUERY_TIMEOUT:g})")
     p.set_defaults(func=cmd_query)
 
     p = subparsers.add_parser("runs", help="list runs and their session counts")

@@ -23,12 +23,14 @@ each sufficient against a different half of that:
 Usage (the TUI does the same)::
 
     store = open_readonly_store(run_dir)       # or a folder of runs
-    table, types = run_readonly(store.con, sql)  # QueryRefused / duckdb.Error on failure
+    table, types = run_readonly(store.con, sql, timeout=60)
+    # QueryRefused, QueryTimeout or duckdb.Error (one line each) on failure
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 import duckdb
 import pyarrow as pa
@@ -138,16 +140,35 @@ def check_sql(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement
     return statements
 
 
-def run_readonly(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[pa.Table, list[str]]:
+class QueryTimeout(Exception):
+    """A query ran past its time limit and was interrupted."""
+
+
+def run_readonly(con: duckdb.DuckDBPyConnection, sql: str,
+                 timeout: float | None = None) -> tuple[pa.Table, list[str]]:
     """Run ``sql`` (one or more queries) on a read-only store connection.
 
     Every statement is checked before any runs; the result is the last one's table and
-    DuckDB type names.
+    DuckDB type names. With ``timeout`` (seconds), a query still running then is
+    interrupted (``QueryTimeout``): SQL can describe unbounded work
+    (``SELECT count(*) FROM range(1e15)``).
     """
     statements = check_sql(con, sql)
-    for stmt in statements[:-1]:
-        con.execute(stmt).fetchall()  # run for its errors; its rows are not shown
-    rel = con.sql(statements[-1])
-    if rel is None:
-        return pa.table({}), []
-    return rel.to_arrow_table(), [str(t) for t in rel.types]
+    timer = threading.Timer(timeout, con.interrupt) if timeout else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        for stmt in statements[:-1]:
+            con.execute(stmt).fetchall()  # run for its errors; its rows are not shown
+        rel = con.sql(statements[-1])
+        if rel is None:
+            return pa.table({}), []
+        return rel.to_arrow_table(), [str(t) for t in rel.types]
+    except duckdb.InterruptException:
+        if timer is not None and not timer.is_alive():
+            raise QueryTimeout(f"query interrupted after {timeout:g} s (the time limit)") from None
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()

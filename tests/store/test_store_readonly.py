@@ -228,3 +228,23 @@ def test_query_of_a_symlinked_run_dir(finished_run, tmp_path):
     link = tmp_path / "link"
     link.symlink_to(finished_run, target_is_directory=True)
     assert query(link, "SELECT count(*) AS n FROM sessions").to_pylist() == [{"n": 4}]
+
+
+def test_a_runaway_query_is_interrupted(finished_run, capsys):
+    from askspec.runtime.store.readonly import QueryTimeout
+
+    store = open_readonly_store(finished_run)
+    with pytest.raises(QueryTimeout, match="interrupted after 0.5 s"):
+        run_readonly(store.con, "SELECT count(*) FROM range(1000000000000000)", timeout=0.5)
+    # the connection is still usable afterwards (the TUI keeps it)
+    assert run_readonly(store.con, "SELECT count(*) AS n FROM turns", timeout=5)[0].to_pylist() == [{"n": 8}]
+    assert cli("query", finished_run, "SELECT count(*) FROM range(1000000000000000)", "--timeout", "0.5") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: query interrupted after 0.5 s") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "x"])
+def test_bad_timeout_is_a_usage_error(finished_run, capsys, value):
+    with pytest.raises(SystemExit) as info:
+        cli("query", finished_run, "SELECT 1", "--timeout", value)
+    assert info.value.code == 2 and "seconds" in capsys.readouterr().err
