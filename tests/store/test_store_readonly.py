@@ -248,3 +248,27 @@ def test_bad_timeout_is_a_usage_error(finished_run, capsys, value):
     with pytest.raises(SystemExit) as info:
         cli("query", finished_run, "SELECT 1", "--timeout", value)
     assert info.value.code == 2 and "seconds" in capsys.readouterr().err
+
+
+def test_cursors_of_a_locked_store_stay_locked(finished_run, secret):
+    """The TUI takes a cursor per worker thread: each is as confined as the connection."""
+    import threading
+
+    store = open_readonly_store(finished_run)
+    results = []
+
+    def worker():
+        cur = store.con.cursor()
+        try:
+            cur.execute(f"SELECT * FROM read_text('{secret}')")
+            results.append("read")
+        except duckdb.PermissionException:
+            results.append("refused")
+        with pytest.raises(QueryRefused):
+            run_readonly(cur, "CREATE TABLE t AS SELECT 1")
+        results.append(run_readonly(cur, "SELECT count(*) AS n FROM sessions")[0].to_pylist())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert results == ["refused", [{"n": 4}]]
