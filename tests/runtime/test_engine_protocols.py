@@ -170,14 +170,24 @@ game g for i in [1, 2, 3] {
 
 
 def test_template_sandbox_blocks_unsafe_access(tmp_path):
-    spec = """
+    # visible in the template's text: refused by check (E305), no run starts
+    path = tmp_path / "static.ask"
+    path.write_text("""
 model m = python("fake_models:count_messages")
 role a { model = m; memory = none; prompt = "{{ message.__class__.__mro__ }}" }
 game g { x = ask a: "hello" }
+""")
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "static-runs")))
+    assert rc == 1 and run_dir is None
+    # built at run time: the sandbox refuses it when rendering, the session records why
+    spec = """
+model m = python("fake_models:count_messages")
+role a { model = m; memory = none; prompt = "{{ role | attr(message) }}" }
+game g { x = ask a: "__class__" }
 """
     con = run(tmp_path, spec)
     status, error = con.execute("select status, error from sessions").fetchone()
-    assert status == "error" and "template" in error
+    assert status == "error" and "template" in error and "unsafe" in error
     assert con.execute("select count(*) from turns").fetchone()[0] == 0
 
 
