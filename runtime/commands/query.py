@@ -218,7 +218,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     store = open_readonly_store(args.run_dir)
     _print_warnings(store)
     try:
-        table, types = run_readonly(store.con, args.sql, timeout=args.timeout or None)
+        # programmatic callers may build args without --timeout: the default applies
+        table, types = run_readonly(store.con, args.sql, timeout=getattr(args, "timeout", QUERY_TIMEOUT) or None)
     finally:
         store.con.close()
     if args.format == "csv":
