@@ -21,9 +21,8 @@ everything else is checked as it goes. A render past a limit raises
 ``TemplateLimitError`` (a Jinja ``SecurityError``), which the engine records as the
 session's error; the run goes on.
 
-``static_problems`` finds at check time (E305) what is certain to fail: forbidden
-attributes (``x.__class__``), calls that would modify data (``xs.append(1)``), and
-constant expressions or nested constant loops past the limits.
+``template_checks.static_problems`` finds at check time (E305) what is certain to fail
+here, using the same checks.
 """
 
 from __future__ import annotations
@@ -138,7 +137,7 @@ def _check_format_spec(spec: str) -> None:
 # ----------------------------------------------------------------- checked operations
 
 
-def _binop(op: str, left: Any, right: Any) -> Any:
+def checked_binop(op: str, left: Any, right: Any) -> Any:
     """``left op right`` for the operators whose result can outgrow their inputs."""
     if op == "%":
         if isinstance(left, (str, bytes)):
@@ -197,7 +196,7 @@ _PLAIN_STR_METHODS = {
 }
 
 
-def _check_str_method(name: str, s: str | bytes, args: tuple, kwargs: dict) -> None:
+def check_str_method(name: str, s: str | bytes, args: tuple, kwargs: dict) -> None:
     """Refuse a call on a str/bytes method whose output the inputs could blow up."""
     if name in _PLAIN_STR_METHODS:
         return
@@ -239,7 +238,7 @@ def _value_index(func: Callable) -> int:
     return 1 if _PassArg.from_obj(func) is not None else 0
 
 
-def _precheck_filter(name: str, value: Any, args: tuple, kwargs: dict) -> None:
+def precheck_filter(name: str, value: Any, args: tuple, kwargs: dict) -> None:
     def arg(i: int, key: str, default: Any = None) -> Any:
         return args[i] if len(args) > i else kwargs.get(key, default)
 
@@ -254,7 +253,7 @@ def _precheck_filter(name: str, value: Any, args: tuple, kwargs: dict) -> None:
     elif name == "replace":
         old, new = arg(0, "old"), arg(1, "new")
         if isinstance(value, str) and isinstance(old, str) and isinstance(new, str):
-            _check_str_method("replace", value, (old, new) + ((arg(2, "count"),) if arg(2, "count") is not None else ()), {})
+            check_str_method("replace", value, (old, new) + ((arg(2, "count"),) if arg(2, "count") is not None else ()), {})
     elif name == "format":
         if isinstance(value, str):
             _check_percent_format(value, tuple(args) or kwargs)
@@ -302,7 +301,7 @@ def _guard_filter(name: str, func: Callable) -> Callable:
     def guarded(*args: Any, **kwargs: Any) -> Any:
         _tick()
         value, rest = (args[at] if len(args) > at else None), args[at + 1:]
-        _precheck_filter(name, value, rest, kwargs)
+        precheck_filter(name, value, rest, kwargs)
         if name == "join" and value is not None and not isinstance(value, (str, bytes)):
             # materialise once, so the length check sees every item and no generator is consumed twice
             items = list(value)
@@ -324,14 +323,14 @@ def _guard_test(func: Callable) -> Callable:
     return guarded
 
 
-def _safe_range(*args: int) -> range:
+def safe_range(*args: int) -> range:
     rng = range(*args)
     if len(rng) > MAX_RANGE:
         raise TemplateLimitError(f"range of {len(rng):,} numbers is over the limit of {MAX_RANGE:,}")
     return rng
 
 
-def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
+def lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
     if isinstance(n, int) and isinstance(max, int) and n * max > MAX_RANGE:
         raise TemplateLimitError(f"lipsum of {n:,} paragraphs is over the limit")
     return generate_lorem_ipsum(n, html, min, max)
@@ -349,7 +348,7 @@ def _loop_guard(iterable: Any) -> Iterator[Any]:
         yield item
 
 
-_LOOP_GUARD = "askspec_loop_guard"
+LOOP_GUARD = "askspec_loop_guard"
 
 
 class _BoundedFormatter(SandboxedFormatter):
@@ -375,10 +374,10 @@ class BoundedSandboxedEnvironment(ImmutableSandboxedEnvironment):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.globals["range"] = _safe_range
-        self.globals["lipsum"] = _lipsum
+        self.globals["range"] = safe_range
+        self.globals["lipsum"] = lipsum
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
-        self.filters[_LOOP_GUARD] = _loop_guard
+        self.filters[LOOP_GUARD] = _loop_guard
         self.tests = {name: _guard_test(f) for name, f in self.tests.items()}
 
     # every output join: the rendered text, macro bodies, {% set %} and {% filter %} blocks
@@ -400,7 +399,7 @@ class BoundedSandboxedEnvironment(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         _tick()
-        return _binop(operator, left, right)
+        return checked_binop(operator, left, right)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         _tick()
@@ -415,7 +414,7 @@ class BoundedSandboxedEnvironment(ImmutableSandboxedEnvironment):
         receiver = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")
         if isinstance(receiver, (str, bytes)) and isinstance(__obj, (types.BuiltinMethodType, types.MethodType)):
-            _check_str_method(name, receiver, args, kwargs)
+            check_str_method(name, receiver, args, kwargs)
             if name == "join" and args and not isinstance(args[0], (str, bytes)):
                 items = list(args[0])
                 if sum(len(x) if isinstance(x, (str, bytes)) else 0 for x in items) + len(items) * len(receiver) > MAX_CHARS:
@@ -442,168 +441,8 @@ class BoundedSandboxedEnvironment(ImmutableSandboxedEnvironment):
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
         for loop in tree.find_all(nodes.For):
-            loop.iter = nodes.Filter(loop.iter, _LOOP_GUARD, [], [], None, None, lineno=loop.iter.lineno)
+            loop.iter = nodes.Filter(loop.iter, LOOP_GUARD, [], [], None, None, lineno=loop.iter.lineno)
         return tree
-
-
-# ----------------------------------------------------------------- static checks
-
-
-_UNSAFE_NAMES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_code", "ag_frame", "mro", "func_globals",
-                 "f_globals", "f_locals", "f_back", "tb_frame"}
-_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update", "setdefault",
-             "popitem", "add", "discard", "difference_update", "intersection_update", "symmetric_difference_update"}
-# Names whose attributes are Python objects, not data: an underscore attribute on them is
-# always refused by the sandbox (on data records `item._id` is a field and allowed).
-_OBJECT_NAMES = {"self", "loop", "range", "dict", "lipsum", "cycler", "joiner", "namespace", "caller", "varargs",
-                 "kwargs"}
-_UNKNOWN = object()
-
-
-def _forbidden_attribute(base: nodes.Node, attr: Any) -> bool:
-    if not isinstance(attr, str):
-        return False
-    if attr.startswith("__") or attr in _UNSAFE_NAMES:
-        return True
-    is_object = isinstance(base, (nodes.Const, nodes.List, nodes.Tuple, nodes.Dict, nodes.Call)) or (
-        isinstance(base, nodes.Name) and base.name in _OBJECT_NAMES)
-    return attr.startswith("_") and is_object
-
-
-def _static(node: nodes.Node) -> Any:
-    """The value of a constant template expression, computed with the checked operations
-    (so a limit is reported as the TemplateLimitError it would raise); _UNKNOWN otherwise."""
-    if isinstance(node, nodes.Const):
-        return node.value
-    if isinstance(node, (nodes.List, nodes.Tuple)):
-        items = [_static(x) for x in node.items]
-        return _UNKNOWN if any(x is _UNKNOWN for x in items) else items
-    if isinstance(node, nodes.Neg):
-        v = _static(node.node)
-        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else _UNKNOWN
-    if isinstance(node, nodes.BinExpr):
-        left, right = _static(node.left), _static(node.right)
-        if left is _UNKNOWN or right is _UNKNOWN:
-            return _UNKNOWN
-        if node.operator in BoundedSandboxedEnvironment.intercepted_binops:
-            try:
-                return _binop(node.operator, left, right)
-            except TemplateLimitError:
-                raise
-            except Exception:  # e.g. 'a' ** 2: fails when rendered, not a limit
-                return _UNKNOWN
-        try:
-            return {"-": lambda: left - right, "/": lambda: left / right, "//": lambda: left // right}[node.operator]()
-        except Exception:
-            return _UNKNOWN
-    if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and not node.kwargs \
-            and node.dyn_args is None and node.dyn_kwargs is None:
-        fn = {"range": _safe_range, "lipsum": _lipsum}.get(node.node.name)
-        args = [_static(a) for a in node.args]
-        if fn is None or any(a is _UNKNOWN for a in args):
-            return _UNKNOWN
-        try:
-            return fn(*args)
-        except TemplateLimitError:
-            raise
-        except Exception:
-            return _UNKNOWN
-    if isinstance(node, nodes.Filter) and node.name == _LOOP_GUARD and node.node is not None:
-        return _static(node.node)
-    return _UNKNOWN
-
-
-def _static_or_none(node: nodes.Node) -> Any:
-    try:
-        v = _static(node)
-    except TemplateLimitError:
-        return None  # reported where the value is built
-    return None if v is _UNKNOWN else v
-
-
-def _loop_length(node: nodes.Node) -> int | None:
-    try:
-        v = _static(node)
-    except TemplateLimitError:
-        return None  # reported where the value is built
-    return len(v) if isinstance(v, (range, list, tuple, str)) else None
-
-
-def static_problems(tree: nodes.Template) -> list[tuple[int, str, str]]:
-    """(line, text to point at on that line, message) for what the sandbox is certain to
-    refuse when the template renders: E305 at check time."""
-    out: list[tuple[int, str, str]] = []
-    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        attr = node.attr if isinstance(node, nodes.Getattr) else (
-            node.arg.value if isinstance(node.arg, nodes.Const) else None)
-        if _forbidden_attribute(node.node, attr):
-            out.append((node.lineno, attr, f"template uses the attribute {attr!r}, which the sandbox forbids"))
-    for node in tree.find_all(nodes.Filter):
-        if node.name == "attr" and node.args and isinstance(node.args[0], nodes.Const) \
-                and _forbidden_attribute(nodes.Const(None), node.args[0].value):
-            out.append((node.lineno, str(node.args[0].value),
-                        f"template uses the attribute {node.args[0].value!r}, which the sandbox forbids"))
-    for node in tree.find_all(nodes.Call):
-        if isinstance(node.node, nodes.Getattr) and node.node.attr in _MUTATORS:
-            out.append((node.lineno, node.node.attr,
-                        f"template calls {node.node.attr!r}, which would modify a value: templates cannot change data"))
-        elif isinstance(node.node, nodes.Getattr):
-            receiver, args = _static_or_none(node.node.node), [_static_or_none(a) for a in node.args]
-            if isinstance(receiver, str):
-                try:
-                    _check_str_method(node.node.attr, receiver, tuple(a for a in args if a is not None), {})
-                except TemplateLimitError as e:
-                    out.append((node.lineno, node.node.attr, f"template would go past the render limits: {e}"))
-    for node in tree.find_all(nodes.Filter):
-        if node.node is None or node.kwargs or node.dyn_args or node.dyn_kwargs:
-            continue
-        value, args = _static_or_none(node.node), [_static_or_none(a) for a in node.args]
-        if value is None or None in args:
-            continue
-        try:
-            _precheck_filter(node.name, value, tuple(args), {})
-        except TemplateLimitError as e:
-            out.append((node.lineno, node.name, f"template would go past the render limits: {e}"))
-    seen: set[tuple[int, str]] = set()
-    for node in tree.find_all((nodes.BinExpr, nodes.Call)):
-        try:
-            _static(node)
-        except TemplateLimitError as e:
-            if (node.lineno, str(e)) not in seen:  # an expression around a failing part fails the same way
-                seen.add((node.lineno, str(e)))
-                needle = node.node.name if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) else (
-                    node.operator if isinstance(node, nodes.BinExpr) else "")
-                out.append((node.lineno, needle, f"template would go past the render limits: {e}"))
-    out += _nested_loop_problems(tree)
-    return out
-
-
-def _nested_loop_problems(tree: nodes.Template) -> list[tuple[int, str, str]]:
-    """Loops over constant ranges or lists whose iterations (each loop's length times
-    those of the loops around it, summed, as the render counts them) pass MAX_ITERATIONS."""
-    out: list[tuple[int, str, str]] = []
-    total = 0
-
-    def walk(children: Iterable[nodes.Node], product: int) -> None:
-        nonlocal total
-        for child in children:
-            if out:
-                return
-            if not isinstance(child, nodes.For):
-                walk(child.iter_child_nodes(), product)
-                continue
-            n = _loop_length(child.iter)
-            runs = product * (n if n is not None else 1)
-            total += runs if n is not None else 0
-            if total > MAX_ITERATIONS:
-                out.append((child.lineno, "for", f"template loops would run {total:,} iterations, "
-                                                   f"over the limit of {MAX_ITERATIONS:,} per render"))
-                return
-            walk(child.body, runs)
-            walk(child.else_, product)
-
-    walk([tree], 1)
-    return out
 
 
 @functools.lru_cache(maxsize=1)

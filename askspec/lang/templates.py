@@ -15,10 +15,11 @@ from jinja2 import meta
 
 from . import ast as A
 from .diagnostics import DiagnosticSink
-from .sandbox import environment, static_problems
-from .sandbox import render as render_template  # noqa: F401 - the runtime renders through here
 from .paths import MAX_TEMPLATE_BYTES, FileRefused, read_spec_file, spec_relative
+from .sandbox import environment
+from .sandbox import render as render_template  # noqa: F401 - the runtime renders through here
 from .span import Span
+from .template_checks import static_problems
 
 
 CONFINED_HINT = "a spec reads only regular files inside its own folder (symlinks are followed first)"

@@ -1,0 +1,182 @@
+"""Check-time analysis of a template (E305): what the sandbox of ``sandbox.py`` is
+certain to refuse when the template renders — forbidden attributes (``x.__class__``),
+calls that would modify data (``xs.append(1)``), constant expressions past the render
+limits (``9 ** 99999999``, ``range(10**9)``, ``'x' | center(10**9)``) and nested loops
+over constant ranges whose iterations pass the limit. Constants are evaluated with the
+sandbox's own checked operations, so check and run agree on every limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from jinja2 import nodes
+
+from .sandbox import (
+    MAX_ITERATIONS,
+    LOOP_GUARD,
+    BoundedSandboxedEnvironment,
+    TemplateLimitError,
+    check_str_method,
+    checked_binop,
+    lipsum,
+    precheck_filter,
+    safe_range,
+)
+
+
+_UNSAFE_NAMES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_code", "ag_frame", "mro", "func_globals",
+                 "f_globals", "f_locals", "f_back", "tb_frame"}
+_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update", "setdefault",
+             "popitem", "add", "discard", "difference_update", "intersection_update", "symmetric_difference_update"}
+# Names whose attributes are Python objects, not data: an underscore attribute on them is
+# always refused by the sandbox (on data records `item._id` is a field and allowed).
+_OBJECT_NAMES = {"self", "loop", "range", "dict", "lipsum", "cycler", "joiner", "namespace", "caller", "varargs",
+                 "kwargs"}
+_UNKNOWN = object()
+
+
+def _forbidden_attribute(base: nodes.Node, attr: Any) -> bool:
+    if not isinstance(attr, str):
+        return False
+    if attr.startswith("__") or attr in _UNSAFE_NAMES:
+        return True
+    is_object = isinstance(base, (nodes.Const, nodes.List, nodes.Tuple, nodes.Dict, nodes.Call)) or (
+        isinstance(base, nodes.Name) and base.name in _OBJECT_NAMES)
+    return attr.startswith("_") and is_object
+
+
+def _static(node: nodes.Node) -> Any:
+    """The value of a constant template expression, computed with the checked operations
+    (so a limit is reported as the TemplateLimitError it would raise); _UNKNOWN otherwise."""
+    if isinstance(node, nodes.Const):
+        return node.value
+    if isinstance(node, (nodes.List, nodes.Tuple)):
+        items = [_static(x) for x in node.items]
+        return _UNKNOWN if any(x is _UNKNOWN for x in items) else items
+    if isinstance(node, nodes.Neg):
+        v = _static(node.node)
+        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else _UNKNOWN
+    if isinstance(node, nodes.BinExpr):
+        left, right = _static(node.left), _static(node.right)
+        if left is _UNKNOWN or right is _UNKNOWN:
+            return _UNKNOWN
+        if node.operator in BoundedSandboxedEnvironment.intercepted_binops:
+            try:
+                return checked_binop(node.operator, left, right)
+            except TemplateLimitError:
+                raise
+            except Exception:  # e.g. 'a' ** 2: fails when rendered, not a limit
+                return _UNKNOWN
+        try:
+            return {"-": lambda: left - right, "/": lambda: left / right, "//": lambda: left // right}[node.operator]()
+        except Exception:
+            return _UNKNOWN
+    if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and not node.kwargs \
+            and node.dyn_args is None and node.dyn_kwargs is None:
+        fn = {"range": safe_range, "lipsum": lipsum}.get(node.node.name)
+        args = [_static(a) for a in node.args]
+        if fn is None or any(a is _UNKNOWN for a in args):
+            return _UNKNOWN
+        try:
+            return fn(*args)
+        except TemplateLimitError:
+            raise
+        except Exception:
+            return _UNKNOWN
+    if isinstance(node, nodes.Filter) and node.name == LOOP_GUARD and node.node is not None:
+        return _static(node.node)
+    return _UNKNOWN
+
+
+def _static_or_none(node: nodes.Node) -> Any:
+    try:
+        v = _static(node)
+    except TemplateLimitError:
+        return None  # reported where the value is built
+    return None if v is _UNKNOWN else v
+
+
+def _loop_length(node: nodes.Node) -> int | None:
+    try:
+        v = _static(node)
+    except TemplateLimitError:
+        return None  # reported where the value is built
+    return len(v) if isinstance(v, (range, list, tuple, str)) else None
+
+
+def static_problems(tree: nodes.Template) -> list[tuple[int, str, str]]:
+    """(line, text to point at on that line, message) for what the sandbox is certain to
+    refuse when the template renders: E305 at check time."""
+    out: list[tuple[int, str, str]] = []
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        attr = node.attr if isinstance(node, nodes.Getattr) else (
+            node.arg.value if isinstance(node.arg, nodes.Const) else None)
+        if _forbidden_attribute(node.node, attr):
+            out.append((node.lineno, attr, f"template uses the attribute {attr!r}, which the sandbox forbids"))
+    for node in tree.find_all(nodes.Filter):
+        if node.name == "attr" and node.args and isinstance(node.args[0], nodes.Const) \
+                and _forbidden_attribute(nodes.Const(None), node.args[0].value):
+            out.append((node.lineno, str(node.args[0].value),
+                        f"template uses the attribute {node.args[0].value!r}, which the sandbox forbids"))
+    for node in tree.find_all(nodes.Call):
+        if isinstance(node.node, nodes.Getattr) and node.node.attr in _MUTATORS:
+            out.append((node.lineno, node.node.attr,
+                        f"template calls {node.node.attr!r}, which would modify a value: templates cannot change data"))
+        elif isinstance(node.node, nodes.Getattr):
+            receiver, args = _static_or_none(node.node.node), [_static_or_none(a) for a in node.args]
+            if isinstance(receiver, str):
+                try:
+                    check_str_method(node.node.attr, receiver, tuple(a for a in args if a is not None), {})
+                except TemplateLimitError as e:
+                    out.append((node.lineno, node.node.attr, f"template would go past the render limits: {e}"))
+    for node in tree.find_all(nodes.Filter):
+        if node.node is None or node.kwargs or node.dyn_args or node.dyn_kwargs:
+            continue
+        value, args = _static_or_none(node.node), [_static_or_none(a) for a in node.args]
+        if value is None or None in args:
+            continue
+        try:
+            precheck_filter(node.name, value, tuple(args), {})
+        except TemplateLimitError as e:
+            out.append((node.lineno, node.name, f"template would go past the render limits: {e}"))
+    seen: set[tuple[int, str]] = set()
+    for node in tree.find_all((nodes.BinExpr, nodes.Call)):
+        try:
+            _static(node)
+        except TemplateLimitError as e:
+            if (node.lineno, str(e)) not in seen:  # an expression around a failing part fails the same way
+                seen.add((node.lineno, str(e)))
+                needle = node.node.name if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) else (
+                    node.operator if isinstance(node, nodes.BinExpr) else "")
+                out.append((node.lineno, needle, f"template would go past the render limits: {e}"))
+    out += _nested_loop_problems(tree)
+    return out
+
+
+def _nested_loop_problems(tree: nodes.Template) -> list[tuple[int, str, str]]:
+    """Loops over constant ranges or lists whose iterations (each loop's length times
+    those of the loops around it, summed, as the render counts them) pass MAX_ITERATIONS."""
+    out: list[tuple[int, str, str]] = []
+    total = 0
+
+    def walk(children: Iterable[nodes.Node], product: int) -> None:
+        nonlocal total
+        for child in children:
+            if out:
+                return
+            if not isinstance(child, nodes.For):
+                walk(child.iter_child_nodes(), product)
+                continue
+            n = _loop_length(child.iter)
+            runs = product * (n if n is not None else 1)
+            total += runs if n is not None else 0
+            if total > MAX_ITERATIONS:
+                out.append((child.lineno, "for", f"template loops would run {total:,} iterations, "
+                                                   f"over the limit of {MAX_ITERATIONS:,} per render"))
+                return
+            walk(child.body, runs)
+            walk(child.else_, product)
+
+    walk([tree], 1)
+    return out
