@@ -131,12 +131,15 @@ def check_sql(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement
     if not statements:
         raise QueryRefused("no SQL statement given")
     for n, stmt in enumerate(statements, 1):
-        t = stmt.type
+        try:
+            t = stmt.type
+        except ValueError:  # a kind newer than the Python enum (UPDATE EXTENSIONS): not a query
+            t = None
         if t in _ALLOWED or (t == _EXPLAIN and _explained(stmt.query, con)):
             continue
         where = f" (statement {n} of {len(statements)})" if len(statements) > 1 else ""
-        raise QueryRefused(f"{_kind(t)} refused{where}: the run store is read-only; "
-                           "only queries (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN) run")
+        raise QueryRefused(f"{_kind(t) if t is not None else 'this statement'} refused{where}: the run store is "
+                           "read-only; only queries (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN) run")
     return statements
 
 
