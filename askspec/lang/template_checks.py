@@ -1,5 +1,6 @@
 """Check-time analysis of a template (E305): what the sandbox of ``sandbox.py`` is
-certain to refuse when the template renders — forbidden attributes (``x.__class__``),
+certain to refuse when the template renders — loading other templates (``{% include %}``:
+the sandbox has no loader), forbidden attributes (``x.__class__``),
 calls that would modify data (``xs.append(1)``), constant expressions past the render
 limits (``9 ** 99999999``, ``range(10**9)``, ``'x' | center(10**9)``) and nested loops
 over constant ranges whose iterations pass the limit. Constants are evaluated with the
@@ -109,6 +110,11 @@ def static_problems(tree: nodes.Template) -> list[tuple[int, str, str]]:
     """(line, text to point at on that line, message) for what the sandbox is certain to
     refuse when the template renders: E305 at check time."""
     out: list[tuple[int, str, str]] = []
+    for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
+        word = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "from",
+                nodes.Extends: "extends"}[type(node)]
+        out.append((node.lineno, word, f"template uses '{{% {word} %}}': templates cannot load other templates "
+                                       "(name each file in the spec with file(...))"))
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
         attr = node.attr if isinstance(node, nodes.Getattr) else (
             node.arg.value if isinstance(node.arg, nodes.Const) else None)

@@ -148,6 +148,10 @@ def e305(template: str) -> list[str]:
     ("{{ 'abc'.translate({}) }}", "'translate'"),
     ("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "10,000,100,000 iterations"),
     ("{% for a in range(1000) %}{% for b in 'x' * 1000 %}{% endfor %}{% endfor %}", "1,001,000 iterations"),
+    ("{% include 'other.j2' %}", "cannot load other templates"),
+    ("{% import 'macros.j2' as m %}", "cannot load other templates"),
+    ("{% from 'macros.j2' import f %}", "cannot load other templates"),
+    ("{% extends 'base.j2' %}", "cannot load other templates"),
 ])
 def test_check_reports_certain_violations(template, needle):
     messages = e305(template)
