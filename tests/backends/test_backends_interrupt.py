@@ -22,7 +22,7 @@ REPLAY_SPEC = """
 experiment many { param n: int = 20000 }
 model policy = hf("smollm2-135m-instruct")  # --replay answers for it
 role a { model = policy; memory = none; prompt = "go {{ i }}" }
-game g for i in range(1, n) {
+game g for i in range(1, n + 1) {
     x = ask a
     y = ask a
 }
@@ -32,7 +32,7 @@ PYTHON_SPEC = """
 experiment stuck { param n: int = 4 }
 model solver = python("askspec_stuck_solver:solve")
 role a { model = solver; memory = none; prompt = "go {{ i }}" }
-game g for i in range(1, n) { x = ask a }
+game g for i in range(1, n + 1) { x = ask a }
 """
 
 STUCK_SOLVER = """

@@ -141,7 +141,7 @@ SPEC = """
 experiment hostile {{ param n: int = 3 }}
 model served = openai("served-model") {{ base_url = "{url}"; retries = 1 }}
 role a {{ model = served; memory = none; prompt = "question {{{{ i }}}}" }}
-game g for i in range(1, n) {{ x = ask a }}
+game g for i in range(1, n + 1) {{ x = ask a }}
 """
 
 
