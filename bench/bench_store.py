@@ -1,8 +1,9 @@
 """Run-store benchmark: RunWriter throughput and typical queries, NDJSON vs Parquet.
 
 Writes an Ask-E-shaped run (default 100k sessions x 10 turns over 4 roles, 190
-boundary pairs as groups) through ``RunWriter``, then times typical aggregations
-on the NDJSON views, compacts the run to Parquet and times them again.
+boundary pairs as groups; the questioner keeps its whole conversation, so its
+prompts grow) through ``RunWriter``, then times typical aggregations on the
+NDJSON views, compacts the run to Parquet and times them again.
 
     PYTHONPATH=<dir with askspec> python bench/bench_store.py [--sessions 100000] [--keep]
 
@@ -51,6 +52,11 @@ QUERIES = {
         FROM turns GROUP BY role""",
     "one session's turns (TUI)": """
         SELECT turn_index, role, text FROM turns WHERE session_id = 's0050000' ORDER BY turn_index""",
+    # Prompts are stored as deltas; these rebuild them (one session, then every turn).
+    "one session's full prompts (TUI)": """
+        SELECT turn_index, role, prompt FROM turns WHERE session_id = 's0050000' ORDER BY turn_index""",
+    "prompt messages per role (all turns)": """
+        SELECT role, avg(json_array_length(prompt)) AS messages FROM turns GROUP BY role""",
 }
 
 # A small pool of realistic texts, picked by index so generation costs little.
@@ -99,9 +105,10 @@ def write_run(out: Path, sessions: int, turns: int, flush_interval: float) -> tu
                 w.reward(sid, att, role=role, turn_index=t, name="format", value=-0.05 * ((i + t) % 2),
                          kind="turn")
                 events += 1
-                # The questioner keeps its own last probe in context (bounded length).
-                history = [history[0], {"role": "assistant", "content": text},
-                           {"role": "user", "content": "Write the next probe."}]
+                # memory = full: the questioner's conversation grows with each probe
+                # (the writer stores only what each prompt adds to the last one).
+                history = history + [{"role": "assistant", "content": text},
+                                     {"role": "user", "content": "Write the next probe."}]
         outcome = OUTCOMES[i % 3]
         w.reward(sid, att, role="questioner", turn_index=None, name="calibration",
                  value={"calibrated": 1.0, "too_easy": 0.2, "too_hard": -0.2}[outcome], kind="terminal")

@@ -220,7 +220,10 @@ async def _run(args) -> int:
     if args.resume:
         if not layout.is_run_dir(args.resume):
             return _err(f"not a run directory: {args.resume}")
-        manifest = layout.read_manifest(args.resume)
+        try:
+            manifest = layout.load_manifest(args.resume)
+        except layout.ManifestError as e:
+            return _err(f"cannot resume: {e}")
         spec_path = args.file or manifest.get("spec_path")
         if not spec_path:
             return _err("cannot tell which spec this run used; pass the spec file")
@@ -284,6 +287,10 @@ async def _run(args) -> int:
             writer = RunWriter.open_for_resume(args.resume, argv=sys.argv)
         except Exception as e:
             return _err(f"cannot resume {args.resume}: {e}")
+        from askspec.terminal import printable
+
+        for note in writer.notes:  # what the resume repaired (damaged lines moved, files rebuilt)
+            print(f"warning: {printable(note, single_line=True)}", file=sys.stderr)
     done = writer.completed_sessions()
     prior, routed = {}, set()
     if manifest is not None and done:

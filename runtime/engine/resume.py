@@ -12,6 +12,7 @@ from typing import Any
 
 from askspec.runtime.engine.plan import SessionPlan
 from askspec.runtime.engine.state import SessionBook, SessionResult
+from askspec.runtime.store.layout import RunDirError
 
 
 def json_cell(v: Any) -> Any:
@@ -25,16 +26,19 @@ def json_cell(v: Any) -> Any:
 
 
 def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[dict[str, SessionResult], set[str]]:
-    from askspec.runtime.store.views import open_store
+    from askspec.runtime.store.views import connect
 
     if not done:
         return {}, set()
-    con = open_store(run_dir)
+    # The store's warnings (damaged lines and the like) were reported when the run
+    # was reopened; repeating them as Python warnings would only add noise.
+    con = connect(run_dir).con
     by_id = {p.session_id: p for p in plans}
     rows = con.execute("SELECT session_id, status, outcome, error, vars, attempt, bookkeeping FROM sessions "
                        "WHERE status IN ('ok', 'error')").fetchall()
     rewards: dict[str, list] = {}
-    for sid, role, turn, name, value in con.execute("SELECT session_id, role, turn_index, name, value FROM rewards").fetchall():
+    for sid, role, turn, name, value in con.execute("SELECT session_id, role, turn_index, name, value FROM rewards "
+                                                    "WHERE value IS NOT NULL").fetchall():
         rewards.setdefault(sid, []).append((role, turn, name, float(value)))
     finals: dict[str, dict[str, str]] = {}
     firsts: dict[str, dict[str, str]] = {}
@@ -53,9 +57,16 @@ def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[
     for sid, status, outcome, error, vars_, attempt, bookkeeping in rows:
         if sid not in done or sid not in by_id:
             continue
-        v = json_cell(vars_) or {}
-        legacy = SessionBook.from_legacy_vars(v)  # also strips the old dunder keys from v
-        book = SessionBook.from_json(json_cell(bookkeeping)) if bookkeeping is not None else legacy
+        v = json_cell(vars_)
+        v = v if isinstance(v, dict) else {}
+        try:
+            legacy = SessionBook.from_legacy_vars(v)  # also strips the old dunder keys from v
+            book = SessionBook.from_json(json_cell(bookkeeping)) if bookkeeping is not None else legacy
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            # a hand-edited line of the right type but the wrong shape: resuming without
+            # it would silently change buffers and histories
+            raise RunDirError(f"events/sessions.ndjson: the recorded bookkeeping of session {sid} cannot be "
+                              f"read ({type(e).__name__}: {e}); fix or remove that line to resume") from None
         if status != "ok":  # an errored session's pushes never entered a buffer
             book = SessionBook(stateful=book.stateful)
         prior[sid] = SessionResult(plan=by_id[sid], status=status, outcome=outcome, error=error,

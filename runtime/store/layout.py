@@ -16,18 +16,23 @@ these DuckDB types (explicit types keep empty files and schema drift harmless).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import platform
 import re
 import secrets
+import stat
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
+# 2: turns store prompt deltas (prompt_chain, prompt_link); every event may carry
+# ``overflow`` (strings moved to side files, see writer.py). Version 1 lines read
+# as version 2 lines without those fields (full prompts, nothing moved).
+FORMAT_VERSION = 2
 
 MANIFEST = "manifest.json"
 IR_JSON = "ir.json"
@@ -35,6 +40,8 @@ IR_HASH = "ir.hash"
 SPEC_DIR = "spec"
 EVENTS_DIR = "events"
 COMPACTION_INDEX = "compaction.json"
+QUARANTINE = "quarantine.ndjson"  # damaged lines moved out of the event files by a resume
+OVERFLOW_DIR = "overflow"  # events/overflow/<sha256>.txt: strings too long to store inline
 
 # Columns every event line carries. ``seq`` is per file and strictly increasing in
 # file order; ``gen`` is the writer generation (0 when created, +1 per resume).
@@ -69,7 +76,15 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "turn_index": "INTEGER",
         "role": "VARCHAR",
         "model": "VARCHAR",
+        # The messages sent, as a delta: ``prompt`` holds what this prompt adds to
+        # the same role's previous prompt in this session attempt. The chain of
+        # deltas starts at turn ``prompt_chain`` (whose prompt is stored whole)
+        # and this is its ``prompt_link``-th delta (1, 2, ...). Both are absent on
+        # a turn whose prompt is stored whole. The turns view rebuilds the full
+        # prompt: the concatenation of the chain's message arrays up to this turn.
         "prompt": "JSON",
+        "prompt_chain": "INTEGER",
+        "prompt_link": "INTEGER",
         "text": "VARCHAR",
         "parsed": "JSON",
         "finish_reason": "VARCHAR",
@@ -114,6 +129,29 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
 
 EVENT_NAMES: tuple[str, ...] = tuple(EVENT_SCHEMAS)
 
+# Every event may end with ``overflow``: a list of {path, chars, file, sha256} for
+# strings the writer moved to ``events/overflow/`` (their first characters stay inline).
+OVERFLOW_COLUMN: dict[str, str] = {"overflow": "JSON"}
+
+# Columns added after format 1 (absent from Parquet copies compacted by format 1).
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    name: {"turns": ("prompt_chain", "prompt_link", "group_id"), "sessions": ("bookkeeping",),
+           "groups": ("judge_calls", "unparsed")}.get(name, ()) + ("overflow",)
+    for name in EVENT_SCHEMAS
+}
+
+# Columns without which a line means nothing: a line lacking one (or holding a
+# value of the wrong type, see check.py) is damaged. The views drop such rows.
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "sessions": ("event", "session_id", "attempt"),
+    "turns": ("session_id", "attempt", "turn_index", "role"),
+    "rewards": ("session_id", "attempt", "role", "name", "kind"),
+    "groups": ("group_id",),
+    "matches": ("group_id",),
+    "train_steps": ("role", "step"),
+}
+COMMON_REQUIRED = ("seq", "ts", "run_id", "gen")
+
 # Manifest fields the ``runs`` view exposes, with their types.
 MANIFEST_COLUMNS: dict[str, str] = {
     "run_id": "VARCHAR",
@@ -153,8 +191,13 @@ TRACKED_PACKAGES = (
 
 
 def columns(name: str) -> dict[str, str]:
-    """All columns (common + specific) of event file ``name``, in file order."""
-    return {**COMMON_COLUMNS, **EVENT_SCHEMAS[name]}
+    """All columns (common + specific + overflow) of event file ``name``, in file order."""
+    return {**COMMON_COLUMNS, **EVENT_SCHEMAS[name], **OVERFLOW_COLUMN}
+
+
+def required(name: str) -> tuple[str, ...]:
+    """Columns every line of event file ``name`` must carry (non-null)."""
+    return COMMON_REQUIRED + REQUIRED_COLUMNS[name]
 
 
 def events_dir(run_dir: str | os.PathLike[str]) -> Path:
@@ -167,6 +210,68 @@ def ndjson_path(run_dir: str | os.PathLike[str], name: str) -> Path:
 
 def parquet_path(run_dir: str | os.PathLike[str], name: str) -> Path:
     return events_dir(run_dir) / f"{name}.parquet"
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyState:
+    """How ``events/<name>.parquet`` relates to ``events/<name>.ndjson``.
+
+    kind:
+      none       no Parquet copy
+      current    the copy was built from the NDJSON as it is now (same size)
+      only       the NDJSON is missing (or empty while the copy has rows): the
+                 copy is the only record of these events
+      ahead      the NDJSON is shorter than when the copy was built: the copy
+                 holds lines the NDJSON lost
+      stale      the NDJSON grew since the copy was built (appended to later)
+      unindexed  a copy without an index entry (compaction interrupted) beside
+                 an NDJSON file
+    """
+
+    kind: str
+    ndjson_bytes: int | None  # None: no NDJSON file
+    built_from: int | None  # the NDJSON size the copy was built from (index), if known
+    format_version: int  # of the copy's columns (1: before ADDED_COLUMNS)
+
+
+def read_compaction_index(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """events/compaction.json, or an empty index when absent or unreadable."""
+    try:
+        index = json.loads((events_dir(run_dir) / COMPACTION_INDEX).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"files": {}}
+    if not isinstance(index, dict) or not isinstance(index.get("files"), dict):
+        return {"files": {}}
+    return index
+
+
+def copy_state(run_dir: str | os.PathLike[str], name: str, index: dict[str, Any] | None = None) -> CopyState:
+    """See CopyState; ``index`` is read_compaction_index(run_dir) when not given."""
+    try:
+        st = ndjson_path(run_dir, name).stat()
+        nd: int | None = st.st_size if stat.S_ISREG(st.st_mode) else None  # a directory is no file
+    except OSError:
+        nd = None
+    if not parquet_path(run_dir, name).is_file():
+        return CopyState("none", nd, None, FORMAT_VERSION)
+    index = read_compaction_index(run_dir) if index is None else index
+    entry = index["files"].get(name)
+    fmt = index.get("format_version", 1)
+    fmt = fmt if isinstance(fmt, int) and not isinstance(fmt, bool) else 1
+    built = entry.get("ndjson_bytes") if isinstance(entry, dict) else None
+    if not isinstance(built, int) or isinstance(built, bool):
+        built = None
+    if built is None:
+        # No index entry: the copy is still complete (each is renamed into place
+        # whole) but its columns are unknown: the views look them up.
+        fmt = 0
+    if nd is None or (nd == 0 and built != 0):
+        return CopyState("only", nd, built, fmt)
+    if built is None:
+        return CopyState("unindexed", nd, None, fmt)
+    if nd == built:
+        return CopyState("current", nd, built, fmt)
+    return CopyState("stale" if nd > built else "ahead", nd, built, fmt)
 
 
 def manifest_path(run_dir: str | os.PathLike[str]) -> Path:
@@ -241,6 +346,14 @@ def _package_versions() -> dict[str, str | None]:
     return versions
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written (a write may be partial)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` so readers see the old or the new file, never half.
 
@@ -262,5 +375,120 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
 
 
 def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest as stored, unchecked (``load_manifest`` checks it)."""
     with open(manifest_path(run_dir), encoding="utf-8") as f:
         return json.load(f)
+
+
+class RunDirError(ValueError):
+    """A run directory cannot be used as asked; the message says why and what to do."""
+
+
+class ManifestError(RunDirError):
+    """A run's manifest.json is missing, not JSON, or has a field of the wrong type."""
+
+
+_INT = (int,)
+_STR_OR_NONE = (str, type(None))
+# Manifest field -> accepted JSON types (bool is excluded from ints below) and
+# whether it is required. Only what readers and a resume rely on is checked.
+_MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "run_id": ((str,), True),
+    "experiment_hash": ((str,), True),
+    "status": ((str,), True),
+    "seed": (_INT, True),
+    "experiment": (_STR_OR_NONE, False),
+    "format_version": ((int, type(None)), False),
+    "planned_sessions": ((int, type(None)), False),
+    "resumes": (_INT, False),
+    "started_at": (_STR_OR_NONE, False),
+    "ended_at": (_STR_OR_NONE, False),
+    "roles": ((dict, type(None)), False),
+    "params": ((dict, type(None)), False),
+    "versions": ((dict, type(None)), False),
+    "argv": ((list, type(None)), False),
+    "history": ((list,), False),
+    "repairs": ((list,), False),
+    "quarantined": ((list,), False),
+    "restored": ((list,), False),
+    "spec_path": (_STR_OR_NONE, False),
+    "overrides": ((dict, type(None)), False),
+    "run_options": ((dict, type(None)), False),
+}
+_RUN_OPTIONS: dict[str, tuple[type, ...]] = {
+    "backend": _STR_OR_NONE, "replay": _STR_OR_NONE, "sessions": (int, type(None)),
+    "max_tokens": (int, type(None)), "models": (dict, type(None)),
+}
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z?")
+
+
+def _type_name(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+            int: "an integer", float: "a number"}.get(type(v), type(v).__name__)
+
+
+def _want(types: tuple[type, ...]) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", type(None): "null"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def check_manifest(manifest: Any, where: str = MANIFEST) -> dict[str, Any]:
+    """``manifest`` if it has the shape readers rely on; else ManifestError naming the field."""
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{where}: expected a JSON object, found {_type_name(manifest)}")
+    for key, (types, needed) in _MANIFEST_FIELDS.items():
+        if key not in manifest:
+            if needed:
+                raise ManifestError(f"{where}: field '{key}' is missing")
+            continue
+        v = manifest[key]
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            raise ManifestError(f"{where}: field '{key}' must be {_want(types)}, not {_type_name(v)} {_short(v)}")
+    if manifest["status"] not in RUN_STATUSES:
+        raise ManifestError(f"{where}: field 'status' must be one of {', '.join(RUN_STATUSES)}, "
+                            f"not {_short(manifest['status'])}")
+    if isinstance(manifest.get("resumes"), int) and manifest["resumes"] < 0:
+        raise ManifestError(f"{where}: field 'resumes' must not be negative")
+    for key in ("started_at", "ended_at"):
+        v = manifest.get(key)
+        if isinstance(v, str) and not _TIMESTAMP.fullmatch(v):
+            raise ManifestError(f"{where}: field '{key}' is not an ISO-8601 time: {_short(v)}")
+    for key in ("history", "repairs", "quarantined", "restored"):
+        for i, item in enumerate(manifest.get(key) or []):
+            if not isinstance(item, dict):
+                raise ManifestError(f"{where}: {key}[{i}] must be an object, not {_type_name(item)}")
+    if any(not isinstance(a, str) for a in manifest.get("argv") or []):
+        raise ManifestError(f"{where}: field 'argv' must be a list of strings")
+    for key, types in _RUN_OPTIONS.items():
+        v = (manifest.get("run_options") or {}).get(key)
+        if not isinstance(v, types) or isinstance(v, bool):
+            raise ManifestError(f"{where}: run_options.{key} must be {_want(types)}, not {_type_name(v)} {_short(v)}")
+    return manifest
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v, ensure_ascii=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def load_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The run's manifest, checked; ManifestError (one line, naming the file) if unusable."""
+    path = manifest_path(run_dir)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ManifestError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        manifest = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except ValueError as e:
+        line, col = getattr(e, "lineno", None), getattr(e, "colno", None)
+        where = f"{path}:{line}:{col}" if line else str(path)
+        raise ManifestError(f"{where}: not valid JSON: {getattr(e, 'msg', e)}") from None
+    return check_manifest(manifest, str(path))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")

@@ -5,27 +5,35 @@ connection whose views read the run's NDJSON event files (or their Parquet
 copies once compacted) on every query, so they see new events while a writer
 keeps appending, and nothing is locked.
 
-Partial lines. A writer only appends whole lines, but a crash can leave a torn
-last line, and a live writer may be mid-append while we scan. A proper prefix
-of a JSON object is never valid JSON, so such a line is always a parse error:
-``read_json(..., ignore_errors=true)`` turns it into an all-NULL row, which the
-views drop with ``WHERE seq IS NOT NULL``. Nothing is copied and no line is
-scanned twice, so this costs nothing on the hot path. The warning is computed
+Damaged lines. A writer only appends whole lines, but a crash can leave a torn
+last line, a live writer may be mid-append while we scan, and files can be
+damaged by hand. ``read_json(..., ignore_errors=true)`` turns an unparseable
+line into an all-NULL row and a mistyped value into NULL; the views drop rows
+lacking a required column (``layout.required``). Nothing is copied and no line
+is scanned twice, so this costs nothing on the hot path. Warnings are computed
 separately and cheaply: one small read at the end of each file (does it end in
-``\\n``?), plus the manifest's record of torn lines that a resume terminated.
+``\\n``?), the manifest's record of lines a resume quarantined, and a scan of a
+finished run's file only when it changed after the run ended (check.py).
+Lines up to ``MAX_LINE_BYTES`` are read.
 
-Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type):
+Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
+``overflow`` lists strings stored aside, see overflow.py):
 
     runs(run_id, experiment, experiment_hash, status, started_at, ended_at, seed,
          planned_sessions, resumes, roles, params, versions, run_dir)
     sessions(run_id, session_id, game, group_id, status, outcome, error,
-             started_at, ended_at, params, vars, attempt, index, bookkeeping)
+             started_at, ended_at, params, vars, attempt, index, bookkeeping, overflow)
     turns(run_id, session_id, turn_index, role, model, prompt, text, parsed,
-          finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts, group_id)
-    rewards(run_id, session_id, role, turn_index, name, value, kind, attempt, ts)
-    groups(run_id, group_id, route, stats, members, ts, judge_calls, unparsed)
-    matches(run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts)
-    train_steps(run_id, role, step, metrics, ts)
+          finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts, group_id, overflow)
+          (``prompt`` is rebuilt from the stored deltas, see _VIEW_SQL["turns"])
+    rewards(run_id, session_id, role, turn_index, name, value, kind, attempt, ts, overflow)
+    groups(run_id, group_id, route, stats, members, ts, judge_calls, unparsed, overflow)
+    matches(run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts, overflow)
+    train_steps(run_id, role, step, metrics, ts, overflow)
+
+Sources: per event file, the NDJSON or its Parquet copy, as ``layout.copy_state``
+says (a copy that is the only record, or holds more than a shrunk NDJSON, is
+read instead of it).
 
 Resume semantics: sessions/turns/rewards keep only each session's latest
 attempt; a reward rewritten by a later writer generation supersedes the
@@ -68,7 +76,56 @@ class PartialLineWarning(UserWarning):
 
 
 class StaleParquetWarning(UserWarning):
-    """A Parquet copy no longer matches its NDJSON file; the NDJSON is read instead."""
+    """A Parquet copy no longer matches its NDJSON file; the more complete one is read."""
+
+
+class DamagedRunWarning(UserWarning):
+    """A run (or one of its files) is damaged: skipped, or read without the damaged part."""
+
+
+# A finished run's file edited afterwards is scanned for damaged lines up to this
+# size, to name them; a larger one gets a warning without line numbers.
+SCAN_CHANGED_BYTES = 16 << 20
+
+
+def _changed_since_closed(manifest: dict, name: str, nd: Path) -> tuple[bool, str]:
+    """(whether events/<name>.ndjson is exactly as its writer closed it, see
+    check.file_stamp; a warning about damaged lines when it changed since)."""
+    from askspec.runtime.store import check
+
+    closed = manifest.get("closed_files")
+    stamp = closed.get(name) if isinstance(closed, dict) else None
+    if stamp is None:
+        return False, ""  # no stamp (a live or crashed run, or an older version)
+    now = check.file_stamp(nd)
+    if now == stamp:
+        return True, ""
+    if now is None or now[0] > SCAN_CHANGED_BYTES:
+        return False, (f"events/{name}.ndjson changed after the run ended; lines that cannot be read are "
+                       "skipped (askspec run --resume moves them to events/quarantine.ndjson)")
+    try:
+        bad = [b for b in check.scan_file(nd, name) if not b.torn]  # a torn last line is warned about apart
+    except OSError:
+        return False, ""
+    if not bad:
+        return False, ""
+    shown = "; ".join(f"line {b.line}: {b.reason}" for b in bad[:3]) + ("; ..." if len(bad) > 3 else "")
+    return False, (f"events/{name}.ndjson has {len(bad)} damaged line(s), skipped ({shown}); "
+                   "askspec run --resume moves them to events/quarantine.ndjson")
+
+
+def _parquet_missing(con: duckdb.DuckDBPyConnection, pq: Path, name: str, fmt: int) -> tuple[str, ...]:
+    """Columns of event file ``name`` that Parquet copy ``pq`` lacks (see layout.ADDED_COLUMNS)."""
+    if fmt >= 2:
+        return ()
+    if fmt == 1:
+        return layout.ADDED_COLUMNS[name]
+    # Unknown (no index entry): read the file's schema (metadata only).
+    try:
+        have = {r[0] for r in con.execute("SELECT name FROM parquet_schema(?)", [os.fspath(pq)]).fetchall()}
+    except duckdb.Error:
+        return ()
+    return tuple(c for c in layout.columns(name) if c not in have)
 
 
 @dataclass
@@ -130,40 +187,42 @@ def _partial_tail(path: Path, live: bool) -> int:
     return torn
 
 
-def _parquet_is_current(run_dir: Path, name: str) -> bool | None:
-    """Whether the Parquet copy of ``name`` can stand in for its NDJSON.
+# Lines up to this size are read; the writer keeps its lines under ~4 MiB (longer
+# strings go to events/overflow/), so this only matters for runs written by older
+# versions or by hand. DuckDB's default (16 MiB) made one huge reply break every query.
+MAX_LINE_BYTES = 1 << 30
 
-    None: no usable copy (absent, or compaction not finished: the index is
-    written last). False: the NDJSON grew since compaction (stale copy).
+
+def _where_valid(name: str) -> str:
+    # ignore_errors turns an unparseable line into an all-NULL row and a mistyped
+    # value into NULL: drop rows that lack what gives a line its meaning.
+    return " AND ".join(f'"{c}" IS NOT NULL' for c in layout.required(name))
+
+
+def raw_events_sql(name: str, ndjson: list[Path], parquet: list[Path],
+                   parquet_missing: dict[Path, tuple[str, ...]] | None = None) -> str:
+    """SQL for all raw events of file kind ``name`` across runs, typed per layout.
+
+    ``parquet_missing`` names, per Parquet copy, columns it lacks (copies made
+    before a column existed); they read as NULL.
     """
-    pq = layout.parquet_path(run_dir, name)
-    if not pq.exists():
-        return None
-    try:
-        index = json.loads((layout.events_dir(run_dir) / layout.COMPACTION_INDEX).read_text())
-        built_from = int(index["files"][name]["ndjson_bytes"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    nd = layout.ndjson_path(run_dir, name)
-    if not nd.exists():  # NDJSON archived elsewhere: the copy is all there is
-        return True
-    return nd.stat().st_size == built_from
-
-
-def raw_events_sql(name: str, ndjson: list[Path], parquet: list[Path]) -> str:
-    """SQL for all raw events of file kind ``name`` across runs, typed per layout."""
     cols = layout.columns(name)
     sel = _select_list(cols)
     parts = []
     if ndjson:
         parts.append(
             f"SELECT {sel} FROM read_json({_sql_list(ndjson)}, format='newline_delimited', "
-            f"columns={_columns_struct(cols)}, auto_detect=false, ignore_errors=true) "
-            # ignore_errors yields an all-NULL row for a torn/invalid line; drop it.
-            f"WHERE seq IS NOT NULL"
+            f"columns={_columns_struct(cols)}, auto_detect=false, ignore_errors=true, "
+            f"maximum_object_size={MAX_LINE_BYTES}) WHERE {_where_valid(name)}"
         )
-    if parquet:
-        parts.append(f"SELECT {sel} FROM read_parquet({_sql_list(parquet)})")
+    groups: dict[tuple[str, ...], list[Path]] = {}
+    for p in parquet:
+        groups.setdefault(tuple((parquet_missing or {}).get(p, ())), []).append(p)
+    for missing, paths in groups.items():
+        items = ", ".join(
+            f'CAST(NULL AS {t}) AS "{c}"' if c in missing else f'"{c}"' for c, t in cols.items()
+        )
+        parts.append(f"SELECT {items} FROM read_parquet({_sql_list(paths)}) WHERE {_where_valid(name)}")
     if not parts:
         typed = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in cols.items())
         parts.append(f"SELECT {typed} WHERE false")
@@ -183,7 +242,9 @@ _VIEW_SQL = {
     "sessions": """
         SELECT s.run_id, s.session_id, s.game, s.group_id,
                coalesce(f.status, 'running') AS status, f.outcome, f.error,
-               s.ts AS started_at, f.ts AS ended_at, s.params, f.vars, s.attempt, s."index", f.bookkeeping
+               s.ts AS started_at, f.ts AS ended_at, s.params, f.vars, s.attempt, s."index", f.bookkeeping,
+               CASE WHEN s.overflow IS NULL THEN f.overflow WHEN f.overflow IS NULL THEN s.overflow
+                    ELSE ('[' || s.overflow[2:-2] || ',' || f.overflow[2:-2] || ']')::JSON END AS overflow
         FROM (SELECT e.* FROM events_sessions e
               ANTI JOIN retried_sessions r
                 ON r.run_id = e.run_id AND r.session_id = e.session_id AND r.attempt <> e.attempt
@@ -197,14 +258,29 @@ _VIEW_SQL = {
     "rerouted_groups": """
         SELECT run_id, group_id, max(gen) AS gen FROM events_groups WHERE gen > 0 GROUP BY run_id, group_id
     """,
+    # A turn stores its prompt as a delta (layout.py): the full prompt is the
+    # concatenation of the message arrays of its chain, from the turn that stored
+    # it whole up to this one. It is NULL when a line of the chain is missing
+    # (quarantined): each delta records its link number, which must equal the
+    # number of chain rows before it (a gap shifts every later row). DuckDB drops
+    # this window when a query does not use ``prompt``, and pushes a session_id
+    # filter below it.
     "turns": """
-        SELECT t.run_id, t.session_id, t.turn_index, t.role, t.model, t.prompt, t.text, t.parsed,
-               t.finish_reason, t.tokens_in, t.tokens_out, t.latency_ms, t.error, t.attempt, t.ts, t.group_id
+        SELECT t.run_id, t.session_id, t.turn_index, t.role, t.model,
+               CASE WHEN t.prompt_chain IS NULL THEN t.prompt
+                    WHEN t.prompt_link = row_number() OVER chain - 1
+                    THEN ('[' || string_agg(nullif(t.prompt[2:-2], ''), ',') OVER chain || ']')::JSON
+               END AS prompt,
+               t.text, t.parsed,
+               t.finish_reason, t.tokens_in, t.tokens_out, t.latency_ms, t.error, t.attempt, t.ts, t.group_id,
+               t.overflow
         FROM events_turns t
         ANTI JOIN retried_sessions r
           ON r.run_id = t.run_id AND r.session_id = t.session_id AND r.attempt <> t.attempt
         ANTI JOIN rerouted_groups g
           ON g.run_id = t.run_id AND g.group_id = t.group_id AND g.gen <> t.gen
+        WINDOW chain AS (PARTITION BY t.run_id, t.session_id, t.attempt, coalesce(t.prompt_chain, t.turn_index)
+                         ORDER BY t.turn_index ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
     """,
     # Within one writer generation each reward is written once. A later
     # generation may write the same (session, attempt, role, turn, name) again
@@ -216,7 +292,7 @@ _VIEW_SQL = {
         FROM events_rewards WHERE gen > 0 GROUP BY ALL
     """,
     "rewards": """
-        SELECT w.run_id, w.session_id, w.role, w.turn_index, w.name, w.value, w.kind, w.attempt, w.ts
+        SELECT w.run_id, w.session_id, w.role, w.turn_index, w.name, w.value, w.kind, w.attempt, w.ts, w.overflow
         FROM events_rewards w
         ANTI JOIN retried_sessions r
           ON r.run_id = w.run_id AND r.session_id = w.session_id AND r.attempt <> w.attempt
@@ -226,15 +302,15 @@ _VIEW_SQL = {
         WHERE a.gen IS NULL OR a.gen = w.gen
     """,
     "groups": """
-        SELECT run_id, group_id, route, stats, members, ts, judge_calls, unparsed FROM events_groups
+        SELECT run_id, group_id, route, stats, members, ts, judge_calls, unparsed, overflow FROM events_groups
         QUALIFY row_number() OVER (PARTITION BY run_id, group_id ORDER BY seq DESC) = 1
     """,
     "matches": """
-        SELECT run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts FROM events_matches
+        SELECT run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts, overflow FROM events_matches
         QUALIFY gen = max(gen) OVER (PARTITION BY run_id, group_id)
     """,
     "train_steps": """
-        SELECT run_id, role, step, metrics, ts FROM events_train_steps
+        SELECT run_id, role, step, metrics, ts, overflow FROM events_train_steps
         QUALIFY row_number() OVER (PARTITION BY run_id, role, step ORDER BY seq DESC) = 1
     """,
 }
@@ -253,33 +329,56 @@ def connect(path: str | os.PathLike[str]) -> Store:
         raise StoreError(f"not a directory: {root}")
     found: list[tuple[type[Warning], str]] = []
     runs: list[tuple[Path, dict]] = []
+    problems: list[str] = []
     for rd in layout.find_run_dirs(root):
         try:
-            manifest = layout.read_manifest(rd)
-        except (OSError, ValueError) as e:
-            found.append((UserWarning, f"{rd.name}: unreadable manifest.json ({e}); run skipped"))
+            manifest = layout.load_manifest(rd)
+        except layout.ManifestError as e:
+            problems.append(str(e))
+            found.append((DamagedRunWarning, f"{e}; run skipped"))
             continue
         runs.append((rd.resolve(), manifest))
     if not runs:
-        raise StoreError(f"not a run directory or a folder of runs: {root}")
+        if len(problems) == 1:
+            raise StoreError(f"cannot read run: {problems[0]}")
+        raise StoreError(f"not a run directory or a folder of runs: {root}"
+                         + (f" ({len(problems)} runs with unreadable manifests)" if problems else ""))
 
     con = duckdb.connect(":memory:")
     ndjson: dict[str, list[Path]] = {n: [] for n in layout.EVENT_NAMES}
     parquet: dict[str, list[Path]] = {n: [] for n in layout.EVENT_NAMES}
+    missing_cols: dict[str, dict[Path, tuple[str, ...]]] = {n: {} for n in layout.EVENT_NAMES}
     for rd, manifest in runs:
-        run_id = manifest.get("run_id", rd.name)
-        live = manifest.get("status") == "running"
+        run_id = manifest["run_id"]
+        live = manifest["status"] == "running"
+        index = layout.read_compaction_index(rd)
         for name in layout.EVENT_NAMES:
             nd = layout.ndjson_path(rd, name)
-            current = _parquet_is_current(rd, name)
-            if current:
-                parquet[name].append(layout.parquet_path(rd, name))
-            elif nd.exists():
-                if current is False:
+            state = layout.copy_state(rd, name, index)
+            if state.kind in ("current", "only", "ahead"):
+                pq = layout.parquet_path(rd, name)
+                parquet[name].append(pq)
+                missing = _parquet_missing(con, pq, name, state.format_version)
+                if missing:
+                    missing_cols[name][pq] = missing
+                if state.kind == "ahead":
+                    found.append((StaleParquetWarning,
+                                  f"{run_id}: events/{name}.ndjson ({state.ndjson_bytes} bytes) is shorter than "
+                                  f"when it was compacted ({state.built_from} bytes); reading {name}.parquet"))
+            elif state.ndjson_bytes is not None:
+                if state.kind == "stale":
                     found.append((StaleParquetWarning,
                                   f"{run_id}: events/{name}.parquet is out of date; reading {name}.ndjson"))
                 ndjson[name].append(nd)
-            if nd.exists():
+            else:
+                found.append((DamagedRunWarning,
+                              f"{run_id}: events/{name}.ndjson is missing; no {name} events for this run"))
+            if not state.ndjson_bytes or state.kind in ("current", "only", "ahead"):
+                continue
+            untouched, damage = _changed_since_closed(manifest, name, nd)
+            if damage:
+                found.append((DamagedRunWarning, f"{run_id}: {damage}"))
+            if not untouched:
                 torn = _partial_tail(nd, live)
                 if torn:
                     found.append((PartialLineWarning,
@@ -290,9 +389,16 @@ def connect(path: str | os.PathLike[str]) -> Store:
                           f"{run_id}: events/{rep.get('file')} has a partial line ending at byte "
                           f"{rep.get('offset')} (interrupted write, repaired by writer generation "
                           f"{rep.get('gen')}); ignored"))
+        moved = sum(int(q.get("lines", 0) or 0) for q in manifest.get("quarantined", []))
+        if moved:
+            files = sorted({str(q.get("file")) for q in manifest.get("quarantined", [])})
+            found.append((DamagedRunWarning,
+                          f"{run_id}: {moved} damaged line(s) of {', '.join(files)} were moved to "
+                          f"events/{layout.QUARANTINE} by a resume; not in the views"))
 
     for name in layout.EVENT_NAMES:
-        con.execute(f"CREATE VIEW events_{name} AS {raw_events_sql(name, ndjson[name], parquet[name])}")
+        sql = raw_events_sql(name, ndjson[name], parquet[name], missing_cols[name])
+        con.execute(f"CREATE VIEW events_{name} AS {sql}")
     for name, sql in _VIEW_SQL.items():
         con.execute(f"CREATE VIEW {name} AS {sql}")
     run_dirs = [rd for rd, _ in runs]

@@ -10,8 +10,8 @@ Durability model
   one line each, buffered in memory, and written with ``os.write`` on an
   ``O_APPEND`` descriptor in whole lines only. A crash therefore loses at most
   the buffered events plus, in the worst case, leaves one partial last line
-  (readers ignore it with a warning; ``open_for_resume`` terminates it with a
-  newline before appending, so it can never glue onto a new event).
+  (readers ignore it with a warning; ``open_for_resume`` moves it to the
+  quarantine file before appending, so it can never glue onto a new event).
 * Buffers are flushed when they exceed ``flush_bytes``, when an event arrives
   more than ``flush_interval`` seconds after the last flush, by a timer on the
   running asyncio loop (so a quiet engine still flushes within
@@ -28,10 +28,17 @@ Durability model
   the rest of the buffer is dropped and the writer refuses further events;
   ``finish("failed")`` still records the end, and a later resume repairs the
   torn line and re-runs unfinished sessions.
+* A line longer than ``overflow.LINE_CHARS`` has its long strings moved to
+  side files first (overflow.py), so no reader chokes on it.
 
 Resume: each ``session_started`` returns an attempt number, 1 + the highest
-attempt seen for that session in earlier writer generations. Files are only
-ever appended; the views keep each session's latest attempt.
+attempt seen for that session in earlier writer generations. The writer only
+appends; before it does, ``open_for_resume`` makes the files complete and clean
+(recover.py). The views keep each session's latest attempt.
+
+Prompts: ``turn`` stores only what a prompt adds to the same role's previous
+prompt in the session attempt (layout.py, ``prompt_chain``/``prompt_link``);
+the turns view rebuilds the whole prompt.
 
 Threading: a RunWriter is not thread-safe. Call it from one thread (the engine's
 asyncio loop thread); no locks are taken because nothing else touches it. A
@@ -44,12 +51,14 @@ import asyncio
 import dataclasses
 import datetime as _dt
 import json
+import operator
 import os
 import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from askspec.runtime.store import layout
+from askspec.runtime.store.overflow import LINE_CHARS
 
 # the single-writer lock lives in its own module so that compaction (which the writer
 # calls at the end of a run) can take it without importing the writer
@@ -91,34 +100,74 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-# JSON encoding is most of the cost of an event. check_circular=False saves ~15%
-# (engine values are trees; a cycle still fails loudly with RecursionError), and
-# calling CPython's C encoder directly skips JSONEncoder.encode building a new
-# encoder object per call (another ~20%). Same output as json.dumps.
-_py_encode = json.JSONEncoder(
+# Encoding is most of the cost of an event, so events are encoded by hand for
+# their fixed schema: each method formats its line's fields straight into one
+# f-string (no event dict, no generic walk over it). Free-form values (params,
+# parsed fields, vars, prompt deltas ...) go through CPython's C encoder, called
+# directly (skips building a JSONEncoder per call) with check_circular=False
+# (engine values are trees; a cycle still fails loudly with RecursionError).
+# Non-finite floats are written as NaN / Infinity, as json.dumps does; DuckDB
+# and Python's json both read them back.
+_encode = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), default=_json_default, check_circular=False
 ).encode
 try:
-    from json.encoder import c_encode_basestring, c_make_encoder
+    from json.encoder import c_encode_basestring as _enc_str
+    from json.encoder import c_make_encoder
 
-    _c_encoder = c_make_encoder(None, _json_default, c_encode_basestring, None, ":", ",", False, False, True)
+    _c_encoder = c_make_encoder(None, _json_default, _enc_str, None, ":", ",", False, False, True)
 
-    def _encode(obj: Any) -> str:
+    def _encode(obj: Any) -> str:  # noqa: F811 - the fast path of the same function
         return "".join(_c_encoder(obj, 0))
 
 except (ImportError, TypeError):  # pragma: no cover - no C accelerator (e.g. PyPy)
-    _encode = _py_encode
+    from json.encoder import py_encode_basestring as _enc_str
+
+
+def _j(x: Any) -> str:  # a JSON-typed column
+    return "null" if x is None else _encode(x)
+
+
+def _s(x: Any) -> str:  # a VARCHAR column
+    if type(x) is str:
+        return _enc_str(x)
+    return "null" if x is None else _enc_str(str(x))
+
+
+def _i(x: Any) -> str:  # an INTEGER / BIGINT column
+    if type(x) is int:
+        return str(x)
+    if x is None:
+        return "null"
+    try:
+        return str(operator.index(x))  # bool, numpy integers
+    except TypeError:
+        pass
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return "null"
+    return str(int(f)) if f.is_integer() else "null"
+
+
+def _f(x: Any) -> str:  # a DOUBLE column
+    if type(x) is not float:
+        if x is None:
+            return "null"
+        try:
+            x = float(x)
+        except (TypeError, ValueError):
+            return "null"
+    if x - x == 0.0:  # finite (inf - inf and nan - nan are nan)
+        return repr(x)
+    return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
+
+
+_write_all = layout.write_all  # a module global, so a test can make a write fail
 
 
 def _str(x: Any) -> str | None:
     return x if x is None or isinstance(x, str) else str(x)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _check_rel_path(rel: str) -> PurePosixPath:
@@ -143,7 +192,7 @@ class _Clock:
         if sec != self._sec:
             self._sec = sec
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        return f"{self._prefix}.{int((t - sec) * 1_000_000):06d}Z"
+        return f"{self._prefix}.{int((t - sec) * 1_000_000):06}Z"
 
 
 def _last_seq(path: Path) -> int:
@@ -223,6 +272,11 @@ class RunWriter:
         self._completed = completed
         self._lock_fd = lock_fd
         self._clock = _Clock()
+        # The fields every line carries after "ts", encoded once.
+        self._head = f'"run_id":{_s(self.run_id)},"gen":{int(gen)},'
+        # session -> role -> (attempt, copy of the last prompt, turn where its chain
+        # starts, its link number in the chain)
+        self._prompts: dict[str, dict[str, tuple[int, list, int, int]]] = {}
         edir = layout.events_dir(self.run_dir)
         self._fds: dict[str, int] = {
             name: os.open(edir / f"{name}.ndjson", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -235,6 +289,7 @@ class RunWriter:
         self._timer: asyncio.TimerHandle | None = None
         self._last_flush = time.monotonic()
         self._closed = False
+        self.notes: list[str] = []  # what open_for_resume repaired, one line each
         self._failed: BaseException | None = None  # a write error ends the writer's usefulness
 
     # ------------------------------------------------------------------ creation
@@ -334,37 +389,23 @@ class RunWriter:
     ) -> RunWriter:
         """Reopen an existing run for appending (after a crash or interruption).
 
-        Sets the status back to ``running``, bumps the writer generation, drops
-        stale Parquet copies, terminates any partial last line left by a crash
-        (recording it in ``manifest["repairs"]``) and learns each session's
-        latest attempt. Existing lines are never modified.
+        Checks the manifest (``layout.ManifestError``), makes the event files
+        complete and clean (recover.py: NDJSON rebuilt from a Parquet copy that is
+        the only record, redundant copies dropped, damaged lines quarantined; a
+        ``layout.RunDirError`` when that cannot be done without losing data), sets
+        the status back to ``running``, bumps the writer generation and learns
+        each session's latest attempt. ``notes`` says what was repaired.
         """
+        from askspec.runtime.store.recover import prepare_for_append
+
         run_dir = Path(run_dir)
         if not layout.is_run_dir(run_dir):
             raise FileNotFoundError(f"not a run directory (no manifest.json): {run_dir}")
         lock_fd = acquire_writer_lock(run_dir)
         try:
-            manifest = layout.read_manifest(run_dir)
-            gen = int(manifest.get("resumes", 0)) + 1
-            edir = layout.events_dir(run_dir)
-            edir.mkdir(exist_ok=True)
-            # Parquet copies are a derived cache of the NDJSON, which is about to grow.
-            for name in layout.EVENT_NAMES:
-                layout.parquet_path(run_dir, name).unlink(missing_ok=True)
-            (edir / layout.COMPACTION_INDEX).unlink(missing_ok=True)
-            repairs = list(manifest.get("repairs", []))
-            for name in layout.EVENT_NAMES:
-                path = layout.ndjson_path(run_dir, name)
-                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    size = os.fstat(fd).st_size
-                    if size and os.pread(fd, 1, size - 1) != b"\n":
-                        # Terminate the torn line so the next event starts on a
-                        # fresh line; readers skip the torn one and warn.
-                        _write_all(fd, b"\n")
-                        repairs.append({"file": f"{name}.ndjson", "offset": size, "gen": gen})
-                finally:
-                    os.close(fd)
+            manifest = layout.load_manifest(run_dir)
+            gen = manifest.get("resumes", 0) + 1
+            prepared = prepare_for_append(run_dir, manifest, gen)
             attempts, completed = _scan_sessions(layout.ndjson_path(run_dir, "sessions"))
             now = layout.utc_iso()
             history = list(manifest.get("history", []))
@@ -373,14 +414,21 @@ class RunWriter:
                 prev = manifest.get("status")
                 history[-1]["status"] = "interrupted" if prev == "running" else prev
             history.append(
-                {"gen": gen, "started_at": now, "pid": os.getpid(), "argv": list(argv or manifest.get("argv", []))}
+                {"gen": gen, "started_at": now, "pid": os.getpid(), "argv": list(argv or manifest.get("argv") or [])}
             )
-            manifest.update(status="running", ended_at=None, resumes=gen, history=history, repairs=repairs)
+            # Torn lines that older versions terminated in place ("repairs") are
+            # damaged lines: the scan above has just quarantined them.
+            manifest.update(status="running", ended_at=None, resumes=gen, history=history, repairs=[])
+            manifest.pop("closed_files", None)
+            if prepared.restored:
+                manifest["restored"] = list(manifest.get("restored", [])) + prepared.restored
+            if prepared.quarantined:
+                manifest["quarantined"] = list(manifest.get("quarantined", [])) + prepared.quarantined
             layout.write_json_atomic(layout.manifest_path(run_dir), manifest)
         except BaseException:
             release_writer_lock(lock_fd)
             raise
-        return cls(
+        writer = cls(
             run_dir,
             manifest,
             gen=gen,
@@ -390,8 +438,13 @@ class RunWriter:
             flush_bytes=flush_bytes,
             lock_fd=lock_fd,
         )
+        writer.notes = prepared.notes
+        return writer
 
     # ------------------------------------------------------------------ events
+    # Each method formats its line by hand (see _encode's comment); the body
+    # starts after '"seq":N,' (seq is spliced in at flush time). Arguments keep
+    # their historical names and order.
 
     def session_started(
         self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int
@@ -400,21 +453,13 @@ class RunWriter:
         attempt = self._attempts.get(session_id, 0) + 1
         self._attempts[session_id] = attempt
         self._completed.discard(session_id)
-        self._emit(
-            "sessions:pre",
-            {
-                "ts": self._clock.now(),
-                "run_id": self.run_id,
-                "gen": self._gen,
-                "event": "started",
-                "session_id": session_id,
-                "attempt": attempt,
-                "index": index,
-                "game": game,
-                "group_id": _str(group_id),
-                "params": params,
-            },
-        )
+        self._prompts.pop(session_id, None)
+        body = (f'"ts":"{self._clock.now()}",{self._head}"event":"started","session_id":{_s(session_id)},'
+                f'"attempt":{attempt},"index":{_i(index)},"game":{_s(game)},"group_id":{_s(group_id)},'
+                f'"params":{_j(params)}}}')
+        if len(body) > LINE_CHARS:
+            body = self._shrunk(body)
+        self._emit("sessions:pre", body)
         return attempt
 
     def turn(
@@ -435,30 +480,45 @@ class RunWriter:
         error: str | None = None,
         group_id: str | None = None,
     ) -> None:
-        """A model call. A group route's judge call has ``group_id`` set and the group's
-        id as its ``session_id``."""
-        self._emit(
-            "turns",
-            {
-                "ts": self._clock.now(),
-                "run_id": self.run_id,
-                "gen": self._gen,
-                "session_id": session_id,
-                "attempt": attempt,
-                "turn_index": turn_index,
-                "role": role,
-                "model": model,
-                "prompt": prompt,
-                "text": text,
-                "parsed": parsed,
-                "finish_reason": finish_reason,
-                "tokens_in": tokens_in,
-                "tokens_out": tokens_out,
-                "latency_ms": latency_ms,
-                "error": error,
-                "group_id": _str(group_id),
-            },
-        )
+        """Record one model call. ``prompt`` is the full message list sent; only its
+        difference from this role's previous prompt in the session is stored. A group
+        route's judge call has ``group_id`` set and the group's id as its ``session_id``."""
+        delta = ""
+        if type(prompt) is list and group_id is None:  # (a judge call's prompt is stored whole)
+            roles = self._prompts.get(session_id)
+            if roles is None:
+                roles = self._prompts[session_id] = {}
+            prev = roles.get(role)
+            n = len(prev[1]) if prev is not None else 0
+            # A prompt that extends the previous one (memory = full) is stored as
+            # the new messages only; anything else starts a new chain, stored whole.
+            # prev holds a copy, so an engine that later mutates its list cannot
+            # make a prefix look shared when it is not.
+            if n and prev[0] == attempt and len(prompt) >= n and prompt[:n] == prev[1]:
+                link = prev[3] + 1
+                roles[role] = (attempt, prompt[:], prev[2], link)
+                delta = f',"prompt_chain":{prev[2]},"prompt_link":{link}'
+                prompt = prompt[n:]
+            else:
+                roles[role] = (attempt, prompt[:], turn_index, 0)
+        # The common types are tested inline: a function call per field costs more
+        # than encoding the field itself.
+        es = _enc_str
+        judged = "" if group_id is None else f',"group_id":{_s(group_id)}'
+        body = (f'"ts":"{self._clock.now()}",{self._head}'
+                f'"session_id":{es(session_id) if type(session_id) is str else _s(session_id)},'
+                f'"attempt":{attempt if type(attempt) is int else _i(attempt)},'
+                f'"turn_index":{turn_index if type(turn_index) is int else _i(turn_index)},'
+                f'"role":{es(role) if type(role) is str else _s(role)},'
+                f'"model":{es(model) if type(model) is str else _s(model)},"prompt":{_j(prompt)}{delta},'
+                f'"text":{es(text) if type(text) is str else _s(text)},"parsed":{_j(parsed)},'
+                f'"finish_reason":{es(finish_reason) if type(finish_reason) is str else _s(finish_reason)},'
+                f'"tokens_in":{tokens_in if type(tokens_in) is int else _i(tokens_in)},'
+                f'"tokens_out":{tokens_out if type(tokens_out) is int else _i(tokens_out)},'
+                f'"latency_ms":{_f(latency_ms)},"error":{"null" if error is None else _s(error)}{judged}}}')
+        if len(body) > LINE_CHARS:
+            body = self._shrunk(body)
+        self._emit("turns", body)
 
     def reward(
         self,
@@ -473,21 +533,12 @@ class RunWriter:
     ) -> None:
         if kind not in ("turn", "terminal"):
             raise ValueError(f"reward kind must be 'turn' or 'terminal', not {kind!r}")
-        self._emit(
-            "rewards",
-            {
-                "ts": self._clock.now(),
-                "run_id": self.run_id,
-                "gen": self._gen,
-                "session_id": session_id,
-                "attempt": attempt,
-                "role": role,
-                "turn_index": turn_index,
-                "name": name,
-                "value": None if value is None else float(value),
-                "kind": kind,
-            },
-        )
+        body = (f'"ts":"{self._clock.now()}",{self._head}"session_id":{_s(session_id)},"attempt":{_i(attempt)},'
+                f'"role":{_s(role)},"turn_index":{_i(turn_index)},"name":{_s(name)},"value":{_f(value)},'
+                f'"kind":"{kind}"}}')
+        if len(body) > LINE_CHARS:
+            body = self._shrunk(body)
+        self._emit("rewards", body)
 
     def session_finished(
         self,
@@ -506,39 +557,22 @@ class RunWriter:
             raise ValueError(f"session status must be 'ok' or 'error', not {status!r}")
         if attempt >= self._attempts.get(session_id, 0):
             self._completed.add(session_id)
-        self._emit(
-            "sessions:post",
-            {
-                "ts": self._clock.now(),
-                "run_id": self.run_id,
-                "gen": self._gen,
-                "event": "finished",
-                "session_id": session_id,
-                "attempt": attempt,
-                "status": status,
-                "outcome": _str(outcome),
-                "error": error,
-                "vars": vars,
-                "bookkeeping": bookkeeping,
-            },
-        )
+        self._prompts.pop(session_id, None)
+        body = (f'"ts":"{self._clock.now()}",{self._head}"event":"finished","session_id":{_s(session_id)},'
+                f'"attempt":{_i(attempt)},"status":"{status}","outcome":{_s(outcome)},"error":{_s(error)},'
+                f'"vars":{_j(vars)},"bookkeeping":{_j(bookkeeping)}}}')
+        if len(body) > LINE_CHARS:
+            body = self._shrunk(body)
+        self._emit("sessions:post", body)
 
     def group(self, group_id: str, *, route: str, stats: dict, members: list[str], judge_calls: int | None = None,
               unparsed: int | None = None) -> None:
-        self._emit(
-            "groups",
-            {
-                "ts": self._clock.now(),
-                "run_id": self.run_id,
-                "gen": self._gen,
-                "group_id": _str(group_id),
-                "route": route,
-                "stats": stats,
-                "members": [_str(m) for m in members],
-                "judge_calls": judge_calls,
-                "unparsed": unparsed,
-            },
-        )
+        body = (f'"ts":"{self._clock.now()}",{self._head}"group_id":{_s(group_id)},"route":{_s(route)},'
+                f'"stats":{_j(stats)},"members":[{",".join(_s(m) for m in members)}],'
+                f'"judge_calls":{_i(judge_calls)},"unparsed":{_i(unparsed)}}}')
+        if len(body) > LINE_CHARS:
+            body = self._shrunk(body)
+        self._emit("groups", body)
 
     def match(
         self,
@@ -551,34 +585,27 @@ class RunWriter:
         outcome: float | None,
         raw: str | None,
     ) -> None:
-        self._emit(
-            "matches",
-            {
-                "ts": self._clock.now(),
-                "run_id": self.run_id,
-                "gen": self._gen,
-                "group_id": _str(group_id),
-                "a": _str(a),
-                "b": _str(b),
-                "first_shown": _str(first_shown),
-                "verdict": _str(verdict),
-                "outcome": None if outcome is None else float(outcome),
-                "raw": raw,
-            },
-        )
+        body = (f'"ts":"{self._clock.now()}",{self._head}"group_id":{_s(group_id)},"a":{_s(a)},"b":{_s(b)},'
+                f'"first_shown":{_s(first_shown)},"verdict":{_s(verdict)},"outcome":{_f(outcome)},'
+                f'"raw":{_s(raw)}}}')
+        if len(body) > LINE_CHARS:
+            body = self._shrunk(body)
+        self._emit("matches", body)
 
     def train_step(self, role: str, step: int, metrics: dict) -> None:
-        self._emit(
-            "train_steps",
-            {
-                "ts": self._clock.now(),
-                "run_id": self.run_id,
-                "gen": self._gen,
-                "role": role,
-                "step": step,
-                "metrics": metrics,
-            },
-        )
+        body = (f'"ts":"{self._clock.now()}",{self._head}"role":{_s(role)},"step":{_i(step)},'
+                f'"metrics":{_j(metrics)}}}')
+        if len(body) > LINE_CHARS:
+            body = self._shrunk(body)
+        self._emit("train_steps", body)
+
+    def _shrunk(self, body: str) -> str:
+        # Rare path: a line over LINE_CHARS. Decode the line we built (exactly the
+        # event as typed) and let overflow.shrink move its long strings out.
+        from askspec.runtime.store.overflow import shrink
+
+        event = json.loads("{" + body)
+        return shrink(event, layout.events_dir(self.run_dir), _encode)[1:]
 
     # ------------------------------------------------------------------ state
 
@@ -600,12 +627,11 @@ class RunWriter:
 
     # ------------------------------------------------------------------ flushing
 
-    def _emit(self, queue: str, event: dict[str, Any]) -> None:
+    def _emit(self, queue: str, body: str) -> None:
         if self._closed:
             raise ValueError(f"run writer for {self.run_id} is closed")
         if self._failed is not None:
             raise RuntimeError(f"run writer for {self.run_id} failed to write: {self._failed}")
-        body = _encode(event)
         self._queues[queue].append(body)
         self._pending_bytes += len(body)
         if (
@@ -647,8 +673,8 @@ class RunWriter:
             if not bodies:
                 continue
             seq = self._seq[name]
-            # Each body is a JSON object; splice "seq" in as its first field.
-            lines = [f'{{"seq":{seq + i},{body[1:]}\n' for i, body in enumerate(bodies, 1)]
+            # Each body is a JSON object's fields after "seq", and its closing brace.
+            lines = [f'{{"seq":{seq + i},{body}\n' for i, body in enumerate(bodies, 1)]
             self._seq[name] = seq + len(bodies)
             self._queues[queue] = []
             try:
@@ -680,6 +706,14 @@ class RunWriter:
         now = layout.utc_iso()
         self.manifest["status"] = status
         self.manifest["ended_at"] = now
+        if self._failed is None:
+            # Every line these files hold was written whole by a writer: a resume
+            # need not scan a file still exactly like this (check.file_stamp).
+            from askspec.runtime.store.check import file_stamp
+
+            self.manifest["closed_files"] = {
+                name: file_stamp(layout.ndjson_path(self.run_dir, name)) for name in layout.EVENT_NAMES
+            }
         if self.manifest.get("history"):
             self.manifest["history"][-1].update(ended_at=now, status=status)
         layout.write_json_atomic(layout.manifest_path(self.run_dir), self.manifest)

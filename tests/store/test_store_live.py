@@ -13,15 +13,18 @@ from askspec.runtime.commands.query import cmd_query, query
 
 WRITER = r"""
 import sys, time
+from pathlib import Path
 from askspec.runtime.store.writer import RunWriter
 
 w = RunWriter.create(sys.argv[1], experiment="live", experiment_hash="0" * 64, ir_json="{}",
                      spec_files={}, seed=0, roles={}, params={}, planned_sessions=0,
                      argv=sys.argv, flush_interval=0.02)
 print(w.run_dir, flush=True)
-deadline = time.monotonic() + float(sys.argv[2])
+# Writes until the test creates the stop file (it has queried enough), at most 120 s.
+stop = Path(sys.argv[2])
+deadline = time.monotonic() + 120
 i = 0
-while time.monotonic() < deadline:
+while time.monotonic() < deadline and not stop.exists():
     sid = f"s{i}"
     a = w.session_started(sid, game="g", group_id=None, params={"i": i}, index=i)
     for t in range(3):
@@ -44,14 +47,16 @@ def test_query_while_another_process_writes(tmp_path, capsys):
     # Let the child import askspec the same way this process does.
     pkg_root = str(Path(askspec.__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([pkg_root, env.get("PYTHONPATH", "")])
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs"), "2.5"],
+    stop = tmp_path / "stop"
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs"), str(stop)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         run_dir = proc.stdout.readline().strip()
         assert run_dir, proc.stderr.read()
         counts = []
-        deadline = time.monotonic() + 20
-        while proc.poll() is None and time.monotonic() < deadline:
+        # Query while the writer writes, however slow the machine: the writer goes on
+        # until ten queries have seen it mid-run.
+        while proc.poll() is None and len(counts) < 10:
             t = query(run_dir, "SELECT (SELECT count(*) FROM sessions WHERE status = 'ok') AS ok, "
                                "(SELECT count(*) FROM turns) AS turns").to_pylist()[0]
             # Flush order guarantees a finished session's turns are already on disk.
@@ -63,7 +68,8 @@ def test_query_while_another_process_writes(tmp_path, capsys):
                 assert cmd_query(args) == 0
                 assert "error" not in capsys.readouterr().err
             time.sleep(0.05)
-        out, err = proc.communicate(timeout=30)
+        stop.touch()
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from askspec.runtime.store import layout
-from askspec.runtime.store.views import PartialLineWarning, connect
+from askspec.runtime.store.views import DamagedRunWarning, connect
 from askspec.runtime.store.writer import RunWriter
 
 
@@ -39,7 +39,16 @@ def test_resume_attempts_and_latest_attempt_views(kit, tmp_path):
     m = layout.read_manifest(run_dir)
     assert m["status"] == "running" and m["resumes"] == 1 and m["ended_at"] is None
     assert [h["gen"] for h in m["history"]] == [0, 1] and m["history"][0]["status"] == "interrupted"
-    assert m["repairs"] == [{"file": "turns.ndjson", "offset": len(before["turns"]), "gen": 1}]
+    # The torn line moved, byte for byte, to the quarantine file; the rest is untouched.
+    torn = b'{"seq":99,"ts":"2026-01-01T00:00:00.000000Z","run_id":"x","session_id":"s1","att'
+    assert before["turns"].endswith(torn)
+    assert m["quarantined"] == [{"file": "turns.ndjson", "lines": 1, "gen": 1}]
+    (q,) = [json.loads(line) for line in (run_dir / "events" / "quarantine.ndjson").read_text().splitlines()]
+    assert q["file"] == "turns.ndjson" and q["raw"] == torn.decode() and q["line"] == 5
+    assert q["offset"] == len(before["turns"]) - len(torn) and "partial last line" in q["reason"]
+    before["turns"] = before["turns"][: -len(torn)]
+    assert w.notes == ["events/turns.ndjson: moved 1 damaged line(s) to events/quarantine.ndjson "
+                       f"(line 5: {q['reason']})"]
 
     # Re-run the unfinished session: attempt 2, now with 3 turns; redo the tournament.
     assert kit.play_session(w, 1, turns=3) == 2
@@ -57,15 +66,12 @@ def test_resume_attempts_and_latest_attempt_views(kit, tmp_path):
     for name in layout.EVENT_NAMES:
         seqs = []
         for line in layout.ndjson_path(run_dir, name).read_bytes().splitlines():
-            try:
-                seqs.append(json.loads(line)["seq"])
-            except ValueError:
-                pass  # the repaired torn line
+            seqs.append(json.loads(line)["seq"])  # every line is whole: the torn one was moved
         assert seqs == sorted(set(seqs)), name
 
     store = connect(run_dir)
-    assert [c for c, _ in store.warnings] == [PartialLineWarning]
-    assert "repaired by writer generation 1" in store.warnings[0][1]
+    assert [c for c, _ in store.warnings] == [DamagedRunWarning]
+    assert "1 damaged line(s) of turns.ndjson were moved to events/quarantine.ndjson" in store.warnings[0][1]
     con = store.con
     assert rows(con, "SELECT session_id, status, attempt FROM sessions ORDER BY 1") == [
         {"session_id": "s0", "status": "ok", "attempt": 1},

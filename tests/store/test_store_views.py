@@ -10,6 +10,7 @@ import pytest
 from askspec.runtime.store import layout
 from askspec.runtime.store.views import (
     VIEW_NAMES,
+    DamagedRunWarning,
     PartialLineWarning,
     StoreError,
     connect,
@@ -116,7 +117,8 @@ def test_empty_and_missing_event_files(kit, tmp_path):
     w.finish()
     layout.ndjson_path(w.run_dir, "matches").unlink()
     layout.ndjson_path(w.run_dir, "turns").unlink()
-    con = open_store(w.run_dir)
+    with pytest.warns(DamagedRunWarning, match=r"events/turns\.ndjson is missing; no turns events"):
+        con = open_store(w.run_dir)
     for view in VIEW_NAMES:
         n = con.execute(f"SELECT count(*) FROM {view}").fetchone()[0]
         assert n == (1 if view == "runs" else 0), view

@@ -217,7 +217,7 @@ def test_context_manager_records_failure(kit, tmp_path):
 def test_failed_write_leaves_a_consistent_prefix(kit, tmp_path, monkeypatch):
     """A write that fails half-way (disk full) acts like a crash: what is queued is dropped,
     later events are refused, and a resume terminates the torn line before appending."""
-    from askspec.runtime.store.views import PartialLineWarning, connect
+    from askspec.runtime.store.views import DamagedRunWarning, connect
 
     w = kit.new_writer(tmp_path, flush_interval=3600, flush_bytes=1 << 30)
     kit.play_session(w, 0)
@@ -241,10 +241,11 @@ def test_failed_write_leaves_a_consistent_prefix(kit, tmp_path, monkeypatch):
     assert kit.play_session(w, 0) == 1
     w.finish()
     raw = layout.ndjson_path(w.run_dir, "sessions").read_bytes()
-    assert len(raw.split(b"\n")[0]) == 40 and raw.split(b"\n")[1].startswith(b'{"seq":')
-    assert layout.read_manifest(w.run_dir)["repairs"] == [
-        {"file": "sessions.ndjson", "offset": 40, "gen": 1}]
+    assert raw.startswith(b'{"seq":1,') and all(json.loads(line) for line in raw.splitlines())
+    assert layout.read_manifest(w.run_dir)["quarantined"] == [{"file": "sessions.ndjson", "lines": 1, "gen": 1}]
+    (q,) = read_lines(w.run_dir, "quarantine")
+    assert q["offset"] == 0 and len(q["raw"]) == 40 and q["line"] == 1
     store = connect(w.run_dir)
-    assert [c for c, _ in store.warnings] == [PartialLineWarning]
+    assert [c for c, _ in store.warnings] == [DamagedRunWarning]
     assert store.con.execute("SELECT list(status) FROM sessions").fetchone() == (["ok"],)
     assert store.con.execute("SELECT count(*) FROM turns").fetchone() == (2,)
