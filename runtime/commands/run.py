@@ -297,7 +297,11 @@ async def _run(args) -> int:
         from askspec.runtime.engine.resume import load_prior
 
         writer.flush()
-        prior, routed = load_prior(str(writer.run_dir), done, plans)
+        try:
+            prior, routed = load_prior(str(writer.run_dir), done, plans)
+        except layout.RunDirError as e:
+            writer.finish("interrupted")
+            return _err(f"cannot resume {args.resume}: {e}")
     resolver = ModelResolver(exp, args.backend, role_models, args.replay, args.max_tokens, spec_dir)
     progress = Progress(len(plans), len([p for p in plans if p.session_id in done]), args.quiet)
     engine = Engine(exp, params=params, datasets=datasets, writer=writer, resolve_model=resolver.resolve, seed=seed,

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 # 2: turns store prompt deltas (prompt_chain, prompt_link); every event may carry
-# ``overflow`` (strings moved to side files, see writer.py). Version 1 lines read
-# as version 2 lines without those fields (full prompts, nothing moved).
+# ``overflow`` (strings moved to side files, see writer.py); sessions.bookkeeping,
+# turns.group_id, groups.judge_calls/unparsed. Version 1 lines read as version 2
+# lines without those fields (full prompts, nothing moved).
 FORMAT_VERSION = 2
 
 MANIFEST = "manifest.json"

@@ -221,6 +221,19 @@ def test_cli_resume_of_damaged_runs(tmp_path):
     con = connect(run_dir).con
     assert con.execute("SELECT count(*), max(attempt) FROM sessions WHERE status = 'ok'").fetchone() == (3, 1)
 
+    # Right types, wrong shape: the engine's bookkeeping of a finished session.
+    lines = sessions.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        ev = json.loads(line)
+        if ev["event"] == "finished":
+            lines[i] = json.dumps({**ev, "bookkeeping": {"stateful": [1]}}) + "\n"
+            break
+    sessions.write_text("".join(lines))
+    refused = cli("run", "--resume", str(run_dir), "--quiet")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "the recorded bookkeeping of session" in refused.stderr.strip().splitlines()[-1]
+    assert json.loads(layout.manifest_path(run_dir).read_text())["status"] == "interrupted"
+
     manifest = json.loads(layout.manifest_path(run_dir).read_text())
     manifest["seed"] = [3]
     layout.manifest_path(run_dir).write_text(json.dumps(manifest))
