@@ -406,6 +406,8 @@ def connect(path: str | os.PathLike[str]) -> Store:
     files = [layout.manifest_path(rd) for rd in run_dirs]
     for name in layout.EVENT_NAMES:
         files += ndjson[name] + parquet[name]
+    for rd in run_dirs:  # full texts of strings stored aside: read_text() them from a query
+        files += sorted(p for p in (layout.events_dir(rd) / layout.OVERFLOW_DIR).glob("*") if not p.name.startswith("."))
     return Store(con=con, run_dirs=run_dirs, warnings=found, files=files)
 
 

@@ -187,7 +187,7 @@ SPEC = """
 experiment damaged { param n: int = 3  seed = 3 }
 model m = python("damaged_model:reply")
 role player { model = m; memory = none; reply = sections("#Answer#"); prompt = "Turn {{ t }}." }
-game play for i in range(1, n) {
+game play for i in range(0, n) {
     repeat t in 1..2 { r = ask player }
     score = 1
 }

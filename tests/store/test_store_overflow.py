@@ -80,3 +80,18 @@ def test_views_read_long_lines_from_older_writers(finished_run):
     assert con.execute("SELECT count(*), max(length(text)) FROM events_turns").fetchone() == (9, HUGE)
     compact_run(finished_run)
     assert connect(finished_run).con.execute("SELECT count(*) FROM events_turns").fetchone() == (9,)
+
+
+def test_a_confined_query_can_read_the_full_text(kit, tmp_path):
+    from askspec.runtime.store.readonly import open_readonly_store, run_readonly
+
+    w = kit.new_writer(tmp_path, flush_interval=0)
+    a = w.session_started("s", game="g", group_id=None, params={}, index=0)
+    w.turn("s", a, turn_index=0, role="r", model=None, prompt=[], text="z" * (2 << 20), parsed=None,
+           finish_reason=None, tokens_in=None, tokens_out=None, latency_ms=None)
+    w.finish()
+    store = open_readonly_store(w.run_dir)
+    table, _ = run_readonly(store.con, "SELECT overflow->0->>'file' AS f FROM turns")
+    rel = table.to_pylist()[0]["f"]
+    table, _ = run_readonly(store.con, f"SELECT length(content) AS n FROM read_text('{w.run_dir}/events/{rel}')")
+    assert table.to_pylist() == [{"n": 2 << 20}]

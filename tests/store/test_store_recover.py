@@ -161,7 +161,7 @@ SPEC = """
 experiment archived { param n: int = 4  seed = 3 }
 model m = python("archived_model:reply")
 role player { model = m; memory = full; reply = sections("#Answer#"); prompt = "Turn {{ t }}." }
-game play for i in range(1, n) {
+game play for i in range(0, n) {
     repeat t in 1..3 { r = ask player }
 }
 """
