@@ -18,6 +18,7 @@ from .diagnostics import DiagnosticSink, Sources
 from .exprs import irspan, suggest, suggestion_budget
 from .games import GameChecker
 from .parser import decode_source, parse, read_source
+from .plan_check import check_plan_size
 from .roles import RoleChecks
 from .span import Span
 from .templates import LoadedTemplate, load_template
@@ -198,7 +199,9 @@ class Compiler(RoleChecks, BlockChecks):
             self.param(p)
         for key in self.overrides:
             if key not in self.params:
-                self.err("E111", f"--set {key}: no parameter named '{key}'", None)
+                self.err("E111", f"--set {key}: no parameter named '{key}'", None,
+                         suggest(key, self.params) or (f"parameters: {', '.join(sorted(self.params))}" if self.params
+                                                       else "this spec declares no parameters"))
         for d in decls:
             if isinstance(d, A.TemplateDecl) and self.declare("template", d.name, d.name_span):
                 if self.template(d.value, f"named:{d.name}") == INVALID:
@@ -228,6 +231,7 @@ class Compiler(RoleChecks, BlockChecks):
         for g in games:
             if self.declare("game", g.name, g.name_span):
                 self.exp.games.append(GameChecker(self, g).run())
+        check_plan_size(self.exp, {g.name: g.name_span for g in games}, self.sink)
         for d in decls:
             if isinstance(d, A.TrainDecl):
                 self.train(d)

@@ -50,6 +50,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E405": ("error", "invalid training configuration"),
     "W501": ("warning", "unused declaration"),
     "W502": ("warning", "unreachable statement"),
+    "W503": ("warning", "more planned sessions than the limit (1,000,000)"),
     "E999": ("error", "internal compiler error (please report it)"),
 }
 

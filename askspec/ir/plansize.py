@@ -1,0 +1,151 @@
+"""How many sessions a plan holds, counted from the IR arithmetically (never by listing
+them): the checker reports it, the runtime shows it as the progress total and uses it to
+cut a plan without building it.
+
+A game plans (items of its `for`) × `times` × `sample` sessions. The items are counted
+from the shape of the `for` expression: a list literal, a list parameter, an inline data
+set, `range`, `pairs` and `product` of those. Anything else (a data file before it is
+read, a `where` filter, a buffer filled during the run) has no static count: `None`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Mapping
+
+from askspec.ir import model as ir
+
+# Above this many planned sessions `check` warns (W503) and `run` wants `--sessions`; a
+# single group (`sample N`) larger than this cannot run at all. Documented in
+# docs/language.md ("Diagnostics") and the README.
+MAX_PLANNED_SESSIONS = 1_000_000
+
+
+class Unknown(Exception):
+    """The expression has no value or length known before the run."""
+
+
+def spec_range(a: Any, b: Any = None) -> range:
+    """The spec language's `range`: `range(n)` is 0..n-1, `range(a, b)` is a..b with both
+    ends included. The evaluator and the planner both build ranges through here."""
+    if b is None:
+        return range(int(a))
+    return range(int(a), int(b) + 1)
+
+
+def const_value(e: ir.Expr, params: Mapping[str, Any]) -> Any:
+    """The value of a constant expression (literals, parameters, + - * /, len)."""
+    if isinstance(e, ir.Lit):
+        return e.value
+    if isinstance(e, ir.Ref) and e.scope == "param" and e.name in params:
+        return params[e.name]
+    if isinstance(e, ir.ListOf):
+        return [const_value(x, params) for x in e.items]
+    if isinstance(e, ir.UnaryOp) and e.op == "-":
+        v = const_value(e.operand, params)
+        if _is_number(v):
+            return -v
+    if isinstance(e, ir.BinaryOp) and e.op in ("+", "-", "*", "/"):
+        a, b = const_value(e.left, params), const_value(e.right, params)
+        if _is_number(a) and _is_number(b):
+            if e.op == "+":
+                return a + b
+            if e.op == "-":
+                return a - b
+            if e.op == "*":
+                return a * b
+            if b != 0:
+                return a / b
+    if isinstance(e, ir.CallFn) and e.fn == "len" and len(e.args) == 1:
+        return len(const_list(e.args[0], params))
+    raise Unknown
+
+
+def const_list(e: ir.Expr, params: Mapping[str, Any]) -> list:
+    v = const_value(e, params)
+    if not isinstance(v, list):
+        raise Unknown
+    return v
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def items_count(e: ir.Expr, params: Mapping[str, Any], sizes: Mapping[str, int] | None = None) -> int:
+    """How many items a game's `for` expression yields; `sizes` holds the lengths of data
+    sets already loaded (the runtime's). Raises Unknown when it cannot be counted."""
+    sizes = sizes or {}
+    if isinstance(e, ir.Ref) and e.scope == "data":
+        if e.name in sizes:
+            return sizes[e.name]
+        raise Unknown
+    if isinstance(e, ir.CallFn) and not e.kwargs:
+        if e.fn == "range" and 1 <= len(e.args) <= 2:
+            bounds = [const_value(a, params) for a in e.args]
+            if not all(_is_number(b) for b in bounds):
+                raise Unknown
+            r = spec_range(*bounds)
+            return len(r)
+        if e.fn == "pairs" and len(e.args) == 1:
+            n = items_count(e.args[0], params, sizes)
+            return n * (n - 1) // 2
+        if e.fn == "product" and e.args:
+            return math.prod(items_count(a, params, sizes) for a in e.args)
+    if isinstance(e, ir.ListOf):
+        return len(e.items)
+    return len(const_list(e, params))
+
+
+def dataset_sizes(exp: ir.Experiment) -> dict[str, int]:
+    """Sizes of the data sets known from the IR alone: inline items (after `limit`)."""
+    out = {}
+    for d in exp.datasets:
+        if d.items is not None:
+            n = len(d.items)
+            limit = d.options.get("limit")
+            if _is_number(limit) and limit >= 0:
+                n = min(n, int(limit))
+            out[d.name] = n
+    return out
+
+
+def replays_buffer(game: ir.Game) -> str | None:
+    """The buffer a game iterates over, if any: such a game runs as a later phase, once
+    the games before it have filled the buffer, and is planned then."""
+    it = game.iter
+    if isinstance(it, ir.Ref) and it.scope == "buffer":
+        return it.name
+    return None
+
+
+def game_sessions(game: ir.Game, params: Mapping[str, Any], sizes: Mapping[str, int] | None = None) -> int:
+    """Sessions one game plans (raises Unknown when its items cannot be counted)."""
+    items = 1 if game.iter is None else items_count(game.iter, params, sizes)
+    return items * game.times * game.group_size
+
+
+def first_phase(exp: ir.Experiment) -> list[ir.Game]:
+    """The games planned at the start of a run (not those replaying a buffer)."""
+    return [g for g in exp.games if replays_buffer(g) is None]
+
+
+def cut_total(counts: list[tuple[int, int]], max_sessions: int | None) -> int:
+    """Sessions left after cutting games planned in order at `max_sessions`, keeping whole
+    groups; `counts` holds (sessions, group size) per game."""
+    total = 0
+    for n, group in counts:
+        if max_sessions is not None and total + n > max_sessions:
+            room = max(0, max_sessions - total)
+            return total + min(n, -(-room // group) * group)  # up to the end of the group
+        total += n
+    return total
+
+
+def iter_game_counts(games: list[ir.Game], params: Mapping[str, Any],
+                     sizes: Mapping[str, int] | None = None) -> Iterator[tuple[ir.Game, int | None]]:
+    for g in games:
+        try:
+            yield g, game_sessions(g, params, sizes)
+        except Unknown:
+            yield g, None
