@@ -1,27 +1,53 @@
-"""The `askspec` command line: check, compile, fmt, run, query, runs, metrics, export, tui."""
+"""The `askspec` command line: check, compile, fmt, run, query, runs, metrics, export, tui.
+
+Usage errors (a bad flag, a mistyped command) are one `error:` line and exit code 1,
+like every other error; `askspec run` adds 3 (no session succeeded) and 130
+(interrupted)."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 
-from .terminal import printable
+from . import __version__
+from .terminal import os_error, printable
 
 
 def _overrides(pairs: list[str] | None) -> dict[str, str]:
     out = {}
     for p in pairs or []:
         if "=" not in p:
-            print(f"error: --set takes name=value, got {p!r}", file=sys.stderr)
-            raise SystemExit(2)
+            print(f"error: --set takes NAME=VALUE, got {p!r}", file=sys.stderr)
+            raise SystemExit(1)
         k, v = p.split("=", 1)
         out[k.strip()] = v.strip()
     return out
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with askspec's error style: one `error:` line (with "did you mean" for
+    a mistyped command or choice) and exit code 1, like every other usage error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        hint = ""
+        if "invalid choice:" in message:
+            try:
+                bad = message.split("invalid choice: ", 1)[1].split("'")[1]
+                choices = message.split("(choose from ", 1)[1].rstrip(")").replace("'", "").split(", ")
+                close = difflib.get_close_matches(bad, choices, n=1, cutoff=0.6)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+            except IndexError:
+                pass
+        self.print_usage(sys.stderr)
+        self.exit(1, f"error: {message}{hint}\n")
+
+
 def cmd_check(args) -> int:
     from .lang.compiler import compile_file
+    from .lang.plan_check import describe
+    from .terminal import printable
 
     failed = False
     for path in args.files:
@@ -29,6 +55,8 @@ def cmd_check(args) -> int:
         res.sink.emit(res.sources, limit=args.max_diagnostics)
         if res.sink.has_errors:
             failed = True
+        elif res.ir is not None and not args.quiet:
+            print(printable(f"{path}: {describe(res.ir)}", single_line=True), file=sys.stderr)
     if not failed and not args.quiet:
         n = len(args.files)
         print(f"ok: {n} spec{'s' if n != 1 else ''} checked", file=sys.stderr)
@@ -169,8 +197,9 @@ def _max_diagnostics(c: argparse.ArgumentParser) -> None:
 def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     """The argument parser; `runtime=False` leaves out the runtime's subcommands, whose
     modules pull in pyarrow and DuckDB (a third of `askspec check`'s start-up)."""
-    p = argparse.ArgumentParser(prog="askspec", description="Compile and run multi-model experiment specs (.ask files).")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = Parser(prog="askspec", description="Compile and run multi-model experiment specs (.ask files).")
+    p.add_argument("--version", action="version", version=f"askspec {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     c = sub.add_parser("check", help="check specs and print diagnostics")
     c.add_argument("files", nargs="+")
@@ -215,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a path we could not use: one sentence naming it
+        if os.environ.get("ASKSPEC_DEBUG"):
+            raise
+        print(f"error: {os_error(e)}", file=sys.stderr)
+        return 1
     except Exception as e:  # never a traceback for the user; ASKSPEC_DEBUG=1 shows it
         if os.environ.get("ASKSPEC_DEBUG"):
             raise

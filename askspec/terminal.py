@@ -31,3 +31,15 @@ def printable(text: str, *, single_line: bool = False) -> str:
     otherwise they are kept (multi-line transcripts)."""
     pattern = _CONTROL_OR_NEWLINE if single_line else _CONTROL
     return pattern.sub(_visible, text)
+
+
+def os_error(e: OSError, action: str = "cannot use") -> str:
+    """An OSError as one sentence naming the path, not ``[Errno 2] ...``:
+    ``cannot read runs/x/manifest.json: no such file or directory``."""
+    reason = (e.strerror or str(e) or type(e).__name__).rstrip(".")
+    reason = reason[:1].lower() + reason[1:]
+    path = e.filename if e.filename is not None else None
+    if path is None:
+        return f"{action}: {reason}"
+    target = f" (to {e.filename2})" if e.filename2 is not None else ""
+    return printable(f"{action} {path}{target}: {reason}", single_line=True)

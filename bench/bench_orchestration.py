@@ -56,7 +56,8 @@ class NullWriter:
 def askspec_side(sessions: int, turns: int, record: bool) -> dict:
     sys.path.insert(0, str(HERE))
     from askspec.lang.compiler import compile_source
-    from askspec.runtime.commands.run import ModelResolver
+    from askspec.runtime.commands.options import RunOptions
+    from askspec.runtime.commands.resolver import ModelResolver
     from askspec.runtime.engine.session import Engine
     from askspec.runtime.engine.plan import plan_sessions
     from askspec.runtime.store.writer import RunWriter
@@ -77,7 +78,7 @@ def askspec_side(sessions: int, turns: int, record: bool) -> dict:
                                       params=params, planned_sessions=len(plans), argv=[])
         else:
             writer = NullWriter()
-        resolver = ModelResolver(exp, None, {}, None, None, tmp)
+        resolver = ModelResolver(exp, RunOptions(file=str(spec)), tmp)
         engine = Engine(exp, params=params, datasets={}, writer=writer, resolve_model=resolver.resolve, concurrency=64)
 
         async def go():

@@ -30,7 +30,7 @@ Return kinds: number, bool, string, template, list[number], and `list[list[elem]
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,15 @@ AGGREGATES = frozenset(b.name for b in _TABLE if b.aggregate)
 STATEFUL = frozenset(b.name for b in _TABLE if b.stateful)
 # what the evaluator runs: everything but the functions the compiler resolves
 RUNTIME = frozenset(b.name for b in _TABLE if b.context != "compile")
+
+
+def spec_range(a: Any, b: Any = None) -> range:
+    """The spec language's `range`: `range(n)` is 0..n-1 and `range(a, b)` is a..b-1,
+    half-open as in Python. The evaluator lists it; the planner iterates and counts it
+    without listing (askspec.ir.plansize)."""
+    if b is None:
+        return range(int(a))
+    return range(int(a), int(b))
 
 
 def pairs(xs: list) -> list[list]:

@@ -14,6 +14,7 @@ import math
 from typing import Any, Iterator, Mapping
 
 from askspec.ir import model as ir
+from askspec.ir.builtins import spec_range
 
 # Above this many planned sessions `check` warns (W503) and `run` wants `--sessions`; a
 # single group (`sample N`) larger than this cannot run at all. Documented in
@@ -23,14 +24,6 @@ MAX_PLANNED_SESSIONS = 1_000_000
 
 class Unknown(Exception):
     """The expression has no value or length known before the run."""
-
-
-def spec_range(a: Any, b: Any = None) -> range:
-    """The spec language's `range`: `range(n)` is 0..n-1, `range(a, b)` is a..b with both
-    ends included. The evaluator and the planner both build ranges through here."""
-    if b is None:
-        return range(int(a))
-    return range(int(a), int(b) + 1)
 
 
 def const_value(e: ir.Expr, params: Mapping[str, Any]) -> Any:

@@ -30,19 +30,23 @@ def check_plan_size(exp: ir.Experiment, name_spans: dict[str, Span], sink: Diagn
 
 
 def describe(exp: ir.Experiment) -> str:
-    """'N sessions planned', saying which games are counted only at run time."""
+    """'N sessions planned', naming the games whose sessions are counted only at run time
+    (over a data file, or replaying a buffer)."""
     params = exp.param_values()
     total, later = 0, []
     for game, n in iter_game_counts(first_phase(exp), params, dataset_sizes(exp)):
         if n is None:
-            later.append(f"'{game.name}' (its items are counted when the run loads them)")
+            it = game.iter
+            over = f"data set '{it.name}'" if isinstance(it, ir.Ref) and it.scope == "data" else "its items"
+            later.append(f"'{game.name}' (counts {over} when the run reads it)")
         else:
             total += n
     for game in exp.games:
         buffer = replays_buffer(game)
         if buffer is not None:
-            later.append(f"'{game.name}' (replays buffer '{buffer}', planned once it is filled)")
+            later.append(f"'{game.name}' (replays buffer '{buffer}' once it is filled)")
     text = f"{total:,} session{'s' if total != 1 else ''} planned"
-    if later:
-        text = f"at least {text}; not counted: game{'s' if len(later) > 1 else ''} " + ", ".join(later)
-    return text
+    if not later:
+        return text
+    games = f"game{'s' if len(later) > 1 else ''} " + ", ".join(later)
+    return f"{text}, plus those of {games}" if total else f"sessions planned at run time: {games}"

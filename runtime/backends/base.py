@@ -79,10 +79,33 @@ class BackendError(Exception):
     """A model call failed for good (after the backend's own retries)."""
 
 
+@dataclass(frozen=True)
+class SpecContext:
+    """What a backend needs besides a model's own spec options to choose its constructor
+    options: the spec's folder (relative paths) and the run's command-line choices."""
+
+    spec_dir: str = "."
+    base_url: str | None = None  # --base-url: the endpoint of every openai model
+    default_base_url: str | None = None  # for openai models that name none (else $OPENAI_BASE_URL)
+    replay: str | None = None  # --replay FILE: the recording of every replay model
+
+
 class Backend(abc.ABC):
     """A model provider. Instances are created once per (backend, model) and shared."""
 
     name: str = "backend"
+    endpoint: str | None = None  # where calls go, for a backend that calls a server
+
+    @classmethod
+    def spec_options(cls, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
+        """A spec model's options (`concurrency`, `retries`, `file`, ...) as this backend's
+        constructor options. The default passes them through; the registry then drops
+        those the constructor does not take."""
+        return dict(options)
+
+    async def prepare(self) -> None:
+        """Get ready for the first call (load weights); the default has nothing to do."""
+        return None
 
     @abc.abstractmethod
     async def complete(self, request: ChatRequest) -> ChatResult:

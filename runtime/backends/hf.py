@@ -295,6 +295,30 @@ class HFBackend(Backend):
 
     # -- loading -------------------------------------------------------------------------
 
+    async def prepare(self) -> None:
+        """Load (converting GGUF weights the first time) off the event loop, in a daemon
+        thread: an interrupted run exits at once instead of waiting for the load."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if not done.done():
+                done.set_exception(error) if error is not None else done.set_result(None)
+
+        def work() -> None:
+            error: BaseException | None = None
+            try:
+                self.load()
+            except BaseException as exc:  # the waiter must hear why
+                error = exc if isinstance(exc, BackendError) else BackendError(f"hf backend: {exc}")
+            try:
+                loop.call_soon_threadsafe(settle, error)
+            except RuntimeError:  # the loop is gone (the run was interrupted)
+                pass
+
+        threading.Thread(target=work, name=f"askspec-hf-load-{self.model_name}", daemon=True).start()
+        await done
+
     def load(self) -> None:
         """Load weights and tokenizer now (otherwise the first request does). Idempotent."""
         with self._load_lock:

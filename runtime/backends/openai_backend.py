@@ -25,7 +25,8 @@ import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
-from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
+from askspec.runtime.backends.base import (Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling,
+                                           SpecContext)
 from askspec.runtime.backends.registry import AttemptTimedOut, RetriesExhausted, retry_async
 from askspec.runtime.backends.replay import json_kind
 from askspec.terminal import printable
@@ -160,6 +161,20 @@ class OpenAIBackend(Backend):
 
     name = "openai"
 
+    @classmethod
+    def spec_options(cls, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
+        """Spec names -> ours (`concurrency` -> max_concurrency, `retries` -> attempts), and
+        the endpoint made explicit: --base-url, else the spec's `base_url`, else the run's
+        default (a resumed run's recorded one), else $OPENAI_BASE_URL, else the OpenAI API."""
+        out = {k: v for k, v in options.items() if k not in ("concurrency", "retries")}
+        if "concurrency" in options:
+            out["max_concurrency"] = options["concurrency"]
+        if "retries" in options:
+            out["attempts"] = int(options["retries"]) + 1
+        out["base_url"] = (context.base_url or options.get("base_url") or context.default_base_url
+                           or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
+        return out
+
     def __init__(
         self,
         model: str,
@@ -182,6 +197,7 @@ class OpenAIBackend(Backend):
         self._openai = openai
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.endpoint = self.base_url
         if api_key is None:
             env_name = api_key_env or "OPENAI_API_KEY"
             api_key = os.environ.get(env_name)
@@ -297,6 +313,14 @@ class OpenAIBackend(Backend):
         latency = (time.perf_counter() - started) * 1000.0
         return ChatResult(text=text, finish_reason=finish, tokens_in=tokens_in, tokens_out=tokens_out,
                           latency_ms=latency)
+
+    async def served_models(self) -> list[str]:
+        """The model names the endpoint lists (GET /models); BackendError when it cannot."""
+        try:
+            page = await self._client().models.list()
+        except self._openai.OpenAIError as exc:
+            raise BackendError(f"openai endpoint {self.base_url}: cannot list its models: {_describe(exc)}") from exc
+        return [m.id for m in getattr(page, "data", []) or [] if getattr(m, "id", None)]
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()

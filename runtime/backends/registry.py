@@ -1,4 +1,5 @@
-"""Make backends by kind, sharing one instance per (kind, model, options); plus retry_async.
+"""Make backends by kind, sharing one instance per (kind, model, options); a spec model's
+options are translated by its backend class (`spec_options`); plus retry_async.
 
 Backend modules are imported on first use, so naming the replay or python backend never
 pulls in torch, and the vllm extra is only needed by specs that ask for it.
@@ -15,7 +16,7 @@ import random
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
-from askspec.runtime.backends.base import Backend, BackendError
+from askspec.runtime.backends.base import Backend, BackendError, SpecContext
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,12 @@ def make_backend(kind: str, model: str, options: dict[str, Any] | None = None) -
                 raise BackendError(f"{kind} backend for {model!r}: bad options {relevant}: {exc}") from exc
             _instances[key] = backend
         return backend
+
+
+def backend_for_spec(kind: str, model: str, spec_options: dict[str, Any], context: SpecContext) -> Backend:
+    """The shared backend for a spec's model: its options translated by the backend's own
+    `spec_options` (each backend knows its option names), then `make_backend`."""
+    return make_backend(kind, model, backend_class(kind).spec_options(dict(spec_options), context))
 
 
 async def aclose_backends() -> None:

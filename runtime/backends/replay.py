@@ -24,7 +24,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult
+from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, SpecContext
 
 
 class ReplayBackend(Backend):
@@ -35,6 +35,19 @@ class ReplayBackend(Backend):
     """
 
     name = "replay"
+
+    @classmethod
+    def spec_options(cls, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
+        """--replay FILE wins over the spec's `file`; a relative `file` that does not exist
+        from the working folder is read relative to the spec."""
+        out = dict(options)
+        file = context.replay or options.get("file")
+        if not file:
+            raise BackendError("the replay backend needs a recording: pass --replay FILE")
+        if not os.path.isabs(file) and not os.path.exists(file):
+            file = os.path.join(context.spec_dir, file)
+        out["file"] = file
+        return out
 
     def __init__(self, model: str = "", *, file: str | os.PathLike[str] | None = None) -> None:
         source = file if file else model

@@ -50,7 +50,7 @@ class ModelCalls:
                messages: list[dict], result: ChatResult, parsed: dict, latency_ms: float,
                group_id: str | None = None) -> None:
         """Record a call as a turn (a judge call carries its group)."""
-        self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
+        self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.label or binding.name, prompt=messages,
                            text=result.text, parsed=parsed, finish_reason=result.finish_reason,
                            tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency_ms, 3),
                            group_id=group_id)
@@ -60,7 +60,7 @@ class ModelCalls:
     def record_failure(self, session_id: str, attempt: int, turn_index: int, role: str, binding: ModelBinding,
                        messages: list[dict], error: str, group_id: str | None = None) -> None:
         """Record a call that failed for good (the backend gave up) as a turn with its error."""
-        self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.name, prompt=messages,
+        self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.label or binding.name, prompt=messages,
                            text=None, parsed=None, finish_reason="error", tokens_in=None, tokens_out=None,
                            latency_ms=None, error=error, group_id=group_id)
 

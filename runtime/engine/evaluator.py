@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from askspec.ir import model as ir
-from askspec.ir.builtins import AGGREGATES, STATEFUL, pairs
+from askspec.ir.builtins import AGGREGATES, STATEFUL, pairs, spec_range
 
 
 class EvalError(Exception):
@@ -320,9 +320,7 @@ def _product(*lists: list) -> list:
 
 
 def _range(a: Any, b: Any = None) -> list:
-    if b is None:
-        return list(range(int(a)))
-    return list(range(int(a), int(b)))  # half-open, as Python and the docs: range(1, 4) = [1, 2, 3]
+    return list(spec_range(a, b))  # one definition, shared with the planner
 
 
 def _num_fn(x: Any) -> float:

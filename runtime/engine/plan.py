@@ -1,20 +1,22 @@
 """The session plan: which sessions a run consists of, derived from the IR alone.
 
-Each game expands to (items of its `for`) × `times` × `sample` sessions. Session ids and
-seeds depend only on the plan position and the run seed, so a resumed run re-creates
-exactly the same sessions."""
+Each game expands to (items of its `for`) × `times` × `sample` sessions, generated
+lazily (`Plan`). Session ids and seeds depend only on the plan position and the run seed,
+so a resumed run re-creates exactly the same sessions."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from askspec.ir import model as ir
 from askspec.lang.paths import MAX_DATA_BYTES, open_spec_file
+from askspec.ir.plansize import Unknown, cut_total, first_phase, game_sessions, replays_buffer, spec_range
 
 from askspec.runtime.engine.evaluator import Env, evaluate
 
@@ -65,54 +67,108 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
     return items
 
 
-def replays_buffer(game: ir.Game) -> str | None:
-    """The buffer a game iterates over, if any: such a game is planned only once the
-    games before it have filled the buffer (a later phase of the run)."""
+class Plan:
+    """The sessions of some games, in order, cut at `max_sessions` (keeping whole groups),
+    generated lazily: a plan of 10**12 sessions costs nothing until it is iterated, and
+    `--sessions` cuts it without building it. Iterable any number of times (a resumed run
+    walks it once to find the finished sessions, then again to run the rest). `total` is
+    counted arithmetically, without listing the sessions."""
+
+    def __init__(self, games: list[ir.Game], params: dict[str, Any], collections: dict[str, list], seed: int,
+                 max_sessions: int | None = None, start: int = 0) -> None:
+        self.games = list(games)
+        self.params = params
+        self.collections = collections
+        self.seed = seed
+        self.max_sessions = max_sessions
+        self.start = start
+        self.total = cut_total([(self._count(g), g.group_size) for g in self.games], max_sessions)
+
+    def _count(self, game: ir.Game) -> int:
+        """The game's sessions; also checks that its items unpack into its pattern, so a
+        bad data set is refused before the run rather than in the middle of it."""
+        sizes = {name: len(items) for name, items in self.collections.items()}
+        try:
+            n = game_sessions(game, self.params, sizes)
+        except Unknown:  # a shape the arithmetic does not know: evaluate the (small) list
+            items = _items(game, self.params, self.collections)
+            for item in items:
+                _bind(game, item)
+            return len(items) * game.times * game.group_size
+        for item in itertools.islice(_iter_items(game, self.params, self.collections), 1):
+            _bind(game, item)  # lazily made items share one shape: the first one tells
+        return n
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self) -> Iterator[SessionPlan]:
+        k = self.start
+        end = self.start + self.total
+        for game in self.games:
+            for item_index, item in enumerate(_iter_items(game, self.params, self.collections)):
+                bindings = _bind(game, item)
+                for rep in range(game.times):
+                    group_id = f"{game.name}-g{item_index:05d}-r{rep:03d}" if game.group_size > 1 else None
+                    for member in range(game.group_size):
+                        if k >= end:
+                            return
+                        yield SessionPlan(index=k, session_id=f"s{k:06d}", game=game.name, group_id=group_id,
+                                          group_size=game.group_size, bindings=bindings,
+                                          seed=derive_seed(self.seed, game.name, item_index, rep, member))
+                        k += 1
+
+
+def _items(game: ir.Game, params: dict[str, Any], collections: dict[str, list]) -> list:
+    items = evaluate(game.iter, Env(vars={}, params=params, collections=collections))
+    if not isinstance(items, list):
+        raise ValueError(f"game {game.name}: 'for' did not produce a list")
+    return items
+
+
+def _iter_items(game: ir.Game, params: dict[str, Any], collections: dict[str, list]) -> Iterable[Any]:
+    """The items of a game's `for`, lazily where the shape allows (range, pairs, product),
+    so that only the items a cut plan reaches are ever made."""
     it = game.iter
-    if it is not None and it.kind == "ref" and it.scope == "buffer":
-        return it.name
-    return None
+    if it is None:
+        return [None]
+    if isinstance(it, ir.CallFn) and not it.kwargs:
+        env = Env(vars={}, params=params, collections=collections)
+        if it.fn == "range" and 1 <= len(it.args) <= 2:
+            return spec_range(*(evaluate(a, env) for a in it.args))
+        if it.fn == "pairs" and len(it.args) == 1:
+            return (list(pair) for pair in itertools.combinations(_lazy_list(it.args[0], env), 2))
+        if it.fn == "product" and it.args:
+            return (list(t) for t in itertools.product(*(_lazy_list(a, env) for a in it.args)))
+    return _items(game, params, collections)
+
+
+def _lazy_list(e: ir.Expr, env: Env) -> Any:
+    if isinstance(e, ir.CallFn) and e.fn == "range" and 1 <= len(e.args) <= 2 and not e.kwargs:
+        return spec_range(*(evaluate(a, env) for a in e.args))  # a sequence, never listed
+    value = evaluate(e, env)
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _bind(game: ir.Game, item: Any) -> dict[str, Any]:
+    if not game.pattern:
+        return {}
+    if len(game.pattern) == 1:
+        return {game.pattern[0]: item}
+    values = list(item) if isinstance(item, (list, tuple)) else []
+    if len(values) != len(game.pattern):
+        raise ValueError(f"game {game.name}: cannot unpack {item!r} into {', '.join(game.pattern)}")
+    return dict(zip(game.pattern, values))
 
 
 def plan_sessions(exp: ir.Experiment, params: dict[str, Any], datasets: dict[str, list], seed: int,
-                  max_sessions: int | None = None) -> list[SessionPlan]:
+                  max_sessions: int | None = None) -> Plan:
     """The first phase: every game that does not replay a buffer."""
-    games = [g for g in exp.games if replays_buffer(g) is None]
-    return plan_games(games, params, datasets, seed, max_sessions, start=0)
+    return Plan(first_phase(exp), params, datasets, seed, max_sessions, start=0)
 
 
 def plan_games(games: list[ir.Game], params: dict[str, Any], collections: dict[str, list], seed: int,
-               max_sessions: int | None = None, start: int = 0) -> list[SessionPlan]:
-    plans: list[SessionPlan] = []
-    for game in games:
-        if game.iter is not None:
-            items = evaluate(game.iter, Env(vars={}, params=params, collections=collections))
-            if not isinstance(items, list):
-                raise ValueError(f"game {game.name}: 'for' did not produce a list")
-        else:
-            items = [None]
-        for item_index, item in enumerate(items):
-            if game.pattern:
-                if len(game.pattern) == 1:
-                    bindings = {game.pattern[0]: item}
-                else:
-                    values = list(item) if isinstance(item, (list, tuple)) else []
-                    if len(values) != len(game.pattern):
-                        raise ValueError(f"game {game.name}: cannot unpack {item!r} into {', '.join(game.pattern)}")
-                    bindings = dict(zip(game.pattern, values))
-            else:
-                bindings = {}
-            for rep in range(game.times):
-                group_id = f"{game.name}-g{item_index:05d}-r{rep:03d}" if game.group_size > 1 else None
-                for member in range(game.group_size):
-                    k = start + len(plans)
-                    plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=game.name, group_id=group_id,
-                                             group_size=game.group_size, bindings=bindings,
-                                             seed=derive_seed(seed, game.name, item_index, rep, member)))
-    if max_sessions is not None and max_sessions < len(plans):
-        cut = max_sessions
-        # keep whole groups: a group's route needs all of its members
-        while cut < len(plans) and plans[cut].group_id is not None and plans[cut].group_id == plans[cut - 1].group_id:
-            cut += 1
-        plans = plans[:cut]
-    return plans
+               max_sessions: int | None = None, start: int = 0) -> Plan:
+    return Plan(games, params, collections, seed, max_sessions, start)

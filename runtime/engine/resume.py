@@ -8,7 +8,7 @@ it in `vars` under dunder names; those are still read."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterable
 
 from askspec.runtime.engine.plan import SessionPlan
 from askspec.runtime.engine.state import SessionBook, SessionResult
@@ -25,7 +25,7 @@ def json_cell(v: Any) -> Any:
     return v
 
 
-def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[dict[str, SessionResult], set[str]]:
+def load_prior(run_dir: str, done: set[str], plans: Iterable[SessionPlan]) -> tuple[dict[str, SessionResult], set[str]]:
     from askspec.runtime.store.views import connect
 
     if not done:
@@ -33,7 +33,7 @@ def load_prior(run_dir: str, done: set[str], plans: list[SessionPlan]) -> tuple[
     # The store's warnings (damaged lines and the like) were reported when the run
     # was reopened; repeating them as Python warnings would only add noise.
     con = connect(run_dir).con
-    by_id = {p.session_id: p for p in plans}
+    by_id = {p.session_id: p for p in plans if p.session_id in done}  # the plan is lazy: keep only these
     rows = con.execute("SELECT session_id, status, outcome, error, vars, attempt, bookkeeping FROM sessions "
                        "WHERE status IN ('ok', 'error')").fetchall()
     rewards: dict[str, list] = {}

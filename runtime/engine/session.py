@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import jinja2
 from jinja2.exceptions import SecurityError
@@ -31,13 +31,13 @@ from askspec.runtime.engine.judges import EngineJudges
 from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
 from askspec.runtime.engine.recorder import Recorder
 from askspec.runtime.engine.routing import GroupRouter, JudgeTally
-from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, SessionFailed, SessionResult,
-                                          SessionState, StatefulCall)
+from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, RunAborted, SessionFailed,
+                                          SessionResult, SessionState, StatefulCall)
 from askspec.runtime.engine.stateful import OrderGate, StatefulScorers, calls_stateful
 from askspec.runtime.scoring.buffers import ReplayBuffer
 
-__all__ = ["Engine", "EndSession", "ModelBinding", "SessionFailed", "SessionResult", "SessionState", "call_seed",
-           "parse_reply"]
+__all__ = ["Engine", "EndSession", "ModelBinding", "RunAborted", "SessionFailed", "SessionResult", "SessionState",
+           "call_seed", "parse_reply"]
 
 
 class Engine:
@@ -102,9 +102,10 @@ class Engine:
             raise SessionFailed(f"template {key}: {e.__class__.__name__}: {e}") from None
 
     # ------------------------------------------------------------------ running
-    async def run(self, plans: list[SessionPlan], done: set[str] | None = None,
+    async def run(self, plans: Iterable[SessionPlan], done: set[str] | None = None,
                   prior: dict[str, SessionResult] | None = None, routed: set[str] | None = None) -> list[SessionResult]:
-        """Run `plans` (the first phase), then one phase per game that replays a buffer.
+        """Run `plans` (the first phase, iterated lazily), then one phase per game that
+        replays a buffer.
 
         `done` are sessions finished by an earlier, interrupted run of the same plan;
         `prior` holds their results (for group routing and buffer contents) and `routed`
@@ -115,11 +116,13 @@ class Engine:
                 for call in res.book.stateful:
                     self.stateful.replay(call.fn, call.site, call.text, call.kwargs)
         results: dict[int, SessionResult] = {}
-        phase, planned = list(plans), len(plans)
+        phase: Iterable[SessionPlan] = plans
+        planned = 0
         deferred = [g for g in self.exp.games if replays_buffer(g) is not None]
         while True:
-            await self._run_phase(phase, done, prior, routed, results)
-            self._commit_pushes(phase, results)
+            indices = await self._run_phase(phase, done, prior, routed, results)
+            planned += len(indices)
+            self._commit_pushes(indices, results)
             if not deferred:
                 break
             game = deferred.pop(0)
@@ -127,20 +130,18 @@ class Engine:
             if room is not None and room <= 0:
                 break
             phase = plan_games([game], self.params, self.collections, self.seed, room, start=planned)
-            planned += len(phase)
             if self.on_plan:
                 self.on_plan(len(phase))
         return [results[k] for k in sorted(results)]
 
-    async def _run_phase(self, plans: list[SessionPlan], done: set[str], prior: dict[str, SessionResult],
-                         routed: set[str], results: dict[int, SessionResult]) -> None:
-        sem = asyncio.Semaphore(self.concurrency)
-        group_size: dict[str, int] = {}
-        for p in plans:
-            if p.group_id:
-                group_size[p.group_id] = group_size.get(p.group_id, 0) + 1
+    async def _run_phase(self, plans: Iterable[SessionPlan], done: set[str], prior: dict[str, SessionResult],
+                         routed: set[str], results: dict[int, SessionResult]) -> list[int]:
+        """Play one phase with `concurrency` workers pulling sessions from the (lazy) plan
+        in order; returns the indices of the phase's sessions."""
         members: dict[str, list[SessionResult]] = {}
         route_tasks: list[asyncio.Task] = []
+        indices: list[int] = []
+        pending = iter(plans)
 
         def finished(p: SessionPlan, res: SessionResult) -> None:
             # keep only a slim record per session: a long run must not hold every transcript
@@ -148,31 +149,45 @@ class Engine:
             if p.group_id and p.group_id not in routed:
                 group = members.setdefault(p.group_id, [])
                 group.append(res)
-                if len(group) == group_size[p.group_id]:
+                if len(group) == p.group_size:
                     del members[p.group_id]
                     route_tasks.append(asyncio.create_task(self.route_group(p.group_id, group)))
 
-        async def one(p: SessionPlan) -> None:
-            try:
-                async with sem:
+        async def worker() -> None:
+            # Sessions are taken in plan order, so when one is taken every earlier session
+            # of the phase is either finished or in flight (what the order gate relies on).
+            for p in pending:
+                indices.append(p.index)
+                if p.session_id in done:  # finished by an earlier run: kept, counted in its group
+                    if p.session_id in prior:
+                        finished(p, prior[p.session_id])
+                    continue
+                self._gate.started(p.index)
+                try:
                     res = await self.run_session(p)
-            finally:
-                await self._gate.finished(p.index)
-            if self.on_session_done:
-                self.on_session_done(res)
-            finished(p, res)
+                except (asyncio.CancelledError, Exception):
+                    raise
+                except BaseException as e:  # see RunAborted
+                    raise RunAborted(e) from e
+                finally:
+                    await self._gate.finished(p.index)
+                if self.on_session_done:
+                    self.on_session_done(res)
+                finished(p, res)
+                # Yield to the event loop after every session: a backend that answers
+                # without waiting would otherwise keep the loop from ever handling a
+                # signal (Ctrl-C) or a timer.
+                await asyncio.sleep(0)
 
-        self._gate.reset([p.index for p in plans if p.session_id not in done])
-        for p in plans:  # sessions an earlier run finished: kept, and counted in their groups
-            if p.session_id in done and p.session_id in prior:
-                finished(p, prior[p.session_id])
-        await asyncio.gather(*(one(p) for p in plans if p.session_id not in done))
+        self._gate.reset([])
+        await _all_or_none([asyncio.ensure_future(worker()) for _ in range(self.concurrency)])
         if route_tasks:
-            await asyncio.gather(*route_tasks)
+            await _all_or_none(route_tasks)
+        return indices
 
-    def _commit_pushes(self, plans: list[SessionPlan], results: dict[int, SessionResult]) -> None:
-        for p in sorted(plans, key=lambda p: p.index):
-            res = results.get(p.index)
+    def _commit_pushes(self, indices: list[int], results: dict[int, SessionResult]) -> None:
+        for index in sorted(indices):
+            res = results.get(index)
             for name, value in (res.book.pushes if res else []):
                 self.buffers[name].add(value)
 
@@ -448,3 +463,15 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (str, int, float, bool)) or v is None:
         return v
     return str(v)
+
+
+async def _all_or_none(tasks: list[asyncio.Future]) -> None:
+    """Wait for every task; if one fails (or the wait is cancelled), cancel the others and
+    wait until they have stopped, so nothing writes to the run after the engine returns."""
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -27,12 +27,24 @@ class SessionFailed(Exception):
     """A session cannot go on (model call failed for good, bad expression, replay ran out)."""
 
 
+class RunAborted(Exception):
+    """Something in a session raised a BaseException that is not an error of the session
+    (SystemExit or KeyboardInterrupt from a python callable, GeneratorExit): the run stops.
+    Raised as an ordinary exception so it reaches the command through the engine's awaits
+    instead of escaping the event loop; `cause` is the original."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}{f': {cause}' if str(cause) else ''}")
+        self.cause = cause
+
+
 @dataclass
 class ModelBinding:
     name: str  # declared model name or "backend:weights"
     backend: Backend
-    weights: str
+    weights: str  # what the backend is asked for (weights, or the model a server serves)
     sampling: dict[str, Any]
+    label: str = ""  # what `turns.model` records (default: name); "served@endpoint" for servers
 
 
 @dataclass

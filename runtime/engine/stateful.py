@@ -65,6 +65,10 @@ class OrderGate:
         self._heap = sorted(unfinished)
         self._finished = set()
 
+    def started(self, index: int) -> None:
+        """A session of the phase started (sessions start in index order, lazily)."""
+        heapq.heappush(self._heap, index)
+
     def _lowest(self) -> float:
         while self._heap and self._heap[0] in self._finished:
             self._finished.discard(heapq.heappop(self._heap))

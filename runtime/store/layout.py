@@ -164,9 +164,13 @@ MANIFEST_COLUMNS: dict[str, str] = {
     "seed": "BIGINT",
     "planned_sessions": "BIGINT",
     "resumes": "INTEGER",
-    "roles": "JSON",
+    "roles": "JSON",  # per role: the declared model and the models it ran on (backend, endpoint)
     "params": "JSON",
     "versions": "JSON",
+    "overrides": "JSON",  # --set values
+    "run_options": "JSON",  # backend, base_url, served models, concurrency, max_tokens, sessions
+    "totals": "JSON",  # turns and tokens over every process of the run (set when one ends)
+    "duration_s": "DOUBLE",  # seconds the run's processes ran (set when one ends)
 }
 
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
@@ -283,20 +287,42 @@ def is_run_dir(path: str | os.PathLike[str]) -> bool:
     return manifest_path(path).is_file()
 
 
-def find_run_dirs(path: str | os.PathLike[str]) -> list[Path]:
-    """``path`` itself if it is a run dir, else its immediate child run dirs.
+MAX_SEARCH_DEPTH = 6  # how deep find_run_dirs looks below the folder it is given
 
-    Hidden entries (``.<id>.tmp`` directories of runs being created) are skipped.
-    Sorted by name, which is chronological because run ids start with a timestamp.
+
+def find_run_dirs(path: str | os.PathLike[str]) -> list[Path]:
+    """``path`` itself if it is a run dir, else the run dirs below it, in subfolders too
+    (``runs/ablation/<run-id>``; at most MAX_SEARCH_DEPTH levels; a run dir's own
+    folders are not searched).
+
+    Hidden entries (``.<id>.tmp`` directories of runs being created) are skipped; a
+    folder reached twice through symlinks is searched once. Sorted by run id (its
+    folder name), which is chronological because run ids start with a timestamp.
     """
     p = Path(path)
     if is_run_dir(p):
         return [p]
-    if not p.is_dir():
-        return []
-    return sorted(
-        c for c in p.iterdir() if not c.name.startswith(".") and c.is_dir() and is_run_dir(c)
-    )
+    found: list[Path] = []
+    seen: set[str] = set()
+
+    def walk(folder: Path, depth: int) -> None:
+        try:
+            real = os.path.realpath(folder)
+            if real in seen:
+                return
+            seen.add(real)
+            children = sorted(c for c in folder.iterdir() if not c.name.startswith(".") and c.is_dir())
+        except OSError:  # unreadable folder: nothing found there
+            return
+        for c in children:
+            if is_run_dir(c):
+                found.append(c)
+            elif depth < MAX_SEARCH_DEPTH:
+                walk(c, depth + 1)
+
+    if p.is_dir():
+        walk(p, 1)
+    return sorted(found, key=lambda d: (d.name, str(d)))
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -415,10 +441,14 @@ _MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "spec_path": (_STR_OR_NONE, False),
     "overrides": ((dict, type(None)), False),
     "run_options": ((dict, type(None)), False),
+    "totals": ((dict, type(None)), False),
+    "duration_s": ((int, float, type(None)), False),
 }
 _RUN_OPTIONS: dict[str, tuple[type, ...]] = {
     "backend": _STR_OR_NONE, "replay": _STR_OR_NONE, "sessions": (int, type(None)),
     "max_tokens": (int, type(None)), "models": (dict, type(None)),
+    "base_url": _STR_OR_NONE, "default_base_url": _STR_OR_NONE, "served_models": (dict, type(None)),
+    "concurrency": (int, type(None)),
 }
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z?")
 

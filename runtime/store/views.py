@@ -20,7 +20,8 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
 ``overflow`` lists strings stored aside, see overflow.py):
 
     runs(run_id, experiment, experiment_hash, status, started_at, ended_at, seed,
-         planned_sessions, resumes, roles, params, versions, run_dir)
+         planned_sessions, resumes, roles, params, versions, overrides, run_options,
+         totals, duration_s, run_dir)
     sessions(run_id, session_id, game, group_id, status, outcome, error,
              started_at, ended_at, params, vars, attempt, index, bookkeeping, overflow)
     turns(run_id, session_id, turn_index, role, model, prompt, text, parsed,

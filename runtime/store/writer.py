@@ -291,6 +291,7 @@ class RunWriter:
         self._closed = False
         self.notes: list[str] = []  # what open_for_resume repaired, one line each
         self._failed: BaseException | None = None  # a write error ends the writer's usefulness
+        self._tokens = {"turns": 0, "tokens_in": 0, "tokens_out": 0}  # this generation's, added at finish
 
     # ------------------------------------------------------------------ creation
 
@@ -483,6 +484,9 @@ class RunWriter:
         """Record one model call. ``prompt`` is the full message list sent; only its
         difference from this role's previous prompt in the session is stored. A group
         route's judge call has ``group_id`` set and the group's id as its ``session_id``."""
+        self._tokens["turns"] += 1
+        self._tokens["tokens_in"] += tokens_in if type(tokens_in) is int else 0
+        self._tokens["tokens_out"] += tokens_out if type(tokens_out) is int else 0
         delta = ""
         if type(prompt) is list and group_id is None:  # (a judge call's prompt is stored whole)
             roles = self._prompts.get(session_id)
@@ -607,6 +611,25 @@ class RunWriter:
         event = json.loads("{" + body)
         return shrink(event, layout.events_dir(self.run_dir), _encode)[1:]
 
+    # ------------------------------------------------------------------ run-level facts
+
+    # Manifest fields only the writer sets (identity, status and its history).
+    _OWN_FIELDS = frozenset({"format_version", "run_id", "experiment", "experiment_hash", "seed", "status",
+                             "started_at", "ended_at", "resumes", "history", "repairs", "quarantined", "restored",
+                             "versions", "totals", "duration_s"})
+
+    def annotate(self, **fields: Any) -> None:
+        """Record run-level facts in the manifest (the command's options, the model each
+        role runs on, ...) and write it atomically. The writer's own fields (status,
+        history, totals, ...) are not accepted here."""
+        own = sorted(self._OWN_FIELDS & set(fields))
+        if own:
+            raise ValueError(f"manifest field(s) {', '.join(own)} are kept by the writer itself")
+        if self._closed:
+            raise ValueError(f"run writer for {self.run_id} is closed")
+        self.manifest.update(fields)
+        layout.write_json_atomic(layout.manifest_path(self.run_dir), self.manifest)
+
     # ------------------------------------------------------------------ state
 
     def completed_sessions(self) -> set[str]:
@@ -716,6 +739,14 @@ class RunWriter:
             }
         if self.manifest.get("history"):
             self.manifest["history"][-1].update(ended_at=now, status=status)
+        # Totals over every process that ran this run: tokens of all attempts (what the run
+        # cost) and the time spent running (pauses between resumes left out).
+        totals = dict(self.manifest.get("totals") or {})
+        for key, n in self._tokens.items():
+            totals[key] = int(totals.get(key) or 0) + n
+        self._tokens = dict.fromkeys(self._tokens, 0)
+        self.manifest["totals"] = totals
+        self.manifest["duration_s"] = _active_seconds(self.manifest.get("history") or [])
         layout.write_json_atomic(layout.manifest_path(self.run_dir), self.manifest)
         self.close()
         if compact:
@@ -748,6 +779,20 @@ class RunWriter:
             self.finish("interrupted")
         else:
             self.finish("failed")
+
+
+def _active_seconds(history: list[dict]) -> float | None:
+    """Seconds the run's processes ran, summed over the writer generations that ended."""
+    total, seen = 0.0, False
+    for h in history:
+        try:
+            start = _dt.datetime.fromisoformat(str(h["started_at"]).replace("Z", "+00:00"))
+            end = _dt.datetime.fromisoformat(str(h["ended_at"]).replace("Z", "+00:00"))
+        except (KeyError, TypeError, ValueError):
+            continue
+        total += max(0.0, (end - start).total_seconds())
+        seen = True
+    return round(total, 3) if seen else None
 
 
 def _rmtree(path: Path) -> None:

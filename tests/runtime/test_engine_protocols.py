@@ -19,11 +19,11 @@ from askspec.runtime.commands.run import run_spec  # noqa: E402
 from askspec.runtime.store.views import open_store  # noqa: E402
 
 
-def run(tmp_path: Path, spec: str, **options):
+def run(tmp_path: Path, spec: str, expect_rc: int = 0, **options):
     path = tmp_path / "t.ask"
     path.write_text(spec)
     rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), **options))
-    assert rc == 0
+    assert rc == expect_rc
     return open_store(run_dir)
 
 
@@ -185,7 +185,7 @@ model m = python("fake_models:count_messages")
 role a { model = m; memory = none; prompt = "{{ role | attr(message) }}" }
 game g { x = ask a: "__class__" }
 """
-    con = run(tmp_path, spec)
+    con = run(tmp_path, spec, expect_rc=3)  # its only session failed
     status, error = con.execute("select status, error from sessions").fetchone()
     assert status == "error" and "template" in error and "unsafe" in error
     assert con.execute("select count(*) from turns").fetchone()[0] == 0

@@ -1,0 +1,160 @@
+"""Which backend answers each role: (role, model name) -> a ModelBinding, honouring
+--backend, --model, --replay, --max-tokens, --base-url and --served-model.
+
+Backend option names are each backend's own business (`Backend.spec_options`, through
+the registry); this module only decides which backend and which model a role gets,
+records what it chose (`info`), and prepares the models a run starts with."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+from askspec.ir import model as ir
+from askspec.terminal import printable
+
+from askspec.runtime.backends.base import Backend, BackendError, SpecContext
+from askspec.runtime.commands.options import BACKEND_KINDS, RunOptions
+
+BindInfo = dict[str, Any]  # {"name", "backend", "model", "endpoint"}: what the manifest records
+
+
+class ModelResolver:
+    """Maps (role, model name) to a backend binding; shares one binding per pair."""
+
+    def __init__(self, exp: ir.Experiment, options: RunOptions, spec_dir: str, *,
+                 default_base_url: str | None = None, warn: Callable[[str], None] | None = None) -> None:
+        self.exp = exp
+        self.options = options
+        self.context = SpecContext(spec_dir=spec_dir, base_url=options.base_url, default_base_url=default_base_url,
+                                   replay=options.replay)
+        self.warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+        self.on_bind: Callable[[str, BindInfo], None] | None = None  # a new (role, model) pair was bound
+        self.bound: dict[str, list[BindInfo]] = {}  # role -> the models it ran on
+        self._bindings: dict[tuple[str, str | None], Any] = {}
+        self._served: dict[str, list[str]] = {}  # endpoint -> the models it lists (learned by prepare)
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------------ binding
+    def resolve(self, role: str, name: str | None):
+        binding = self._bindings.get((role, name))
+        if binding is None:
+            binding = self._bindings[(role, name)] = self._resolve(role, name)
+        return binding
+
+    def _target(self, role: str, name: str | None) -> tuple[str, str, str, str, dict, Backend, bool]:
+        """(model name, declared backend, backend kind, weights, sampling, backend, declared?)"""
+        from askspec.runtime.backends.registry import backend_for_spec
+        from askspec.runtime.engine.session import SessionFailed
+
+        name = self.options.models.get(role, name)
+        if name is None:
+            raise SessionFailed(f"role '{role}' has no model: bind it in the game or pass --model {role}=...")
+        m = self.exp.model(name)
+        if m is not None:
+            declared, weights, sampling, spec_options = m.backend, m.weights, dict(m.sampling), dict(m.options)
+        elif ":" in name and name.split(":", 1)[0] in BACKEND_KINDS:
+            declared, weights = name.split(":", 1)
+            sampling, spec_options = {}, {}
+        else:
+            declared, weights, sampling, spec_options = str(self.exp.options.get("backend", "hf")), name, {}, {}
+        kind = "replay" if self.options.replay else (self.options.backend or declared)
+        if self.options.max_tokens:
+            cap = self.options.max_tokens
+            sampling["max_tokens"] = min(int(sampling.get("max_tokens", cap)), cap)
+        try:  # the registry shares one backend per (kind, weights, options)
+            backend = backend_for_spec(kind, weights, spec_options, self.context)
+        except BackendError as e:
+            raise SessionFailed(str(e)) from None
+        return name, declared, kind, weights, sampling, backend, m is not None or ":" in name
+
+    def _resolve(self, role: str, name: str | None):
+        from askspec.runtime.engine.session import ModelBinding
+
+        name, declared, kind, weights, sampling, backend, named = self._target(role, name)
+        asked, label = weights, (name if named else f"{kind}:{weights}")
+        if backend.endpoint is not None:  # a server: record which model it was asked for, and where
+            asked = self._served_name(role, name, declared, kind, weights, backend.endpoint)
+            label = f"{asked}@{backend.endpoint}"
+        bound_name = name if named else f"{kind}:{weights}"
+        info = {"name": bound_name, "backend": kind, "model": asked, "endpoint": backend.endpoint}
+        if info not in self.bound.setdefault(role, []):
+            self.bound[role].append(info)
+            if self.on_bind is not None:
+                self.on_bind(role, info)
+        return ModelBinding(name=bound_name, backend=backend, weights=asked, sampling=sampling, label=label)
+
+    def _served_name(self, role: str, name: str, declared: str, kind: str, weights: str, endpoint: str) -> str:
+        """The model name a server is asked for: --served-model for the role, the model or
+        every model; else the spec's own name when the spec declared a server model; else
+        the weights name if the server lists it, or the one model it lists."""
+        from askspec.runtime.engine.session import SessionFailed
+
+        served = self.options.served_models
+        for key in (role, name, ""):
+            if key in served:
+                return served[key]
+        if declared == kind:
+            return weights
+        listed = self._served.get(endpoint)
+        if listed:
+            if weights in listed:
+                return weights
+            if len(listed) == 1:
+                self._note(f"listed:{endpoint}", f"model '{name}' ({declared} weights {weights!r}) runs as "
+                                                 f"{listed[0]!r}, the one model {endpoint} serves")
+                return listed[0]
+            raise SessionFailed(f"{endpoint} serves {', '.join(map(repr, listed))}, not {weights!r} (the {declared} "
+                                f"weights of model '{name}'): pick one with --served-model {role}=NAME")
+        self._note(f"asked:{endpoint}:{weights}",
+                   f"model '{name}' runs on {endpoint} under its {declared} weights name {weights!r}; if the server "
+                   f"serves another name, give it with --served-model NAME")
+        return weights
+
+    def _note(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.warn(printable(message, single_line=True))
+
+    # ------------------------------------------------------------------ start of a run
+    def static_roles(self) -> dict[str, str]:
+        """Roles whose model is known before any session runs (declared or --model)."""
+        out = {}
+        for r in self.exp.roles:
+            name = self.options.models.get(r.name, r.model)
+            if name is not None:
+                out[r.name] = name
+        return out
+
+    async def prepare(self, line: Callable[[str], Callable[[str], None]]) -> None:
+        """Bind every role whose model is known now and get its backend ready: learn what
+        a server lists (for models moved there by --backend openai), load local weights.
+        `line(text)` starts one progress line and returns the function that ends it.
+        Raises SessionFailed / BackendError for a model that cannot work."""
+        for role, name in self.static_roles().items():
+            _, declared, kind, _, _, backend, _ = self._target(role, name)
+            endpoint = backend.endpoint
+            if endpoint is not None and declared != kind and endpoint not in self._served and not self.options.served_models:
+                try:
+                    self._served[endpoint] = await backend.served_models()  # type: ignore[attr-defined]
+                except (BackendError, AttributeError) as e:
+                    self._served[endpoint] = []
+                    self.warn(printable(str(e), single_line=True))
+            self.resolve(role, name)
+        ready: set[int] = set()
+        for role, name in self.static_roles().items():
+            binding = self.resolve(role, name)
+            backend = binding.backend
+            if id(backend) in ready or type(backend).prepare is Backend.prepare:
+                continue
+            ready.add(id(backend))
+            end = line(f"preparing {binding.label} ({type(backend).name} model of role {role}) ...")
+            t0 = time.monotonic()
+            await backend.prepare()
+            end(f" ready in {time.monotonic() - t0:.1f} s")
+
+    async def aclose(self) -> None:
+        from askspec.runtime.backends.registry import aclose_backends
+
+        await aclose_backends()

@@ -1,0 +1,246 @@
+"""Everything before `askspec run`'s first session: the options of a resumed run, the
+compiled spec, the plan, the models (bound and prepared), and the run directory with
+its manifest. Each problem is a UsageError (one `error:` line, exit 1), raised before a
+new run directory is created where it can be."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from askspec.ir import model as ir
+from askspec.ir.plansize import MAX_PLANNED_SESSIONS
+from askspec.terminal import os_error, printable
+
+from askspec.runtime.commands.options import RunOptions, UsageError, did_you_mean
+from askspec.runtime.commands.resolver import ModelResolver
+
+
+@dataclass
+class Started:
+    """A run ready for its engine."""
+
+    options: RunOptions
+    exp: ir.Experiment
+    experiment_hash: str
+    seed: int
+    params: dict[str, Any]
+    datasets: dict[str, list]
+    plan: Any  # engine.plan.Plan
+    resolver: ModelResolver
+    writer: Any  # store.writer.RunWriter
+    done: set[str] = field(default_factory=set)
+    prior: dict = field(default_factory=dict)
+    routed: set[str] = field(default_factory=set)
+
+
+def resumed_options(opts: RunOptions) -> tuple[RunOptions, dict | None]:
+    """For --resume: the options completed from the run's manifest, and the manifest."""
+    from askspec.runtime.store import layout
+
+    if not opts.resume:
+        return opts, None
+    if not layout.is_run_dir(opts.resume):
+        raise UsageError(f"not a run directory: {opts.resume}")
+    try:
+        manifest = layout.load_manifest(opts.resume)  # checked: fields have the types a resume relies on
+    except layout.ManifestError as e:
+        raise UsageError(f"cannot resume: {e}") from None
+    saved = manifest.get("run_options") or {}
+    opts = opts.resumed(saved)
+    if not opts.overrides and isinstance(manifest.get("overrides"), dict):
+        import json
+
+        opts = _replace(opts, overrides={k: json.dumps(v) for k, v in manifest["overrides"].items()})
+    if not opts.file:
+        if not manifest.get("spec_path"):
+            raise UsageError("cannot tell which spec this run used; pass the spec file")
+        opts = _replace(opts, file=manifest["spec_path"])
+    return opts, manifest
+
+
+def _replace(opts: RunOptions, **changes: Any) -> RunOptions:
+    import dataclasses
+
+    return dataclasses.replace(opts, **changes)
+
+
+def compile_spec(opts: RunOptions, manifest: dict | None):
+    """The compiled spec (diagnostics printed), refusing a resume whose spec changed."""
+    from askspec.ir.canonical import experiment_hash
+    from askspec.lang.compiler import compile_file
+
+    res = compile_file(opts.file, opts.overrides)
+    res.sink.emit(res.sources)
+    if not res.ok:
+        return None, None
+    ehash = experiment_hash(res.ir)
+    if manifest is not None and manifest.get("experiment_hash") != ehash:
+        raise UsageError(f"refusing to resume {opts.resume}: its experiment hash "
+                         f"{str(manifest.get('experiment_hash', '?'))[:12]} differs from the current spec's {ehash[:12]} "
+                         f"(the spec, a prompt or a --set value changed)")
+    return res, ehash
+
+
+def check_names(opts: RunOptions, exp: ir.Experiment) -> None:
+    """--model and --served-model name roles (or models) of this spec."""
+    roles = [r.name for r in exp.roles]
+    for role in opts.models:
+        if role not in roles:
+            raise UsageError(f"--model {role}=...: no role named '{role}'{did_you_mean(role, roles)}")
+    models = [m.name for m in exp.models]
+    for key in opts.served_models:
+        if key and key not in roles and key not in models and key not in opts.models.values():
+            raise UsageError(f"--served-model {key}=...: no role or model named '{key}'"
+                             f"{did_you_mean(key, roles + models)}")
+
+
+def make_plan(opts: RunOptions, exp: ir.Experiment, spec_dir: str, seed: int):
+    """(data sets, plan cut by --sessions); refuses a plan over the limit without one."""
+    from askspec.runtime.engine.plan import load_dataset, plan_sessions
+
+    params = exp.param_values()
+    try:
+        datasets = {d.name: load_dataset(d, spec_dir, seed) for d in exp.datasets}
+        full = plan_sessions(exp, params, datasets, seed)
+        plan = plan_sessions(exp, params, datasets, seed, opts.sessions) if opts.sessions else full
+    except OSError as e:
+        raise UsageError(f"cannot plan sessions: {os_error(e, 'cannot read')}") from None
+    except ValueError as e:
+        raise UsageError(f"cannot plan sessions: {e}") from None
+    for g in exp.games:
+        if g.group_size > MAX_PLANNED_SESSIONS:
+            raise UsageError(f"game '{g.name}' plans groups of {g.group_size:,} sessions, more than the limit of "
+                             f"{MAX_PLANNED_SESSIONS:,}; a group runs whole, so it cannot run (W503)")
+    if full.total > MAX_PLANNED_SESSIONS and (opts.sessions is None or opts.sessions > MAX_PLANNED_SESSIONS):
+        raise UsageError(f"the spec plans {full.total:,} sessions, more than the limit of {MAX_PLANNED_SESSIONS:,} "
+                         f"(W503): run a part of it with --sessions N")
+    if plan.total == 0:
+        raise UsageError("the spec plans no sessions (no games, or an empty data set)")
+    return params, datasets, plan
+
+
+def check_replay(opts: RunOptions) -> None:
+    """A bad recording is the user's input error: refuse before starting."""
+    if not opts.replay:
+        return
+    from askspec.runtime.backends.base import BackendError
+    from askspec.runtime.backends.replay import load_recording
+
+    try:
+        load_recording(Path(opts.replay))
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+
+
+def default_base_url(manifest: dict | None, warn: Callable[[str], None]) -> str | None:
+    """The endpoint of openai models that name none: $OPENAI_BASE_URL for a new run; for a
+    resumed one, the endpoint it recorded (whatever the variable says now)."""
+    env = os.environ.get("OPENAI_BASE_URL") or None
+    if manifest is None:
+        return env.rstrip("/") if env else None
+    from askspec.runtime.backends.openai_backend import DEFAULT_BASE_URL
+
+    saved = (manifest.get("run_options") or {}).get("default_base_url") or DEFAULT_BASE_URL
+    if env and env.rstrip("/") != saved:
+        warn(f"OPENAI_BASE_URL is {env}, but this run used {saved}; resuming against {saved}")
+    return saved
+
+
+def warn(message: str) -> None:
+    print(f"warning: {printable(message, single_line=True)}", file=sys.stderr)
+
+
+def roles_record(exp: ir.Experiment, opts: RunOptions, resolver: ModelResolver,
+                 previous: dict | None = None) -> dict[str, dict]:
+    """The manifest's `roles`: per role its model and every model it ran on (backend,
+    the model asked for, endpoint), earlier processes' included."""
+    out: dict[str, dict] = {}
+    for r in exp.roles:
+        before = (previous or {}).get(r.name) if isinstance((previous or {}).get(r.name), dict) else {}
+        models = [m for m in before.get("models", []) if isinstance(m, dict)]
+        for info in resolver.bound.get(r.name, []):
+            if info not in models:
+                models.append(info)
+        out[r.name] = {"model": opts.models.get(r.name, r.model), "trained": r.trained, "models": models}
+    return out
+
+
+async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]]) -> Started | None:
+    """Everything up to the first session; None when the spec has errors (printed)."""
+    from askspec.runtime.backends.base import BackendError
+    from askspec.runtime.engine.session import SessionFailed
+
+    opts, manifest = resumed_options(opts)
+    res, ehash = compile_spec(opts, manifest)
+    if res is None:
+        return None
+    exp = res.ir
+    check_names(opts, exp)
+    spec_dir = os.path.dirname(os.path.abspath(opts.file))
+    seed = manifest["seed"] if manifest else (opts.seed if opts.seed is not None else int(exp.options.get("seed", 0) or 0))
+    params, datasets, plan = make_plan(opts, exp, spec_dir, seed)
+    check_replay(opts)
+    base = default_base_url(manifest, warn)
+    resolver = ModelResolver(exp, opts, spec_dir, default_base_url=base if manifest else None, warn=warn)
+    try:
+        await resolver.prepare(line)
+    except (SessionFailed, BackendError) as e:
+        await resolver.aclose()
+        raise UsageError(str(e)) from None
+    writer = open_writer(opts, manifest, res, ehash, seed, params, plan, resolver, base)
+    started = Started(opts, exp, ehash, seed, params, datasets, plan, resolver, writer)
+    started.done = writer.completed_sessions()
+    if manifest is not None and started.done:
+        from askspec.runtime.engine.resume import load_prior
+        from askspec.runtime.store import layout
+
+        writer.flush()
+        try:
+            started.prior, started.routed = load_prior(str(writer.run_dir), started.done, plan)
+        except layout.RunDirError as e:
+            writer.finish("interrupted")
+            await resolver.aclose()
+            raise UsageError(f"cannot resume {opts.resume}: {e}") from None
+    return started
+
+
+def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: int, params: dict, plan,
+                resolver: ModelResolver, base_url: str | None):
+    """A new run directory, or the resumed one reopened; the manifest gets the options,
+    and each model a role is bound to (now and as the run goes on)."""
+    from askspec.ir.canonical import to_json
+    from askspec.runtime.store.writer import RunLockedError, RunWriter
+
+    exp = res.ir
+    if manifest is None:
+        try:
+            writer = RunWriter.create(opts.out, experiment=exp.name, experiment_hash=ehash, ir_json=to_json(exp),
+                                      spec_files=res.files, seed=seed, roles=roles_record(exp, opts, resolver),
+                                      params=params, planned_sessions=plan.total, argv=sys.argv)
+        except OSError as e:
+            raise UsageError(os_error(e, "cannot create a run directory in")) from None
+        recorded = {**opts.recorded(), "default_base_url": base_url}
+        writer.annotate(spec_path=os.path.abspath(opts.file), run_options=recorded,
+                        overrides={k: params[k] for k in opts.overrides if k in params})
+    else:
+        try:
+            writer = RunWriter.open_for_resume(opts.resume, argv=sys.argv)
+        except RunLockedError as e:
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(f"cannot resume {opts.resume}: {os_error(e, 'cannot use')}") from None
+        except (ValueError, KeyError, TypeError) as e:  # a damaged run directory
+            raise UsageError(f"cannot resume {opts.resume}: {e}") from None
+        for note in writer.notes:  # what the resume repaired (damaged lines moved, files rebuilt)
+            warn(note)
+        writer.annotate(roles=roles_record(exp, opts, resolver, writer.manifest.get("roles")))
+
+    def on_bind(role: str, info: dict) -> None:
+        writer.annotate(roles=roles_record(exp, opts, resolver, writer.manifest.get("roles")))
+
+    resolver.on_bind = on_bind
+    return writer
