@@ -84,7 +84,7 @@ def cmd_compile(args) -> int:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
-            _error(f"cannot write {args.output}: {e.strerror or e}")
+            _error(os_error(e, 'cannot write'))
             return 1
     else:
         sys.stdout.write(text)
@@ -102,7 +102,7 @@ def cmd_fmt(args) -> int:
         try:
             data = read_source(path)
         except OSError as e:
-            _error(f"cannot read {path}: {e.strerror or e}")
+            _error(os_error(e, 'cannot read'))
             status = 1
             continue
         text = decode_source(path, data, sink)

@@ -97,7 +97,7 @@ class Backend(abc.ABC):
     endpoint: str | None = None  # where calls go, for a backend that calls a server
 
     @classmethod
-    def spec_options(cls, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
+    def spec_options(cls, model: str, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
         """A spec model's options (`concurrency`, `retries`, `file`, ...) as this backend's
         constructor options. The default passes them through; the registry then drops
         those the constructor does not take."""

@@ -162,7 +162,7 @@ class OpenAIBackend(Backend):
     name = "openai"
 
     @classmethod
-    def spec_options(cls, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
+    def spec_options(cls, model: str, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
         """Spec names -> ours (`concurrency` -> max_concurrency, `retries` -> attempts), and
         the endpoint made explicit: --base-url, else the spec's `base_url`, else the run's
         default (a resumed run's recorded one), else $OPENAI_BASE_URL, else the OpenAI API."""

@@ -77,7 +77,7 @@ def make_backend(kind: str, model: str, options: dict[str, Any] | None = None) -
 def backend_for_spec(kind: str, model: str, spec_options: dict[str, Any], context: SpecContext) -> Backend:
     """The shared backend for a spec's model: its options translated by the backend's own
     `spec_options` (each backend knows its option names), then `make_backend`."""
-    return make_backend(kind, model, backend_class(kind).spec_options(dict(spec_options), context))
+    return make_backend(kind, model, backend_class(kind).spec_options(model, dict(spec_options), context))
 
 
 async def aclose_backends() -> None:

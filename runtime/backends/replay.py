@@ -37,11 +37,12 @@ class ReplayBackend(Backend):
     name = "replay"
 
     @classmethod
-    def spec_options(cls, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
-        """--replay FILE wins over the spec's `file`; a relative `file` that does not exist
-        from the working folder is read relative to the spec."""
+    def spec_options(cls, model: str, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
+        """--replay FILE wins over the spec's `file`, which wins over the model name
+        (`replay("answers.json")`); a relative path that does not exist from the working
+        folder is read relative to the spec."""
         out = dict(options)
-        file = context.replay or options.get("file")
+        file = context.replay or options.get("file") or model
         if not file:
             raise BackendError("the replay backend needs a recording: pass --replay FILE")
         if not os.path.isabs(file) and not os.path.exists(file):

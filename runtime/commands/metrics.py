@@ -26,10 +26,15 @@ def _shown(row: dict) -> str | None:
 def cmd_metrics(args) -> int:
     import sys
 
+    from askspec.terminal import os_error, printable
+
     try:
         rows, errors = run_metrics(args.run_dir)
-    except (FileNotFoundError, OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except OSError as e:  # one sentence naming the path, not "[Errno 2] ..."
+        print(f"error: {os_error(e, 'cannot read') if e.filename else printable(str(e))}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"error: {printable(str(e), single_line=True)}", file=sys.stderr)
         return 1
     if args.format == "json":
         print(json.dumps(rows, indent=2, default=str))

@@ -1,10 +1,11 @@
-"""CLI subcommands over the run store: ``query``, ``runs``, ``export``, ``compact``.
+"""CLI subcommands over the run store: ``query``, ``export``, ``compact`` (and ``runs``,
+from runs.py).
 
 ``register(subparsers)`` adds them to an argparse subparsers object; each sets
 ``func`` to a handler ``(args) -> int``. Handlers print results to stdout,
 store warnings as ``warning: ...`` and failures as one ``error: ...`` line to
-stderr (exit code 1), never a traceback. The pure functions ``query`` and
-``list_runs`` are for the TUI and metrics code.
+stderr (exit code 1), never a traceback. The pure function ``query`` (and
+``runs.list_runs``) is for the TUI and metrics code.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from typing import Any, Callable, TextIO
 import duckdb
 import pyarrow as pa
 
-from askspec.terminal import printable
+from askspec.terminal import os_error, printable
 
-from askspec.runtime.store import layout
 from askspec.runtime.store.compact import CompactError, compact_run
 from askspec.runtime.store.readonly import QueryRefused, QueryTimeout, open_readonly_store, run_readonly
 from askspec.runtime.store.views import VIEW_NAMES, Store, StoreError, connect
@@ -43,39 +43,6 @@ def query(path: str | os.PathLike[str], sql: str) -> pa.Table:
     store = open_readonly_store(path)
     try:
         return run_readonly(store.con, sql)[0]
-    finally:
-        store.con.close()
-
-
-_RUNS_SQL = """
-    SELECT r.run_id, r.experiment, r.experiment_hash, r.status, r.started_at, r.ended_at,
-           r.seed, r.planned_sessions, r.resumes, r.run_dir,
-           coalesce(s.ok, 0) AS ok, coalesce(s.error, 0) AS error,
-           coalesce(s.running, 0) AS running
-    FROM runs r LEFT JOIN (
-        SELECT run_id,
-               count(*) FILTER (WHERE status = 'ok')      AS ok,
-               count(*) FILTER (WHERE status = 'error')   AS error,
-               count(*) FILTER (WHERE status = 'running') AS running
-        FROM sessions GROUP BY run_id
-    ) s USING (run_id)
-    ORDER BY r.started_at, r.run_id
-"""
-
-
-def list_runs(dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """One dict per run under ``dir`` (or for ``dir`` itself if it is a run), oldest first.
-
-    Keys: run_id, experiment, experiment_hash, status, started_at, ended_at, seed,
-    planned_sessions, resumes, run_dir, ok, error, running (session counts).
-    An existing folder without runs gives an empty list.
-    """
-    root = Path(dir)
-    if root.is_dir() and not layout.find_run_dirs(root):
-        return []
-    store = connect(root)
-    try:
-        return store.con.sql(_RUNS_SQL).to_arrow_table().to_pylist()
     finally:
         store.con.close()
 
@@ -201,7 +168,7 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         except duckdb.Error as e:
             return _error(_first_line(e))
         except OSError as e:
-            return _error(f"{e.strerror or e}: {e.filename}" if e.filename else _first_line(e))
+            return _error(os_error(e) if e.filename else _first_line(e))
         except KeyboardInterrupt:
             return _error("interrupted")
         except Exception as e:  # the CLI promises no tracebacks
@@ -228,38 +195,6 @@ def cmd_query(args: argparse.Namespace) -> int:
         _write_json(table, types, sys.stdout)
     else:
         print(format_table(table, args.max_width))
-    return 0
-
-
-@_guarded
-def cmd_runs(args: argparse.Namespace) -> int:
-    """askspec runs [DIR]: one line per run with session counts."""
-    root = Path(args.dir)
-    if not root.exists():
-        return _error(f"no such directory: {root}")
-    if not layout.find_run_dirs(root):
-        print(f"no runs in {root}")
-        return 0
-    store = connect(root)
-    _print_warnings(store)
-    try:
-        rows = store.con.sql(_RUNS_SQL).to_arrow_table().to_pylist()
-    finally:
-        store.con.close()
-    table = pa.table(
-        {
-            "run_id": [r["run_id"] for r in rows],
-            "experiment": [r["experiment"] for r in rows],
-            "status": [r["status"] for r in rows],
-            "started": [r["started_at"] for r in rows],
-            "ok": [r["ok"] for r in rows],
-            "error": [r["error"] for r in rows],
-            "running": [r["running"] for r in rows],
-            "planned": [r["planned_sessions"] for r in rows],
-            "hash": [(r["experiment_hash"] or "")[:12] for r in rows],
-        }
-    )
-    print(format_table(table, max_width=0))
     return 0
 
 
@@ -324,9 +259,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"interrupt a query still running after SECONDS (0: never; default {QUERY_TIMEOUT:g})")
     p.set_defaults(func=cmd_query)
 
-    p = subparsers.add_parser("runs", help="list runs and their session counts")
-    p.add_argument("dir", metavar="DIR", nargs="?", default="runs", help="folder of runs (default: runs)")
-    p.set_defaults(func=cmd_runs)
+    from askspec.runtime.commands import runs  # it uses this module's formatting
+
+    runs.register(subparsers)
 
     p = subparsers.add_parser("export", help="write every view of a run to Parquet")
     p.add_argument("run_dir", metavar="RUN_DIR")

@@ -24,8 +24,9 @@ FAST = {"base_delay": 0.001, "max_delay": 0.01}  # keep backoff tiny in tests
 
 class FakeOpenAIServer:
     def __init__(self, script: list[str] | None = None, delay: float = 0.0, drip_interval: float = 0.5,
-                 drip_limit: int = 80) -> None:
+                 drip_limit: int = 80, served: list[str] | None = None) -> None:
         self.script: deque[str] = deque(script or [])
+        self.served = served  # the model names GET /v1/models lists (None: no such route)
         self.delay = delay
         self.drip_interval = drip_interval  # "drip": seconds between bytes
         self.drip_limit = drip_limit  # "drip": bytes sent at most, then the server hangs up
@@ -64,6 +65,10 @@ class FakeOpenAIServer:
                 headers[name.strip().lower()] = value.strip()
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             method, path, _ = request_line.decode("latin-1").split(" ", 2)
+            if method == "GET" and path == "/v1/models" and self.served is not None:
+                await self._send(writer, 200, {"object": "list", "data": [
+                    {"id": name, "object": "model", "created": 0, "owned_by": "test"} for name in self.served]})
+                return
             if method != "POST" or path != "/v1/chat/completions":
                 await self._send(writer, 404, {"error": {"message": f"no route {method} {path}"}})
                 return

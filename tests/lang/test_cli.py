@@ -15,7 +15,11 @@ DIAG = re.compile(r"^(?P<path>[^\s:]+):(?P<line>\d+):(?P<col>\d+): error\[(?P<co
 def test_check_all_specs_clean() -> None:
     res = run_cli("check", *[str(p.relative_to(ROOT)) for p in SPECS])
     assert res.returncode == 0, res.stderr
-    assert res.stderr.strip() == f"ok: {len(SPECS)} specs checked"  # no warnings either
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1] == f"ok: {len(SPECS)} specs checked"
+    assert "warning" not in res.stderr  # no warnings either
+    assert len(lines) == len(SPECS) + 1  # one "sessions planned" line per spec
+    assert "specs/ask_e.ask: 30 sessions planned" in lines
     assert res.stdout == ""
 
 
@@ -76,6 +80,39 @@ def test_set_override_type_checks() -> None:
     assert re.search(r"^specs/ask_e\.ask:\d+:\d+: error\[E111\]: --set probes=\"x\"", bad.stderr, re.M), bad.stderr
     unknown = run_cli("check", "specs/ask_e.ask", "--set", "nope=1")
     assert unknown.returncode == 1 and "error[E111]" in unknown.stderr
+    typo = run_cli("check", "specs/ask_e.ask", "--set", "probs=1")
+    assert typo.returncode == 1 and "did you mean 'probes'?" in typo.stderr
+
+
+def test_check_reports_the_planned_session_count(tmp_path: Path) -> None:
+    """Counted arithmetically: a plan of 10**12 sessions is reported at once, with W503."""
+    (tmp_path / "big.ask").write_text('model m = hf("smollm2-135m-instruct")\nrole q { model = m; prompt = "Hi" }\n'
+                                      "game g for (a, b) in pairs(range(1, 100000)) times 100 {\n    ask q\n}\n")
+    res = run_cli("check", "big.ask", cwd=tmp_path, timeout=30)
+    assert res.returncode == 0, res.stderr  # a warning, not an error
+    assert "warning[W503]: game 'g' brings the plan to 499,995,000,000 sessions" in res.stderr
+    assert "big.ask: 499,995,000,000 sessions planned" in res.stderr
+    quiet = run_cli("check", "-q", "big.ask", cwd=tmp_path, timeout=30)
+    assert "sessions planned" not in quiet.stderr
+
+
+def test_version_and_did_you_mean_for_commands() -> None:
+    version = run_cli("--version")
+    assert version.returncode == 0 and re.fullmatch(r"askspec \d+\.\d+\.\d+\n", version.stdout)
+    typo = run_cli("chek", "specs/ask_e.ask")
+    assert typo.returncode == 1
+    assert "invalid choice: 'chek'" in typo.stderr and "did you mean 'check'?" in typo.stderr
+    assert "Traceback" not in typo.stderr
+    bad_choice = run_cli("compile", "specs/ask_e.ask", "--format", "jsn")
+    assert bad_choice.returncode == 1 and "did you mean 'json'?" in bad_choice.stderr
+
+
+def test_os_errors_are_one_sentence_naming_the_path(tmp_path: Path) -> None:
+    res = run_cli("metrics", str(tmp_path / "no-such-run"))
+    assert res.returncode == 1
+    assert str(tmp_path / "no-such-run") in res.stderr
+    assert "[Errno" not in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_fmt_check_exit_codes(tmp_path: Path) -> None:

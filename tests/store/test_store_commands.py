@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from askspec.runtime.store import layout
-from askspec.runtime.commands.query import format_table, list_runs, query, register
+from askspec.runtime.commands.query import format_table, query, register
+from askspec.runtime.commands.runs import list_runs
 from askspec.runtime.store.readonly import QueryRefused
 
 
@@ -80,16 +81,15 @@ def test_runs(kit, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cli("runs") == 0  # default DIR is ./runs
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["run_id", "experiment", "status", "started", "ok", "error",
-                                "running", "planned", "hash"]
+    assert lines[0].split() == ["run_id", "experiment", "status", "started", "duration", "ok", "error",
+                                "running", "planned", "tokens_in", "tokens_out", "models", "settings", "hash"]
     assert len(lines) == 5 and lines[-1] == "(2 rows)"
     r1 = lines[2].split()
-    assert r1[0] == w1.run_id and r1[1:3] == ["ask_e", "finished"]
-    assert r1[-5:] == ["2", "1", "0", "4", "f00dfeedf00d"]
-    assert lines[3].split()[-5:-1] == ["0", "0", "1", "4"]
+    assert r1[0] == w1.run_id and r1[1:3] == ["ask_e", "finished"] and r1[-1] == "f00dfeedf00d"
     runs = list_runs(out)
     assert [r["run_id"] for r in runs] == [w1.run_id, w2.run_id]
-    assert (runs[0]["ok"], runs[0]["error"], runs[1]["running"]) == (2, 1, 1)
+    assert (runs[0]["ok"], runs[0]["error"], runs[0]["planned_sessions"]) == (2, 1, 4)
+    assert (runs[1]["ok"], runs[1]["error"], runs[1]["running"]) == (0, 0, 1)
     assert list_runs(w1.run_dir)[0]["run_id"] == w1.run_id
     w2.close()
 

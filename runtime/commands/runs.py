@@ -1,0 +1,182 @@
+"""``askspec runs [DIR]``: one line per run, enough to tell runs apart — status, how long
+it ran, session counts, tokens, the models each role ran on (backend, served model,
+endpoint) and the settings it ran with (--set values, --sessions, --concurrency,
+--max-tokens, ...). Runs in subfolders of DIR are found too. ``list_runs`` is the same
+data for the TUI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from askspec.runtime.commands.query import _error, _guarded, _print_warnings, format_table
+from askspec.runtime.store import layout
+from askspec.runtime.store.views import connect
+
+_RUNS_SQL = """
+    SELECT r.run_id, r.experiment, r.experiment_hash, r.status, r.started_at, r.ended_at,
+           r.seed, r.planned_sessions, r.resumes, r.run_dir, r.roles, r.overrides, r.run_options,
+           r.totals, r.duration_s,
+           coalesce(s.ok, 0) AS ok, coalesce(s.error, 0) AS error,
+           coalesce(s.running, 0) AS running
+    FROM runs r LEFT JOIN (
+        SELECT run_id,
+               count(*) FILTER (WHERE status = 'ok')      AS ok,
+               count(*) FILTER (WHERE status = 'error')   AS error,
+               count(*) FILTER (WHERE status = 'running') AS running
+        FROM sessions GROUP BY run_id
+    ) s USING (run_id)
+    ORDER BY r.started_at, r.run_id
+"""
+
+# Runs whose manifest has no totals yet (running, or killed): counted from their turns.
+_TOKENS_SQL = """
+    SELECT run_id, count(*) AS turns, coalesce(sum(tokens_in), 0) AS tokens_in,
+           coalesce(sum(tokens_out), 0) AS tokens_out
+    FROM turns WHERE run_id IN ({ids}) GROUP BY run_id
+"""
+
+
+def list_runs(dir: str | Path) -> list[dict[str, Any]]:
+    """One dict per run under ``dir`` (subfolders included; or ``dir`` itself if it is a
+    run), oldest first. An existing folder without runs gives an empty list.
+
+    Keys: run_id, experiment, experiment_hash, status, started_at, ended_at, seed,
+    planned_sessions, resumes, run_dir, ok, error, running (session counts), duration_s,
+    tokens_in, tokens_out, turns, roles, overrides, run_options (decoded JSON), and the
+    one-line texts ``models`` and ``settings``.
+    """
+    root = Path(dir)
+    if root.is_dir() and not layout.find_run_dirs(root):
+        return []
+    store = connect(root)
+    try:
+        return _rows(store.con)
+    finally:
+        store.con.close()
+
+
+def _rows(con) -> list[dict[str, Any]]:
+    rows = con.sql(_RUNS_SQL).to_arrow_table().to_pylist()
+    for r in rows:
+        for key in ("roles", "overrides", "run_options", "totals"):
+            r[key] = _json(r[key])
+    missing = [r["run_id"] for r in rows if not r["totals"]]
+    counted: dict[str, dict] = {}
+    if missing:
+        ids = ", ".join("'" + str(i).replace("'", "''") + "'" for i in missing)
+        for run_id, turns, t_in, t_out in con.execute(_TOKENS_SQL.format(ids=ids)).fetchall():
+            counted[run_id] = {"turns": turns, "tokens_in": t_in, "tokens_out": t_out}
+    for r in rows:
+        totals = r["totals"] or counted.get(r["run_id"]) or {}
+        r["turns"] = totals.get("turns", 0)
+        r["tokens_in"] = totals.get("tokens_in", 0)
+        r["tokens_out"] = totals.get("tokens_out", 0)
+        r["models"] = models_text(r["roles"])
+        r["settings"] = settings_text(r["run_options"], r["overrides"])
+    return rows
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def models_text(roles: Any) -> str:
+    """'hf:smollm2-135m-instruct (questioner, key); openai:qwen@http://host/v1 (judge)'."""
+    if not isinstance(roles, dict):
+        return ""
+    by_model: dict[str, list[str]] = {}
+    for role, info in roles.items():
+        info = info if isinstance(info, dict) else {}
+        models = [m for m in info.get("models") or [] if isinstance(m, dict)]
+        names = [_model_text(m) for m in models] or ([str(info["model"])] if info.get("model") else [])
+        for name in names:
+            by_model.setdefault(name, []).append(str(role))
+    return "; ".join(f"{name} ({', '.join(roles_)})" for name, roles_ in by_model.items())
+
+
+def _model_text(m: dict) -> str:
+    text = f"{m.get('backend')}:{m.get('model')}"
+    return f"{text}@{m['endpoint']}" if m.get("endpoint") else text
+
+
+def settings_text(options: Any, overrides: Any) -> str:
+    """The flags a run was started with, as one would type them again."""
+    options = options if isinstance(options, dict) else {}
+    parts = []
+    for key in ("backend", "sessions", "max_tokens", "concurrency", "base_url", "replay"):
+        if options.get(key) is not None:
+            parts.append(f"--{key.replace('_', '-')} {options[key]}")
+    for role, spec in (options.get("models") or {}).items():
+        parts.append(f"--model {role}={spec}")
+    for key, name in (options.get("served_models") or {}).items():
+        parts.append(f"--served-model {f'{key}=' if key else ''}{name}")
+    for name, value in (overrides or {}).items() if isinstance(overrides, dict) else []:
+        parts.append(f"--set {name}={json.dumps(value) if not isinstance(value, str) else value}")
+    return " ".join(parts)
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return ""
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+
+
+@_guarded
+def cmd_runs(args: argparse.Namespace) -> int:
+    """askspec runs [DIR] [--format table|json]"""
+    root = Path(args.dir)
+    if not root.exists():
+        return _error(f"no such directory: {root}")
+    if not layout.find_run_dirs(root):
+        print(f"no runs in {root}")
+        return 0
+    store = connect(root)
+    _print_warnings(store)
+    try:
+        rows = _rows(store.con)
+    finally:
+        store.con.close()
+    if args.format == "json":
+        json.dump(rows, sys.stdout, indent=2, default=str, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    table = pa.table({
+        "run_id": [r["run_id"] for r in rows],
+        "experiment": [r["experiment"] for r in rows],
+        "status": [r["status"] for r in rows],
+        "started": [r["started_at"] for r in rows],
+        "duration": [_duration(r["duration_s"]) for r in rows],
+        "ok": [r["ok"] for r in rows],
+        "error": [r["error"] for r in rows],
+        "running": [r["running"] for r in rows],
+        "planned": [r["planned_sessions"] for r in rows],
+        "tokens_in": [r["tokens_in"] for r in rows],
+        "tokens_out": [r["tokens_out"] for r in rows],
+        "models": [r["models"] for r in rows],
+        "settings": [r["settings"] for r in rows],
+        "hash": [(r["experiment_hash"] or "")[:12] for r in rows],
+    })
+    print(format_table(table, max_width=0))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("runs", help="list runs: status, sessions, tokens, models and settings",
+                              description="List the runs in DIR and its subfolders: status, duration, session "
+                                          "counts, tokens, the model (backend, endpoint) of each role and the "
+                                          "settings each run was started with.")
+    p.add_argument("dir", metavar="DIR", nargs="?", default="runs", help="folder of runs (default: runs)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_runs)
