@@ -73,3 +73,31 @@ def judge_rambles(messages, request):
 def judge_fails_later(messages, request):
     """Gives verdicts for the first group (session index 0) only, then rambles."""
     return "\\boxed{A}" if request.session_index == 0 else judge_rambles(messages, request)
+
+
+def blocking(messages, request):
+    """A synchronous callable that holds the event loop for a moment on every call."""
+    import time
+
+    time.sleep(0.003)
+    return f"#Answer# {request.session_index}"
+
+
+def exits(messages, request):
+    """A callable that calls sys.exit() (a BaseException, not an error of the session)."""
+    if request.session_index == 2:
+        raise SystemExit(3)
+    return "fine"
+
+
+def generator_exit(messages, request):
+    if request.session_index == 2:
+        raise GeneratorExit
+    return "fine"
+
+
+def interrupts(messages, request):
+    """KeyboardInterrupt raised from inside a callable (as Ctrl-C in its code would)."""
+    if request.session_index == 2:
+        raise KeyboardInterrupt
+    return "fine"
