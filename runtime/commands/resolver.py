@@ -149,7 +149,7 @@ class ModelResolver:
             if id(backend) in ready or type(backend).prepare is Backend.prepare:
                 continue
             ready.add(id(backend))
-            end = line(f"preparing {binding.label} ({type(backend).name} model of role {role}) ...")
+            end = line(f"preparing {type(backend).name} model {binding.weights} ({binding.name}, role {role}) ...")
             t0 = time.monotonic()
             await backend.prepare()
             end(f" ready in {time.monotonic() - t0:.1f} s")

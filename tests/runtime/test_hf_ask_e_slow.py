@@ -20,6 +20,10 @@ def test_ask_e_runs_on_smollm2(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+    # one askspec line for the model, none of the libraries' progress bars or warnings
+    assert "preparing hf model smollm2-135m-instruct (policy, role questioner) ... ready in" in proc.stderr
+    for noise in ("it/s", "Loading weights", "GGUF", "[transformers]", "Warning", "%|"):
+        assert noise not in proc.stderr, proc.stderr
     run_dir = proc.stdout.strip().splitlines()[-1]
     from askspec.runtime.store.views import open_store
 
@@ -34,3 +38,12 @@ def test_ask_e_runs_on_smollm2(tmp_path):
     manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
     assert manifest["status"] == "finished"
     assert manifest["roles"]["questioner"]["model"] == "policy"
+
+
+@pytest.mark.slow
+def test_verbose_shows_the_libraries_output(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "specs/ask_e.ask", "--sessions", "1",
+                           "--set", "probes=1", "--max-tokens", "2", "--out", str(tmp_path), "--verbose", "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "Loading weights" in proc.stderr  # transformers' own progress bar

