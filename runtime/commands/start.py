@@ -217,6 +217,8 @@ def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: 
 
     exp = res.ir
     if manifest is None:
+        if os.path.exists(opts.out) and not os.path.isdir(opts.out):
+            raise UsageError(f"--out {opts.out} is a file; give a folder for run directories")
         try:
             writer = RunWriter.create(opts.out, experiment=exp.name, experiment_hash=ehash, ir_json=to_json(exp),
                                       spec_files=res.files, seed=seed, roles=roles_record(exp, opts, resolver),

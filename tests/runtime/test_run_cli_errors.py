@@ -41,3 +41,16 @@ def test_bad_replay_file_is_refused_before_the_run(tmp_path):
     proc = _run("run", "specs/ask_e.ask", "--replay", str(bad), "--out", str(out))
     assert proc.returncode == 1 and "must be a list" in proc.stderr
     assert not out.exists()
+
+
+def test_os_errors_name_the_path_in_one_sentence(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    replay = tmp_path / "r.json"
+    replay.write_text('{"sessions": []}')
+    for out, message in [(afile, f"--out {afile} is a file"),
+                         (afile / "sub", f"cannot create a run directory in {afile / 'sub'}: not a directory")]:
+        proc = _run("run", "specs/ask_e.ask", "--replay", str(replay), "--out", str(out))
+        assert proc.returncode == 1
+        assert message in proc.stderr and "[Errno" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
