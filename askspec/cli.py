@@ -36,12 +36,30 @@ class Parser(argparse.ArgumentParser):
             try:
                 bad = message.split("invalid choice: ", 1)[1].split("'")[1]
                 choices = message.split("(choose from ", 1)[1].rstrip(")").replace("'", "").split(", ")
-                close = difflib.get_close_matches(bad, choices, n=1, cutoff=0.6)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                hint = _did_you_mean(bad, choices)
             except IndexError:
                 pass
+        elif message.startswith("unrecognized arguments:"):
+            flags = [a for a in message.split(":", 1)[1].split() if a.startswith("-")]
+            hints = [_did_you_mean(f.split("=", 1)[0], self._all_flags()) for f in flags]
+            hint = "".join(h for h in hints if h)
         self.print_usage(sys.stderr)
         self.exit(1, f"error: {message}{hint}\n")
+
+    def _all_flags(self) -> list[str]:
+        """Option strings of this parser and of its subcommands (an unknown flag is
+        reported by the top-level parser, which does not know the subcommands' flags)."""
+        flags = list(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    flags += list(sub._option_string_actions)
+        return sorted(set(flags))
+
+
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def cmd_check(args) -> int:

@@ -105,6 +105,8 @@ def test_version_and_did_you_mean_for_commands() -> None:
     assert "Traceback" not in typo.stderr
     bad_choice = run_cli("compile", "specs/ask_e.ask", "--format", "jsn")
     assert bad_choice.returncode == 1 and "did you mean 'json'?" in bad_choice.stderr
+    bad_flag = run_cli("run", "specs/ask_e.ask", "--sesions", "2")
+    assert bad_flag.returncode == 1 and "did you mean '--sessions'?" in bad_flag.stderr
 
 
 def test_os_errors_are_one_sentence_naming_the_path(tmp_path: Path) -> None:
