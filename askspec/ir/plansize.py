@@ -11,6 +11,7 @@ read, a `where` filter, a buffer filled during the run) has no static count: `No
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Iterator, Mapping
 
 from askspec.ir import model as ir
@@ -20,6 +21,10 @@ from askspec.ir.builtins import spec_range
 # single group (`sample N`) larger than this cannot run at all. Documented in
 # docs/language.md ("Diagnostics") and the README.
 MAX_PLANNED_SESSIONS = 1_000_000
+
+
+# The constant arithmetic of the spec language (the checker's constant folding uses it too).
+ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
 class Unknown(Exception):
@@ -38,17 +43,10 @@ def const_value(e: ir.Expr, params: Mapping[str, Any]) -> Any:
         v = const_value(e.operand, params)
         if _is_number(v):
             return -v
-    if isinstance(e, ir.BinaryOp) and e.op in ("+", "-", "*", "/"):
+    if isinstance(e, ir.BinaryOp) and e.op in ARITHMETIC:
         a, b = const_value(e.left, params), const_value(e.right, params)
-        if _is_number(a) and _is_number(b):
-            if e.op == "+":
-                return a + b
-            if e.op == "-":
-                return a - b
-            if e.op == "*":
-                return a * b
-            if b != 0:
-                return a / b
+        if _is_number(a) and _is_number(b) and not (e.op == "/" and b == 0):
+            return ARITHMETIC[e.op](a, b)
     if isinstance(e, ir.CallFn) and e.fn == "len" and len(e.args) == 1:
         return len(const_list(e.args[0], params))
     raise Unknown

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir.builtins import pairs
+from ..ir.plansize import ARITHMETIC
 from . import ast as A
 
 # Stands for a template or model reference that was already reported as invalid, so later
@@ -57,19 +58,13 @@ def const_eval(e: A.Expr, params: dict[str, Any]) -> Any:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return _number(e, -v)
         raise NotConstant(e, "'-' needs a number")
-    if isinstance(e, A.Binary) and e.op in "+-*/":
+    if isinstance(e, A.Binary) and e.op in ARITHMETIC:
         l, r = const_eval(e.left, params), const_eval(e.right, params)
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (l, r)):
-            if e.op == "+":
-                return _number(e, l + r)
-            if e.op == "-":
-                return _number(e, l - r)
-            if e.op == "*":
-                return _number(e, l * r)
-            if r == 0:
+            if e.op == "/" and r == 0:
                 raise NotConstant(e, "division by zero")
             try:
-                return _number(e, l / r)
+                return _number(e, ARITHMETIC[e.op](l, r))
             except OverflowError:  # int / int whose quotient is past the float range
                 raise OutOfRange(e, "the result is out of range (not a finite number)") from None
         raise NotConstant(e, f"'{e.op}' needs numbers")

@@ -32,40 +32,28 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def parse_pairs(items: Iterable[str] | Mapping[str, Any] | None, flag: str) -> dict[str, str]:
-    """NAME=VALUE items (a mapping is taken as is)."""
+def parse_pairs(items: Iterable[str] | Mapping[str, Any] | str | None, flag: str,
+                bare: bool = False, form: str = "NAME=VALUE") -> dict[str, str]:
+    """NAME=VALUE items (a mapping is taken as is). With `bare`, a lone VALUE is allowed
+    and kept under the key '' (--served-model NAME: every openai model)."""
     if items is None:
         return {}
     if isinstance(items, Mapping):
         return {str(k): str(v) for k, v in items.items()}
-    if isinstance(items, str):
-        items = [items]
     out = {}
-    for item in items:
+    for item in [items] if isinstance(items, str) else items:
         name, sep, value = str(item).partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"{flag} takes NAME=VALUE, got {item!r}")
+        if not sep and bare:
+            name, value = "", name
+        if (not sep and not bare) or (sep and not name.strip()) or (bare and not value.strip()):
+            raise UsageError(f"{flag} takes {form}, got {item!r}")
         out[name.strip()] = value.strip()
     return out
 
 
 def parse_served(items: Iterable[str] | Mapping[str, str] | str | None) -> dict[str, str]:
-    """--served-model NAME (every openai model) or ROLE_OR_MODEL=NAME; the bare form is
-    kept under the key ''."""
-    if items is None:
-        return {}
-    if isinstance(items, Mapping):
-        return {str(k): str(v) for k, v in items.items()}
-    if isinstance(items, str):
-        items = [items]
-    out = {}
-    for item in items:
-        key, sep, name = str(item).partition("=")
-        key, name = (key.strip(), name.strip()) if sep else ("", key.strip())
-        if not name:
-            raise UsageError(f"--served-model takes NAME or ROLE_OR_MODEL=NAME, got {item!r}")
-        out[key] = name
-    return out
+    """--served-model NAME (every openai model) or ROLE_OR_MODEL=NAME."""
+    return parse_pairs(items, "--served-model", bare=True, form="NAME or ROLE_OR_MODEL=NAME")
 
 
 @dataclass(frozen=True)
