@@ -240,9 +240,9 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_fmt)
 
     if runtime:
-        from askspec.runtime.commands import metrics, query, run
+        from askspec.runtime.commands import metrics, query, run, runs
 
-        for mod in (run, metrics, query):
+        for mod in (run, metrics, query, runs):
             mod.register(sub)
         c = sub.add_parser("tui", help="browse runs and sessions in the terminal UI")
         c.add_argument("path", metavar="PATH", nargs="?", default="runs",

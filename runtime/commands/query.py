@@ -1,5 +1,5 @@
-"""CLI subcommands over the run store: ``query``, ``export``, ``compact`` (and ``runs``,
-from runs.py).
+"""CLI subcommands over the run store: ``query``, ``export``, ``compact`` (``runs`` is in
+runs.py, which uses this module's formatting).
 
 ``register(subparsers)`` adds them to an argparse subparsers object; each sets
 ``func`` to a handler ``(args) -> int``. Handlers print results to stdout,
@@ -243,7 +243,8 @@ def _seconds(text: str) -> float:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``query``, ``runs``, ``export`` and ``compact`` to an argparse subparsers object."""
+    """Add ``query``, ``export`` and ``compact`` to an argparse subparsers object (``runs``
+    is runs.register)."""
     p = subparsers.add_parser(
         "query",
         help="run SQL over a run's views",
@@ -259,9 +260,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"interrupt a query still running after SECONDS (0: never; default {QUERY_TIMEOUT:g})")
     p.set_defaults(func=cmd_query)
 
-    from askspec.runtime.commands import runs  # it uses this module's formatting
-
-    runs.register(subparsers)
 
     p = subparsers.add_parser("export", help="write every view of a run to Parquet")
     p.add_argument("run_dir", metavar="RUN_DIR")

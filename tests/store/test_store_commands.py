@@ -14,12 +14,15 @@ import pytest
 from askspec.runtime.store import layout
 from askspec.runtime.commands.query import format_table, query, register
 from askspec.runtime.commands.runs import list_runs
+from askspec.runtime.commands.runs import register as register_runs
 from askspec.runtime.store.readonly import QueryRefused
 
 
 def cli(*argv):
     parser = argparse.ArgumentParser(prog="askspec")
-    register(parser.add_subparsers(dest="command", required=True))
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    register_runs(sub)
     args = parser.parse_args([str(a) for a in argv])
     return args.func(args)
 
