@@ -48,6 +48,11 @@ def cmd_run(args) -> int:
         opts = RunOptions.from_args(args)
     except UsageError as e:
         return _err(str(e))
+    if not opts.verbose:
+        # Only for the command: it owns its process (run_spec leaves its host's settings be).
+        from askspec.runtime.commands.noise import silence_libraries
+
+        silence_libraries()
     run = Run(opts)
     try:
         return asyncio.run(run.execute())
@@ -83,12 +88,9 @@ class Run:
         self.writer = None
 
     async def execute(self) -> int:
-        from askspec.runtime.commands.noise import silence_libraries
         from askspec.runtime.commands.progress import Progress
         from askspec.runtime.commands.start import start
 
-        if not self.opts.verbose:
-            silence_libraries()
         progress = Progress(0, 0, self.opts.quiet)
         try:
             started = await start(self.opts, progress.step)

@@ -4,6 +4,7 @@ one session with one probing round and short replies, recorded and queryable."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +14,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _clean_env() -> dict:
+    """The user's environment, without settings that quieten the libraries themselves."""
+    quiet = {"TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY", "ASKSPEC_DEBUG"}
+    return {k: v for k, v in os.environ.items() if k not in quiet}
+
+
 @pytest.mark.slow
 def test_ask_e_runs_on_smollm2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "specs/ask_e.ask", "--sessions", "1",
                            "--set", "probes=1", "--max-tokens", "24", "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=_clean_env())
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     # one askspec line for the model, none of the libraries' progress bars or warnings
@@ -44,6 +51,6 @@ def test_ask_e_runs_on_smollm2(tmp_path):
 def test_verbose_shows_the_libraries_output(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "specs/ask_e.ask", "--sessions", "1",
                            "--set", "probes=1", "--max-tokens", "2", "--out", str(tmp_path), "--verbose", "--quiet"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=_clean_env())
     assert proc.returncode == 0, proc.stderr
     assert "Loading weights" in proc.stderr  # transformers' own progress bar
