@@ -132,8 +132,10 @@ class Run:
         except Exception as e:
             failure = f"{e.__class__.__name__}: {e}"
         finally:
-            progress.close()
-            self.abandon(status)
+            try:
+                progress.close()
+            finally:
+                self.abandon(status)
         if status == "interrupted":
             print(f"interrupted: everything recorded so far is in {writer.run_dir}; continue with: "
                   f"askspec run --resume {writer.run_dir}", file=sys.stderr)
