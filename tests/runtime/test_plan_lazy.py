@@ -35,9 +35,9 @@ def _compile(tmp_path: Path, games: str):
 
 @pytest.mark.parametrize("game, total", [
     ("game g times 1000000000000 { ask a }", 10**12),
-    ("game g for i in range(0, 10000000) { ask a }", 10**7 + 1),
-    ("game g for (x, y) in pairs(range(0, 100000)) { ask a }", 100001 * 100000 // 2),
-    ("game g for (x, y) in product([1, 2, 3], range(1, 1000000)) times 2 { ask a }", 3 * 10**6 * 2),
+    ("game g for i in range(0, 10000000) { ask a }", 10**7),  # range is half-open
+    ("game g for (x, y) in pairs(range(0, 100000)) { ask a }", 100000 * 99999 // 2),
+    ("game g for (x, y) in product([1, 2, 3], range(1, 1000000)) times 2 { ask a }", 3 * 999999 * 2),
 ])
 def test_huge_plans_are_counted_and_cut_without_being_built(tmp_path, game, total):
     exp = _compile(tmp_path, game)
@@ -84,7 +84,7 @@ def test_run_cuts_a_huge_plan_and_refuses_it_whole(tmp_path):
     assert "3 sessions of huge" in ok.stderr
     whole = _run("run", str(spec), "--out", str(tmp_path / "other"))
     assert whole.returncode == 1
-    assert "plans 5,000,050,000,000 sessions, more than the limit of 1,000,000" in whole.stderr
+    assert "plans 4,999,950,000,000 sessions, more than the limit of 1,000,000" in whole.stderr
     assert "--sessions N" in whole.stderr and not (tmp_path / "other").exists()
 
 
@@ -131,7 +131,7 @@ def test_resume_finds_the_done_sessions_of_a_lazy_plan(tmp_path):
 
 def test_itertools_pairs_match_the_evaluator():
     """The planner's lazy pairs are itertools.combinations; the evaluator lists the same."""
-    from askspec.runtime.engine.evaluator import _FUNCTIONS
+    from askspec.ir.builtins import pairs
 
     xs = list(range(7))
-    assert _FUNCTIONS["pairs"](xs) == [list(p) for p in itertools.combinations(xs, 2)]
+    assert pairs(xs) == [list(p) for p in itertools.combinations(xs, 2)]

@@ -27,7 +27,7 @@ experiment local { param n: int = 3 }
 model policy = hf("smollm2-135m-instruct") { temperature = 0.5; retries = 0 }
 role asker { model = policy; memory = none; prompt = "question {{ i }}" }
 role checker { model = policy; memory = none; prompt = "check {{ i }}" }
-game g for i in range(1, n) {
+game g for i in range(0, n) {
     x = ask asker
     y = ask checker
 }

@@ -51,7 +51,7 @@ def _wait_for_sessions(out: Path, n: int, proc: subprocess.Popen, limit: float =
 REPLAY_SPEC = """
 model m = replay("answers.json")
 role a {{ model = m; memory = none; prompt = "q {{{{ i }}}}" }}
-game g for i in range(1, {n}) {{
+game g for i in range(0, {n}) {{
     x = ask a
     y = ask a
 }}
@@ -60,7 +60,7 @@ game g for i in range(1, {n}) {{
 SYNC_SPEC = """
 model m = python("fake_models:blocking")
 role a {{ model = m; memory = none; prompt = "q {{{{ i }}}}" }}
-game g for i in range(1, {n}) {{
+game g for i in range(0, {n}) {{
     x = ask a
 }}
 """
@@ -128,7 +128,7 @@ def test_a_callable_raising_a_base_exception_does_not_leave_the_run_finished(tmp
     spec = tmp_path / "exits.ask"
     spec.write_text(f'model m = python("{callable_name}")\n'
                     'role a { model = m; memory = none; prompt = "q {{ i }}" }\n'
-                    "game g for i in range(1, 6) {\n    x = ask a\n}\n")
+                    "game g for i in range(0, 6) {\n    x = ask a\n}\n")
     out = tmp_path / "runs"
     res = _cli("run", str(spec), "--out", str(out), "--concurrency", "1")
     assert res.returncode == code, res.stderr
@@ -145,7 +145,7 @@ def test_no_session_succeeded_exits_3(tmp_path):
     spec = tmp_path / "down.ask"
     spec.write_text('model m = python("fake_models:fails")\n'
                     'role a { model = m; memory = none; prompt = "q" }\n'
-                    "game g for i in range(1, 3) {\n    x = ask a\n}\n")
+                    "game g for i in range(0, 3) {\n    x = ask a\n}\n")
     res = _cli("run", str(spec), "--out", str(tmp_path / "runs"), "--quiet")
     assert res.returncode == 3, res.stderr
     assert "no session succeeded" in res.stderr and "fake model is down" in res.stderr

@@ -23,7 +23,7 @@ experiment tell_apart { param k: int = 2 }
 model tools = python("fake_models:universal")
 role solver { model = tools; memory = none; prompt = "solve {{ i }}" }
 role checker { memory = none; prompt = "check {{ i }}" }
-game g for i in range(1, k) {
+game g for i in range(0, k) {
     x = ask solver
     bind checker = "python:fake_models:seeded"
     y = ask checker
