@@ -181,8 +181,6 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]]) 
     exp = res.ir
     check_names(opts, exp)
     spec_dir = os.path.dirname(os.path.abspath(opts.file))
-    if manifest is not None and (not isinstance(manifest.get("seed"), int) or isinstance(manifest.get("seed"), bool)):
-        raise UsageError(f"cannot resume {opts.resume}: its manifest.json has no whole-number seed")
     seed = manifest["seed"] if manifest else (opts.seed if opts.seed is not None else int(exp.options.get("seed", 0) or 0))
     params, datasets, plan = make_plan(opts, exp, spec_dir, seed)
     check_replay(opts)
