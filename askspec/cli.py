@@ -89,6 +89,8 @@ def cmd_compile(args) -> int:
     res.sink.emit(res.sources, limit=args.max_diagnostics)
     if not res.ok:
         return 1
+    if args.target:  # a job folder for a distributed trainer (docs/cluster.md)
+        return _compile_target(args, res)
     fmt = args.format
     text = {
         "json": lambda: canonical.to_json(res.ir) + "\n",
@@ -107,6 +109,26 @@ def cmd_compile(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _compile_target(args, res) -> int:
+    if not args.output:
+        print(f"error: --target {args.target} needs -o DIR (the job folder)", file=sys.stderr)
+        return 2
+    try:
+        substitutes = dict(p.split("=", 1) for p in args.substitute or [])
+    except ValueError:
+        print("error: --substitute takes ALGORITHM=ALGORITHM, e.g. --substitute cispo=grpo", file=sys.stderr)
+        return 2
+    from askspec.runtime.targets.openrlhf.generate import compile_job
+    from askspec.runtime.targets.openrlhf.mapping import ALGORITHMS
+
+    bad = sorted(v for v in substitutes.values() if v not in ALGORITHMS)
+    if bad:
+        print(f"error: --substitute: OpenRLHF 0.11.2 cannot run {', '.join(bad)}; "
+              f"choose one of {', '.join(ALGORITHMS)}", file=sys.stderr)
+        return 2
+    return compile_job(res, args.file, args.output, substitutes)
 
 
 def cmd_fmt(args) -> int:
@@ -232,6 +254,9 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c.add_argument("-o", "--output")
     c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
     _max_diagnostics(c)
+    c.add_argument("--target", choices=["openrlhf"], help="write a training job folder to -o DIR instead of the IR")
+    c.add_argument("--substitute", action="append", metavar="ALG=ALG",
+                   help="with --target: train with a supported algorithm in place of one the target lacks")
     c.set_defaults(func=cmd_compile)
 
     c = sub.add_parser("fmt", help="format specs in place (idempotent)")

@@ -163,6 +163,12 @@ def _bind(game: ir.Game, item: Any) -> dict[str, Any]:
     return dict(zip(game.pattern, values))
 
 
+def game_elements(game: ir.Game, params: dict[str, Any], collections: dict[str, list]) -> list[dict[str, Any]]:
+    """The game's elements in plan order, each as its pattern bindings (`for (a, b) in ...`
+    -> {a:, b:}); a game without `for` has one element with no bindings."""
+    return [_bind(game, item) for item in _iter_items(game, params, collections)]
+
+
 def plan_sessions(exp: ir.Experiment, params: dict[str, Any], datasets: dict[str, list], seed: int,
                   max_sessions: int | None = None) -> Plan:
     """The first phase: every game that does not replay a buffer."""

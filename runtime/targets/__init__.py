@@ -1,0 +1,1 @@
+"""Compilation targets: job folders for distributed trainers (OpenRLHF) built from a compiled spec."""

@@ -1,0 +1,407 @@
+"""`askspec compile FILE --target openrlhf -o DIR`: write a self-contained OpenRLHF job
+folder (agent, prompt data set, launch script, frozen-role servers, README; a driver and
+one folder per phase when several roles are trained) from the templates beside this
+module, or print the refusals (check.py) and write nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from pydantic import BaseModel
+
+from askspec import __version__
+from askspec.ir import model as ir
+from askspec.ir.canonical import experiment_hash
+from askspec.lang.diagnostics import DiagnosticSink
+from askspec.terminal import printable
+
+from askspec.runtime.engine.plan import game_elements, load_dataset
+from askspec.runtime.targets.openrlhf import mapping
+from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check
+
+MARKER = ".askspec-job"
+GENERATED = ("README.md", "driver.sh", "agent.py", "job.json", "prompts.jsonl", "launch.sh", "serve_frozen.sh", "spec")
+FIRST_PORT = 8001
+_TEMPLATES = Path(__file__).parent / "templates"
+
+# where each flag comes from, for the README's table
+_WHY = {
+    "--algo.advantage.estimator": "the algorithm (docs/cluster.md, algorithm table)",
+    "--actor.policy_loss_type": "the algorithm",
+    "--rollout.n_samples_per_prompt": "the group: the game's `sample N`, else `group`",
+    "--eval.n_samples_per_prompt": "the group (the agent routes whole groups)",
+    "--rollout.batch_size": "`batch` / group: elements per optimizer step",
+    "--train.batch_size": "`batch`: rollouts per optimizer step (one step per rollout batch)",
+    "--train.num_episodes": "`steps`: passes over the elements",
+    "--data.max_len": "`max_len`, else the role's calls per session x max_tokens + prompt room",
+    "--reward.clip_range": "no clipping: rewards are summed as the spec says",
+    "--train.seed": "the experiment's seed",
+    "--rollout.max_new_tokens": "the trained role's max_tokens",
+    "--rollout.temperature": "the trained role's temperature",
+    "--rollout.top_p": "the trained role's top_p",
+    "--actor.adam.lr": "`lr`",
+    "--actor.lr_warmup_ratio": "`warmup` / steps",
+    "--actor.eps_clip_low_high": "`clip_low`, `clip_high`",
+    "--actor.eps_clip": "`clip`",
+    "--algo.kl.init_coef": "`kl` (0: no reference model)",
+    "--algo.kl.use_loss": "`kl` > 0: KL as a loss term (GRPO style)",
+    "--algo.kl.estimator": "`kl` > 0: k3 estimator",
+}
+
+
+class JobError(Exception):
+    """The job folder cannot be written (a user error: one line, no traceback)."""
+
+
+@dataclass
+class _Server:
+    port: int
+    served: str
+    weights_expr: str
+    comment: str
+    max_model_len: int | None = None
+
+
+@dataclass
+class _PhaseOut:
+    phase: Phase
+    dir: str
+    pretrain: str
+    elements: int
+    lines: list[dict]
+    flags: list[tuple[str, list[str]]]
+    explained: list[tuple[str, list[str], str]]
+    servers: list[_Server]
+    endpoints: dict
+    frozen: list[dict]
+    frozen_trained: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    # the names the templates use
+    @property
+    def role(self) -> str:
+        return self.phase.role
+
+    @property
+    def games(self) -> list[str]:
+        return self.phase.games
+
+    @property
+    def group(self) -> int:
+        return self.phase.group
+
+    @property
+    def algorithm(self) -> str:
+        return self.phase.algorithm
+
+    @property
+    def substituted(self) -> str | None:
+        return self.phase.substituted
+
+
+def compile_job(res, spec_path: str, out_dir: str, substitutes: dict[str, str]) -> int:
+    """Check `res` (a successful language compile) against OpenRLHF and write the job;
+    returns the exit code. Refusals are diagnostics on stderr, and nothing is written."""
+    exp: ir.Experiment = res.ir
+    sink = DiagnosticSink()
+    plan = check(exp, res.sources, spec_path, substitutes, sink)
+    sink.emit(res.sources)
+    if plan is None or sink.has_errors:
+        return 1
+    try:
+        phases = _build(exp, plan, spec_path)
+        _write(exp, res, plan, phases, spec_path, Path(out_dir), substitutes)
+    except JobError as e:
+        print(f"error: {printable(str(e), single_line=True)}", file=sys.stderr)
+        return 1
+    print(f"wrote OpenRLHF job for {exp.name} to {printable(out_dir, single_line=True)}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------- plan
+def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]:
+    spec_dir = os.path.dirname(os.path.abspath(spec_path))
+    seed = int(exp.options.get("seed", 0) or 0)
+    params = exp.param_values()
+    try:
+        datasets = {d.name: load_dataset(d, spec_dir, seed) for d in exp.datasets}
+    except (OSError, ValueError) as e:
+        raise JobError(f"cannot read the spec's data: {e}") from None
+    trained = [p.role for p in plan.phases]
+    out = []
+    for k, phase in enumerate(plan.phases, 1):
+        role = exp.role(phase.role)
+        model = exp.model(role.model)
+        sampling = {**model.sampling, **role.sampling}
+        if role.max_tokens is not None:
+            sampling["max_tokens"] = role.max_tokens
+        games = [g for g in exp.games if g.name in phase.games]
+        lines = []
+        for g in games:
+            try:
+                elements = game_elements(g, params, datasets)
+            except (ValueError, Exception) as e:  # an expression error in the game's `for`
+                raise JobError(f"game {g.name}: cannot list its elements: {e}") from None
+            for i, bindings in enumerate(elements):
+                lines.append(_line(g.name, i, bindings))
+        if not lines:
+            raise JobError(f"the games of role '{phase.role}' have no elements (an empty data set?)")
+        hyper = {**phase.training.hyper, **phase.training.algorithm_args}
+        calls = max(g.call_bounds.get(phase.role, 1) for g in games)
+        max_len = int(hyper.get("max_len") or calls * int(sampling.get("max_tokens", 256)) + mapping.CONTEXT_ALLOWANCE)
+        sched = mapping.schedule(len(lines), phase.group, int(hyper["batch"]) if "batch" in hyper else None, phase.steps)
+        flags = mapping.training_flags(phase.algorithm, phase.training.hyper, phase.training.algorithm_args,
+                                       phase.group, sched, sampling, max_len, seed)
+        explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
+        others = [r for r in trained if r != phase.role and _asked(games, r)]
+        servers, endpoints, frozen = _frozen(exp, games, phase.role, others)
+        notes = list(sched.notes)
+        if exp.model(role.model) is not None and any(
+                exp.role(f["role"]).model == role.model for f in frozen if f["role"] not in others):
+            notes.append(f"a frozen role uses the trained role's model '{role.model}': it plays with the initial "
+                         "weights, not the ones being trained")
+        if any(g.call_bounds.get(phase.role, 0) > 1 for g in games) and role.recover.mode == "prompt" and \
+                (role.recover.malformed or role.recover.truncated):
+            notes.append(f"'{phase.role}' keeps a recovered attempt and its recovery prompt in its token sequence "
+                         "(docs/cluster.md, \"What differs from a local run\")")
+        if any(_calls(g, "diversity") for g in games):
+            notes.append("diversity() keeps its window per rollout process (each vLLM engine sees its own sessions)")
+        out.append(_PhaseOut(phase=phase, dir=f"phase-{k}-{phase.role}" if len(plan.phases) > 1 else ".",
+                             pretrain=mapping.hf_id(model.weights), elements=len(lines), lines=lines, flags=flags,
+                             explained=explained, servers=servers, endpoints=endpoints, frozen=frozen,
+                             frozen_trained=others, notes=notes))
+    return out
+
+
+def _line(game: str, index: int, bindings: dict) -> dict:
+    shown = json.dumps(bindings, ensure_ascii=False, default=str)
+    if len(shown) > 200:
+        shown = shown[:197] + "..."
+    label = json.dumps({"game": game, "element": index, "bindings": bindings}, ensure_ascii=False, default=str)
+    return {"prompt": f"{game} #{index} {shown}", "label": label}
+
+
+def _asked(games: list[ir.Game], role: str) -> bool:
+    return any(True for g in games for _ in asks_of(g.body, role))
+
+
+def _calls(node: Any, fn: str) -> bool:
+    if isinstance(node, ir.CallFn) and node.fn == fn:
+        return True
+    if isinstance(node, BaseModel):
+        return any(_calls(getattr(node, k), fn) for k in type(node).model_fields if k != "span")
+    if isinstance(node, (list, tuple)):
+        return any(_calls(x, fn) for x in node)
+    if isinstance(node, dict):
+        return any(_calls(x, fn) for x in node.values())
+    return False
+
+
+def _roles_asked(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
+    names = [r.name for r in exp.roles if _asked(games, r.name)]
+    for g in games:  # judges of the routes' contests
+        for route in g.routes:
+            for arm in route.arms:
+                contest = next((c for c in [*exp.tournaments, *exp.judges] if c.name == arm.target), None)
+                if contest is not None and contest.judge not in names:
+                    names.append(contest.judge)
+    return names
+
+
+def _bindable_models(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
+    """Declared models a `bind` may choose: names in the parameters and literal bind values."""
+    declared = {m.name for m in exp.models}
+    found: list[str] = []
+
+    def add(v: Any) -> None:
+        if isinstance(v, str) and v in declared and v not in found:
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                add(x)
+
+    if any(_has_bind(g.body) for g in games):
+        for p in exp.params:
+            add(p.value)
+        for g in games:
+            _bind_literals(g.body, add)
+    return found
+
+
+def _has_bind(steps: list) -> bool:
+    return any(s.kind == "bind" or any(_has_bind(b) for b in _bodies(s)) for s in steps)
+
+
+def _bind_literals(steps: list, add) -> None:
+    for s in steps:
+        if s.kind == "bind" and s.model.kind == "lit":
+            add(s.model.value)
+        for body in _bodies(s):
+            _bind_literals(body, add)
+
+
+def _bodies(s) -> list[list]:
+    if s.kind in ("repeat", "while", "for"):
+        return [s.body]
+    if s.kind == "if":
+        return [b.body for b in s.branches] + [s.orelse]
+    return []
+
+
+def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list[str]):
+    """vLLM servers (one per distinct weights), the agent's endpoint table and the README's
+    rows, for every role the job's games ask besides the trained one."""
+    servers: list[_Server] = []
+    by_weights: dict[str, _Server] = {}
+    endpoints: dict[str, dict] = {"roles": {}, "models": {}}
+    rows: list[dict] = []
+
+    def server_for(weights_expr: str, served: str, comment: str) -> _Server:
+        s = by_weights.get(weights_expr)
+        if s is None:
+            s = by_weights[weights_expr] = _Server(FIRST_PORT + len(servers), served, weights_expr, comment)
+            servers.append(s)
+        return s
+
+    for other in others:
+        m = exp.model(exp.role(other).model)
+        expr = f"${{CKPT_{other.upper()}:-{_dq(mapping.hf_id(m.weights))}}}"
+        s = server_for(expr, f"askspec-{other}", f"trained role '{other}', frozen in this phase: its latest checkpoint")
+        endpoints["roles"][other] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
+        rows.append({"role": other, "model": f"checkpoint of {other}", "endpoint": f"port {s.port} ({s.served})"})
+    names = []
+    for role in _roles_asked(exp, games):
+        if role == trained or role in others:
+            continue
+        name = exp.role(role).model
+        rows.append({"role": role, "model": name or "bound per session", "endpoint": ""})
+        if name and name not in names:
+            names.append(name)
+    for name in _bindable_models(exp, games):
+        if name not in names:
+            names.append(name)
+    for name in names:
+        m = exp.model(name)
+        if m is None:
+            continue
+        if m.backend in ("hf", "vllm"):
+            s = server_for(_dq(mapping.hf_id(m.weights)), m.weights, f"weights {m.weights}")
+            endpoints["models"][name] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
+            where = f"port {s.port} ({s.served})"
+        else:
+            options = {k: v for k, v in m.options.items() if k not in ("concurrency", "retries")}
+            endpoints["models"][name] = {"backend": m.backend, "weights": m.weights, "options": options}
+            where = f"{m.backend} ({m.options.get('base_url', m.weights)})"
+        for row in rows:
+            if row["model"] == name:
+                row["endpoint"] = where
+    for row in rows:
+        if row["model"] == "bound per session":
+            row["endpoint"] = "the bound model's endpoint"
+    return servers, endpoints, rows
+
+
+def _url(port: int) -> str:
+    return f"http://{{host}}:{port}/v1"
+
+
+def _dq(text: str) -> str:
+    """Safe inside a double-quoted shell word."""
+    return "".join("\\" + c if c in '"\\$`' else c for c in text)
+
+
+# --------------------------------------------------------------------------------- write
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    return env
+
+
+def _prepare(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise JobError(f"{out} exists and is not a folder")
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise JobError(f"{out} is not empty and was not written by askspec compile --target openrlhf; "
+                       "give a new or empty folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for entry in out.iterdir():  # an earlier job: replace what askspec wrote, keep ckpt/, runs/, logs/
+            if entry.name in GENERATED or entry.name.startswith("phase-"):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        (out / MARKER).write_text("written by askspec compile --target openrlhf\n", encoding="utf-8")
+    except OSError as e:
+        raise JobError(f"cannot write {out}: {e.strerror or e}") from None
+
+
+def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec_path: str, out: Path,
+           substitutes: dict[str, str]) -> None:
+    _prepare(out)
+    env = _environment()
+    ehash = experiment_hash(exp)
+    common = {"experiment": exp.name, "hash12": ehash[:12]}
+    try:
+        for p in phases:
+            folder = out / p.dir
+            folder.mkdir(parents=True, exist_ok=True)
+            job_exp = _copy_spec(exp, res, spec_path, folder / "spec")
+            job = {"format": 1, "experiment": job_exp.model_dump(mode="json"), "experiment_hash": ehash,
+                   "trained_role": p.role, "group": p.group, "games": p.games,
+                   "seed": int(exp.options.get("seed", 0) or 0), "endpoints": p.endpoints, "spec_files": res.files}
+            (folder / "job.json").write_text(json.dumps(job, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            with open(folder / "prompts.jsonl", "w", encoding="utf-8") as f:
+                for line in p.lines:
+                    f.write(json.dumps(line, ensure_ascii=False) + "\n")
+            estimator, loss = mapping.ALGORITHMS[p.algorithm]
+            ctx = {**common, "role": p.role, "pretrain": p.pretrain, "flags": p.flags,
+                   "algorithm_text": f"{p.algorithm}: {estimator} advantages, {loss} loss"
+                                     + (f"; substituted for {p.substituted}" if p.substituted else ""),
+                   "with_ref": any(f == "--algo.kl.init_coef" and float(v[0]) > 0 for f, v in p.flags),
+                   "with_critic": estimator == "gae", "servers": p.servers}
+            for name in ("agent.py", "launch.sh", "serve_frozen.sh"):
+                _render(env, name + ".j2", folder / name, ctx)
+        ctx = {**common, "phases": phases, "iterations": plan.iterations, "phase_names": [p.dir for p in phases],
+               "roles": [p.role for p in phases], "pretrain": {p.role: p.pretrain for p in phases},
+               "spec_name": os.path.basename(spec_path), "askspec_version": __version__,
+               "cli_extra": [f"--substitute {a}={b}" for a, b in sorted(substitutes.items())]}
+        if len(phases) > 1:
+            _render(env, "driver.sh.j2", out / "driver.sh", ctx)
+        _render(env, "README.md.j2", out / "README.md", ctx)
+    except OSError as e:
+        raise JobError(f"cannot write {out}: {e.strerror or e}") from None
+
+
+def _render(env: jinja2.Environment, template: str, path: Path, ctx: dict) -> None:
+    path.write_text(env.get_template(template).render(**ctx), encoding="utf-8")
+    if path.suffix == ".sh":
+        path.chmod(0o755)
+
+
+def _copy_spec(exp: ir.Experiment, res, spec_path: str, dest: Path) -> ir.Experiment:
+    """Copy the spec, its prompt files and its data files; returns the IR the agent loads
+    (data paths that leave the spec's folder become absolute)."""
+    spec_dir = Path(os.path.abspath(spec_path)).parent
+    for rel, text in res.files.items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    job_exp = exp.model_copy(deep=True)
+    for d in job_exp.datasets:
+        if not d.path:
+            continue
+        src = Path(d.path) if os.path.isabs(d.path) else spec_dir / d.path
+        rel = os.path.normpath(d.path)
+        if os.path.isabs(d.path) or rel.startswith(".."):
+            d.path = str(src.resolve())
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest / rel)
+    return job_exp
