@@ -96,6 +96,7 @@ class _Group:
 
     group_id: str
     size: int
+    round: int = 0
     joined: int = 0
     results: list[SessionResult] = field(default_factory=list)
     routed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -121,7 +122,7 @@ class GameAgent:
         self._engine: Engine | None = None
         self._recorder: _Recorder | None = None
         self._index = itertools.count()
-        self._rounds: dict[str, int] = {}
+        self._rounds: dict[tuple[str, int], int] = {}
         self._groups: dict[tuple, _Group] = {}
 
     # ------------------------------------------------------------------ wiring
@@ -174,6 +175,12 @@ class GameAgent:
         atexit.register(writer.close)  # a training job ends by stopping the process
         return writer
 
+    def close(self) -> None:
+        """Flush and close the run directory (also done at exit: a training job ends by
+        stopping its processes)."""
+        if self._recorder is not None:
+            self._recorder.writer.close()
+
     # ------------------------------------------------------------------ one rollout
     async def execute(self, prompt: str, label: str, sampling_params: Any, max_length: int, hf_tokenizer: Any,
                       llm_engine: Any) -> dict[str, Any]:
@@ -189,7 +196,7 @@ class GameAgent:
         plan = SessionPlan(index=index, session_id=f"s{index:06d}", game=game.name,
                            group_id=group.group_id if size > 1 else None, group_size=size,
                            bindings=dict(element.get("bindings") or {}),
-                           seed=derive_seed(self.seed, game.name, element["element"], group.group_id, member))
+                           seed=derive_seed(self.seed, game.name, int(element["element"]), group.round, member))
         conv = Conversation(tokenizer=hf_tokenizer, engine=llm_engine, sampling_params=sampling_params,
                             max_length=max_length)
         self.backend.conversations[index] = conv
@@ -213,10 +220,12 @@ class GameAgent:
     def _join(self, key: tuple, element: dict, size: int) -> _Group:
         group = self._groups.get(key)
         if group is None or group.joined >= size:
-            base = f"{element['game']}-e{int(element['element']):05d}"
-            n = self._rounds.get(base, 0)
-            self._rounds[base] = n + 1
-            group = self._groups[key] = _Group(group_id=f"{base}-r{n:04d}-p{os.getpid()}", size=size)
+            # the k-th group of an element in this process is repeat k of `askspec run`'s plan:
+            # the same group id and session seeds (plan.py), so both play the same sessions
+            game, index = element["game"], int(element["element"])
+            n = self._rounds.get((game, index), 0)
+            self._rounds[(game, index)] = n + 1
+            group = self._groups[key] = _Group(group_id=f"{game}-g{index:05d}-r{n:03d}", size=size, round=n)
         group.joined += 1
         if group.joined == size:
             self._groups.pop(key, None)  # full: the next call with this key starts a new group

@@ -1,0 +1,162 @@
+"""OpenRLHF 0.11.2's own code, reached on CPU, for the tests of the OpenRLHF target.
+
+`openrlhf/cli/train_ppo_ray.py` and `openrlhf/trainer/ray/vllm_engine.py` import ray,
+vLLM and DeepSpeed at module top, so the pieces the tests need — the argument parser and
+its validation (the `if __name__ == "__main__":` block), the agent loader
+`_load_agent_executor`, and `RolloutRayActor.generate_responses` (which runs the N samples
+of a prompt on one executor) — are extracted from the installed source with `ast` and run
+alone. Everything else here is a test double, named Fake*: a vLLM `SamplingParams`
+stand-in and an `llm_engine` that returns scripted token ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import datetime
+import importlib.util
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+import openrlhf
+from openrlhf.utils.agent import AgentExecutorBase
+
+OPENRLHF = Path(openrlhf.__file__).parent
+assert openrlhf.__version__ if hasattr(openrlhf, "__version__") else True
+
+
+def _source(rel: str) -> ast.Module:
+    return ast.parse((OPENRLHF / rel).read_text(encoding="utf-8"))
+
+
+def parse_train_ppo_ray(argv: list[str]):
+    """Parse `argv` with train_ppo_ray's own parser and run its own validation (every
+    statement of its main block except `train(args)`); returns the hierarchical args."""
+    tree = _source("cli/train_ppo_ray.py")
+    main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
+    body = [s for s in main.body if not (isinstance(s, ast.Expr) and ast.unparse(s) == "train(args)")]
+    module = ast.Module(body=body, type_ignores=[])
+    # `parser.parse_args()` reads sys.argv: hand it ours
+    code = ast.unparse(module).replace("parser.parse_args()", "parser.parse_args(ARGV)")
+    scope = {"argparse": argparse, "datetime": datetime.datetime, "os": os, "ARGV": list(argv)}
+    exec(compile(code, str(OPENRLHF / "cli/train_ppo_ray.py"), "exec"), scope)
+    return scope["args"]
+
+
+def _function(rel: str, name: str, cls: str | None = None) -> Callable:
+    tree = _source(rel)
+    nodes = tree.body
+    if cls is not None:
+        nodes = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    fn = next(n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
+    scope = {"AgentExecutorBase": AgentExecutorBase, "asyncio": asyncio, "importlib": importlib}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(OPENRLHF / rel), "exec"), scope)
+    return scope[name]
+
+
+def load_agent_executor(path: str | Path) -> AgentExecutorBase:
+    """OpenRLHF's own `_load_agent_executor` (vllm_engine.py) on the generated agent.py."""
+    return _function("trainer/ray/vllm_engine.py", "_load_agent_executor")(str(path))
+
+
+GENERATE_RESPONSES = None
+
+
+async def generate_responses(engine: "FakeEngine", prompt: str, label: str, sampling_params, max_length: int,
+                             tokenizer, num_samples: int):
+    """`RolloutRayActor.generate_responses` (OpenRLHF's code) with `engine` as the actor."""
+    global GENERATE_RESPONSES
+    if GENERATE_RESPONSES is None:
+        GENERATE_RESPONSES = _function("trainer/ray/vllm_engine.py", "generate_responses", cls="RolloutRayActor")
+    return await GENERATE_RESPONSES(engine, prompt=prompt, label=label, sampling_params=sampling_params,
+                                    max_length=max_length, hf_tokenizer=tokenizer, num_samples=num_samples)
+
+
+@dataclass
+class FakeSamplingParams:
+    """The fields of vLLM's SamplingParams that OpenRLHF's rollout sets (a test double)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int | None = None
+    min_tokens: int = 1
+    skip_special_tokens: bool = False
+    logprobs: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+class FakeEngine:
+    """A scripted `llm_engine` (test double): `script(prompt_text)` picks the reply text for a
+    generate call; the reply is returned as token ids ending with <|im_end|>, as vLLM does."""
+
+    def __init__(self, executor, tokenizer, script: Callable[[str], str], end_id: int = 2) -> None:
+        self.executor = executor  # generate_responses calls self.executor.execute
+        self.tokenizer = tokenizer
+        self.script = script
+        self.end_id = end_id
+        self.calls: list[dict] = []
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        prompt = self.tokenizer.decode(prompt_token_ids, skip_special_tokens=False)
+        text = self.script(prompt)
+        ids = self.tokenizer(text=text, add_special_tokens=False)["input_ids"]
+        finish = "stop"
+        if sampling_params.max_tokens is not None and len(ids) + 1 > sampling_params.max_tokens:
+            ids, finish = ids[: sampling_params.max_tokens], "length"
+        else:
+            ids = ids + [self.end_id]
+        logprobs = None
+        if sampling_params.logprobs is not None:
+            logprobs = [{t: SimpleNamespace(logprob=-0.5)} for t in ids]
+        self.calls.append({"prompt_ids": list(prompt_token_ids), "ids": ids, "text": text})
+        out = SimpleNamespace(token_ids=ids, text=self.tokenizer.decode(ids), finish_reason=finish, logprobs=logprobs)
+        return SimpleNamespace(outputs=[out])
+
+
+def smollm2_tokenizer():
+    """The tokenizer of the packaged SmolLM2 weights (converted once, cached)."""
+    from transformers import AutoTokenizer
+
+    from askspec.runtime.backends.hf import resolve_weights
+
+    return AutoTokenizer.from_pretrained(str(resolve_weights("smollm2-135m-instruct")))
+
+
+def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[str]]:
+    """Run a generated shell script with `ray`, `vllm` and `curl` stubbed on PATH; returns
+    each stub call's argv (first element: the program). A `ray job submit` stub writes a
+    `config.json` into `--ckpt.output_dir`, as a finished job leaves its HF checkpoint."""
+    bindir = tmp / "stubs"
+    bindir.mkdir(exist_ok=True)
+    log = tmp / "calls.log"
+    stub = ('#!/usr/bin/env bash\n'
+            'printf "%s\\0" "$(basename "$0")" "$@" >> "$STUB_LOG"; printf "\\n" >> "$STUB_LOG"\n'
+            'if [ "$(basename "$0")" = ray ]; then\n'
+            '  prev=""; for a in "$@"; do if [ "$prev" = --ckpt.output_dir ]; then mkdir -p "$a"; '
+            'echo "{}" > "$a/config.json"; fi; prev="$a"; done\n'
+            'fi\n'
+            'if [ "$(basename "$0")" = vllm ]; then sleep 0.1; fi\n')
+    for name in ("ray", "vllm", "curl"):
+        (bindir / name).write_text(stub)
+        (bindir / name).chmod(0o755)
+    run_env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "STUB_LOG": str(log), **(env or {})}
+    subprocess.run(["bash", str(script)], check=True, env=run_env, cwd=tmp, timeout=60,
+                   stdout=subprocess.DEVNULL)
+    calls = []
+    for record in log.read_bytes().split(b"\0\n"):
+        if record.strip(b"\n"):
+            calls.append([p.decode() for p in record.split(b"\0") if p != b""])
+    return calls
+
+
+def train_flags(call: list[str]) -> list[str]:
+    """The train_ppo_ray arguments of a `ray job submit ... -- python3 -m ...` call."""
+    i = call.index("--")
+    assert call[i + 1: i + 4] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"], call
+    return call[i + 4:]

@@ -1,0 +1,209 @@
+"""The generated OpenRLHF agent, loaded and driven by OpenRLHF 0.11.2's own code
+(`_load_agent_executor`, `RolloutRayActor.generate_responses`) with a scripted llm_engine:
+each rollout's reward equals what `askspec run --backend replay` records for the same
+replies, its action ranges are exactly the trained role's generated tokens, and the
+tokens between them are the other roles' messages as the chat template renders them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from askspec.lang.compiler import compile_file
+from askspec.runtime.backends.registry import aclose_backends
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.scoring.trajectory import trajectory_return
+from askspec.runtime.store.views import open_store
+from askspec.runtime.targets.openrlhf.generate import compile_job
+
+from openrlhf_harness import (FakeEngine, FakeSamplingParams, generate_responses, load_agent_executor,
+                              smollm2_tokenizer)
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = ROOT / "specs"
+pytestmark = pytest.mark.slow  # the SmolLM2 tokenizer (converted once from the packaged GGUF)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return smollm2_tokenizer()
+
+
+def make_job(spec: Path, out: Path, sets: dict[str, str], substitutes: dict | None = None) -> Path:
+    res = compile_file(str(spec), sets)
+    assert res.ok
+    assert compile_job(res, str(spec), str(out), substitutes or {}) == 0
+    return out
+
+
+def replay_frozen_roles(job: Path, recording: Path) -> None:
+    """Point every frozen model of job.json at the replay backend (job.json's endpoints are
+    meant to be edited; the test serves the frozen roles from the same recording)."""
+    data = json.loads((job / "job.json").read_text())
+    for table in ("roles", "models"):
+        for name in data["endpoints"][table]:
+            data["endpoints"][table][name] = {"backend": "replay", "weights": "", "options": {"file": str(recording)}}
+    (job / "job.json").write_text(json.dumps(data))
+
+
+def expected_returns(run_dir: str, role: str) -> dict[int, float | None]:
+    """Per session index: the contract applied to what `askspec run` recorded."""
+    con = open_store(run_dir)
+    index = {sid: int(sid[1:]) for (sid,) in con.execute("select session_id from sessions").fetchall()}
+    rows: dict[str, list] = {sid: [] for sid in index}
+    routed: dict[str, float] = {}
+    routes = dict(con.execute("select group_id, route from groups").fetchall())
+    members = {sid: gid for sid, gid in con.execute("select session_id, group_id from sessions").fetchall()}
+    for sid, r, turn, name, value in con.execute(
+            "select session_id, role, turn_index, name, value from rewards order by session_id").fetchall():
+        route = routes.get(members.get(sid), "") or ""
+        if r == role and name in ("tournament", "judge") and route.startswith(name + ":"):
+            routed[sid] = value
+        else:
+            rows[sid].append((r, turn, name, value))
+    return {index[sid]: trajectory_return(rows[sid], role, None, routed.get(sid)) for sid in index}
+
+
+def recorded_turns(run_dir: str, role: str) -> dict[int, list[tuple[list, str]]]:
+    con = open_store(run_dir)
+    out: dict[int, list] = {}
+    for sid, prompt, text in con.execute(
+            "select session_id, prompt, text from turns where role = ? order by session_id, turn_index", [role]).fetchall():
+        out.setdefault(int(sid[1:]), []).append((json.loads(prompt) if isinstance(prompt, str) else prompt, text))
+    return out
+
+
+async def drive(job: Path, tokenizer, elements: int, group: int, replies: list[str], max_length: int = 4096):
+    """Every element through OpenRLHF's generate_responses; the engine answers the trained
+    role's calls with `replies` in call order. Returns the responses and the engine."""
+    executor = load_agent_executor(job / "agent.py")
+    it = iter(replies)
+    engine = FakeEngine(executor, tokenizer, lambda prompt: next(it))
+    lines = [json.loads(x) for x in (job / "prompts.jsonl").read_text().splitlines()][:elements]
+    out = []
+    for line in lines:
+        params = FakeSamplingParams(temperature=1.0, logprobs=1)
+        out += await generate_responses(engine, line["prompt"], line["label"], params, max_length, tokenizer, group)
+    await aclose_backends()
+    executor.agent.close()
+    return out, engine
+
+
+def test_reasoning_arena_tournament_rewards_match_replay(tmp_path, tokenizer, monkeypatch):
+    """Reasoning Arena (cispo substituted by grpo): a diverse group keeps its verifier
+    rewards; a non-diverse group goes to the live tournament inside the agent, judged on
+    the judge's endpoint, and every member returns its Bradley-Terry score."""
+    sets = {"group_size": "4"}
+    answers = ["91", "48"]
+    policy = []
+    for k in range(8):  # group 0: 2 right, 2 wrong (kept); group 1: all wrong (tournament)
+        right = k < 4 and k % 2 == 0
+        policy.append(f"Work for trace {k}. The answer is \\boxed{{{answers[k // 4] if right else 7 + k}}}.")
+    verdicts = ["The first is better. \\boxed{A}", "\\boxed{B}", "Equal. \\boxed{Tie}"] * 10
+    sessions = [{"policy": [policy[k]]} for k in range(8)]
+    sessions[4]["judge"] = verdicts  # a group's judge calls are keyed on its first session
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": sessions}))
+    spec = SPECS / "reasoning_arena.ask"
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording),
+                                       set=[f"{k}={v}" for k, v in sets.items()], sessions=8))
+    assert rc == 0
+    expected = expected_returns(run_dir, "policy")
+    con = open_store(run_dir)
+    routes = sorted(r for (r,) in con.execute("select route from groups").fetchall())
+    assert routes == ["keep", "tournament:arena"]
+
+    job = make_job(spec, tmp_path / "job", sets, {"cispo": "grpo"})
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    responses, engine = asyncio.run(drive(job, tokenizer, elements=2, group=4, replies=policy))
+    assert len(responses) == 8
+    got = [r["reward"] for r in responses]
+    assert got == pytest.approx([expected[k] for k in range(8)], abs=1e-12)
+    assert got[:4] == [1.0, 0.0, 1.0, 0.0]
+    assert len(set(got[4:])) > 1 and all(0.0 <= g <= 1.0 for g in got[4:])  # contest scores, not verifier zeros
+    for k, r in enumerate(responses):  # one trained turn: its range is exactly the generated ids
+        (start, end), = r["action_ranges"]
+        assert r["observation_tokens"][start:end] == engine.calls[k]["ids"]
+        assert end == len(r["observation_tokens"])
+        assert len(r["rollout_log_probs"]) == len(r["observation_tokens"])
+    # the agent's own run directory recorded the same routed group
+    agent_run = next((tmp_path / "agent-runs").iterdir())
+    agent_routes = sorted(r for (r,) in open_store(str(agent_run)).execute("select route from groups").fetchall())
+    assert agent_routes == routes
+
+
+def askbench_recording(n_sessions: int) -> tuple[list[dict], list[str]]:
+    """Judge/user/assistant replies for AskBench sessions: a clarifying question then a
+    correct answer; a premature answer; a session whose judge never parses (skipped)."""
+    def judge(final: bool, correct, missing: list[str], resolved: bool) -> str:
+        return json.dumps({"is_final_answer": final, "is_correct": correct, "all_rubric_criteria_resolved": resolved,
+                           "missing_rubric_criteria": missing, "notes": "ok"})
+
+    sessions, assistant = [], []
+    for k in range(n_sessions):
+        kind = k % 3
+        if kind == 0:  # ask once (resolves one item), then answer correctly
+            a = [f"Could you tell me more about case {k}?", f"The answer for case {k} is final."]
+            s = {"assistant": a, "judge": [judge(False, None, ["x"], False), judge(True, True, [], True)],
+                 "user": [f"Here is the detail for {k}."]}
+        elif kind == 1:  # a premature wrong answer on the first turn
+            a = [f"It is obviously {k}."]
+            s = {"assistant": a, "judge": [judge(True, False, ["x", "y"], False)]}
+        else:  # the judge's JSON never parses: skipped, the session is dropped
+            a = [f"Hmm {k}?"]
+            s = {"assistant": a, "judge": ["no json", "still none", "nope"]}
+        sessions.append(s)
+        assistant += a
+    return sessions, assistant
+
+
+def test_askbench_multi_turn_rewards_ranges_and_feedback(tmp_path, tokenizer, monkeypatch):
+    """AskBench: a multi-turn assistant with per-turn and terminal rewards, a judge and a
+    user simulator on endpoints, and a dropped (skipped) session."""
+    sets = {"rollouts": "3"}
+    sessions, assistant = askbench_recording(6)
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": sessions}))
+    spec = SPECS / "askbench.ask"
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording),
+                                       set=[f"{k}={v}" for k, v in sets.items()], sessions=6))
+    assert rc == 0
+    expected = expected_returns(run_dir, "assistant")
+    turns = recorded_turns(run_dir, "assistant")
+
+    job = make_job(spec, tmp_path / "job", sets)
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    responses, engine = asyncio.run(drive(job, tokenizer, elements=2, group=3, replies=assistant))
+    assert len(responses) == 6
+    calls = iter(engine.calls)
+    for k, r in enumerate(responses):
+        want = expected[k]
+        assert r["reward"] == pytest.approx(0.0 if want is None else want, abs=1e-12), k
+        mine = [next(calls) for _ in turns[k]]
+        obs = r["observation_tokens"]
+        if k % 3 == 2:  # skipped: recorded, but no loss anywhere
+            assert want is None and r["action_ranges"] == []
+            continue
+        # one range per assistant turn, each exactly the generated ids
+        assert [obs[s:e] for s, e in r["action_ranges"]] == [c["ids"] for c in mine]
+        # everything else is the conversation the engine sent: the last turn's prompt,
+        # as the chat template renders it, followed by the last generated reply
+        last_prompt, last_text = turns[k][-1]
+        end = r["action_ranges"][-1][0]
+        assert tokenizer.decode(obs[:end]) == tokenizer.apply_chat_template(
+            last_prompt, add_generation_prompt=True, tokenize=False)
+        assert end + len(mine[-1]["ids"]) == len(obs)  # the trajectory ends with the game
+        # feedback between turns: the judge-free user reply, rendered by the template
+        for (s0, e0), (s1, _e1), (prompt, _) in zip(r["action_ranges"], r["action_ranges"][1:], turns[k][1:]):
+            assert tokenizer.decode(obs[e0:s1]) == "\n<|im_start|>user\n" + prompt[-1]["content"] + \
+                "<|im_end|>\n<|im_start|>assistant\n"
+    assert [len(r["action_ranges"]) for r in responses] == [2, 1, 0, 2, 1, 0]
+    # some items asked (+0.8), then a correct answer before the last turn (premature: -2.0, +1.0);
+    # a premature wrong answer (-2.0, -1.0)
+    assert [r["reward"] for r in responses][:2] == [pytest.approx(0.8 - 2.0 + 1.0), pytest.approx(-2.0 - 1.0)]
