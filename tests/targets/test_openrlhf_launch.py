@@ -1,0 +1,89 @@
+"""Every flag of every generated launch script is accepted by OpenRLHF 0.11.2's own
+argument parser and its own validation (train_ppo_ray's main block, run on CPU), and the
+values are the ones the spec implies; the phase driver chains checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from askspec.cli import main
+
+from openrlhf_harness import launch_argv, parse_train_ppo_ray, train_flags
+
+ROOT = Path(__file__).resolve().parents[2]
+ALTERNATING = Path(__file__).parent / "specs" / "alternating.ask"
+
+# spec, compile options, expected (estimator, loss, samples per prompt, clip low/high)
+JOBS = [
+    ("askbench.ask", [], ("group_norm", "ppo", 8, (0.2, 0.2))),
+    ("ask_e.ask", ["--substitute", "cispo=grpo"], ("group_norm", "ppo", 16, (0.75, 3.0))),
+    ("reasoning_arena.ask", ["--substitute", "cispo=grpo"], ("group_norm", "ppo", 8, (1.0, 2.0))),
+    ("reasoning_arena.ask", ["--substitute", "cispo=gspo", "--set", "group_size=4"], ("group_norm", "gspo", 4, (1.0, 2.0))),
+    ("askbench.ask", ["--set", "rollouts=2"], ("group_norm", "ppo", 2, (0.2, 0.2))),
+]
+
+
+def compile_to(tmp_path: Path, spec: Path, options: list[str]) -> Path:
+    out = tmp_path / "job"
+    assert main(["compile", str(spec), "--target", "openrlhf", "-o", str(out), *options]) == 0
+    return out
+
+
+@pytest.mark.parametrize("spec,options,want", JOBS, ids=[f"{s}{' '.join(o)}" for s, o, _ in JOBS])
+def test_launch_script_parses_with_openrlhf(tmp_path, spec, options, want) -> None:
+    job = compile_to(tmp_path, ROOT / "specs" / spec, options)
+    calls = launch_argv(job / "launch.sh", tmp_path, {"ACTOR_GPUS": "8", "VLLM_ENGINES": "4"})
+    (call,) = calls
+    assert call[:3] == ["ray", "job", "submit"]
+    args = parse_train_ppo_ray(train_flags(call))
+    estimator, loss, n, clip = want
+    assert args.algo.advantage.estimator == estimator
+    assert args.actor.policy_loss_type == loss
+    assert args.rollout.n_samples_per_prompt == n == args.eval.n_samples_per_prompt
+    assert tuple(args.actor.eps_clip_low_high) == clip
+    assert args.train.agent_func_path == "agent.py" and args.reward.remote_url == ["agent"]
+    assert args.data.prompt_dataset == "prompts.jsonl" and args.data.label_key == "label"
+    assert args.actor.num_gpus_per_node == 8 and args.vllm.num_engines == 4
+    assert args.train.batch_size == args.rollout.batch_size * n  # one optimizer step per rollout batch
+    assert tuple(args.reward.clip_range) == (-1e9, 1e9)  # rewards reach the trainer unclipped
+    assert (job / args.train.agent_func_path).exists() and (job / args.data.prompt_dataset).exists()
+
+
+def test_settings_reach_their_flags(tmp_path) -> None:
+    job = compile_to(tmp_path, ROOT / "specs" / "reasoning_arena.ask", ["--substitute", "cispo=grpo"])
+    args = parse_train_ppo_ray(train_flags(launch_argv(job / "launch.sh", tmp_path)[0]))
+    assert args.actor.adam.lr == pytest.approx(4e-7)
+    assert args.actor.lr_warmup_ratio == pytest.approx(50 / args.train.num_episodes)  # 50 warm-up of 1500 steps
+    assert args.rollout.temperature == 1.0 and args.rollout.max_new_tokens == 8192
+    assert args.algo.kl.init_coef == 0 and not args.algo.kl.use_loss
+    assert args.train.seed == 0
+
+
+def test_alternating_phases_chain_checkpoints(tmp_path) -> None:
+    """Two trained roles: a driver runs phase jobs in order, each starting from the trained
+    role's latest checkpoint while the other trained role is served from its own."""
+    job = compile_to(tmp_path, ALTERNATING, [])
+    calls = launch_argv(job / "driver.sh", tmp_path)
+    rays = [c for c in calls if c[0] == "ray"]
+    vllms = [c for c in calls if c[0] == "vllm"]
+    assert len(rays) == 4  # 2 iterations x (proposer, solver)
+    parsed = [parse_train_ppo_ray(train_flags(c)) for c in rays]
+    base = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    ckpt = str(job / "ckpt")
+    assert [a.actor.model_name_or_path for a in parsed] == [
+        base, base, f"{ckpt}/iter-1/proposer", f"{ckpt}/iter-1/solver"]
+    assert [a.ckpt.output_dir for a in parsed] == [
+        f"{ckpt}/iter-1/proposer", f"{ckpt}/iter-1/solver", f"{ckpt}/iter-2/proposer", f"{ckpt}/iter-2/solver"]
+    proposer, solver = parsed[0], parsed[1]
+    assert (proposer.algo.advantage.estimator, proposer.actor.policy_loss_type) == ("rloo", "ppo")
+    assert (solver.algo.advantage.estimator, solver.actor.policy_loss_type) == ("group_norm", "gspo")
+    assert solver.algo.kl.init_coef == 0.01 and solver.algo.kl.use_loss and solver.algo.kl.estimator == "k3"
+    assert solver.actor.eps_clip == 0.3
+    # the proposer phase serves the frozen solver from its latest checkpoint
+    served = [c[2] for c in vllms]
+    assert served == [base, f"{ckpt}/iter-1/solver"]
+    # re-running resumes: every phase's checkpoint exists, nothing is submitted again
+    again = launch_argv(job / "driver.sh", tmp_path)
+    assert [c for c in again if c[0] == "ray"] == []
