@@ -77,12 +77,35 @@ def recorded_turns(run_dir: str, role: str) -> dict[int, list[tuple[list, str]]]
     return out
 
 
-async def drive(job: Path, tokenizer, elements: int, group: int, replies: list[str], max_length: int = 4096):
+class SessionScript:
+    """The trained role's replies session by session, for sessions that run concurrently:
+    a prompt holding a reply already given belongs to that reply's session, any other is
+    the next session's first call (sessions start in order). Each session's first reply
+    must be unique to it."""
+
+    def __init__(self, per_session: list[list[str]]) -> None:
+        self.per_session = per_session
+        self.given: list[list[str]] = []
+
+    def __call__(self, prompt: str) -> str:
+        for k, given in enumerate(self.given):
+            if given[0] in prompt:
+                given.append(self.per_session[k][len(given)])
+                return given[-1]
+        self.given.append([self.per_session[len(self.given)][0]])
+        return self.given[-1][0]
+
+
+async def drive(job: Path, tokenizer, elements: int, group: int, replies, max_length: int = 4096):
     """Every element through OpenRLHF's generate_responses; the engine answers the trained
-    role's calls with `replies` in call order. Returns the responses and the engine."""
+    role's calls with `replies` (a list, in call order, or a script of the prompt)."""
     executor = load_agent_executor(job / "agent.py")
-    it = iter(replies)
-    engine = FakeEngine(executor, tokenizer, lambda prompt: next(it))
+    if callable(replies):
+        script = replies
+    else:
+        it = iter(replies)
+        script = lambda prompt: next(it)  # noqa: E731
+    engine = FakeEngine(executor, tokenizer, script)
     lines = [json.loads(x) for x in (job / "prompts.jsonl").read_text().splitlines()][:elements]
     out = []
     for line in lines:
@@ -207,3 +230,65 @@ def test_askbench_multi_turn_rewards_ranges_and_feedback(tmp_path, tokenizer, mo
     # some items asked (+0.8), then a correct answer before the last turn (premature: -2.0, +1.0);
     # a premature wrong answer (-2.0, -1.0)
     assert [r["reward"] for r in responses][:2] == [pytest.approx(0.8 - 2.0 + 1.0), pytest.approx(-2.0 - 1.0)]
+
+
+def ask_e_recording(n: int) -> list[dict]:
+    """Ask-E sessions with one probing round: calibrated, too_easy, a recovered probe, and a
+    final turn that never gets its #Question# (too_hard without boundary calls). Every
+    questioner reply names its session ("(case k)")."""
+    q = "#Reasoning# think #Draft# d #Question# {}"
+    sessions = []
+    for k in range(n):
+        kind, tag = k % 4, f"(case {k})"
+        if kind == 0:  # calibrated: only boundary_a agrees with the key
+            qs = [q.format(f"What is {k}+1? {tag}"), q.format(f"What is {k}+2?")]
+            s = {"boundary_a": ["#Summary# it is \\boxed{1}", f"\\boxed{{{k + 2}}}"],
+                 "boundary_b": ["#Summary# \\boxed{2}", "\\boxed{0}"], "answer_key": [f"\\boxed{{{k + 2}}}"]}
+        elif kind == 1:  # too_easy: both agree
+            qs = [q.format(f"Easy? {tag}"), q.format("What is 1+1?")]
+            s = {"boundary_a": ["#Summary# x", "\\boxed{2}"], "boundary_b": ["#Output# y", "\\boxed{2}"],
+                 "answer_key": ["\\boxed{2}"]}
+        elif kind == 2:  # the probe lacks #Question#: one recovery turn, then calibrated
+            qs = [f"I forgot the tags {tag}", q.format("Recovered?"), q.format("What is 5*5?")]
+            s = {"boundary_a": ["#Summary# a", "\\boxed{25}"], "boundary_b": ["#Summary# b", "\\boxed{24}"],
+                 "answer_key": ["\\boxed{25}"]}
+        else:  # the final question never comes: too_hard, penalised untagged turns
+            qs = [q.format(f"Probe? {tag}"), "no question", "still none"]
+            s = {"boundary_a": ["#Summary# a"], "boundary_b": ["#Summary# b"]}
+        s["questioner"] = qs
+        sessions.append(s)
+    return sessions
+
+
+def test_ask_e_bound_boundaries_recovery_and_diversity_match_replay(tmp_path, tokenizer, monkeypatch):
+    """Ask-E (cispo substituted by grpo), one pair and 16 rollouts: boundary models bound
+    per session from the parameter list and the questioner's recovery turns, against
+    `askspec run --backend replay`. The diversity bonus is weighted 0 here: its window
+    fills in arrival order inside the agent (per rollout process, docs/cluster.md), in
+    session order in a local run, so its value may differ between the two."""
+    sets = {"probes": "1", "repeats": "16", "boundary_set": '["boundary_small", "boundary_mid"]', "alpha": "0.0"}
+    sessions = ask_e_recording(16)
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": sessions}))
+    spec = SPECS / "ask_e.ask"
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording),
+                                       set=[f"{k}={v}" for k, v in sets.items()], sessions=16, concurrency=1))
+    assert rc == 0
+    expected = expected_returns(run_dir, "questioner")
+    turns = recorded_turns(run_dir, "questioner")
+
+    job = make_job(spec, tmp_path / "job", sets, {"cispo": "grpo"})
+    endpoints = json.loads((job / "job.json").read_text())["endpoints"]["models"]
+    assert sorted(endpoints) == ["boundary_mid", "boundary_small", "key"]  # bind targets come from the parameter
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    per_session = [s["questioner"] for s in sessions]
+    responses, engine = asyncio.run(drive(job, tokenizer, elements=1, group=16, replies=SessionScript(per_session)))
+    got = [r["reward"] for r in responses]
+    assert got == pytest.approx([expected[k] for k in range(16)], abs=1e-9)
+    assert got[0] == pytest.approx(1.0) and got[1] == pytest.approx(0.2) and got[3] == pytest.approx(-0.2 - 0.05 * 2)
+    for k, r in enumerate(responses):  # every questioner turn, recovery included, and nothing else
+        assert len(turns[k]) == len(per_session[k])
+        want = [tokenizer(text=t, add_special_tokens=False)["input_ids"] + [2] for t in per_session[k]]
+        assert [r["observation_tokens"][s:e] for s, e in r["action_ranges"]] == want
+    assert [r["extra_logs"]["askspec_kept_attempts"] for r in responses[:4]] == [0, 0, 1, 0]
