@@ -11,6 +11,10 @@ malformed body is an error that says what was wrong, never an AttributeError. Ca
 one base_url share one concurrency limit (an asyncio.Semaphore per event loop and
 endpoint). Sampling fields OpenAI does not define (top_k, min_p, repetition_penalty)
 travel in `extra_body`, which vLLM and SGLang read.
+
+Several servers of one model: `base_url` may be a list, and each attempt goes to the
+endpoint with the fewest calls in flight (ties in turn), a retry to another one when it
+can — the way to spread a large evaluation over machines (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -143,7 +147,7 @@ class OpenAIBackend(Backend):
 
     Options:
       base_url         endpoint, e.g. "http://localhost:8000/v1" (default $OPENAI_BASE_URL,
-                       else the OpenAI API)
+                       else the OpenAI API), or a list of endpoints serving the same model
       api_key          the key itself (prefer api_key_env so specs hold no secrets)
       api_key_env      name of the env var holding the key (default OPENAI_API_KEY; a local
                        server needs none, so a missing default variable is allowed)
@@ -179,7 +183,7 @@ class OpenAIBackend(Backend):
         self,
         model: str,
         *,
-        base_url: str | None = None,
+        base_url: str | list[str] | None = None,
         api_key: str | None = None,
         api_key_env: str | None = None,
         timeout: float = 120.0,
@@ -196,8 +200,15 @@ class OpenAIBackend(Backend):
             raise BackendError(f"the openai backend needs the 'openai' package: {exc}") from exc
         self._openai = openai
         self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        urls = base_url if isinstance(base_url, (list, tuple)) else [base_url]
+        urls = [u for u in urls if u] or [os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL]
+        if not all(isinstance(u, str) for u in urls):
+            raise BackendError(f"openai backend for {model!r}: base_url must be a URL or a list of URLs")
+        self.base_urls = list(dict.fromkeys(u.rstrip("/") for u in urls))
+        self.base_url = ", ".join(self.base_urls)  # for messages
         self.endpoint = self.base_url
+        self._in_flight = {u: 0 for u in self.base_urls}
+        self._turn = 0
         if api_key is None:
             env_name = api_key_env or "OPENAI_API_KEY"
             api_key = os.environ.get(env_name)
@@ -213,7 +224,8 @@ class OpenAIBackend(Backend):
                 f"openai backend for {model!r}: the API key{f' in ${api_key_env}' if api_key_env else ''} has "
                 f"characters an HTTP header cannot carry (non-ASCII or control characters)"
             )
-        _check_url(self.base_url, model)
+        for url in self.base_urls:
+            _check_url(url, model)
         if int(attempts) < 1 or int(max_concurrency) < 1:
             raise BackendError("openai backend: attempts and max_concurrency must be >= 1")
         for option, value in (("timeout", timeout), ("deadline", deadline)):
@@ -227,22 +239,29 @@ class OpenAIBackend(Backend):
         self.max_concurrency = int(max_concurrency)
         self.extra_body = dict(extra_body or {})
         # httpx connection pools are bound to the loop that first used them.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def _client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
+    def _client(self, base_url: str) -> Any:
+        per_loop = self._clients.setdefault(asyncio.get_running_loop(), {})
+        client = per_loop.get(base_url)
         if client is None:
-            client = self._openai.AsyncOpenAI(
-                base_url=self.base_url,
+            client = per_loop[base_url] = self._openai.AsyncOpenAI(
+                base_url=base_url,
                 api_key=self.api_key,
                 timeout=self.timeout,
                 max_retries=0,  # we retry ourselves, with our own policy and limits
             )
-            self._clients[loop] = client
         return client
+
+    def _pick(self, avoid: str | None) -> str:
+        """The endpoint with the fewest calls in flight, taking turns among equals; a retry
+        avoids the endpoint that just failed when there is another."""
+        urls = [u for u in self.base_urls if u != avoid] or self.base_urls
+        self._turn += 1
+        order = urls[self._turn % len(urls):] + urls[: self._turn % len(urls)]
+        return min(order, key=lambda u: self._in_flight[u])
 
     def _retryable(self, exc: BaseException) -> bool:
         o = self._openai
@@ -268,11 +287,11 @@ class OpenAIBackend(Backend):
         if self.extra_body:
             kwargs["extra_body"] = {**self.extra_body, **kwargs.get("extra_body", {})}
         messages = [dict(m) for m in request.messages]
-        client = self._client()
-        semaphore = endpoint_semaphore(self.base_url, self.max_concurrency)
+        slot = _EndpointSlot(self)
         started = time.perf_counter()
 
         async def attempt() -> tuple[str, FinishReason, int, int]:
+            client = self._client(slot.url)
             raw = await client.chat.completions.with_raw_response.create(model=model, messages=messages, **kwargs)
             return parse_completion(raw.content, raw.headers.get("content-type", ""))
 
@@ -293,7 +312,7 @@ class OpenAIBackend(Backend):
                 on_retry=note_retry,
                 attempt_timeout=self.timeout,
                 deadline=self.deadline,
-                limit=semaphore,  # held per attempt, not across backoff sleeps
+                limit=slot,  # an endpoint's slot, held per attempt, not across backoff sleeps
             )
         except RetriesExhausted as exc:
             stopped = (f" and its deadline of {exc.deadline:g}s left no time for another"
@@ -317,18 +336,47 @@ class OpenAIBackend(Backend):
     async def served_models(self) -> list[str]:
         """The model names the endpoint lists (GET /models); BackendError when it cannot."""
         try:
-            page = await self._client().models.list()
+            page = await self._client(self.base_urls[0]).models.list()  # the servers of a list serve one model
         except self._openai.OpenAIError as exc:
             raise BackendError(f"openai endpoint {self.base_url}: cannot list its models: {_describe(exc)}") from exc
         return [m.id for m in getattr(page, "data", []) or [] if getattr(m, "id", None)]
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
-        client = self._clients.pop(loop, None)
-        if client is not None:
+        for client in (self._clients.pop(loop, None) or {}).values():
             await client.close()
         # Clients of other (finished) loops cannot be closed from here; drop them.
         self._clients.clear()
+
+
+class _EndpointSlot:
+    """The `limit` of one call's attempts: entering picks the endpoint (OpenAIBackend._pick)
+    and holds its concurrency slot; the attempt then talks to `url`. A failed attempt
+    steers the next one elsewhere."""
+
+    def __init__(self, backend: OpenAIBackend) -> None:
+        self.backend = backend
+        self.url = backend.base_urls[0]
+        self.failed: str | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    async def __aenter__(self) -> "_EndpointSlot":
+        b = self.backend
+        self.url = b._pick(self.failed)
+        self._semaphore = endpoint_semaphore(self.url, b.max_concurrency)
+        b._in_flight[self.url] += 1
+        try:
+            await self._semaphore.acquire()
+        except BaseException:
+            b._in_flight[self.url] -= 1
+            raise
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        self._semaphore.release()
+        self.backend._in_flight[self.url] -= 1
+        self.failed = self.url if exc_type is not None else None
+        return False
 
 
 def _describe(exc: BaseException) -> str:

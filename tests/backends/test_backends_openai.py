@@ -319,3 +319,25 @@ def test_chat_kwargs_mapping():
     kw = chat_kwargs(Sampling(top_k=3, min_p=0.1, repetition_penalty=1.05, seed=0))
     assert kw["extra_body"] == {"top_k": 3, "min_p": 0.1, "repetition_penalty": 1.05}
     assert kw["seed"] == 0
+
+
+async def test_several_endpoints_share_the_load():
+    """`base_url` as a list: calls spread over the servers by calls in flight, so slow
+    concurrent calls land evenly and each server sees a share."""
+    async with FakeOpenAIServer(delay=0.05) as a, FakeOpenAIServer(delay=0.05) as b, \
+            FakeOpenAIServer(delay=0.05) as c:
+        backend = OpenAIBackend("m", base_url=[a.base_url, b.base_url, c.base_url], api_key="k", **FAST)
+        results = await asyncio.gather(*(backend.complete(_req(f"q{i}")) for i in range(12)))
+        await backend.aclose()
+    assert sorted(r.text for r in results) == sorted(f"echo: q{i}" for i in range(12))
+    assert [len(s.bodies) for s in (a, b, c)] == [4, 4, 4]
+    assert backend.base_urls == [a.base_url, b.base_url, c.base_url]
+
+
+async def test_a_retry_moves_to_another_endpoint():
+    async with FakeOpenAIServer(script=["500", "500", "500"]) as bad, FakeOpenAIServer() as good:
+        backend = OpenAIBackend("m", base_url=[bad.base_url, good.base_url], api_key="k", attempts=2, **FAST)
+        results = [await backend.complete(_req(f"q{i}")) for i in range(3)]
+        await backend.aclose()
+    assert [r.text for r in results] == ["echo: q0", "echo: q1", "echo: q2"]  # never failed twice in a row
+    assert len(bad.bodies) <= 3 and len(good.bodies) == 3
