@@ -108,3 +108,16 @@ def test_will_not_write_into_a_foreign_folder(tmp_path, capsys) -> None:
     (job / "prompts.jsonl").write_text("stale")
     assert main(["compile", str(spec), "--target", "openrlhf", "-o", str(job)]) == 0
     assert (job / "ckpt").is_dir() and (job / "prompts.jsonl").read_text() != "stale"
+
+
+def test_algorithm_table_is_the_mapping() -> None:
+    from askspec.lang.blocks import ALGORITHMS as LANGUAGE
+    from askspec.runtime.targets.openrlhf.mapping import ALGORITHMS, MISSING
+
+    doc = (ROOT / "docs" / "cluster.md").read_text().split("## Algorithms")[1].split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", doc, re.M))
+    assert set(rows) == LANGUAGE == set(ALGORITHMS) | set(MISSING)
+    for name, (estimator, loss) in ALGORITHMS.items():
+        assert f"--algo.advantage.estimator {estimator} --actor.policy_loss_type {loss}" in rows[name], name
+    for name in MISSING:
+        assert rows[name].startswith("refused (E601)"), name
