@@ -292,3 +292,32 @@ def test_ask_e_bound_boundaries_recovery_and_diversity_match_replay(tmp_path, to
         want = [tokenizer(text=t, add_special_tokens=False)["input_ids"] + [2] for t in per_session[k]]
         assert [r["observation_tokens"][s:e] for s, e in r["action_ranges"]] == want
     assert [r["extra_logs"]["askspec_kept_attempts"] for r in responses[:4]] == [0, 0, 1, 0]
+
+
+def test_keep_judge_and_drop_routes(tmp_path, tokenizer, monkeypatch):
+    """A route with every action: a kept group trains on its verifier rewards, a mixed group
+    on the pointwise judge's scores (asked on the judge's endpoint once the group is in),
+    a dropped group carries no loss."""
+    spec = Path(__file__).parent / "specs" / "routes.ask"
+    answers = ["2", "4", "6"]
+    policy = []
+    for k in range(12):
+        element, member = divmod(k, 4)
+        right = {0: member < 3, 1: member < 2, 2: False}[element]  # keep, judge, drop
+        policy.append(f"So \\boxed{{{answers[element] if right else 99}}}")
+    sessions = [{"policy": [p]} for p in policy]
+    sessions[4]["judge"] = ["\\boxed{1}", "\\boxed{0.5}", "\\boxed{0}", "\\boxed{0.5}"]
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": sessions}))
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording)))
+    assert rc == 0
+    expected = expected_returns(run_dir, "policy")
+
+    job = make_job(spec, tmp_path / "job", {})
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    responses, _ = asyncio.run(drive(job, tokenizer, elements=3, group=4, replies=policy))
+    got = [r["reward"] for r in responses]
+    assert got == pytest.approx([expected[k] for k in range(12)], abs=1e-12)
+    assert got[:8] == [1.0, 1.0, 1.0, 0.0, 1.0, 0.5, 0.0, 0.5]  # kept; judged
+    assert [len(r["action_ranges"]) for r in responses] == [1] * 8 + [0] * 4  # dropped: no loss

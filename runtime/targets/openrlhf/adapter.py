@@ -79,12 +79,10 @@ class _Recorder:
             self.routes[group_id] = route
         self.writer.group(group_id, route=route, stats=stats, members=members)
 
-    def forget(self, session_id: str, group_id: str | None) -> None:
+    def forget(self, session_id: str) -> None:
         for table in (self.turns, self.routed):
             table.pop(session_id, None)
         self.finished.discard(session_id)
-        if group_id is not None:
-            self.routes.pop(group_id, None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.writer, name)
@@ -98,6 +96,7 @@ class _Group:
     size: int
     round: int = 0
     joined: int = 0
+    route: str = "none"  # the trained role's route, once the group is routed
     results: list[SessionResult] = field(default_factory=list)
     routed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -210,12 +209,13 @@ class GameAgent:
                 try:
                     await engine.route_group(group.group_id, sorted(group.results, key=lambda r: r.plan.index))
                 finally:
+                    group.route = recorder.routes.pop(group.group_id, "none")
                     group.routed.set()
             await group.routed.wait()
         try:
-            return self._response(prompt, label, plan, result, conv, recorder)
+            return self._response(prompt, label, plan, result, conv, recorder, group.route)
         finally:
-            recorder.forget(plan.session_id, plan.group_id)
+            recorder.forget(plan.session_id)
 
     def _join(self, key: tuple, element: dict, size: int) -> _Group:
         group = self._groups.get(key)
@@ -232,10 +232,9 @@ class GameAgent:
         return group
 
     def _response(self, prompt: str, label: str, plan: SessionPlan, result: SessionResult, conv: Conversation,
-                  recorder: _Recorder) -> dict[str, Any]:
+                  recorder: _Recorder, route: str) -> dict[str, Any]:
         sid = plan.session_id
         turns = recorder.turns.get(sid, [])
-        route = recorder.routes.get(plan.group_id or "", "none")
         reward = trajectory_return(result.rewards, self.role, None, recorder.routed.get(sid))
         dropped = result.vars.get("__dropped__") or []
         keep = trained_turns(turns, self.role, dropped)

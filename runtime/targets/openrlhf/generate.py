@@ -297,7 +297,11 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
             endpoints["models"][name] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
             where = f"port {s.port} ({s.served})"
         else:
-            options = {k: v for k, v in m.options.items() if k not in ("concurrency", "retries")}
+            options = dict(m.options)  # spec option names -> backend options, as `askspec run` maps them
+            if "concurrency" in options:
+                options["max_concurrency"] = options.pop("concurrency")
+            if "retries" in options:
+                options["attempts"] = int(options.pop("retries")) + 1
             endpoints["models"][name] = {"backend": m.backend, "weights": m.weights, "options": options}
             where = f"{m.backend} ({m.options.get('base_url', m.weights)})"
         for row in rows:
