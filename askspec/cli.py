@@ -91,6 +91,9 @@ def cmd_compile(args) -> int:
         return 1
     if args.target:  # a job folder for a distributed trainer (docs/cluster.md)
         return _compile_target(args, res)
+    if args.substitute:
+        print("error: --substitute only applies with --target", file=sys.stderr)
+        return 2
     fmt = args.format
     text = {
         "json": lambda: canonical.to_json(res.ir) + "\n",

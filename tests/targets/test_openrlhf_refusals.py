@@ -88,6 +88,7 @@ def test_substitution_compiles_and_is_recorded(tmp_path) -> None:
     (["--target", "openrlhf"], "needs -o DIR"),
     (["--target", "openrlhf", "-o", "{tmp}/j", "--substitute", "cispo=magic"], "cannot run magic"),
     (["--target", "openrlhf", "-o", "{tmp}/j", "--substitute", "cispo"], "ALGORITHM=ALGORITHM"),
+    (["--substitute", "cispo=grpo"], "only applies with --target"),
 ])
 def test_command_line_errors(tmp_path, capsys, argv, message) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

@@ -148,7 +148,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         for g in games:
             try:
                 elements = game_elements(g, params, datasets)
-            except (ValueError, Exception) as e:  # an expression error in the game's `for`
+            except Exception as e:  # EvalError or ValueError from the game's `for` expression
                 raise JobError(f"game {g.name}: cannot list its elements: {e}") from None
             for i, bindings in enumerate(elements):
                 lines.append(_line(g.name, i, bindings))

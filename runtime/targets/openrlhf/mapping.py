@@ -50,10 +50,6 @@ def hf_id(weights: str) -> str:
     return HF_IDS.get(weights, weights)
 
 
-def effective_algorithm(algorithm: str, substitutes: dict[str, str]) -> str:
-    return substitutes.get(algorithm, algorithm)
-
-
 @dataclass
 class Schedule:
     """How many optimizer steps a job runs and how OpenRLHF is told so."""
