@@ -321,3 +321,30 @@ def test_keep_judge_and_drop_routes(tmp_path, tokenizer, monkeypatch):
     assert got == pytest.approx([expected[k] for k in range(12)], abs=1e-12)
     assert got[:8] == [1.0, 1.0, 1.0, 0.0, 1.0, 0.5, 0.0, 0.5]  # kept; judged
     assert [len(r["action_ranges"]) for r in responses] == [1] * 8 + [0] * 4  # dropped: no loss
+
+
+def test_dropped_turn_carries_no_loss(tmp_path, tokenizer, monkeypatch):
+    """`drop REPLY` removes that turn's action range; the session's other turn keeps its
+    own, and its per-turn and terminal rewards both count."""
+    spec = Path(__file__).parent / "specs" / "drop_turn.ask"
+    writer = []
+    sessions = []
+    for k in range(4):
+        mine = [f"warming up {k}", f"a good text {k}" if k % 2 == 0 else f"a text {k}"]
+        writer += mine
+        sessions.append({"writer": mine, "critic": [f"fine {k}"]})
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": sessions}))
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording)))
+    assert rc == 0
+    expected = expected_returns(run_dir, "writer")
+    job = make_job(spec, tmp_path / "job", {})
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    responses, engine = asyncio.run(drive(job, tokenizer, elements=2, group=2, replies=writer))
+    assert [r["reward"] for r in responses] == pytest.approx([expected[k] for k in range(4)])
+    assert [r["reward"] for r in responses] == pytest.approx([1.25, 0.25, 1.25, 0.25])
+    for k, r in enumerate(responses):
+        (start, end), = r["action_ranges"]  # only the second turn
+        final_ids = tokenizer(text=writer[2 * k + 1], add_special_tokens=False)["input_ids"] + [2]
+        assert r["observation_tokens"][start:end] == final_ids and end == len(r["observation_tokens"])

@@ -49,8 +49,9 @@ HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (defa
 class _Recorder:
     """The engine's writer inside the agent: forwards every event to the run store and
     keeps what the agent returns to OpenRLHF — the trained role's turn indexes per session
-    (in call order, i.e. action-range order), and the scores a route wrote after the
-    session ended (a tournament's or judge's, which replace the session's rewards)."""
+    (in call order, i.e. action-range order), the session's `drop`s, and the scores a route
+    wrote after the session ended (a tournament's or judge's, which replace the session's
+    rewards)."""
 
     def __init__(self, writer: Any, role: str) -> None:
         self.writer = writer
@@ -58,6 +59,7 @@ class _Recorder:
         self.turns: dict[str, list[int]] = {}
         self.finished: set[str] = set()
         self.routed: dict[str, float] = {}
+        self.dropped: dict[str, list[dict]] = {}  # the session's `drop`s, as the store records them
         self.routes: dict[str, str] = {}
 
     def turn(self, session_id: str, attempt: int, **kw: Any) -> None:
@@ -72,6 +74,7 @@ class _Recorder:
 
     def session_finished(self, session_id: str, attempt: int, **kw: Any) -> None:
         self.finished.add(session_id)
+        self.dropped[session_id] = list((kw.get("vars") or {}).get("__dropped__") or [])
         self.writer.session_finished(session_id, attempt, **kw)
 
     def group(self, group_id: str, *, route: str, stats: dict, members: list[str]) -> None:
@@ -80,7 +83,7 @@ class _Recorder:
         self.writer.group(group_id, route=route, stats=stats, members=members)
 
     def forget(self, session_id: str) -> None:
-        for table in (self.turns, self.routed):
+        for table in (self.turns, self.routed, self.dropped):
             table.pop(session_id, None)
         self.finished.discard(session_id)
 
@@ -236,8 +239,7 @@ class GameAgent:
         sid = plan.session_id
         turns = recorder.turns.get(sid, [])
         reward = trajectory_return(result.rewards, self.role, None, recorder.routed.get(sid))
-        dropped = result.vars.get("__dropped__") or []
-        keep = trained_turns(turns, self.role, dropped)
+        keep = trained_turns(turns, self.role, recorder.dropped.get(sid, []))
         # call k of the role is its k-th turn; a discarded attempt or a call with no room left has no range
         ranges = [conv.ranges[r] for k, r in enumerate(conv.call_ranges) if r is not None and (k >= len(keep) or keep[k])]
         if reward is None or route == "drop" or result.status != "ok":
