@@ -348,3 +348,26 @@ def test_dropped_turn_carries_no_loss(tmp_path, tokenizer, monkeypatch):
         (start, end), = r["action_ranges"]  # only the second turn
         final_ids = tokenizer(text=writer[2 * k + 1], add_special_tokens=False)["input_ids"] + [2]
         assert r["observation_tokens"][start:end] == final_ids and end == len(r["observation_tokens"])
+
+
+def test_rollouts_awaited_one_at_a_time_do_not_wait_forever(tmp_path, tokenizer, monkeypatch):
+    """A caller that awaits `execute` one sample at a time (not OpenRLHF's gather) gets
+    each rollout back, routed as a group of one, instead of a hang."""
+    spec = Path(__file__).parent / "specs" / "routes.ask"
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": [{"policy": ["\\boxed{2}"], "judge": ["\\boxed{1}"]}] * 2}))
+    job = make_job(spec, tmp_path / "job", {})
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    executor = load_agent_executor(job / "agent.py")
+    line = json.loads((job / "prompts.jsonl").read_text().splitlines()[0])
+    engine = FakeEngine(executor, tokenizer, lambda prompt: "\\boxed{2}")
+
+    async def one_by_one():
+        params = FakeSamplingParams()
+        return [await asyncio.wait_for(executor.execute(line["prompt"], line["label"], params, 1024, tokenizer, engine), 30)
+                for _ in range(2)]
+
+    out = asyncio.run(one_by_one())
+    executor.agent.close()
+    assert [r["reward"] for r in out] == [1.0, 1.0] and all(len(r["action_ranges"]) == 1 for r in out)

@@ -14,7 +14,9 @@ arguments), so the agent sees the group: the N sessions meet in a `_Group`, the 
 to finish runs the game's routes (`Engine.route_group`: keep, drop, a pointwise judge or
 a tournament against the judge's endpoint), and every member returns its routed reward.
 A group is keyed by the identity of the call's shared `sampling_params` and the prompt,
-so concurrent calls for the same prompt never mix.
+so concurrent calls for the same prompt never mix. Rollouts of one prompt that do not
+run together (a caller awaiting `execute` one at a time) are routed as the smaller
+group they form, with a warning, rather than waiting forever.
 
 Every session is recorded in a run directory per rollout process (`$ASKSPEC_RUNS`, else
 `runs/` in the job folder), queryable with `askspec query` like any run.
@@ -26,6 +28,7 @@ import asyncio
 import atexit
 import itertools
 import json
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
@@ -41,6 +44,8 @@ from askspec.runtime.engine.session import Engine, ModelBinding, SessionFailed, 
 from askspec.runtime.engine.stateful import StatefulScorers
 from askspec.runtime.scoring.trajectory import trained_turns, trajectory_return
 from askspec.runtime.targets.openrlhf.tokens import Conversation, OpenRLHFBackend
+
+log = logging.getLogger(__name__)
 
 JOB_FILE = "job.json"
 HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (default 127.0.0.1)
@@ -202,13 +207,21 @@ class GameAgent:
         conv = Conversation(tokenizer=hf_tokenizer, engine=llm_engine, sampling_params=sampling_params,
                             max_length=max_length)
         self.backend.conversations[index] = conv
+        if size > 1:
+            await asyncio.sleep(0)  # siblings started in the same gather join before any session runs
         try:
             result = await engine.run_session(plan)
         finally:
             self.backend.conversations.pop(index, None)
         if size > 1:
             group.results.append(result)
-            if len(group.results) == size:
+            partial = len(group.results) == group.joined < size
+            if partial:  # every member that joined has finished and no sibling runs beside them
+                if self._groups.get(key) is group:
+                    del self._groups[key]
+                log.warning("group %s: %d of %d samples ran concurrently; routing them alone (OpenRLHF runs a "
+                            "prompt's samples together)", group.group_id, group.joined, size)
+            if len(group.results) == size or partial:
                 try:
                     await engine.route_group(group.group_id, sorted(group.results, key=lambda r: r.plan.index))
                 finally:
