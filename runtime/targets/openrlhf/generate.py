@@ -164,10 +164,10 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         others = [r for r in trained if r != phase.role and _asked(games, r)]
         servers, endpoints, frozen = _frozen(exp, games, phase.role, others)
         notes = list(sched.notes)
-        if exp.model(role.model) is not None and any(
-                exp.role(f["role"]).model == role.model for f in frozen if f["role"] not in others):
-            notes.append(f"a frozen role uses the trained role's model '{role.model}': it plays with the initial "
-                         "weights, not the ones being trained")
+        shared = [f["role"] for f in frozen if f["role"] not in others and _derives_from(exp, exp.role(f["role"]).model, role.model)]
+        if shared:
+            notes.append(f"{', '.join(shared)} play(s) on '{role.model}' (the trained role's model) or a model derived "
+                         "from it: served frozen with the initial weights, not the ones being trained")
         if any(g.call_bounds.get(phase.role, 0) > 1 for g in games) and role.recover.mode == "prompt" and \
                 (role.recover.malformed or role.recover.truncated):
             notes.append(f"'{phase.role}' keeps a recovered attempt and its recovery prompt in its token sequence "
@@ -179,6 +179,17 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
                              explained=explained, servers=servers, endpoints=endpoints, frozen=frozen,
                              frozen_trained=others, notes=notes))
     return out
+
+
+def _derives_from(exp: ir.Experiment, name: str | None, base: str) -> bool:
+    seen = set()
+    while name and name not in seen:
+        if name == base:
+            return True
+        seen.add(name)
+        m = exp.model(name)
+        name = m.derived_from if m is not None else None
+    return False
 
 
 def _line(game: str, index: int, bindings: dict) -> dict:
@@ -307,9 +318,11 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
         for row in rows:
             if row["model"] == name:
                 row["endpoint"] = where
+    bindable = ", ".join(f"{n} ({endpoints['models'][n]['options'].get('base_url', n)})".replace("{host}", "HOST")
+                         for n in _bindable_models(exp, games) if n in endpoints["models"])
     for row in rows:
         if row["model"] == "bound per session":
-            row["endpoint"] = "the bound model's endpoint"
+            row["endpoint"] = f"the bound model's: {bindable}" if bindable else "the bound model's endpoint"
     return servers, endpoints, rows
 
 
