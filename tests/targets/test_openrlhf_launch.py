@@ -4,6 +4,7 @@ values are the ones the spec implies; the phase driver chains checkpoints."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,31 @@ def test_alternating_phases_chain_checkpoints(tmp_path) -> None:
     # re-running resumes: every phase's checkpoint exists, nothing is submitted again
     again = launch_argv(job / "driver.sh", tmp_path)
     assert [c for c in again if c[0] == "ray"] == []
+
+
+ONLINE = """
+model m = hf("smollm2-135m-instruct") { max_tokens = 32 }
+role p { model = m; trained }
+game a for x in [1, 2, 3, 4] sample 2 {
+    r = ask p using "Say {{ x }}."
+    reward p = 1.0
+}
+game b for x in [5, 6] sample 2 {
+    r = ask p using "Say {{ x }}."
+    reward p = 0.0
+}
+train p with rloo { lr = 0.000001; batch = 4 }
+schedule online { steps = 6; games = [a] }
+"""
+
+
+def test_online_schedule_chooses_games_and_steps(tmp_path) -> None:
+    spec = tmp_path / "online.ask"
+    spec.write_text(ONLINE)
+    job = compile_to(tmp_path, spec, [])
+    labels = [json.loads(json.loads(line)["label"]) for line in (job / "prompts.jsonl").read_text().splitlines()]
+    assert [(x["game"], x["bindings"]["x"]) for x in labels] == [("a", 1), ("a", 2), ("a", 3), ("a", 4)]
+    args = parse_train_ppo_ray(train_flags(launch_argv(job / "launch.sh", tmp_path)[0]))
+    # 4 elements, 2 per step (batch 4 / group 2): 2 steps per pass, 3 passes for 6 steps
+    assert (args.rollout.batch_size, args.train.batch_size, args.train.num_episodes) == (2, 4, 3)
+    assert args.algo.advantage.estimator == "rloo" and args.rollout.n_samples_per_prompt == 2

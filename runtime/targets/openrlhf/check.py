@@ -107,6 +107,8 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     if sink.has_errors:
         return None
     plan = JobPlan(phases=phases)
+    if sched is not None and sched.kind == "online" and "steps" in sched.options and len(phases) == 1:
+        phases[0].steps = int(sched.options["steps"])
     if sched is not None and sched.kind == "alternating":
         order = [k for k in sched.options if k in trainings]
         plan.phases = sorted(phases, key=lambda p: order.index(p.role) if p.role in order else len(order))
@@ -196,10 +198,13 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
 def _phase_games(exp: ir.Experiment, role: str) -> list[ir.Game]:
     """The games a role's job plays: the schedule's `games` for it, else every game that asks it."""
     chosen = None
-    if exp.schedule is not None and isinstance(exp.schedule.options.get("games"), dict):
-        chosen = exp.schedule.options["games"].get(role)
-        if isinstance(chosen, str):
-            chosen = [chosen]
+    games = exp.schedule.options.get("games") if exp.schedule is not None else None
+    if isinstance(games, dict):  # alternating: {role: game or list}
+        chosen = games.get(role)
+    elif games:  # online: the games every iteration plays
+        chosen = games
+    if isinstance(chosen, str):
+        chosen = [chosen]
     if chosen:
         return [g for g in exp.games if g.name in chosen]
     return [g for g in exp.games if any(True for _ in asks_of(g.body, role))]
