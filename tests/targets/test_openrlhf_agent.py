@@ -202,13 +202,14 @@ def test_askbench_multi_turn_rewards_ranges_and_feedback(tmp_path, tokenizer, mo
     job = make_job(spec, tmp_path / "job", sets)
     replay_frozen_roles(job, recording)
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
-    responses, engine = asyncio.run(drive(job, tokenizer, elements=2, group=3, replies=assistant))
+    per_session = [s["assistant"] for s in sessions]
+    responses, engine = asyncio.run(drive(job, tokenizer, elements=2, group=3, replies=SessionScript(per_session)))
     assert len(responses) == 6
-    calls = iter(engine.calls)
     for k, r in enumerate(responses):
         want = expected[k]
         assert r["reward"] == pytest.approx(0.0 if want is None else want, abs=1e-12), k
-        mine = [next(calls) for _ in turns[k]]
+        assert len(turns[k]) == len(per_session[k])
+        mine = [{"ids": tokenizer(text=t, add_special_tokens=False)["input_ids"] + [2]} for t in per_session[k]]
         obs = r["observation_tokens"]
         if k % 3 == 2:  # skipped: recorded, but no loss anywhere
             assert want is None and r["action_ranges"] == []
@@ -341,7 +342,8 @@ def test_dropped_turn_carries_no_loss(tmp_path, tokenizer, monkeypatch):
     job = make_job(spec, tmp_path / "job", {})
     replay_frozen_roles(job, recording)
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
-    responses, engine = asyncio.run(drive(job, tokenizer, elements=2, group=2, replies=writer))
+    per_session = [s["writer"] for s in sessions]
+    responses, engine = asyncio.run(drive(job, tokenizer, elements=2, group=2, replies=SessionScript(per_session)))
     assert [r["reward"] for r in responses] == pytest.approx([expected[k] for k in range(4)])
     assert [r["reward"] for r in responses] == pytest.approx([1.25, 0.25, 1.25, 0.25])
     for k, r in enumerate(responses):
