@@ -15,6 +15,7 @@ import argparse
 import ast
 import asyncio
 import datetime
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -27,7 +28,8 @@ import openrlhf
 from openrlhf.utils.agent import AgentExecutorBase
 
 OPENRLHF = Path(openrlhf.__file__).parent
-assert openrlhf.__version__ if hasattr(openrlhf, "__version__") else True
+VERSION = importlib.metadata.version("openrlhf")
+assert VERSION == "0.11.2", f"the OpenRLHF target is for openrlhf 0.11.2, found {VERSION} (scripts/setup.sh)"
 
 
 def _source(rel: str) -> ast.Module:
