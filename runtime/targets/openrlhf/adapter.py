@@ -52,11 +52,11 @@ HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (defa
 
 
 class _Recorder:
-    """The engine's writer inside the agent: forwards every event to the run store and
-    keeps what the agent returns to OpenRLHF — the trained role's turn indexes per session
-    (in call order, i.e. action-range order), the session's `drop`s, and the scores a route
-    wrote after the session ended (a tournament's or judge's, which replace the session's
-    rewards)."""
+    """The engine's Recorder inside the agent (runtime/engine/recorder.py): forwards every
+    event to the run store and keeps what the agent returns to OpenRLHF — the trained
+    role's turn indexes per session (in call order, i.e. action-range order), and the
+    scores a route wrote after the session ended (a tournament's or judge's, which replace
+    the session's rewards)."""
 
     def __init__(self, writer: Any, role: str) -> None:
         self.writer = writer
@@ -64,11 +64,10 @@ class _Recorder:
         self.turns: dict[str, list[int]] = {}
         self.finished: set[str] = set()
         self.routed: dict[str, float] = {}
-        self.dropped: dict[str, list[dict]] = {}  # the session's `drop`s, as the store records them
         self.routes: dict[str, str] = {}
 
     def turn(self, session_id: str, attempt: int, **kw: Any) -> None:
-        if kw.get("role") == self.role:
+        if kw.get("role") == self.role and kw.get("group_id") is None:  # not a group's judge call
             self.turns.setdefault(session_id, []).append(kw["turn_index"])
         self.writer.turn(session_id, attempt, **kw)
 
@@ -79,16 +78,15 @@ class _Recorder:
 
     def session_finished(self, session_id: str, attempt: int, **kw: Any) -> None:
         self.finished.add(session_id)
-        self.dropped[session_id] = list((kw.get("vars") or {}).get("__dropped__") or [])
         self.writer.session_finished(session_id, attempt, **kw)
 
-    def group(self, group_id: str, *, route: str, stats: dict, members: list[str]) -> None:
+    def group(self, group_id: str, *, route: str, stats: dict, members: list[str], **kw: Any) -> None:
         if stats.get("role", self.role) == self.role:
             self.routes[group_id] = route
-        self.writer.group(group_id, route=route, stats=stats, members=members)
+        self.writer.group(group_id, route=route, stats=stats, members=members, **kw)
 
     def forget(self, session_id: str) -> None:
-        for table in (self.turns, self.routed, self.dropped):
+        for table in (self.turns, self.routed):
             table.pop(session_id, None)
         self.finished.discard(session_id)
 
@@ -252,7 +250,7 @@ class GameAgent:
         sid = plan.session_id
         turns = recorder.turns.get(sid, [])
         reward = trajectory_return(result.rewards, self.role, None, recorder.routed.get(sid))
-        keep = trained_turns(turns, self.role, recorder.dropped.get(sid, []))
+        keep = trained_turns(turns, self.role, [{"role": d.role, "turns": d.turns} for d in result.book.dropped])
         # call k of the role is its k-th turn; a discarded attempt or a call with no room left has no range
         ranges = [conv.ranges[r] for k, r in enumerate(conv.call_ranges) if r is not None and (k >= len(keep) or keep[k])]
         if reward is None or route == "drop" or result.status != "ok":
