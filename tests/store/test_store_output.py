@@ -10,13 +10,16 @@ import io
 import pyarrow as pa
 
 from askspec.runtime.commands.query import _write_csv, format_table, register
+from askspec.runtime.commands.runs import register as register_runs
 
 ESC_TEXT = "ok\x1b[2J\x1b]0;pwned\x07\x9b31m\u202eevil\r\nnext"
 
 
 def cli(*argv):
     parser = argparse.ArgumentParser(prog="askspec")
-    register(parser.add_subparsers(dest="command", required=True))
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    register_runs(sub)  # `runs` lives in runs.py
     args = parser.parse_args([str(a) for a in argv])
     return args.func(args)
 
