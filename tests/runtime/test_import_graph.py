@@ -2,7 +2,7 @@
 parsed and every import (module-level, function-level and TYPE_CHECKING alike) is an
 edge. The graph has no cycle, and stages only import downwards (docs/architecture.md):
 
-    commands -> engine -> {store, backends, scoring, replies} ;  scoring -> replies
+    commands -> train -> engine -> {store, backends, scoring, replies} ;  scoring -> replies
 
 and nothing in the runtime (nor in askspec.lang / askspec.ir) imports the TUI: only the
 entry point, askspec/cli.py, wires the `tui` command."""
@@ -21,7 +21,8 @@ FORBIDDEN = {
     "scoring": {"engine", "commands", "store", "backends"},
     "backends": {"engine", "commands", "store", "scoring", "replies"},
     "store": {"engine", "commands", "backends", "scoring", "replies"},
-    "engine": {"commands"},
+    "engine": {"commands", "train"},
+    "train": {"commands"},
 }
 
 
