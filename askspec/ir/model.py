@@ -233,6 +233,9 @@ class Model(Node):
     sampling: dict[str, Any] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
     derived_from: str | None = None
+    # `current(role)`: this model serves the trained role's current weights (its backend and
+    # weights are the role's model's) under its own sampling settings
+    weights_of: str | None = None
 
 
 class Template(Node):

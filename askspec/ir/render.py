@@ -153,7 +153,8 @@ def to_text(exp: ir.Experiment) -> str:
         out.append("models:")
         for m in exp.models:
             samp = ", ".join(f"{k}={v}" for k, v in sorted(m.sampling.items()))
-            out.append(f"  {m.name}: {m.backend}({m.weights!r}){' ' + samp if samp else ''}")
+            source = f"current({m.weights_of}), {m.backend}({m.weights!r}) as trained" if m.weights_of else f"{m.backend}({m.weights!r})"
+            out.append(f"  {m.name}: {source}{' ' + samp if samp else ''}")
     out.append("roles:")
     for r in exp.roles:
         bits = [f"model={r.model or '(bound per session)'}", "trained" if r.trained else "frozen",

@@ -12,16 +12,16 @@ from .exprs import ExprChecker, Scope, Sym, irspan, suggest
 from .paths import MAX_DATA_BYTES, FileRefused, open_spec_file
 from .span import Span
 from .templates import CONFINED_HINT
-from .types import ANY, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record
+from .training import ALGORITHMS, TrainingChecks
+from .types import ANY, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record
 
-ALGORITHMS = {"grpo", "rloo", "reinforce", "reinforce_baseline", "ppo", "gspo", "cispo", "dr_grpo", "group_norm", "sft"}
 SCHEDULES = {"online", "alternating", "nested"}
 NESTED_KEYS = ["outer", "inner", "copies", "inner_steps", "outer_steps", "datasets", "promotion_window",
                "promotion_threshold", "games"]
 EVICTIONS = {"oldest", "none", "solved", "no_peak", "solved_or_no_peak"}
 
 
-class BlockChecks:
+class BlockChecks(TrainingChecks):
     def data(self, d: A.DataDecl) -> None:
         src = d.source
         opts = {}
@@ -291,10 +291,9 @@ class BlockChecks:
         algo_e = d.algo
         name = algo_e.id if isinstance(algo_e, A.Name) else algo_e.func if isinstance(algo_e, A.Call) else None
         if name not in ALGORITHMS:
-            self.err("E405", f"unknown training algorithm '{name}'", algo_e.span, f"algorithms: {', '.join(sorted(ALGORITHMS))}")
+            self.err("E405", f"unknown training algorithm '{name}'", algo_e.span, (suggest(name, ALGORITHMS) if name else None) or f"algorithms: {', '.join(sorted(ALGORITHMS))}")
             return
-        args = {k: self.const(v, k) for k, v in (algo_e.kwargs if isinstance(algo_e, A.Call) else [])}
-        hyper = {}
+        args, hyper = self.training_settings(d, name)
         for a in d.attrs:
             if a.name == "replay":
                 if not (isinstance(a.value, A.Name) and any(b.name == a.value.id for b in self.exp.buffers)):
@@ -302,8 +301,6 @@ class BlockChecks:
                 else:
                     self.used.add(("buffer", a.value.id))
                     hyper["replay"] = a.value.id
-                continue
-            hyper[a.name] = self.const(a.value, f"training setting '{a.name}'")
         self.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name, algorithm_args=args, hyper=hyper))
 
     # -- metrics
@@ -317,6 +314,7 @@ class BlockChecks:
         scope.define("outcome", Sym("var", T("outcome"), None, used=True))
         scope.define("status", Sym("var", STR, None, used=True))
         scope.define("game", Sym("var", STR, None, used=True))
+        scope.define("step", Sym("var", NUM, None, used=True))  # the training step that played the session
         for g in self.exp.games:
             for name, t in self.session_vars.get(g.name, {}).items():
                 scope.define(name, Sym("var", t, None, used=True))

@@ -45,6 +45,11 @@ class RoleChecks:
                 if parent is None:
                     return None
                 m = parent.model_copy(deep=True, update={"name": d.name, "derived_from": base.id, "span": irspan(d.span)})
+            elif isinstance(base, A.Call) and base.func == "current":
+                m = self.current_weights_model(d, base, by_name, build)
+                if m is None:
+                    visiting.discard(d.name)
+                    return None
             elif isinstance(base, A.Call) and base.func in BACKENDS:
                 weights = ""
                 if base.args:
@@ -79,6 +84,42 @@ class RoleChecks:
             if m is not None and all(x.name != m.name for x in self.exp.models):
                 self.exp.models.append(m)
         self.exp.models.sort(key=lambda m: [d.name for d in decls].index(m.name))
+
+    def current_weights_model(self, d: A.ModelDecl, base: A.Call, by_name: dict, build) -> ir.Model | None:
+        """`model key = current(questioner) { temperature = 0.0 }`: the trained role's
+        current weights, with the role's model's settings overridden by this body."""
+        if len(base.args) != 1 or base.kwargs or not isinstance(base.args[0], A.Name):
+            self.err("E109", "current(...) takes one role name: current(questioner)", base.span)
+            return None
+        arg = base.args[0]
+        role_decl = self.role_decls.get(arg.id)
+        if role_decl is None:
+            self.err("E102", f"unknown role '{arg.id}'", arg.span, suggest(arg.id, self.role_decls))
+            return None
+        self.used.add(("role", arg.id))
+        if not any(f.name == "trained" for f in role_decl.flags):
+            self.err("E405", f"current({arg.id}) serves the weights a trainer updates, but role '{arg.id}' is not "
+                     f"marked 'trained'", arg.span, f"use the role's model directly, or mark it: role {arg.id} {{ trained }}")
+            return None
+        model_attr = next((a for a in role_decl.attrs if a.name == "model"), None)
+        if model_attr is None or not isinstance(model_attr.value, A.Name) or model_attr.value.id not in by_name:
+            self.err("E403", f"current({arg.id}): role '{arg.id}' has no declared model of its own", arg.span,
+                     f"give it one: role {arg.id} {{ model = ... }}")
+            return None
+        parent_name = model_attr.value.id
+        if parent_name == d.name:
+            self.err("E107", f"model '{d.name}' is role '{arg.id}''s own model; current({arg.id}) must be another model",
+                     base.span)
+            return None
+        parent = build(by_name[parent_name])
+        if parent is None:
+            return None
+        if parent.backend != "hf":
+            self.err("E405", f"current({arg.id}): the local trainer trains hf models, and role '{arg.id}' runs on "
+                     f"{parent.backend}", arg.span)
+            return None
+        return parent.model_copy(deep=True, update={"name": d.name, "derived_from": parent_name, "weights_of": arg.id,
+                                                    "span": irspan(d.span)})
 
     def sampling_value(self, key: str, value: A.Expr) -> Any:
         """A sampling field's constant value (models and roles), or None if invalid."""

@@ -64,6 +64,9 @@ class ChatRequest:
     session_index: int = 0
     call_index: int = 0
     options: dict[str, Any] = field(default_factory=dict)
+    # ask for the token-level record a trainer needs (ChatResult.prompt_ids and below);
+    # backends that cannot give it ignore the flag and leave those fields None
+    rollout: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,13 @@ class ChatResult:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
+    # with ChatRequest.rollout, on backends that can: the prompt's token ids after the chat
+    # template, the completion's ids (the end-of-sequence token included when it ended the
+    # reply) and each completion token's log-probability under the sampling weights at the
+    # request's temperature (log_softmax(logits / T); T = 1 when greedy), before top-p/top-k
+    prompt_ids: tuple[int, ...] | None = None
+    completion_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
 
 
 class BackendError(Exception):

@@ -222,6 +222,8 @@ class _Row:
     scanned: int = 0  # stop strings were searched for in text[:scanned]
     cut: str | None = None  # the text up to the first stop string, once one is hit
     finish: FinishReason | None = None
+    prompt_ids: list[int] | None = None  # kept for a rollout request (ChatRequest.rollout)
+    logprobs: list[float] | None = None  # per generated token, for a rollout request
 
 
 # ---------------------------------------------------------------------------------------
@@ -352,6 +354,26 @@ class HFBackend(Backend):
             self._eos = frozenset(_eos_ids(model, tokenizer))
             if not self._eos:
                 raise BackendError(f"hf model {self.model_name!r} declares no end-of-sequence token")
+            self._context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+            self._tokenizer, self._model, self._device = tokenizer, model, device
+            self._loaded = True
+
+    def adopt(self, model: Any, tokenizer: Any) -> None:
+        """Serve an already loaded model (the local trainer's, whose weights it updates in
+        place between steps) instead of loading weights. Call before the first request."""
+        with self._load_lock:
+            import torch
+
+            from askspec.runtime.backends.hf_ops import use_gqa_attention
+
+            if self.chat_template is None and not getattr(tokenizer, "chat_template", None):
+                raise BackendError(f"hf model {self.model_name!r} has no chat template")
+            device = next(model.parameters()).device
+            if device.type == "cpu":
+                use_gqa_attention(model)
+            if self.num_threads:
+                torch.set_num_threads(int(self.num_threads))
+            self._eos = frozenset(_eos_ids(model, tokenizer))
             self._context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
             self._tokenizer, self._model, self._device = tokenizer, model, device
             self._loaded = True
@@ -531,6 +553,8 @@ class HFBackend(Backend):
                 job.settle(exc)
                 continue
             row = self._new_row(job, len(ids))
+            if job.request.rollout:
+                row.prompt_ids, row.logprobs = ids, []
             if row.max_new <= 0:
                 row.finish = "length"
                 self._finish(row)
@@ -609,15 +633,21 @@ class HFBackend(Backend):
 
     def _sample(self, rows: list[_Row], logits: Any) -> list[int]:
         """Pick one token per row, each with its own parameters and generator."""
-        from askspec.runtime.backends.hf_ops import sample_rows
+        from askspec.runtime.backends.hf_ops import sample_rows, token_logprobs
 
-        return sample_rows(
+        tokens = sample_rows(
             logits,
             [r.params for r in rows],
             [r.generator for r in rows],
             seen_all=[r.seen_all for r in rows],
             seen_gen=[r.seen_gen for r in rows],
         )
+        want = [i for i, r in enumerate(rows) if r.logprobs is not None]
+        if want:
+            picked = token_logprobs(logits[want], [tokens[i] for i in want], [rows[i].params.temperature for i in want])
+            for i, lp in zip(want, picked):
+                rows[i].logprobs.append(lp)
+        return tokens
 
     def _advance(self, rows: list[_Row], tokens: list[int]) -> None:
         """Record each row's new token, finish rows that are done, shrink the batch."""
@@ -669,6 +699,9 @@ class HFBackend(Backend):
                 tokens_in=row.prompt_len,
                 tokens_out=len(row.generated),
                 latency_ms=(time.perf_counter() - row.job.started) * 1000.0,
+                prompt_ids=tuple(row.prompt_ids) if row.prompt_ids is not None else None,
+                completion_ids=tuple(row.generated) if row.logprobs is not None else None,
+                logprobs=tuple(row.logprobs) if row.logprobs is not None else None,
             )
         )
 

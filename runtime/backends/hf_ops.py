@@ -84,6 +84,16 @@ def sample_rows(
     return out
 
 
+def token_logprobs(logits: torch.Tensor, tokens: list[int], temperatures: list[float]) -> list[float]:
+    """log_softmax(logits / T)[token] per row, T = 1 for greedy rows: the sampling policy's
+    log-probability of each picked token, as a trainer recomputes it (no penalties or
+    top-p/top-k truncation, which are sampling-time filters)."""
+    temps = torch.tensor([t if t > GREEDY_BELOW else 1.0 for t in temperatures], device=logits.device)[:, None]
+    logp = (logits.float() / temps).log_softmax(-1)
+    idx = torch.tensor(tokens, device=logits.device)[:, None]
+    return logp.gather(-1, idx).squeeze(-1).tolist()
+
+
 def _stack_masks(masks: list[torch.Tensor | None] | None, rows: int, vocab: int, dev: Any) -> torch.Tensor:
     stacked = torch.zeros((rows, vocab), dtype=torch.bool, device=dev)
     for i, mask in enumerate(masks or []):

@@ -75,6 +75,7 @@ class RunOptions:
     served_models: dict[str, str] = field(default_factory=dict)  # '' -> every openai model
     quiet: bool = False
     verbose: bool = False
+    eval_only: bool = False  # play a spec with train blocks without training
 
     def __post_init__(self) -> None:
         def whole(name: str, value: Any, minimum: int, flag: str) -> None:
@@ -118,7 +119,7 @@ class RunOptions:
                    sessions=args.sessions, seed=args.seed, overrides=parse_pairs(args.set, "--set"), out=args.out,
                    replay=args.replay, concurrency=args.concurrency, resume=args.resume, max_tokens=args.max_tokens,
                    base_url=_url(args.base_url), served_models=parse_served(args.served_model), quiet=args.quiet,
-                   verbose=args.verbose)
+                   verbose=args.verbose, eval_only=getattr(args, "eval_only", False))
 
     @classmethod
     def from_kwargs(cls, file: str | None = None, **options: Any) -> RunOptions:

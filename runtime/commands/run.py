@@ -38,6 +38,8 @@ def register(sub) -> None:
     p.add_argument("--concurrency", type=int, default=8, metavar="N", help="sessions in flight (default 8)")
     p.add_argument("--resume", metavar="RUN_DIR", help="complete the unfinished sessions of an earlier run")
     p.add_argument("--max-tokens", type=int, metavar="N", help="cap every model call at N new tokens (small CPU runs)")
+    p.add_argument("--eval-only", action="store_true",
+                   help="play the games without training, even when the spec has train blocks")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--verbose", action="store_true", help="also show the libraries' own progress bars and warnings")
     p.set_defaults(func=cmd_run)
@@ -109,20 +111,34 @@ class Run:
         from askspec.runtime.engine.session import Engine, RunAborted
         from askspec.runtime.engine.stateful import StatefulScorers
 
-        opts, writer = s.options, s.writer
+        opts, writer, trainer = s.options, s.writer, s.trainer
         progress.total = s.plan.total
         progress.done = progress.start_done = min(len(s.done), s.plan.total)
-        engine = Engine(s.exp, params=s.params, datasets=s.datasets, writer=writer, resolve_model=s.resolver.resolve,
+        engine_kw: dict[str, Any] = dict(writer=writer, resolve_model=s.resolver.resolve)
+        what = f"{s.plan.total:,} sessions"
+        if trainer is not None:  # the local trainer plays the steps (docs/training.md)
+            from askspec.runtime.train.trainer import StepLog
+
+            log = StepLog(writer)
+            progress.total = trainer.planned_sessions()
+            progress.done = progress.start_done = trainer.planner_sessions_before(trainer.start_step)
+            engine_kw = dict(writer=log, resolve_model=trainer.resolve, rollout_roles=frozenset(trainer.policies),
+                             on_rollout=log.rollout)
+            what = f"{trainer.planned_sessions():,} sessions in {trainer.steps} training step(s)"
+        engine = Engine(trainer.engine_experiment() if trainer else s.exp, params=s.params, datasets=s.datasets,
                         seed=s.seed, concurrency=opts.concurrency, stateful=StatefulScorers(),
                         on_session_done=progress.session, on_turn=progress.turn, on_plan=progress.planned,
-                        max_sessions=opts.sessions, on_warning=progress.warn)
-        print(f"run {writer.run_id}: {s.plan.total:,} sessions of {printable(s.exp.name)} ({s.experiment_hash[:12]}) "
+                        max_sessions=opts.sessions, on_warning=progress.warn, **engine_kw)
+        print(f"run {writer.run_id}: {what} of {printable(s.exp.name)} ({s.experiment_hash[:12]}) "
               f"-> {writer.run_dir}", file=sys.stderr)
-        task = asyncio.ensure_future(engine.run(s.plan, s.done, s.prior, s.routed))
+        if trainer is not None:
+            task = asyncio.ensure_future(trainer.run(engine, log))
+        else:
+            task = asyncio.ensure_future(engine.run(s.plan, s.done, s.prior, s.routed))
         status, results, failure = "failed", [], None
         try:
             with StopOnSignal(task):
-                results = await task
+                results = (await task) or []
             status = "finished"
         except asyncio.CancelledError:
             status = "interrupted"
@@ -144,6 +160,9 @@ class Run:
             return _err(f"the run failed: {failure}; its status is 'failed' (see {writer.run_dir})")
         for line in engine.route_warnings():  # the run summary: judges that mostly gave no verdict
             print(f"warning: {printable(line, single_line=True)}", file=sys.stderr)
+        if trainer is not None:
+            print(f"trained {', '.join(trainer.policies)} for {trainer.steps} step(s); weights in "
+                  f"{writer.run_dir / 'checkpoints'}", file=sys.stderr)
         return self._summary(results)
 
     def abandon(self, status: str) -> None:

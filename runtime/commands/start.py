@@ -35,6 +35,7 @@ class Started:
     done: set[str] = field(default_factory=set)
     prior: dict = field(default_factory=dict)
     routed: set[str] = field(default_factory=set)
+    trainer: Any = None  # train.trainer.LocalTrainer when the run trains
 
 
 def resumed_options(opts: RunOptions) -> tuple[RunOptions, dict | None]:
@@ -184,6 +185,9 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]]) 
     seed = manifest["seed"] if manifest else (opts.seed if opts.seed is not None else int(exp.options.get("seed", 0) or 0))
     params, datasets, plan = make_plan(opts, exp, spec_dir, seed)
     check_replay(opts)
+    trainer = prepare_training(opts, manifest, res, params, datasets, seed)
+    if trainer is False:
+        return None  # refused: the diagnostics are printed
     base = default_base_url(manifest, warn)
     resolver = ModelResolver(exp, opts, spec_dir, default_base_url=base if manifest else None, warn=warn)
     try:
@@ -191,8 +195,18 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]]) 
     except (SessionFailed, BackendError) as e:
         await resolver.aclose()
         raise UsageError(str(e)) from None
+    if trainer is not None and not load_training(trainer, opts, res, resolver):
+        await resolver.aclose()
+        return None
     writer = open_writer(opts, manifest, res, ehash, seed, params, plan, resolver, base)
-    started = Started(opts, exp, ehash, seed, params, datasets, plan, resolver, writer)
+    started = Started(opts, exp, ehash, seed, params, datasets, plan, resolver, writer, trainer=trainer)
+    if trainer is not None:
+        from askspec.runtime.train import runner as train_runner
+
+        trainer.run_dir = writer.run_dir
+        if manifest is None:
+            writer.annotate(training=train_runner.manifest_record(trainer), planned_sessions=trainer.planned_sessions())
+        return started  # a training run replays from its newest checkpoint, not from finished sessions
     started.done = writer.completed_sessions()
     if manifest is not None and started.done:
         from askspec.runtime.engine.resume import load_prior
@@ -206,6 +220,45 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]]) 
             await resolver.aclose()
             raise UsageError(f"cannot resume {opts.resume}: {e}") from None
     return started
+
+
+def prepare_training(opts: RunOptions, manifest: dict | None, res, params: dict, datasets: dict, seed: int):
+    """The local trainer when this run trains (a spec with train blocks, not --eval-only;
+    a resumed run does what it did before), None when it does not, False when it refuses
+    (its diagnostics printed, at the spec's lines)."""
+    from askspec.runtime.train import runner as train_runner
+    from askspec.runtime.train.trainer import TrainingRefused
+
+    if not train_runner.wants_training(res.ir, opts.eval_only, manifest):
+        return None
+    if opts.sessions is not None and manifest is None:
+        raise UsageError("--sessions is for --eval-only runs: a training run plays each train block's `batch` sessions "
+                         "per step for its `steps` (change them with --set on parameters, or in the spec)")
+    try:
+        return train_runner.prepare(res.ir, params=params, datasets=datasets, seed=seed, resolver=None, run_dir=None)
+    except TrainingRefused as e:
+        train_runner.report_refusal(e, res.sources)
+        return False
+    except ValueError as e:
+        raise UsageError(f"cannot plan training: {e}") from None
+
+
+def load_training(trainer, opts: RunOptions, res, resolver: ModelResolver) -> bool:
+    """Load the trained weights (the newest checkpoint's on resume) before a new run
+    directory exists, so that a refusal leaves nothing behind; False when refused."""
+    from askspec.runtime.train import runner as train_runner
+    from askspec.runtime.train.trainer import TrainingRefused
+
+    trainer.resolver = resolver
+    if opts.resume:
+        trainer.run_dir = Path(opts.resume)
+        trainer.start_step = trainer.latest_checkpoint()
+    try:
+        trainer.load_policies(resume_from=trainer.run_dir if trainer.start_step else None)
+    except TrainingRefused as e:
+        train_runner.report_refusal(e, res.sources)
+        return False
+    return True
 
 
 def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: int, params: dict, plan,

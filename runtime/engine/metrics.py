@@ -54,6 +54,7 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], 
             errors += status == "error"
             continue
         scope = {**_load_json(vars_), **_load_json(params)}
+        scope.setdefault("step", scope.pop("__step__", None))  # set by the trainer; none when evaluating
         scope.update(outcome=outcome, status=status, game=game)
         scopes.append(SessionScope(scope, dict(totals[(rid, sid)])))
     return scopes, errors

@@ -48,7 +48,8 @@ class Engine:
                  concurrency: int = 8, stateful: StatefulScorers | None = None,
                  on_session_done: Callable[[SessionResult], None] | None = None,
                  on_turn: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
-                 max_sessions: int | None = None, on_warning: Callable[[str], None] | None = None) -> None:
+                 max_sessions: int | None = None, on_warning: Callable[[str], None] | None = None,
+                 rollout_roles: frozenset[str] = frozenset(), on_rollout: Callable[..., None] | None = None) -> None:
         self.exp = exp
         self.params = params
         self.datasets = datasets
@@ -69,6 +70,10 @@ class Engine:
         self.buffers = {b.name: ReplayBuffer(b.name, b.capacity, b.eviction) for b in exp.buffers}
         self.collections: dict[str, list] = {**datasets, **{name: b.items for name, b in self.buffers.items()}}
         self.max_sessions = max_sessions  # a cap over all phases (whole groups)
+        # trained roles: their turns ask the backend for token ids and log-probs, handed to
+        # on_rollout(plan, attempt, turn_index, role, result, temperature, sample_key)
+        self.rollout_roles = rollout_roles
+        self.on_rollout = on_rollout
         self.on_plan = on_plan  # a later phase planned n more sessions
         self._gate = OrderGate()
         self._ordered: dict[int, bool] = {}  # id(step) -> whether it calls diversity/novelty
@@ -336,10 +341,15 @@ class Engine:
         if message is not None:
             base_ctx["message"] = message
 
+        serial = None
+        if n is not None:
+            serial, st.sample_asks = st.sample_asks, st.sample_asks + 1
+
         async def for_role(role: str):
             if n is None:
                 return await self.call_role(role, s.template, base_ctx, message, st, remember=True)
-            return list(await asyncio.gather(*(self.call_role(role, s.template, base_ctx, message, st, remember=False, sample_index=i)
+            return list(await asyncio.gather(*(self.call_role(role, s.template, base_ctx, message, st, remember=False, sample_index=i,
+                                                              sample_key=f"x{serial}.{i}")
                                                for i in range(n))))
 
         if len(s.roles) == 1:  # the common case; gather would add a task per call
@@ -355,7 +365,7 @@ class Engine:
         return self.resolve_model(role, name)
 
     async def call_role(self, role: str, template: str | None, ctx: dict[str, Any], message: Any, st: SessionState,
-                        remember: bool, sample_index: int = 0) -> dict:
+                        remember: bool, sample_index: int = 0, sample_key: str | None = None) -> dict:
         r = self.roles[role]
         binding = self.binding(role, st)
         st.roles[role].model = binding.name
@@ -370,7 +380,7 @@ class Engine:
             st.system[role] = self.render(r.system, ctx)
         history = list(st.history.get(role, []))
         messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history + [{"role": "user", "content": user}]
-        reply = await self.model_call(role, r, binding, messages, st, sample_index)
+        reply = await self.model_call(role, r, binding, messages, st, sample_index, sample_key)
         retries = r.recover.retries
         json_retries = int(r.reply.args.get("retries", 0)) if r.reply.kind == "json" else 0
         attempt = 0
@@ -382,7 +392,7 @@ class Engine:
                 recovery = self.render(rkey, recover_ctx)
                 messages = messages + [{"role": "assistant", "content": reply["text"]}, {"role": "user", "content": recovery}]
             # without a recovery template (json retries) the same prompt is re-sampled
-            reply = await self.model_call(role, r, binding, messages, st, sample_index)
+            reply = await self.model_call(role, r, binding, messages, st, sample_index, sample_key)
         st.first_user.setdefault(role, user)
         if remember and r.memory.kind != "none":
             new = history + [{"role": "user", "content": user}, {"role": "assistant", "content": reply["text"]}]
@@ -392,13 +402,13 @@ class Engine:
         return reply
 
     async def model_call(self, role: str, r: ir.Role, binding: ModelBinding, messages: list[dict], st: SessionState,
-                         sample_index: int) -> dict:
+                         sample_index: int, sample_key: str | None = None) -> dict:
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
         base, model_seed = self.calls.sampling(role, r, binding)
         samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, model_seed), **base)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
-                          session_index=st.plan.index, call_index=call_index)
+                          session_index=st.plan.index, call_index=call_index, rollout=role in self.rollout_roles)
         t0 = time.perf_counter()  # inline (not calls.complete): one coroutine less per turn on the hot path
         try:
             result = await binding.backend.complete(req)
@@ -418,6 +428,8 @@ class Engine:
                  "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
         st.roles[role].turns.append(reply)
         self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency)
+        if req.rollout and self.on_rollout is not None and result.completion_ids is not None:
+            self.on_rollout(st.plan, st.attempt, turn_index, role, result, samp.temperature, sample_key)
         return reply
 
     # ------------------------------------------------------------------ groups

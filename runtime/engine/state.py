@@ -117,6 +117,7 @@ class SessionState:
     first_user: dict[str, str] = field(default_factory=dict)
     book: SessionBook = field(default_factory=SessionBook)
     stateful: Callable[[str, str, list, dict], Any] | None = None
+    sample_asks: int = 0  # `sample N ask`s so far: names each sample's trajectory in rollouts
 
 
 @dataclass

@@ -121,12 +121,26 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "outcome": "DOUBLE",
         "raw": "VARCHAR",
     },
+    # one optimizer step of a trained role; the flat columns are TRAIN_STEP_COLUMNS, and
+    # `metrics` holds them again with anything else the trainer measured
     "train_steps": {
         "role": "VARCHAR",
         "step": "BIGINT",
+        "loss": "DOUBLE",
+        "reward_mean": "DOUBLE",  # mean trajectory reward of the batch
+        "reward_std": "DOUBLE",
+        "zero_adv_share": "DOUBLE",  # share of trajectories with advantage 0
+        "kl": "DOUBLE",  # mean per-token KL to the frozen initial weights (k1/k3 as configured)
+        "clip_frac": "DOUBLE",  # share of tokens whose ratio was clipped
+        "grad_norm": "DOUBLE",  # before clipping
+        "lr": "DOUBLE",
+        "tokens": "BIGINT",  # trained (completion) tokens
+        "seconds": "DOUBLE",  # wall time of the step: play + update
         "metrics": "JSON",
     },
 }
+TRAIN_STEP_COLUMNS = ("loss", "reward_mean", "reward_std", "zero_adv_share", "kl", "clip_frac", "grad_norm", "lr",
+                      "tokens", "seconds")
 
 EVENT_NAMES: tuple[str, ...] = tuple(EVENT_SCHEMAS)
 

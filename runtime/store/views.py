@@ -30,7 +30,9 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
     rewards(run_id, session_id, role, turn_index, name, value, kind, attempt, ts, overflow)
     groups(run_id, group_id, route, stats, members, ts, judge_calls, unparsed, overflow)
     matches(run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts, overflow)
-    train_steps(run_id, role, step, metrics, ts, overflow)
+    train_steps(run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl,
+                clip_frac, grad_norm, lr, tokens, seconds, metrics, ts, overflow)
+    rollouts(...)   token-level records of trained roles' turns (see rollouts.py)
 
 Sources: per event file, the NDJSON or its Parquet copy, as ``layout.copy_state``
 says (a copy that is the only record, or holds more than a shrunk NDJSON, is
@@ -65,7 +67,7 @@ import duckdb
 from askspec.runtime.store import layout
 
 # Public views, in the order ``export`` writes them.
-VIEW_NAMES = ("runs", "sessions", "turns", "rewards", "groups", "matches", "train_steps")
+VIEW_NAMES = ("runs", "sessions", "turns", "rewards", "groups", "matches", "train_steps", "rollouts")
 
 
 class StoreError(Exception):
@@ -311,7 +313,8 @@ _VIEW_SQL = {
         QUALIFY gen = max(gen) OVER (PARTITION BY run_id, group_id)
     """,
     "train_steps": """
-        SELECT run_id, role, step, metrics, ts, overflow FROM events_train_steps
+        SELECT run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl, clip_frac, grad_norm, lr,
+               tokens, seconds, metrics, ts, overflow FROM events_train_steps
         QUALIFY row_number() OVER (PARTITION BY run_id, role, step ORDER BY seq DESC) = 1
     """,
 }
@@ -404,11 +407,15 @@ def connect(path: str | os.PathLike[str]) -> Store:
         con.execute(f"CREATE VIEW {name} AS {sql}")
     run_dirs = [rd for rd, _ in runs]
     _create_runs_view(con, run_dirs)
+    from askspec.runtime.store.rollouts import create_view, shards
+
+    create_view(con, run_dirs)
     files = [layout.manifest_path(rd) for rd in run_dirs]
     for name in layout.EVENT_NAMES:
         files += ndjson[name] + parquet[name]
     for rd in run_dirs:  # full texts of strings stored aside: read_text() them from a query
         files += sorted(p for p in (layout.events_dir(rd) / layout.OVERFLOW_DIR).glob("*") if not p.name.startswith("."))
+        files += shards(rd)
     return Store(con=con, run_dirs=run_dirs, warnings=found, files=files)
 
 

@@ -597,7 +597,10 @@ class RunWriter:
         self._emit("matches", body)
 
     def train_step(self, role: str, step: int, metrics: dict) -> None:
-        body = (f'"ts":"{self._clock.now()}",{self._head}"role":{_s(role)},"step":{_i(step)},'
+        # the flat columns (layout.TRAIN_STEP_COLUMNS) come from `metrics`, which is also kept whole
+        flat = "".join(f'"{k}":{_i(metrics.get(k)) if k == "tokens" else _f(metrics.get(k))},'
+                       for k in layout.TRAIN_STEP_COLUMNS)
+        body = (f'"ts":"{self._clock.now()}",{self._head}"role":{_s(role)},"step":{_i(step)},{flat}'
                 f'"metrics":{_j(metrics)}}}')
         if len(body) > LINE_CHARS:
             body = self._shrunk(body)

@@ -76,7 +76,7 @@ def test_sigint_stops_a_replay_run(tmp_path):
     spec = tmp_path / "many.ask"
     spec.write_text(REPLAY_SPEC)
     out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "askspec.cli", "run", str(spec), "--replay", str(tmp_path / "rec.json"),
+    cmd = [sys.executable, "-m", "askspec.cli", "run", str(spec), "--eval-only", "--replay", str(tmp_path / "rec.json"),
            "--out", str(out), "--quiet"]
     rc, err, _ = _interrupt(cmd, lambda: _finished_sessions(out) >= 10, dict(os.environ))
     assert rc == 130, err
@@ -91,7 +91,7 @@ def test_sigint_stops_a_run_stuck_in_a_sync_python_callable(tmp_path):
     mark = tmp_path / "entered"
     env = dict(os.environ, ASKSPEC_TEST_MARK=str(mark),
                PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(tmp_path / "runs"), "--quiet"]
+    cmd = [sys.executable, "-m", "askspec.cli", "run", str(spec), "--eval-only", "--out", str(tmp_path / "runs"), "--quiet"]
     rc, err, _ = _interrupt(cmd, mark.exists, env)
     assert rc == 130, err
     assert "interrupted" in err

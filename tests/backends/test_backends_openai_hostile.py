@@ -151,7 +151,7 @@ def test_a_run_records_a_malformed_endpoint_on_the_session_and_goes_on(tmp_path)
         async with FakeOpenAIServer(["raw:application/json|{\"choices\": [{}]}"] * 2) as server:
             spec = tmp_path / "hostile.ask"
             spec.write_text(SPEC.format(url=server.base_url))
-            rc, run_dir = await run_spec(str(spec), out=str(tmp_path / "runs"), concurrency=1)
+            rc, run_dir = await run_spec(str(spec), eval_only=True, out=str(tmp_path / "runs"), concurrency=1)
             return rc, run_dir, server
 
     rc, run_dir, server = asyncio.run(go())

@@ -55,7 +55,7 @@ SCRIPT = {
 def _run(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps(SCRIPT))
-    cmd = [sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--replay", str(replay), "--sessions", "3",
+    cmd = [sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--eval-only", "--replay", str(replay), "--sessions", "3",
            "--set", "probes=1", "--set", "question_words=3", "--out", str(tmp_path / "runs"), "--quiet", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
@@ -124,7 +124,7 @@ def test_replay_running_out_marks_session_error(tmp_path):
     short = {"sessions": [SCRIPT["sessions"][0]]}
     replay = tmp_path / "short.json"
     replay.write_text(json.dumps(short))
-    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--replay", str(replay), "--sessions", "2",
+    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--eval-only", "--replay", str(replay), "--sessions", "2",
                            "--set", "probes=1", "--out", str(tmp_path / "runs"), "--quiet"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr

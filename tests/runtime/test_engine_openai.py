@@ -31,7 +31,7 @@ def _run(tmp_path: Path, script: list[str], retries: int):
         async with FakeOpenAIServer(script) as server:
             spec = tmp_path / "remote.ask"
             spec.write_text(SPEC.format(url=server.base_url, retries=retries))
-            rc, run_dir = await run_spec(str(spec), out=str(tmp_path / "runs"), concurrency=1)
+            rc, run_dir = await run_spec(str(spec), out=str(tmp_path / "runs"), concurrency=1, eval_only=True)
             return rc, run_dir, server
 
     return asyncio.run(go())

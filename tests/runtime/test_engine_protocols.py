@@ -22,7 +22,7 @@ from askspec.runtime.store.views import open_store  # noqa: E402
 def run(tmp_path: Path, spec: str, expect_rc: int = 0, **options):
     path = tmp_path / "t.ask"
     path.write_text(spec)
-    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), **options))
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), **{"eval_only": True, **options}))
     assert rc == expect_rc
     return open_store(run_dir)
 
@@ -245,7 +245,7 @@ metric n_sessions = count(status)
 """
     path = tmp_path / "m.ask"
     path.write_text(spec)
-    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs")))
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), eval_only=True))
     assert rc == 0
     rows, errors = run_metrics(run_dir)
     values = {r["metric"]: r["value"] for r in rows}

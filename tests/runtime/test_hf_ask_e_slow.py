@@ -22,7 +22,7 @@ def _clean_env() -> dict:
 
 @pytest.mark.slow
 def test_ask_e_runs_on_smollm2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "specs/ask_e.ask", "--sessions", "1",
+    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "specs/ask_e.ask", "--eval-only", "--sessions", "1",
                            "--set", "probes=1", "--max-tokens", "24", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=_clean_env())
     assert proc.returncode == 0, proc.stderr

@@ -2,7 +2,7 @@
 parsed and every import (module-level, function-level and TYPE_CHECKING alike) is an
 edge. The graph has no cycle, and stages only import downwards (docs/architecture.md):
 
-    commands, targets -> engine -> {store, backends, scoring, replies} ;  scoring -> replies
+    commands, targets -> train -> engine -> {store, backends, scoring, replies} ;  scoring -> replies
 
 and nothing in the runtime (nor in askspec.lang / askspec.ir) imports the TUI: only the
 entry point, askspec/cli.py, wires the `tui` command."""
@@ -17,11 +17,12 @@ PACKAGES = {"askspec.runtime": ROOT / "runtime", "askspec": ROOT / "askspec"}
 
 # stage -> the stages it must never import
 FORBIDDEN = {
-    "replies": {"engine", "commands", "store", "backends", "scoring", "targets"},
-    "scoring": {"engine", "commands", "store", "backends", "targets"},
-    "backends": {"engine", "commands", "store", "scoring", "replies", "targets"},
-    "store": {"engine", "commands", "backends", "scoring", "replies", "targets"},
-    "engine": {"commands", "targets"},
+    "replies": {"engine", "commands", "store", "backends", "scoring", "targets", "train"},
+    "scoring": {"engine", "commands", "store", "backends", "targets", "train"},
+    "backends": {"engine", "commands", "store", "scoring", "replies", "targets", "train"},
+    "store": {"engine", "commands", "backends", "scoring", "replies", "targets", "train"},
+    "engine": {"commands", "targets", "train"},
+    "train": {"commands", "targets"},
     # compilation targets (runtime/targets) wire the engine into other trainers' jobs, as
     # commands wire it into the CLI; no stage below imports them
     "targets": {"commands"},

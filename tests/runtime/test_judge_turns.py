@@ -23,7 +23,7 @@ ARENA = Path(__file__).resolve().parents[2] / "specs" / "reasoning_arena.ask"
 def arena(tmp_path: Path, judge: str, sessions: int = 4):
     # groups of 4 identical traces: not diverse, so the live tournament judges them
     # (6 matches; a match without a verdict is retried twice)
-    rc, run_dir = asyncio.run(run_spec(str(ARENA), out=str(tmp_path), sessions=sessions, set=["group_size=4"],
+    rc, run_dir = asyncio.run(run_spec(str(ARENA), eval_only=True, out=str(tmp_path), sessions=sessions, set=["group_size=4"],
                                        model=["policy=python:fake_models:always_one", f"judge=python:fake_models:{judge}"]))
     assert rc == 0
     return open_store(run_dir)

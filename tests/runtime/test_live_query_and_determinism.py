@@ -37,7 +37,7 @@ def test_askspec_query_while_the_run_is_written(tmp_path):
     spec = tmp_path / "live.ask"
     spec.write_text(SLOW_SPEC)
     out = tmp_path / "runs"
-    writer = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out),
+    writer = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(spec), "--eval-only", "--out", str(out),
                                "--concurrency", "1", "--quiet"], cwd=ROOT, env=_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -75,7 +75,7 @@ game g for i in range(1, n + 1) { repeat 3 { r = ask a } }
 def _texts(tmp_path: Path, name: str, **options) -> list[tuple]:
     spec = tmp_path / f"{name}.ask"
     spec.write_text(DET_SPEC)
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / name), **options))
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / name), **{"eval_only": True, **options}))
     assert rc == 0
     con = open_store(run_dir)
     return con.execute("select session_id, turn_index, text from turns order by 1, 2").fetchall()
@@ -105,7 +105,7 @@ game g for i in range(1, 12) {
 def _rewards(tmp_path: Path, name: str, **options) -> list[tuple]:
     spec = tmp_path / f"{name}.ask"
     spec.write_text(HISTORY_SPEC)
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / name), **options))
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / name), **{"eval_only": True, **options}))
     assert rc == 0
     return open_store(run_dir).execute("select session_id, value from rewards order by 1").fetchall()
 

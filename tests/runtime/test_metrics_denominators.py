@@ -40,7 +40,7 @@ def run_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("metrics")
     path = tmp / "m.ask"
     path.write_text(SPEC)
-    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp / "runs")))
+    rc, run_dir = asyncio.run(run_spec(str(path), eval_only=True, out=str(tmp / "runs")))
     assert rc == 0
     return run_dir
 

@@ -45,7 +45,7 @@ def test_sigkill_then_resume(tmp_path):
     spec = tmp_path / "resume_demo.ask"
     spec.write_text(SPEC)
     out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), "--concurrency", "2", "--quiet"]
+    cmd = [sys.executable, "-m", "askspec.cli", "run", str(spec), "--eval-only", "--out", str(out), "--concurrency", "2", "--quiet"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     run_dir = None
     deadline = time.monotonic() + 120
@@ -97,7 +97,7 @@ def test_sigkill_then_resume(tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished"
     # run-level histories (novelty) were rebuilt: the resumed run equals an uninterrupted one
-    clean = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(tmp_path / "clean"),
+    clean = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--eval-only", "--out", str(tmp_path / "clean"),
                             "--quiet"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stderr
     clean_con = open_store(clean.stdout.strip().splitlines()[-1])
@@ -109,7 +109,7 @@ def test_resume_refuses_changed_spec(tmp_path):
     spec = tmp_path / "resume_demo.ask"
     spec.write_text(SPEC.replace("param n: int = 40", "param n: int = 3"))
     out = tmp_path / "runs"
-    done = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), "--quiet"],
+    done = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--eval-only", "--out", str(out), "--quiet"],
                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     run_dir = Path(done.stdout.strip().splitlines()[-1])
@@ -125,7 +125,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path):
     spec = tmp_path / "resume_demo.ask"
     spec.write_text(SPEC)
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), "--concurrency", "2"],
+    proc = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(spec), "--eval-only", "--out", str(out), "--concurrency", "2"],
                             cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     run_dir = None

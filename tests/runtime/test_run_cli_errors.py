@@ -50,7 +50,7 @@ def test_os_errors_name_the_path_in_one_sentence(tmp_path):
     replay.write_text('{"sessions": []}')
     for out, message in [(afile, f"--out {afile} is a file"),
                          (afile / "sub", f"cannot create a run directory in {afile / 'sub'}: not a directory")]:
-        proc = _run("run", "specs/ask_e.ask", "--replay", str(replay), "--out", str(out))
+        proc = _run("run", "specs/ask_e.ask", "--eval-only", "--replay", str(replay), "--out", str(out))
         assert proc.returncode == 1
         assert message in proc.stderr and "[Errno" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1

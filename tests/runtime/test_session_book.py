@@ -54,7 +54,7 @@ def _plans(spec: Path):
 def test_resume_reads_the_bookkeeping_column(tmp_path):
     spec = tmp_path / "b.ask"
     spec.write_text(SPEC)
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs")))
+    rc, run_dir = asyncio.run(run_spec(str(spec), eval_only=True, out=str(tmp_path / "runs")))
     assert rc == 0
     plans = _plans(spec)
     prior, _ = load_prior(run_dir, {p.session_id for p in plans}, plans)

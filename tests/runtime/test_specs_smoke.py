@@ -25,7 +25,7 @@ def test_spec_runs_on_fake_model(spec, tmp_path):
     assert res.ok
     roles = [r.name for r in res.ir.roles]
     models = [f"{r}=python:fake_models:universal" for r in roles]
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path), model=models, sessions=2, concurrency=4))
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path), model=models, sessions=2, concurrency=4, eval_only=True))
     assert rc == 0
     con = open_store(run_dir)
     rows = con.execute("select session_id, status, error from sessions").fetchall()

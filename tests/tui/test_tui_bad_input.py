@@ -57,7 +57,7 @@ async def test_empty_run_opens_with_no_sessions(tmp_path):
 async def test_run_whose_sessions_all_errored(tmp_path):
     from askspec.runtime.commands.run import run_spec
 
-    rc, run_dir = await (run_spec(str(ROOT / "specs" / "reasoning_arena.ask"), out=str(tmp_path), sessions=4,
+    rc, run_dir = await (run_spec(str(ROOT / "specs" / "reasoning_arena.ask"), eval_only=True, out=str(tmp_path), sessions=4,
                                        model=["policy=python:fake_models:fails", "judge=python:fake_models:fails"]))
     app = AskspecApp(tmp_path)
     async with app.run_test(size=SIZE) as pilot:

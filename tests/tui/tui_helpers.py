@@ -164,11 +164,11 @@ def real_runs(tmp_path_factory) -> Path:
     out = tmp / "runs"
     replay = tmp / "replay.json"
     replay.write_text(json.dumps(ASK_E_SCRIPT))
-    rc, ask_e = asyncio.run(run_spec(str(ROOT / "specs" / "ask_e.ask"), out=str(out), replay=str(replay),
+    rc, ask_e = asyncio.run(run_spec(str(ROOT / "specs" / "ask_e.ask"), eval_only=True, out=str(out), replay=str(replay),
                                      sessions=3, set=["probes=1"]))
     assert rc == 0
     time.sleep(0.01)  # distinct run ids by start time
-    rc, arena = asyncio.run(run_spec(str(ROOT / "specs" / "reasoning_arena.ask"), out=str(out), sessions=8,
+    rc, arena = asyncio.run(run_spec(str(ROOT / "specs" / "reasoning_arena.ask"), eval_only=True, out=str(out), sessions=8,
                                      model=["policy=python:fake_models:always_one",
                                             "judge=python:fake_models:judge_first"]))
     assert rc == 0

@@ -1,0 +1,197 @@
+"""What a `train` block may say: every algorithm argument and hyperparameter with its type,
+range and default, and the checks that turn a bad one into a diagnostic.
+
+This table is the one source of truth for training settings: the checker validates specs
+against it, and the local trainer (`askspec.runtime.train.config`) reads its defaults
+from it, so a setting can never be accepted here and ignored there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import ast as A
+
+# advantage estimators (how a trajectory's reward becomes its advantage)
+ESTIMATORS = ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")
+# algorithm -> (estimator, policy loss, aggregation) when the spec does not choose
+ALGORITHM_DEFAULTS: dict[str, tuple[str | None, str, str]] = {
+    "grpo": ("grpo", "ppo", "sequence"),
+    "dr_grpo": ("dr_grpo", "ppo", "constant"),
+    "group_norm": ("group_norm", "ppo", "token"),
+    "rloo": ("rloo", "ppo", "token"),
+    "reinforce": ("reinforce", "ppo", "token"),
+    "reinforce_baseline": ("reinforce_baseline", "ppo", "token"),
+    "ppo": ("grpo", "ppo", "token"),
+    "gspo": ("grpo", "gspo", "sequence"),
+    "cispo": ("grpo", "cispo", "token"),
+    "sft": (None, "sft", "token"),
+}
+ALGORITHMS = frozenset(ALGORITHM_DEFAULTS)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One training setting. kind: int | number | name (one of `choices`); `low`/`high`
+    bound the value (inclusive unless `open_low`)."""
+
+    kind: str
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    choices: tuple[str, ...] = ()
+
+
+_CLIP = {
+    "clip": Setting("number", 0.2, "PPO ratio clip ε (both sides)", 0.0, None, True),
+    "clip_low": Setting("number", None, "ε_low: the ratio is clipped below at 1 − ε_low (default: clip)", 0.0, 1.0),
+    "clip_high": Setting("number", None, "ε_high: the ratio is clipped above at 1 + ε_high (default: clip)", 0.0, None, True),
+    "dual_clip": Setting("number", None, "dual-clip c > 1: negative-advantage tokens lose at most c·|A| (OpenRLHF)", 1.0, None, True),
+}
+_ESTIMATOR = {"estimator": Setting("name", "grpo", "advantage estimator", choices=ESTIMATORS)}
+
+# algorithm -> its arguments: `train r with cispo(clip_low = 0.75, clip_high = 3.0)`
+ALGORITHM_ARGS: dict[str, dict[str, Setting]] = {
+    **{a: dict(_CLIP) for a in ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")},
+    "ppo": {**_CLIP, **_ESTIMATOR},
+    "gspo": {
+        "clip_low": Setting("number", 3e-4, "ε_low of the sequence ratio (GSPO paper: 3e-4)", 0.0, 1.0),
+        "clip_high": Setting("number", 4e-4, "ε_high of the sequence ratio (GSPO paper: 4e-4)", 0.0, None, True),
+        **_ESTIMATOR,
+    },
+    "cispo": {
+        "clip_low": Setting("number", 1.0, "ε_low: weights are clipped below at 1 − ε_low (1.0: no lower clip)", 0.0, 1.0),
+        "clip_high": Setting("number", 2.0, "ε_high: weights are clipped above at 1 + ε_high", 0.0, None, True),
+        **_ESTIMATOR,
+    },
+    "sft": {"min_reward": Setting("number", None, "train only on trajectories whose reward is at least this")},
+}
+
+# the block's hyperparameters: `{ group = 16; lr = 0.000001; steps = 200 }`
+HYPERPARAMETERS: dict[str, Setting] = {
+    "group": Setting("int", None, "rollouts per group: repeats of one game element played together "
+                     "(a `sample N` game's N when omitted; 1 without one)", 1),
+    "steps": Setting("int", None, "optimizer steps (default: the online schedule's steps, else 1)", 1),
+    "batch": Setting("int", None, "sessions played per step, rounded up to whole groups (default: one group)", 1),
+    "micro_batch": Setting("int", 8, "trajectories per forward/backward pass; gradients accumulate over the batch", 1),
+    "epochs": Setting("int", 1, "optimizer updates per batch of rollouts (>1 makes the ratio clip matter)", 1),
+    "lr": Setting("number", 1e-6, "AdamW learning rate", 0.0, None, True),
+    "warmup": Setting("int", 0, "linear warm-up steps", 0),
+    "decay": Setting("name", "constant", "learning rate after warm-up", choices=("constant", "cosine")),
+    "min_lr": Setting("number", 0.0, "cosine decay floor", 0.0),
+    "weight_decay": Setting("number", 0.0, "AdamW weight decay", 0.0),
+    "beta1": Setting("number", 0.9, "AdamW β1", 0.0, 1.0),
+    "beta2": Setting("number", 0.999, "AdamW β2", 0.0, 1.0),
+    "grad_clip": Setting("number", 1.0, "clip the gradient norm to this (0: off)", 0.0),
+    "kl": Setting("number", 0.0, "coefficient of the KL penalty to the frozen initial weights", 0.0),
+    "kl_estimator": Setting("name", "k3", "per-token KL estimate: k1 = log π/π_ref, k3 = r − 1 − log r", choices=("k1", "k3")),
+    "aggregation": Setting("name", None, "how token losses become the batch loss: token (over all tokens), "
+                           "sequence (per trajectory, then over trajectories), constant (Dr. GRPO: sum / "
+                           "(trajectories × max_tokens)); default per algorithm", choices=("token", "sequence", "constant")),
+    "save_every": Setting("int", 25, "write a checkpoint every N steps (and after the last)", 1),
+    "keep_checkpoints": Setting("int", 2, "checkpoints kept (the final one always stays)", 1),
+    "dtype": Setting("name", "auto", "training precision: auto (float32 on CPU, bf16 autocast on GPU), float32, bfloat16",
+                     choices=("auto", "float32", "bfloat16")),
+}
+BUFFER_SETTINGS = ("replay",)  # names a buffer; checked by the compiler against declared buffers
+# names other trainers use for our settings, so a diagnostic can name the right key
+ALIASES = {"learning_rate": "lr", "warmup_steps": "warmup", "lr_warmup": "warmup", "max_grad_norm": "grad_clip",
+           "clip_grad": "grad_clip", "gradient_clipping": "grad_clip", "beta": "kl", "kl_coef": "kl",
+           "init_kl_coef": "kl", "batch_size": "batch", "micro_batch_size": "micro_batch", "num_epochs": "epochs",
+           "lr_scheduler": "decay", "lr_schedule": "decay", "num_generations": "group", "group_size": "group",
+           "max_steps": "steps", "num_steps": "steps", "eps_clip": "clip", "epsilon": "clip",
+           "epsilon_high": "clip_high", "epsilon_low": "clip_low", "loss_agg": "aggregation"}
+
+
+def closest(name: str, candidates) -> str | None:
+    """'did you mean X?' for the valid key nearest to `name` (an alias, else by spelling)."""
+    import difflib
+
+    candidates = list(candidates)
+    alias = difflib.get_close_matches(name, [a for a, k in ALIASES.items() if k in candidates], n=1, cutoff=0.8)
+    if alias:
+        return f"did you mean '{ALIASES[alias[0]]}'?"
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+class TrainingChecks:
+    """Mixed into `Compiler` (uses err, const, params, used)."""
+
+    def setting_value(self, name: str, s: Setting, e: A.Expr, where: str) -> Any:
+        """The constant value of a setting, or None after a diagnostic."""
+        if s.kind == "name":
+            if isinstance(e, A.Name) and e.id not in self.params:
+                value: Any = e.id
+            else:
+                value = self.const(e, f"{where} '{name}'")
+                if value is None:
+                    return None
+            if value not in s.choices:
+                from .exprs import suggest
+
+                hint = (suggest(str(value), s.choices) if isinstance(value, str) else None) or f"one of: {', '.join(s.choices)}"
+                self.err("E107", f"{where} '{name}' is one of {', '.join(s.choices)}, found {value!r}", e.span, hint)
+                return None
+            return value
+        value = self.const(e, f"{where} '{name}'")
+        if value is None:
+            return None
+        from .types import from_json_value
+
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            want = "a whole number" if s.kind == "int" else "a number"
+            self.err("E201", f"{where} '{name}' must be {want}, found {from_json_value(value)}", e.span)
+            return None
+        if s.kind == "int" and int(value) != value:
+            self.err("E201", f"{where} '{name}' must be a whole number, found {value!r}", e.span)
+            return None
+        low_ok = s.low is None or (value > s.low if s.open_low else value >= s.low)
+        high_ok = s.high is None or value <= s.high
+        if not (low_ok and high_ok):
+            lo = "" if s.low is None else (f"> {s.low:g}" if s.open_low else f"≥ {s.low:g}")
+            hi = "" if s.high is None else f"≤ {s.high:g}"
+            self.err("E107", f"{where} '{name}' must be {' and '.join(x for x in (lo, hi) if x)}, found {value!r}", e.span)
+            return None
+        return int(value) if s.kind == "int" else float(value)
+
+    def training_settings(self, d: A.TrainDecl, algorithm: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Check a train block's algorithm arguments and hyperparameters against the tables."""
+        allowed = ALGORITHM_ARGS[algorithm]
+        args: dict[str, Any] = {}
+        algo_e = d.algo
+        if isinstance(algo_e, A.Call):
+            if algo_e.args:
+                self.err("E109", f"{algorithm}(...) takes named arguments, e.g. {algorithm}({next(iter(allowed), 'x')} = ...)",
+                         algo_e.args[0].span)
+            for k, v in algo_e.kwargs:
+                if k not in allowed:
+                    where = f"argument of {algorithm}"
+                    close = closest(k, allowed) or (
+                        f"{algorithm} takes: {', '.join(allowed)}" if allowed else f"{algorithm} takes no arguments")
+                    self.err("E105", f"unknown {where} '{k}'", v.span, close)
+                    continue
+                value = self.setting_value(k, allowed[k], v, f"{algorithm} argument")
+                if value is not None:
+                    args[k] = value
+        hyper: dict[str, Any] = {}
+        for a in d.attrs:
+            if a.name in BUFFER_SETTINGS:
+                continue  # the compiler checks it names a buffer
+            s = HYPERPARAMETERS.get(a.name)
+            if s is None:
+                close = None
+                if a.name in allowed:
+                    close = f"'{a.name}' is an argument of the algorithm: {algorithm}({a.name} = ...)"
+                close = close or closest(a.name, list(HYPERPARAMETERS) + list(BUFFER_SETTINGS))
+                self.err("E105", f"unknown training setting '{a.name}'", a.name_span,
+                         close or f"settings: {', '.join(HYPERPARAMETERS)}, replay")
+                continue
+            if a.name in hyper:
+                self.err("E104", f"training setting '{a.name}' given twice", a.name_span)
+            value = self.setting_value(a.name, s, a.value, "training setting")
+            if value is not None:
+                hyper[a.name] = value
+        return args, hyper

@@ -1,0 +1,228 @@
+"""One trained role: its weights (served to the role's turns by a dedicated hf backend
+that runs the very same module), a frozen reference copy when the KL penalty is on,
+AdamW with its learning-rate schedule, the update step and checkpoints.
+
+Precision: float32 weights and optimizer state everywhere (bf16 weights would lose
+updates of lr ≈ 1e-6); on a GPU the forward and backward run under bf16 autocast
+(`dtype = auto | bfloat16`), on a CPU in float32 unless `dtype = bfloat16`.
+
+Checkpoint folder (``checkpoints/<role>/step-<n>/``): the model as transformers saves it
+(safetensors + config + tokenizer), loadable as ``hf("runs/<id>/checkpoints/<role>/step-<n>")``;
+``optimizer.safetensors`` (AdamW moments, only in the newest checkpoint) and
+``trainer_state.json`` (step, optimizer step counts, the metrics of that step).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from askspec.runtime.train.advantages import advantages, zero_variance_groups
+from askspec.runtime.train.batch import Trajectory
+from askspec.runtime.train.config import TrainConfig, lr_factor
+from askspec.runtime.train.losses import aggregate, kl_penalty, policy_token_loss, row_weights
+
+
+class TrainedPolicy:
+    def __init__(self, cfg: TrainConfig, weights: str, backend_options: dict[str, Any] | None = None,
+                 init_from: str | os.PathLike[str] | None = None) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # loading and saving bars would garble the run's progress line
+
+        from askspec.runtime.backends.hf import HFBackend, default_threads, resolve_weights
+
+        options = dict(backend_options or {})
+        self.cfg = cfg
+        self.weights = weights
+        folder = Path(init_from) if init_from else resolve_weights(weights, options.get("cache_dir"))
+        torch.set_num_threads(int(options.get("num_threads") or default_threads()))
+        device = options.get("device", "auto")
+        device = "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
+        self.device = torch.device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(self.device)
+        self.model.eval()  # no dropout: the update sees the distribution the sampler saw
+        self.attn_implementation = getattr(self.model.config, "_attn_implementation", None)
+        # the model config's end-of-sequence id, never the GGUF tokenizer's (it says <|im_start|>)
+        eos = self.model.config.eos_token_id
+        self.pad_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos if eos is not None else 0)
+        self.ref = None
+        if cfg.kl > 0:
+            self.ref = copy.deepcopy(self.model).eval()
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                           weight_decay=cfg.weight_decay)
+        self.version = 0  # optimizer steps taken
+        self.autocast = (cfg.dtype == "bfloat16") or (cfg.dtype == "auto" and self.device.type == "cuda")
+        self.backend = HFBackend(weights, **{k: v for k, v in options.items() if k != "device"})
+        self.backend.adopt(self.model, self.tokenizer)
+
+    # -- forward ---------------------------------------------------------------------------
+
+    def token_logprobs(self, model: Any, turns: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """log π(completion token | prompt, earlier completion tokens) [rows, T] at each turn's
+        sampling temperature, and the completion mask [rows, T]."""
+        lengths = [len(t.prompt_ids) + len(t.completion_ids) for t in turns]
+        width = max(lengths)
+        steps = max(len(t.completion_ids) for t in turns)
+        ids = torch.full((len(turns), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(turns), width), dtype=torch.long)
+        pos = torch.zeros((len(turns), steps), dtype=torch.long)
+        tok = torch.full((len(turns), steps), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(turns), steps), dtype=torch.float32)
+        for i, t in enumerate(turns):
+            seq = list(t.prompt_ids) + list(t.completion_ids)
+            ids[i, : len(seq)] = torch.tensor(seq)
+            attn[i, : len(seq)] = 1
+            c = len(t.completion_ids)
+            # the logits at position p predict token p + 1
+            pos[i, :c] = torch.arange(len(t.prompt_ids) - 1, len(t.prompt_ids) - 1 + c)
+            tok[i, :c] = torch.tensor(t.completion_ids)
+            mask[i, :c] = 1.0
+        ids, attn, pos, tok, mask = (x.to(self.device) for x in (ids, attn, pos, tok, mask))
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            hidden = model.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state
+            picked = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
+            logits = model.get_output_embeddings()(picked).float()
+        temps = torch.tensor([t.temperature if t.temperature > 1e-5 else 1.0 for t in turns], device=self.device)
+        logp = (logits / temps[:, None, None]).log_softmax(-1).gather(-1, tok[..., None]).squeeze(-1)
+        return logp * mask, mask
+
+    # -- the update ------------------------------------------------------------------------
+
+    def update(self, trajectories: list[Trajectory]) -> dict[str, Any]:
+        """One optimizer step per epoch over `trajectories`; returns the step's metrics."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        for g in self.optimizer.param_groups:
+            g["lr"] = cfg.lr * lr_factor(cfg, self.version)
+        lr = self.optimizer.param_groups[0]["lr"]
+        if cfg.loss == "sft" and cfg.min_reward is not None:
+            trajectories = [t for t in trajectories if t.reward is not None and t.reward >= cfg.min_reward]
+        n = len(trajectories)
+        rewards = torch.tensor([t.reward if t.reward is not None else 0.0 for t in trajectories], dtype=torch.float64)
+        group_ids = {k: i for i, k in enumerate(dict.fromkeys(t.group_key for t in trajectories))}
+        groups = torch.tensor([group_ids[t.group_key] for t in trajectories], dtype=torch.long)
+        counts = torch.tensor([t.tokens for t in trajectories], dtype=torch.float64)
+        metrics: dict[str, Any] = {
+            "trajectories": n, "groups": len(group_ids), "lr": lr,
+            "reward_mean": float(rewards.mean()) if n else None,
+            "reward_std": float(rewards.std(unbiased=False)) if n else None,
+            "zero_var_groups": zero_variance_groups(rewards, groups) if n else 0,
+            "tokens": int(counts.sum()),
+        }
+        if cfg.loss == "sft":
+            adv = torch.zeros(n)
+        else:
+            adv = advantages(cfg.estimator, rewards, groups, counts) if n else torch.zeros(0)
+        metrics["zero_adv_share"] = float((adv.abs() < 1e-8).double().mean()) if n else None
+        if n == 0 or metrics["tokens"] == 0:
+            metrics.update(loss=None, kl=None, clip_frac=None, grad_norm=None, skipped="no trajectories to train on")
+            self.version += 1
+            metrics["seconds_update"] = time.perf_counter() - t0
+            return metrics
+        # one row per turn; whole trajectories per micro-batch (GSPO's ratio spans all their rows)
+        rows = [(ti, turn) for ti, t in enumerate(trajectories) for turn in t.turns if turn.completion_ids]
+        row_traj = torch.tensor([ti for ti, _ in rows])
+        row_tokens = torch.tensor([len(turn.completion_ids) for _, turn in rows], dtype=torch.float64)
+        max_tokens = max(len(turn.completion_ids) for _, turn in rows)
+        weights = row_weights(cfg.aggregation, row_tokens, row_traj, max_tokens)
+        chunks = [list(range(i, min(i + cfg.micro_batch, n))) for i in range(0, n, cfg.micro_batch)]
+        for epoch in range(cfg.epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            total_loss, clipped, kl_sum, token_sum = 0.0, 0.0, 0.0, 0.0
+            for chunk in chunks:
+                members = set(chunk)
+                idx = [i for i, (ti, _) in enumerate(rows) if ti in members]
+                turns = [rows[i][1] for i in idx]
+                traj = torch.unique(row_traj[idx], return_inverse=True)[1].to(self.device)
+                logp, mask = self.token_logprobs(self.model, turns)
+                old = torch.zeros_like(logp)
+                for j, turn in enumerate(turns):
+                    old[j, : len(turn.logprobs)] = torch.tensor(turn.logprobs, device=self.device)
+                row_adv = adv[row_traj[idx]].to(self.device)
+                token_loss, clip = policy_token_loss(cfg.loss, logp, old, row_adv, mask, traj, clip_low=cfg.clip_low,
+                                                     clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
+                if self.ref is not None:
+                    with torch.no_grad():
+                        ref_logp, _ = self.token_logprobs(self.ref, turns)
+                    kl = kl_penalty(logp, ref_logp, cfg.kl_estimator) * mask
+                    token_loss = token_loss + cfg.kl * kl
+                    kl_sum += float(kl.detach().sum())
+                loss = aggregate(token_loss, mask, weights[idx].to(self.device))
+                loss.backward()
+                total_loss += float(loss.detach())
+                clipped += float((clip.float() * mask).sum())
+                token_sum += float(mask.sum())
+            norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        metrics.update(loss=total_loss, clip_frac=clipped / max(token_sum, 1.0),
+                       kl=(kl_sum / max(token_sum, 1.0)) if self.ref is not None else 0.0,
+                       grad_norm=float(norm), epochs=cfg.epochs, seconds_update=time.perf_counter() - t0)
+        return metrics
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save(self, folder: Path, step: int, metrics: dict[str, Any], with_optimizer: bool = True) -> None:
+        """Write the checkpoint under a temporary name, then rename it into place."""
+        from safetensors.torch import save_file
+
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        cfg_attn = self.model.config._attn_implementation
+        try:
+            # the backend's CPU attention kernel is registered per process; save the stock name
+            if self.attn_implementation is not None:
+                self.model.config._attn_implementation = self.attn_implementation
+            self.model.save_pretrained(str(tmp), safe_serialization=True)
+        finally:
+            self.model.config._attn_implementation = cfg_attn
+        self.tokenizer.save_pretrained(str(tmp))
+        state = {"step": step, "version": self.version, "role": self.cfg.role, "metrics": metrics, "optimizer_steps": {}}
+        if with_optimizer:
+            tensors = {}
+            for i, p in enumerate(self.params):
+                st = self.optimizer.state.get(p)
+                if not st:
+                    continue
+                tensors[f"{i}.exp_avg"] = st["exp_avg"].detach().cpu().contiguous()
+                tensors[f"{i}.exp_avg_sq"] = st["exp_avg_sq"].detach().cpu().contiguous()
+                state["optimizer_steps"][str(i)] = float(st["step"])
+            save_file(tensors, str(tmp / "optimizer.safetensors"))
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str), encoding="utf-8")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+
+    def load_optimizer(self, folder: Path) -> None:
+        """Restore AdamW moments and the step count from a checkpoint (weights are loaded
+        by the constructor's `init_from`)."""
+        from safetensors.torch import load_file
+
+        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+        self.version = int(state["version"])
+        path = folder / "optimizer.safetensors"
+        if not path.exists():
+            raise FileNotFoundError(f"{folder} has no optimizer state (only the newest checkpoint keeps it)")
+        tensors = load_file(str(path), device=str(self.device))
+        for i, p in enumerate(self.params):
+            if f"{i}.exp_avg" not in tensors:
+                continue
+            self.optimizer.state[p] = {"step": torch.tensor(state["optimizer_steps"][str(i)]),
+                                       "exp_avg": tensors[f"{i}.exp_avg"], "exp_avg_sq": tensors[f"{i}.exp_avg_sq"]}

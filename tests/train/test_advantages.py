@@ -1,0 +1,69 @@
+"""Advantage estimators against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from askspec.runtime.train.advantages import advantages, zero_variance_groups
+
+R = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0])
+G = torch.tensor([0, 0, 0, 0, 1, 1])
+
+
+def test_grpo_hand_values():
+    # group 0: mean 0.5, Bessel std sqrt(1/3); group 1: all equal -> 0
+    std = math.sqrt(((0.5**2) * 4) / 3)
+    got = advantages("grpo", R, G)
+    want = [0.5 / (std + 1e-4), -0.5 / (std + 1e-4), -0.5 / (std + 1e-4), 0.5 / (std + 1e-4), 0.0, 0.0]
+    assert got.tolist() == pytest.approx(want, abs=1e-6)
+
+
+def test_dr_grpo_and_group_norm():
+    assert advantages("dr_grpo", R, G).tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5, 0, 0])
+    std = math.sqrt(1 / 3)
+    assert advantages("group_norm", R, G).tolist() == pytest.approx([0.5 / std, -0.5 / std, -0.5 / std, 0.5 / std, 0, 0], abs=1e-6)
+
+
+def test_rloo_hand_values_and_zero_sum_per_group():
+    r = torch.tensor([1.0, 0.0, 3.0, 5.0, -1.0])
+    g = torch.tensor([0, 0, 0, 1, 1])
+    got = advantages("rloo", r, g)
+    # 1 - mean(0, 3) = -0.5; 0 - mean(1, 3) = -2; 3 - mean(1, 0) = 2.5; 5 - (-1) = 6; -1 - 5 = -6
+    assert got.tolist() == pytest.approx([-0.5, -2.0, 2.5, 6.0, -6.0])
+    for k in (0, 1):
+        assert float(got[g == k].sum()) == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rloo_sums_to_zero_for_random_groups(seed):
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randint(0, 4, (40,), generator=gen)
+    g = torch.unique(g, return_inverse=True)[1]
+    r = torch.randn(40, generator=gen)
+    a = advantages("rloo", r, g)
+    for k in torch.unique(g):
+        if int((g == k).sum()) > 1:
+            assert float(a[g == k].sum()) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_reinforce_family_is_whitened():
+    r = torch.tensor([1.0, 3.0])
+    g = torch.tensor([0, 1])
+    got = advantages("reinforce", r, g)  # no baseline: (r - 2) / 1
+    assert got.tolist() == pytest.approx([-1.0, 1.0], abs=1e-4)
+    got = advantages("reinforce_baseline", torch.tensor([1.0, 3.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1]))
+    # r - group mean = [-1, 1, 0, 0]; whitened: mean 0, var 0.5
+    assert got.tolist() == pytest.approx([-1 / math.sqrt(0.5), 1 / math.sqrt(0.5), 0, 0], abs=1e-5)
+
+
+def test_a_trajectory_alone_in_its_group_has_no_advantage():
+    for est in ("grpo", "dr_grpo", "group_norm", "rloo"):
+        assert advantages(est, torch.tensor([3.0]), torch.tensor([0])).tolist() == [0.0]
+
+
+def test_zero_variance_groups_are_counted():
+    assert zero_variance_groups(R, G) == 1
+    assert zero_variance_groups(torch.tensor([1.0, 1.0, 2.0]), torch.tensor([0, 0, 1])) == 1  # a lone one is not counted

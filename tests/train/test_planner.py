@@ -1,0 +1,60 @@
+"""Which sessions a training step plays (whole groups, elements cycling), and what the
+local trainer refuses, on the five specs (no model is loaded)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from askspec.lang.compiler import compile_file
+from askspec.runtime.engine.plan import load_dataset
+from askspec.runtime.train.trainer import LocalTrainer, TrainingRefused
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+
+
+def trainer(name: str, overrides: dict | None = None) -> LocalTrainer:
+    res = compile_file(str(SPECS / name), overrides or {})
+    assert res.ok
+    exp = res.ir
+    datasets = {d.name: load_dataset(d, str(SPECS), 0) for d in exp.datasets}
+    return LocalTrainer(exp, params=exp.param_values(), datasets=datasets, seed=0, resolver=None, run_dir=None)
+
+
+def test_ask_e_plays_group_repeats_of_one_pair_per_step():
+    t = trainer("ask_e.ask")
+    plans = t.planner.plans(1)
+    assert len(plans) == 16 and {p.group_id for p in plans} == {"calibrate-t000001-e000"}
+    assert {tuple(p.bindings[k] for k in ("a", "b")) for p in plans} == {("boundary_small", "boundary_mid")}
+    assert len({p.seed for p in plans}) == 16
+    second = t.planner.plans(2)
+    assert second[0].index == 16 and second[0].bindings["b"] == "boundary_large"  # the next pair
+    assert t.steps == 200 and t.planned_sessions() == 200 * 16
+
+
+def test_elements_cycle_and_steps_are_deterministic():
+    t = trainer("arith.ask")
+    assert [len(t.planner.plans(k)) for k in (1, 2, 3)] == [8, 8, 8]
+    items = [p.bindings["item"]["id"] for k in range(1, 34) for p in t.planner.plans(k)[::4]]
+    assert items[:2] == ["a01", "a02"] and items[64:66] == ["a01", "a02"]  # 64 problems: the second pass
+    again = trainer("arith.ask")
+    assert [p.seed for p in again.planner.plans(17)] == [p.seed for p in t.planner.plans(17)]
+    assert t.planner.plans(17)[0].seed != t.planner.plans(1)[0].seed  # a new pass draws new seeds
+    assert all(p.bindings["__step__"] == 3 for p in t.planner.plans(3))
+
+
+def test_reasoning_arena_batch_rounds_up_to_whole_groups():
+    t = trainer("reasoning_arena.ask")
+    assert len(t.planner.plans(1)) == 480 and {p.group_size for p in t.planner.plans(1)} == {8}
+    t = trainer("reasoning_arena.ask", {"group_size": "3"})
+    # batch 480 is a multiple of 3; 5 problems cycle
+    assert len(t.planner.plans(1)) == 480
+
+
+@pytest.mark.parametrize("name, schedule", [("pasodoble.ask", "alternating"), ("soar.ask", "nested")])
+def test_schedules_the_trainer_cannot_run_are_refused(name, schedule):
+    with pytest.raises(TrainingRefused) as e:
+        trainer(name)
+    assert any(f"the '{schedule}' schedule is not carried out" in m and span is not None for m, span in e.value.problems)
