@@ -81,7 +81,7 @@ def test_alternating_phases_chain_checkpoints(tmp_path) -> None:
     assert (proposer.algo.advantage.estimator, proposer.actor.policy_loss_type) == ("rloo", "ppo")
     assert (solver.algo.advantage.estimator, solver.actor.policy_loss_type) == ("group_norm", "gspo")
     assert solver.algo.kl.init_coef == 0.01 and solver.algo.kl.use_loss and solver.algo.kl.estimator == "k3"
-    assert solver.actor.eps_clip == 0.3
+    assert tuple(solver.actor.eps_clip_low_high) == (0.3, 0.3)
     # the proposer phase serves the frozen solver from its latest checkpoint
     served = [c[2] for c in vllms]
     assert served == [base, f"{ckpt}/iter-1/solver"]
