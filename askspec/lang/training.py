@@ -57,6 +57,8 @@ ALGORITHM_ARGS: dict[str, dict[str, Setting]] = {
     **{a: dict(_CLIP) for a in ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")},
     "ppo": {**_CLIP, **_ESTIMATOR},
     "gspo": {
+        "clip": Setting("number", None, "ε of both sides of the sequence-ratio clip (clip_low/clip_high override a side)",
+                        0.0, None, True),
         "clip_low": Setting("number", 3e-4, "ε_low of the sequence ratio (GSPO paper: 3e-4)", 0.0, 1.0),
         "clip_high": Setting("number", 4e-4, "ε_high of the sequence ratio (GSPO paper: 4e-4)", 0.0, None, True),
         **_ESTIMATOR,

@@ -55,8 +55,11 @@ def config_from_ir(t: ir.Training, exp: ir.Experiment) -> TrainConfig:
         base = args.get("clip", 0.2)
         clip_low = args.get("clip_low") if args.get("clip_low") is not None else base
         clip_high = args.get("clip_high") if args.get("clip_high") is not None else base
-    else:
-        clip_low, clip_high = args.get("clip_low") or 0.0, args.get("clip_high") or 0.0
+    else:  # gspo, cispo: their own defaults; gspo's `clip` sets both sides unless one is given
+        given = t.algorithm_args
+        base = given.get("clip")
+        clip_low = given.get("clip_low", base if base is not None else args.get("clip_low") or 0.0)
+        clip_high = given.get("clip_high", base if base is not None else args.get("clip_high") or 0.0)
     steps = hyper.get("steps")
     if steps is None and exp.schedule is not None and exp.schedule.kind == "online":
         steps = exp.schedule.options.get("steps")
