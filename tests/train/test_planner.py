@@ -58,3 +58,17 @@ def test_schedules_the_trainer_cannot_run_are_refused(name, schedule):
     with pytest.raises(TrainingRefused) as e:
         trainer(name)
     assert any(f"the '{schedule}' schedule is not carried out" in m and span is not None for m, span in e.value.problems)
+
+
+def test_gspo_clip_sets_both_sides_unless_one_is_given():
+    from askspec.lang.compiler import compile_source
+    from askspec.runtime.train.config import config_from_ir
+
+    head = ('model m = hf("smollm2-135m-instruct")\nrole q { model = m; trained; memory = none; prompt = "x" }\n'
+            'game g sample 2 { a = ask q\n reward q = 1.0 }\n')
+    for algo, want in [("gspo", (0.0003, 0.0004)), ("gspo(clip = 0.3)", (0.3, 0.3)),
+                       ("gspo(clip = 0.3, clip_high = 0.5)", (0.3, 0.5)), ("cispo", (1.0, 2.0))]:
+        res = compile_source("t.ask", head + f"train q with {algo}")
+        assert res.ok, algo
+        cfg = config_from_ir(res.ir.training[0], res.ir)
+        assert (cfg.clip_low, cfg.clip_high) == pytest.approx(want), algo
