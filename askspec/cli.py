@@ -93,7 +93,7 @@ def cmd_compile(args) -> int:
         return _compile_target(args, res)
     if args.substitute:
         print("error: --substitute only applies with --target", file=sys.stderr)
-        return 2
+        return 1  # a usage error (module docstring)
     fmt = args.format
     text = {
         "json": lambda: canonical.to_json(res.ir) + "\n",
@@ -117,12 +117,12 @@ def cmd_compile(args) -> int:
 def _compile_target(args, res) -> int:
     if not args.output:
         print(f"error: --target {args.target} needs -o DIR (the job folder)", file=sys.stderr)
-        return 2
+        return 1  # a usage error (module docstring)
     try:
         substitutes = dict(p.split("=", 1) for p in args.substitute or [])
     except ValueError:
         print("error: --substitute takes ALGORITHM=ALGORITHM, e.g. --substitute cispo=grpo", file=sys.stderr)
-        return 2
+        return 1  # a usage error (module docstring)
     from askspec.runtime.targets.openrlhf.generate import compile_job
     from askspec.runtime.targets.openrlhf.mapping import ALGORITHMS
 
@@ -130,7 +130,7 @@ def _compile_target(args, res) -> int:
     if bad:
         print(f"error: --substitute: OpenRLHF 0.11.2 cannot run {', '.join(bad)}; "
               f"choose one of {', '.join(ALGORITHMS)}", file=sys.stderr)
-        return 2
+        return 1  # a usage error (module docstring)
     return compile_job(res, args.file, args.output, substitutes)
 
 

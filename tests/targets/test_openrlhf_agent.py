@@ -132,7 +132,7 @@ def test_reasoning_arena_tournament_rewards_match_replay(tmp_path, tokenizer, mo
     recording = tmp_path / "replies.json"
     recording.write_text(json.dumps({"sessions": sessions}))
     spec = SPECS / "reasoning_arena.ask"
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording),
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording), eval_only=True,
                                        set=[f"{k}={v}" for k, v in sets.items()], sessions=8))
     assert rc == 0
     expected = expected_returns(run_dir, "policy")
@@ -193,7 +193,7 @@ def test_askbench_multi_turn_rewards_ranges_and_feedback(tmp_path, tokenizer, mo
     recording = tmp_path / "replies.json"
     recording.write_text(json.dumps({"sessions": sessions}))
     spec = SPECS / "askbench.ask"
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording),
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording), eval_only=True,
                                        set=[f"{k}={v}" for k, v in sets.items()], sessions=6))
     assert rc == 0
     expected = expected_returns(run_dir, "assistant")
@@ -272,7 +272,7 @@ def test_ask_e_bound_boundaries_recovery_and_diversity_match_replay(tmp_path, to
     recording = tmp_path / "replies.json"
     recording.write_text(json.dumps({"sessions": sessions}))
     spec = SPECS / "ask_e.ask"
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording),
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording), eval_only=True,
                                        set=[f"{k}={v}" for k, v in sets.items()], sessions=16, concurrency=1))
     assert rc == 0
     expected = expected_returns(run_dir, "questioner")
@@ -310,7 +310,7 @@ def test_keep_judge_and_drop_routes(tmp_path, tokenizer, monkeypatch):
     sessions[4]["judge"] = ["\\boxed{1}", "\\boxed{0.5}", "\\boxed{0}", "\\boxed{0.5}"]
     recording = tmp_path / "replies.json"
     recording.write_text(json.dumps({"sessions": sessions}))
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording)))
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording), eval_only=True))
     assert rc == 0
     expected = expected_returns(run_dir, "policy")
 
@@ -336,7 +336,7 @@ def test_dropped_turn_carries_no_loss(tmp_path, tokenizer, monkeypatch):
         sessions.append({"writer": mine, "critic": [f"fine {k}"]})
     recording = tmp_path / "replies.json"
     recording.write_text(json.dumps({"sessions": sessions}))
-    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording)))
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording), eval_only=True))
     assert rc == 0
     expected = expected_returns(run_dir, "writer")
     job = make_job(spec, tmp_path / "job", {})

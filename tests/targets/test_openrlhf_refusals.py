@@ -92,7 +92,7 @@ def test_substitution_compiles_and_is_recorded(tmp_path) -> None:
 ])
 def test_command_line_errors(tmp_path, capsys, argv, message) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert main(["compile", str(GOLDEN / "E601_cispo.ask"), *argv]) == 2
+    assert main(["compile", str(GOLDEN / "E601_cispo.ask"), *argv]) == 1  # usage errors exit 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 
