@@ -49,7 +49,7 @@ def test_ask_e_runs_on_smollm2(tmp_path):
 
 @pytest.mark.slow
 def test_verbose_shows_the_libraries_output(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "specs/ask_e.ask", "--sessions", "1",
+    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "specs/ask_e.ask", "--eval-only", "--sessions", "1",
                            "--set", "probes=1", "--max-tokens", "2", "--out", str(tmp_path), "--verbose", "--quiet"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=_clean_env())
     assert proc.returncode == 0, proc.stderr
