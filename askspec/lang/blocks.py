@@ -1,5 +1,6 @@
-"""Data sets, buffers, tournaments, judges, schedules, training and metrics. Mixed into
-`Compiler` (uses its helpers: err, const, const_int, template, used, params)."""
+"""Data sets, buffers, tournaments, judges, schedules, training and metrics: a compiler
+pass built on TrainingChecks and RoleChecks (it reads the roles' reply types) and, through
+them, on CheckerBase's shared state and helpers."""
 
 from __future__ import annotations
 

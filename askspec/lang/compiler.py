@@ -19,9 +19,7 @@ from .exprs import irspan, suggest, suggestion_budget
 from .games import GameChecker
 from .parser import decode_source, parse, read_source
 from .plan_check import check_plan_size
-from .roles import RoleChecks
 from .span import Span
-from .templates import LoadedTemplate, load_template
 from .types import ANY, OPEN_RECORD, T, TYPE_NAMES, from_json_value, is_a, list_of
 
 EXPERIMENT_KEYS = {"seed", "description"}
@@ -97,89 +95,10 @@ def parse_type(t: A.TypeExpr | None, sink: DiagnosticSink) -> T | None:
     return found
 
 
-class Compiler(RoleChecks, BlockChecks):
+class Compiler(BlockChecks):
     """Checks one module and builds its IR; a pass per declaration kind (models and roles
-    in roles.py, the other blocks in blocks.py, games in games.py)."""
-
-    def __init__(self, path: str, sink: DiagnosticSink, sources: Sources, files: dict[str, str], overrides: dict[str, str]) -> None:
-        self.path = path
-        self.spec_dir = os.path.dirname(os.path.abspath(path))
-        self.sink = sink
-        self.sources = sources
-        self.files = files
-        self.overrides = overrides
-        self.params: dict[str, Any] = {}
-        self.param_types: dict[str, T] = {}
-        self.param_spans: dict[str, Span] = {}
-        self.templates: dict[str, ir.Template] = {}
-        self.loaded: dict[str, LoadedTemplate] = {}
-        self.decl_spans: dict[tuple[str, str], Span] = {}
-        self.used: set[tuple[str, str]] = set()
-        self.role_decls: dict[str, A.RoleDecl] = {}
-        self.buffer_score_spans: dict[str, Span] = {}
-        self.broken_templates: set[str] = set()  # named templates that failed to load
-        self.session_vars: dict[str, dict[str, T]] = {}  # game -> its session variables (set by GameChecker)
-        self.exp = ir.Experiment(name=os.path.splitext(os.path.basename(path))[0])
-
-    # -- shared helpers
-    def err(self, code: str, msg: str, span: Span | None, hint: str | None = None) -> None:
-        self.sink.error(code, msg, span, hint)
-
-    def declare(self, kind: str, name: str, span: Span) -> bool:
-        key = (kind if kind not in ("tournament", "judge") else "contest", name)
-        if key in self.decl_spans:
-            prev = self.decl_spans[key]
-            d = self.sink.error("E104", f"{kind} '{name}' is declared twice", span)
-            d.notes.append(("first declared here", prev))
-            return False
-        self.decl_spans[key] = span
-        return True
-
-    def const(self, e: A.Expr, what: str) -> Any:
-        for n in A.names_in(e):
-            if n in self.params:
-                self.used.add(("param", n))
-        try:
-            return const_eval(e, self.params)
-        except OutOfRange as nc:
-            self.err("E006", f"{what}: {nc.why}", nc.node.span)
-            return None
-        except TooLarge as nc:
-            self.err("E005", f"{what}: {nc.why}", nc.node.span)
-            return None
-        except NotConstant as nc:
-            self.err("E107", f"{what} must be a constant: {nc.why}", nc.node.span)
-            return None
-
-    def const_int(self, e: A.Expr, what: str, minimum: int = 0) -> int | None:
-        v = self.const(e, what)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < minimum:
-            self.err("E107", f"{what} must be a whole number ≥ {minimum}, found {v!r}", e.span)
-            return None
-        return int(v)
-
-    def template(self, e: A.Expr, name: str | None = None) -> str | None:
-        if isinstance(e, A.Name):
-            key = f"named:{e.id}"
-            if key in self.templates:
-                self.used.add(("template", e.id))
-                return key
-            if e.id in self.broken_templates:
-                self.used.add(("template", e.id))  # reported once, as broken, not also as unused
-                return INVALID
-            self.err("E110", f"unknown template '{e.id}'", e.span,
-                     suggest(e.id, lambda: [k.split(":", 1)[1] for k in self.templates if k.startswith("named:")]))
-            return INVALID
-        lt = load_template(e, self.spec_dir, self.path, self.sink, self.files, name)
-        if lt is None:
-            return INVALID  # reported; keeps later checks from reporting a missing template again
-        if lt.path is not None:
-            self.sources.add(lt.display_path, lt.source)
-        self.loaded[lt.key] = lt
-        self.templates[lt.key] = ir.Template(span=irspan(e.span), name=lt.key, source=lt.source, path=lt.path, variables=lt.variables)
-        return lt.key
+    in roles.py, the other blocks in blocks.py, games in games.py; the shared state and
+    helpers in checker_base.py)."""
 
     # -- pipeline
     def run(self, module: A.Module) -> ir.Experiment:

@@ -1,6 +1,6 @@
 """Models and roles: backends and sampling settings, derived models, role settings,
-memory, reply parsers and recovery. Mixed into `Compiler` (uses its helpers: err,
-const, const_int, template, used)."""
+memory, reply parsers and recovery: a compiler pass on CheckerBase's shared state and
+helpers (checker_base.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from ..ir import model as ir
 from . import ast as A
+from .checker_base import CheckerBase
 from .consts import INVALID
 from .exprs import irspan, suggest
 from .span import Span
@@ -21,7 +22,7 @@ ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover
              "recover_malformed", "retries", "max_tokens"} | (SAMPLING_KEYS - {"max_tokens"})
 
 
-class RoleChecks:
+class RoleChecks(CheckerBase):
     def models(self, decls: list[A.ModelDecl]) -> None:
         by_name = {d.name: d for d in decls}
         done: dict[str, ir.Model] = {}

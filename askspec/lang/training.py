@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import ast as A
+from .roles import RoleChecks
 
 # advantage estimators (how a trajectory's reward becomes its advantage)
 ESTIMATORS = ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")
@@ -119,8 +120,9 @@ def closest(name: str, candidates) -> str | None:
     return f"did you mean '{close[0]}'?" if close else None
 
 
-class TrainingChecks:
-    """Mixed into `Compiler` (uses err, const, params, used)."""
+class TrainingChecks(RoleChecks):
+    """The train block's checks: a compiler pass on RoleChecks (and CheckerBase's err,
+    const, params, used)."""
 
     def setting_value(self, name: str, s: Setting, e: A.Expr, where: str) -> Any:
         """The constant value of a setting, or None after a diagnostic."""
