@@ -87,7 +87,8 @@ def cmd_compile(args) -> int:
 
     res = compile_file(args.file, _overrides(args.set))
     res.sink.emit(res.sources, limit=args.max_diagnostics)
-    if not res.ok:
+    exp = res.ir
+    if not res.ok or exp is None:  # ok implies an IR; the second test tells the type checker
         return 1
     if args.target:  # a job folder for a distributed trainer (docs/cluster.md)
         return _compile_target(args, res)
@@ -96,11 +97,11 @@ def cmd_compile(args) -> int:
         return 1  # a usage error (module docstring)
     fmt = args.format
     text = {
-        "json": lambda: canonical.to_json(res.ir) + "\n",
-        "text": lambda: render.to_text(res.ir),
-        "dot": lambda: render.to_dot(res.ir),
-        "mermaid": lambda: render.to_mermaid(res.ir),
-        "hash": lambda: canonical.experiment_hash(res.ir) + "\n",
+        "json": lambda: canonical.to_json(exp) + "\n",
+        "text": lambda: render.to_text(exp),
+        "dot": lambda: render.to_dot(exp),
+        "mermaid": lambda: render.to_mermaid(exp),
+        "hash": lambda: canonical.experiment_hash(exp) + "\n",
     }[fmt]()
     if args.output:
         try:
@@ -152,7 +153,7 @@ def cmd_fmt(args) -> int:
         if text is not None:
             sources.add(path, text)
             parse(path, text, sink)
-        if sink.has_errors:
+        if sink.has_errors or text is None:  # no text only after a reported error
             sink.emit(sources)
             status = 1
             continue

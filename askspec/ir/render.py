@@ -26,8 +26,8 @@ def expr_text(e: ir.Expr | None) -> str:
         case ir.GetIndex(obj=obj, index=index):
             return f"{expr_text(obj)}[{expr_text(index)}]"
         case ir.CallFn(fn=fn, args=args, kwargs=kwargs):
-            shown = [expr_text(a) for a in args] + [f"{n}={expr_text(v)}" for n, v in kwargs.items()]
-            return f"{fn}({', '.join(shown)})"
+            call_args = [expr_text(a) for a in args] + [f"{n}={expr_text(v)}" for n, v in kwargs.items()]
+            return f"{fn}({', '.join(call_args)})"
         case ir.UnaryOp(op=op, operand=operand):
             return f"{op}{' ' if op == 'not' else ''}{expr_text(operand)}"
         case ir.BinaryOp(op=op, left=left, right=right):
@@ -196,8 +196,8 @@ def to_text(exp: ir.Experiment) -> str:
         out.append(f"train {t.role} with {t.algorithm}{' ' + json.dumps(t.algorithm_args) if t.algorithm_args else ''}{' {' + hp + '}' if hp else ''}")
     if exp.schedule:
         out.append(f"schedule {exp.schedule.kind} {json.dumps(exp.schedule.options) if exp.schedule.options else ''}".rstrip())
-    for m in exp.metrics:
-        out.append(f"metric {m.name} = {expr_text(m.value)}{' by (' + ', '.join(m.by) + ')' if m.by else ''}")
+    for metric in exp.metrics:
+        out.append(f"metric {metric.name} = {expr_text(metric.value)}{' by (' + ', '.join(metric.by) + ')' if metric.by else ''}")
     return "\n".join(out) + "\n"
 
 

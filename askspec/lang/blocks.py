@@ -42,7 +42,9 @@ class BlockChecks(TrainingChecks):
                 if path is not None:
                     self.err("E107", "a data path is a string", src.args[0].span)
                 return
-            ds.format, ds.path, ds.items = src.func, path, None
+            match src.func:
+                case "jsonl" | "parquet" | "knowledge":
+                    ds.format, ds.path, ds.items = src.func, path, None
             ds.digest = self.file_digest(path, src.args[0].span)
         else:
             self.err("E107", "data is jsonl(\"path\"), parquet(\"path\"), knowledge(\"path\") or a list literal", src.span)
@@ -152,7 +154,7 @@ class BlockChecks(TrainingChecks):
         if "pairing" in a:
             v = a["pairing"].value
             if isinstance(v, A.Name) and v.id in ("round_robin", "live"):
-                t.pairing = v.id
+                t.pairing = "round_robin" if v.id == "round_robin" else "live"
             elif isinstance(v, A.Call) and v.func == "live":
                 opp = [x.id for x in v.args if isinstance(x, A.Name)]
                 if len(opp) != len(v.args) or not opp or any(o not in ("best", "worst", "median") for o in opp):
@@ -178,13 +180,13 @@ class BlockChecks(TrainingChecks):
         if "aggregate" in a:
             v = a["aggregate"].value
             if isinstance(v, A.Name) and v.id in ("win_rate", "bradley_terry"):
-                t.aggregate = v.id
+                t.aggregate = "win_rate" if v.id == "win_rate" else "bradley_terry"
             else:
                 self.err("E107", "aggregate is win_rate or bradley_terry", v.span)
         if "order" in a:
             v = a["order"].value
             if isinstance(v, A.Name) and v.id in ("random", "both", "fixed"):
-                t.order = v.id
+                t.order = "random" if v.id == "random" else "both" if v.id == "both" else "fixed"
             else:
                 self.err("E107", "order is random (the paper's debiasing), both (every pair judged in both orders) or fixed", v.span)
         if "retries" in a:
@@ -251,7 +253,9 @@ class BlockChecks(TrainingChecks):
                     self.err("E106", f"a nested schedule needs '{need}'", d.name_span)
         if d.name == "alternating" and not any(k in roles for k in opts):
             self.err("E106", "an alternating schedule needs the steps of each phase, e.g. proposer = 10", d.name_span)
-        self.exp.schedule = ir.Schedule(span=irspan(d.span), kind=d.name, options=opts)
+        match d.name:  # one of SCHEDULES (checked above), narrowed to the IR's literal type
+            case "online" | "alternating" | "nested":
+                self.exp.schedule = ir.Schedule(span=irspan(d.span), kind=d.name, options=opts)
 
     def schedule_games(self, e: A.Expr, kind: str) -> Any:
         """`games = [g1, g2]` (which games run), or for alternating schedules
@@ -327,9 +331,9 @@ class BlockChecks(TrainingChecks):
                 self.used.add(("param", n))
         by = []
         for name, span in m.by:
-            if scope.lookup(name) is None or scope.lookup(name).kind == "role":
+            if scope.kind_of(name) in (None, "role"):
                 self.err("E101", f"cannot group by '{name}': not a session variable", span,
-                         suggest(name, lambda: [n for n in scope.all_names() if scope.lookup(n).kind != "role"]))
+                         suggest(name, lambda: [n for n in scope.all_names() if scope.kind_of(n) != "role"]))
             by.append(name)
         self.exp.metrics.append(ir.Metric(span=irspan(m.span), name=m.name, value=value, by=by))
 

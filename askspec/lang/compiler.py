@@ -176,7 +176,7 @@ class Compiler(BlockChecks):
         declared = parse_type(p.type, self.sink)
         type_text = str(p.type) if p.type is not None and declared is not None else None
         value = self.const(p.default, f"the default of parameter '{p.name}'")
-        if value is not None and declared is not None:
+        if value is not None and declared is not None and type_text is not None:
             problem = _type_problem(value, declared, type_text)
             if problem:
                 self.err("E201", f"parameter '{p.name}' is {type_text} but its default is {problem}", p.default.span)
@@ -216,8 +216,7 @@ class Compiler(BlockChecks):
         for b in self.exp.buffers:
             if b.score is None:
                 continue
-            replaying = [g for g in self.exp.games if g.iter is not None and getattr(g.iter, "kind", "") == "ref"
-                         and g.iter.name == b.name]
+            replaying = [g for g in self.exp.games if isinstance(g.iter, ir.Ref) and g.iter.name == b.name]
             for g in replaying:
                 t = sv.get(g.name, {}).get(b.score)
                 if t is None:

@@ -90,7 +90,7 @@ def parse_override(text: str) -> A.Expr | None:
     sink = DiagnosticSink()
     module = parse("<--set>", f"metric __v = {text}", sink)
     bad = next((d for d in sink.items if d.code == "E006"), None)
-    if bad is not None:
+    if bad is not None and bad.span is not None:
         raise OutOfRange(A.Name(bad.span, text), bad.message)
     if module is None or sink.has_errors or len(module.decls) != 1:
         return None

@@ -48,6 +48,11 @@ class Scope:
             s = s.parent
         return None
 
+    def kind_of(self, name: str) -> str | None:
+        """The kind of the symbol `name` names, or None when it is not defined."""
+        sym = self.lookup(name)
+        return sym.kind if sym is not None else None
+
     def define(self, name: str, sym: Sym) -> None:
         self.names[name] = sym
 
@@ -150,8 +155,10 @@ class ExprChecker:
         sym = scope.lookup(e.id)
         if sym is not None:
             sym.used = True
-            kind = sym.kind if sym.kind in ("param", "role", "item", "data", "buffer") else "var"
-            return ir.Ref(span=irspan(e.span), name=e.id, scope=kind), sym.type
+            match sym.kind:
+                case "param" | "role" | "item" | "data" | "buffer":
+                    return ir.Ref(span=irspan(e.span), name=e.id, scope=sym.kind), sym.type
+            return ir.Ref(span=irspan(e.span), name=e.id, scope="var"), sym.type
         if e.id in self.outcomes:
             return ir.Lit(span=irspan(e.span), value=e.id, type="outcome"), OUTCOME
         self.error("E101", f"undefined name '{e.id}'", e.span, suggest(e.id, lambda: scope.all_names() | self.outcomes))
@@ -221,7 +228,7 @@ class ExprChecker:
 
     def _Unary(self, e: A.Unary, scope):
         x, t = self.check(e.operand, scope)
-        node = ir.UnaryOp(span=irspan(e.span), op=e.op, operand=x)
+        node = ir.UnaryOp(span=irspan(e.span), op="-" if e.op == "-" else "not", operand=x)  # the grammar's only two
         if e.op == "-":
             if not numeric(t):
                 self.error("E201", f"'-' needs a number, found {t}", e.operand.span)
@@ -269,7 +276,7 @@ class ExprChecker:
                 if cond.id not in self.outcomes:
                     self.error("E203", f"unknown outcome '{cond.id}'", cond.span,
                                suggest(cond.id, self.outcomes) or f"declared outcomes: {', '.join(sorted(self.outcomes)) or 'none'}")
-                c = ir.Lit(span=irspan(cond.span), value=cond.id, type="outcome")
+                c: ir.Expr = ir.Lit(span=irspan(cond.span), value=cond.id, type="outcome")
             else:
                 c, ct = self.check(cond, scope)
                 if st is None and not boolish(ct):

@@ -60,8 +60,9 @@ def _source_lines(tokens: list[Token]) -> list[tuple[int, list[Token]]]:
     """Tokens grouped by the source line they start on, with the number of blank source
     lines before each group."""
     groups: list[tuple[int, list[Token]]] = []
-    last_end = None
+    last_end: int | None = None
     for t in tokens:
+        assert t.line is not None  # lark's lexer positions every token
         if last_end is None or t.line > last_end:
             gap = 0 if last_end is None else t.line - last_end - 1
             groups.append((gap, [t]))

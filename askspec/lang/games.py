@@ -98,9 +98,9 @@ class GameChecker:
             if sym.type.name in ("number", "bool", "string", "outcome"):
                 self.session_vars[name] = sym.type
         for name in game.pattern:
-            sym = scope.lookup(name)
-            if sym is not None:
-                self.session_vars[name] = sym.type
+            item = scope.lookup(name)
+            if item is not None:
+                self.session_vars[name] = item.type
         self.c.session_vars[g.name] = self.session_vars
         for name, sym in self.param_syms.items():
             if sym.used:
@@ -247,14 +247,14 @@ class GameChecker:
             if tpl is None and message is None:
                 self.err("E106", f"nothing to send to '{role}': give a template (using ...), a message (: expr) or a role prompt", a.span)
             names = _Available(scope, extra | {"role", "turn"})
-            for key in {tpl, r.system} - {None}:
+            for key in {k for k in (tpl, r.system) if k is not None}:
                 self.check_template_vars(key, names, scope)
             if r.recover.retries:
-                for key in {r.recover.truncated, r.recover.malformed} - {None}:
+                for key in {k for k in (r.recover.truncated, r.recover.malformed) if k is not None}:
                     self.check_template_vars(key, _Available(scope, names.extra | {"reply", "missing"}), scope)
         step = ir.AskStep(span=irspan(a.span), roles=roles, targets=[n for n, _ in targets] or [None] * len(roles),
                           sample=sample_ir, template=template, message=message, context=context)
-        if sample_n is not None:
+        if sample_n is not None and a.sample is not None:
             step.sample = ir.Lit(value=sample_n, type="number", span=irspan(a.sample.span))
         for (name, span), role in zip(targets, roles):
             t = self.x.role_reply.get(role, ANY)
@@ -294,7 +294,7 @@ class GameChecker:
         return int(v)
 
     def _Repeat(self, s: A.Repeat, scope, in_loop):
-        start_ir = ir.Lit(value=1, type="number")
+        start_ir: ir.Expr = ir.Lit(value=1, type="number")
         if s.start is not None:
             start_ir, st = self.expr(s.start, scope)
             if not numeric(st):
@@ -305,7 +305,7 @@ class GameChecker:
         hi = self._bound(s.stop, "a repeat bound")
         lo = self._bound(s.start, "a repeat bound") if s.start is not None else 1
         if hi is None or lo is None:
-            self.err("E401", "repeat needs a bound known before the run (a number or parameter)", s.stop.span if hi is None else s.start.span,
+            self.err("E401", "repeat needs a bound known before the run (a number or parameter)", s.stop.span if hi is None or s.start is None else s.start.span,
                      "use 'while COND limit N { ... }' for a data-dependent loop")
             bound = 0
         else:
@@ -499,16 +499,16 @@ class GameChecker:
             else:
                 saw_else = True
             action = arm.target
-            target = arm.arg[0] if arm.arg else None
+            target, target_span = arm.arg if arm.arg else (None, arm.target_span)
             if action in ("keep", "drop"):
                 if target:
-                    self.err("E107", f"'{action}' takes no name", arm.arg[1])
+                    self.err("E107", f"'{action}' takes no name", target_span)
             elif action in ("tournament", "judge"):
                 pool = self.c.exp.tournaments if action == "tournament" else self.c.exp.judges
                 if target is None:
                     self.err("E107", f"'{action}' needs the name of a declared {action}", arm.target_span)
                 elif not any(x.name == target for x in pool):
-                    self.err("E110", f"unknown {action} '{target}'", arm.arg[1], suggest(target, lambda: [x.name for x in pool]))
+                    self.err("E110", f"unknown {action} '{target}'", target_span, suggest(target, lambda: [x.name for x in pool]))
                 else:
                     self.c.used.add(("contest", target))
                     contest = next(x for x in pool if x.name == target)
@@ -517,7 +517,9 @@ class GameChecker:
             else:
                 self.err("E107", f"unknown route action '{action}'", arm.target_span, "actions: keep, drop, tournament NAME, judge NAME")
                 continue
-            arms.append(ir.RouteArm(span=irspan(arm.span), cond=cond, action=action, target=target))
+            match action:  # narrowed to the IR's literal type (others were reported above)
+                case "keep" | "drop" | "tournament" | "judge":
+                    arms.append(ir.RouteArm(span=irspan(arm.span), cond=cond, action=action, target=target))
         if any(r.role == s.role for r in self.routes):
             self.err("E104", f"role '{s.role}' already has a route in this game", s.role_span)
         self.routes.append(ir.Route(span=irspan(s.span), role=s.role, arms=arms))
@@ -564,8 +566,7 @@ class GameChecker:
                     return None
                 if isinstance(s, (A.Reward, A.Drop)):  # a drop is an explicit "no training signal"
                     st = cover(s.target if s.target in self.roles else reply_role.get(s.target), st)
-                elif isinstance(s, (A.AskStmt, A.Assign)) and isinstance(getattr(s, "ask", None) or s.value, A.Ask):
-                    ask = s.ask if isinstance(s, A.AskStmt) else s.value
+                elif isinstance(s, (A.AskStmt, A.Assign)) and isinstance(ask := s.ask if isinstance(s, A.AskStmt) else s.value, A.Ask):
                     asked = {r for r, _ in ask.roles if r in trained and r not in st[1]}
                     st = (st[0] | asked, st[1])
                     if isinstance(s, A.Assign):
@@ -583,7 +584,7 @@ class GameChecker:
                     st = body if self._repeat_runs(s) else merge([st, body])
                 elif isinstance(s, (A.While, A.For)):
                     for_item = s.pattern[0][0] if isinstance(s, A.For) and len(s.pattern) == 1 else None
-                    if for_item and isinstance(s.iter, A.Name) and s.iter.id in reply_role:
+                    if for_item and isinstance(s, A.For) and isinstance(s.iter, A.Name) and s.iter.id in reply_role:
                         reply_role[for_item] = reply_role[s.iter.id]
                     body = run(s.body, st)
                     st = body if isinstance(s, A.For) and self._runs_at_least_once(s) else merge([st, body])
@@ -677,7 +678,7 @@ def _available(names: Callable[[], set[str]]) -> str | None:
 def _value_names(scope: Scope) -> set[str]:
     """Names a template can use: parameters and session/loop variables (not roles, data
     sets or buffers, which are not values)."""
-    return {n for n in scope.all_names() if scope.lookup(n).kind not in ("role", "data", "buffer")}
+    return {n for n in scope.all_names() if scope.kind_of(n) not in ("role", "data", "buffer")}
 
 
 def _widen(a: T, b: T) -> T:

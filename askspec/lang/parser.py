@@ -180,12 +180,13 @@ def parse(path: str, text: str, sink: DiagnosticSink) -> A.Module | None:
     try:
         tree = _lark().parse(text)
     except lark.UnexpectedCharacters as e:
-        ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else "?"
+        pos = e.pos_in_stream if e.pos_in_stream is not None else -1
+        ch = text[pos] if 0 <= pos < len(text) else "?"
         msg = f"unexpected character {ch!r}"
         hint = None
         if ch == '"':
             line, col = e.line, e.column
-            if text[max(0, e.pos_in_stream - 2):e.pos_in_stream] == '""':  # lexed as "" then "...
+            if text[max(0, pos - 2):pos] == '""':  # lexed as "" then "...
                 msg, hint, col = "unterminated long string", 'close it with \"\"\"', col - 2
             else:
                 msg, hint = "unterminated string", "close the string with '\"' on the same line, or use \"\"\"...\"\"\" for several lines"
@@ -286,7 +287,8 @@ class _Builder:
             return Span(self.path, 1, 1, 1, 1)
         return Span(self.path, m.line, m.column, m.end_line, m.end_column)
 
-    def name(self, tok: Token) -> tuple[str, Span]:
+    def name(self, tok: Token | Tree) -> tuple[str, Span]:
+        assert isinstance(tok, Token), tok  # the grammar's name positions hold NAME tokens
         return str(tok), self.span(tok)
 
     # -- module
@@ -537,8 +539,9 @@ class _Builder:
             fields.append((k, self.expr(value)))
         return A.RecordLit(self.span(t), fields)
 
-    def _args(self, t: Tree | None):
-        args, kwargs = [], []
+    def _args(self, t: Tree | None) -> tuple[list[A.Expr], list[tuple[str, A.Expr]]]:
+        args: list[A.Expr] = []
+        kwargs: list[tuple[str, A.Expr]] = []
         if t is None:
             return args, kwargs
         for a in t.children:

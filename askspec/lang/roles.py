@@ -66,7 +66,9 @@ class RoleChecks(CheckerBase):
                     self.err("E107", f"{base.func}() needs a {need}", base.span)
                 if base.func == "python" and weights and ":" not in weights:
                     self.err("E107", "a python model names its callable as \"package.module:function\"", base.args[0].span)
-                m = ir.Model(span=irspan(d.span), name=d.name, backend=base.func, weights=weights)
+                match base.func:  # the BACKENDS names, narrowed to the IR's literal type
+                    case "hf" | "openai" | "vllm" | "python" | "replay":
+                        m = ir.Model(span=irspan(d.span), name=d.name, backend=base.func, weights=weights)
                 for k, v in base.kwargs:
                     self.model_attr(m, k, v, base.span)
             else:
@@ -234,8 +236,10 @@ class RoleChecks(CheckerBase):
             self.exp.roles.append(r)
 
     def memory(self, e: A.Expr) -> ir.Memory:
-        if isinstance(e, A.Name) and e.id in ("full", "none"):
-            return ir.Memory(kind=e.id)
+        if isinstance(e, A.Name):
+            match e.id:
+                case "full" | "none":
+                    return ir.Memory(kind=e.id)
         if isinstance(e, A.Call) and e.func == "window" and len(e.args) == 1:
             n = self.const_int(e.args[0], "window size", 1)
             return ir.Memory(kind="window", size=n or 1)
@@ -259,8 +263,8 @@ class RoleChecks(CheckerBase):
             return ir.ReplyParser(kind="sections", args={"tags": tags}, fields=fields, required=[fields[-1]])
         if name == "summary":
             after = kwargs.get("after")
-            tags = self.const(after, "summary tags") if after is not None else None
-            tags = ["#Summary#", "#Output#"] if tags is None else [tags] if isinstance(tags, str) else tags
+            given = self.const(after, "summary tags") if after is not None else None
+            tags = ["#Summary#", "#Output#"] if given is None else [given] if isinstance(given, str) else given
             if not isinstance(tags, list) or not tags or not all(isinstance(t, str) and t for t in tags):
                 self.err("E107", "after is a tag string or a list of them", after.span if after is not None else e.span)
                 tags = ["#Summary#", "#Output#"]
