@@ -33,7 +33,7 @@ import re
 import string
 import time
 import types
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, cast
 
 import jinja2
 from jinja2 import nodes
@@ -196,6 +196,16 @@ _PLAIN_STR_METHODS = {
 }
 
 
+def _occurrences(s: str | bytes, part: str | bytes) -> int:
+    """How often `part` occurs in `s`; 0 when one is text and the other bytes (the call
+    itself then fails with Python's own TypeError)."""
+    if isinstance(s, str) and isinstance(part, str):
+        return s.count(part)
+    if isinstance(s, bytes) and isinstance(part, bytes):
+        return s.count(part)
+    return 0
+
+
 def check_str_method(name: str, s: str | bytes, args: tuple, kwargs: dict) -> None:
     """Refuse a call on a str/bytes method whose output the inputs could blow up."""
     if name in _PLAIN_STR_METHODS:
@@ -204,12 +214,13 @@ def check_str_method(name: str, s: str | bytes, args: tuple, kwargs: dict) -> No
         _check_width(args[0] if args else kwargs.get("width"), f"{name} width")
     elif name == "expandtabs":
         size = args[0] if args else kwargs.get("tabsize", 8)
-        if isinstance(size, int) and s.count("\t" if isinstance(s, str) else b"\t") * max(size, 0) + len(s) > MAX_CHARS:
-            raise _too_big("expandtabs' result", s.count("\t") * size + len(s))
+        tabs = _occurrences(s, "\t" if isinstance(s, str) else b"\t")
+        if isinstance(size, int) and tabs * max(size, 0) + len(s) > MAX_CHARS:
+            raise _too_big("expandtabs' result", tabs * size + len(s))
     elif name == "replace":
         old, new = (list(args) + [kwargs.get("old"), kwargs.get("new")])[:2]
         if isinstance(old, (str, bytes)) and isinstance(new, (str, bytes)) and len(new) > len(old):
-            hits = len(s) + 1 if not old else s.count(old)
+            hits = len(s) + 1 if not old else _occurrences(s, old)
             if len(args) > 2 and isinstance(args[2], int) and args[2] >= 0:
                 hits = min(hits, args[2])
             if len(s) + hits * (len(new) - len(old)) > MAX_CHARS:
@@ -314,7 +325,7 @@ def _guard_filter(name: str, func: Callable) -> Callable:
     return guarded
 
 
-def _guard_test(func: Callable) -> Callable:
+def _guard_test(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         _tick()
@@ -378,10 +389,12 @@ class BoundedSandboxedEnvironment(ImmutableSandboxedEnvironment):
         self.globals["lipsum"] = lipsum
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
         self.filters[LOOP_GUARD] = _loop_guard
-        self.tests = {name: _guard_test(f) for name, f in self.tests.items()}
+        # jinja leaves `tests` unannotated, so mypy infers builtins.function, which is not a Callable
+        tests = cast(dict[str, Callable[..., Any]], self.tests)
+        self.tests = {name: _guard_test(f) for name, f in tests.items()}
 
     # every output join: the rendered text, macro bodies, {% set %} and {% filter %} blocks
-    def concat(self, parts: Iterable[Any]) -> str:  # type: ignore[override]
+    def concat(self, parts: Iterable[Any]) -> str:
         if _BUDGET.get() is not None:
             return _join_parts(parts)
         token = _BUDGET.set(_Budget())  # a render starts here
@@ -433,7 +446,7 @@ class BoundedSandboxedEnvironment(ImmutableSandboxedEnvironment):
             if is_map:
                 if kwargs or len(args) != 1:
                     raise TypeError("format_map() takes exactly one argument")
-                args, kwargs = (), args[0]
+                return _check_size(formatter.vformat(f_self, (), args[0]), "a formatted string")
             return _check_size(formatter.vformat(f_self, args, kwargs), "a formatted string")
 
         return functools.update_wrapper(bounded, value)

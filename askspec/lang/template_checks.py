@@ -9,7 +9,7 @@ sandbox's own checked operations, so check and run agree on every limit.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from jinja2 import nodes
 
@@ -75,7 +75,8 @@ def _static(node: nodes.Node) -> Any:
             return _UNKNOWN
     if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and not node.kwargs \
             and node.dyn_args is None and node.dyn_kwargs is None:
-        fn = {"range": safe_range, "lipsum": lipsum}.get(node.node.name)
+        fns: dict[str, Callable[..., Any]] = {"range": safe_range, "lipsum": lipsum}
+        fn = fns.get(node.node.name)
         args = [_static(a) for a in node.args]
         if fn is None or any(a is _UNKNOWN for a in args):
             return _UNKNOWN
@@ -110,52 +111,56 @@ def static_problems(tree: nodes.Template) -> list[tuple[int, str, str]]:
     """(line, text to point at on that line, message) for what the sandbox is certain to
     refuse when the template renders: E305 at check time."""
     out: list[tuple[int, str, str]] = []
-    for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
+    for load in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
         word = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "from",
-                nodes.Extends: "extends"}[type(node)]
-        out.append((node.lineno, word, f"template uses '{{% {word} %}}': templates cannot load other templates "
+                nodes.Extends: "extends"}[type(load)]
+        out.append((load.lineno, word, f"template uses '{{% {word} %}}': templates cannot load other templates "
                                        "(name each file in the spec with file(...))"))
-    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        attr = node.attr if isinstance(node, nodes.Getattr) else (
-            node.arg.value if isinstance(node.arg, nodes.Const) else None)
-        if _forbidden_attribute(node.node, attr):
-            out.append((node.lineno, attr, f"template uses the attribute {attr!r}, which the sandbox forbids"))
-    for node in tree.find_all(nodes.Filter):
-        if node.name == "attr" and node.args and isinstance(node.args[0], nodes.Const) \
-                and _forbidden_attribute(nodes.Const(None), node.args[0].value):
-            out.append((node.lineno, str(node.args[0].value),
-                        f"template uses the attribute {node.args[0].value!r}, which the sandbox forbids"))
-    for node in tree.find_all(nodes.Call):
-        if isinstance(node.node, nodes.Getattr) and node.node.attr in _MUTATORS:
-            out.append((node.lineno, node.node.attr,
-                        f"template calls {node.node.attr!r}, which would modify a value: templates cannot change data"))
-        elif isinstance(node.node, nodes.Getattr):
-            receiver, args = _static_or_none(node.node.node), [_static_or_none(a) for a in node.args]
+    for access in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        if isinstance(access, nodes.Getattr):
+            attr = access.attr
+        elif isinstance(access, nodes.Getitem) and isinstance(access.arg, nodes.Const):
+            attr = access.arg.value
+        else:
+            continue
+        if _forbidden_attribute(access.node, attr):
+            out.append((access.lineno, attr, f"template uses the attribute {attr!r}, which the sandbox forbids"))
+    for flt in tree.find_all(nodes.Filter):
+        if flt.name == "attr" and flt.args and isinstance(flt.args[0], nodes.Const) \
+                and _forbidden_attribute(nodes.Const(None), flt.args[0].value):
+            out.append((flt.lineno, str(flt.args[0].value),
+                        f"template uses the attribute {flt.args[0].value!r}, which the sandbox forbids"))
+    for call in tree.find_all(nodes.Call):
+        if isinstance(call.node, nodes.Getattr) and call.node.attr in _MUTATORS:
+            out.append((call.lineno, call.node.attr,
+                        f"template calls {call.node.attr!r}, which would modify a value: templates cannot change data"))
+        elif isinstance(call.node, nodes.Getattr):
+            receiver, args = _static_or_none(call.node.node), [_static_or_none(a) for a in call.args]
             if isinstance(receiver, str):
                 try:
-                    check_str_method(node.node.attr, receiver, tuple(a for a in args if a is not None), {})
+                    check_str_method(call.node.attr, receiver, tuple(a for a in args if a is not None), {})
                 except TemplateLimitError as e:
-                    out.append((node.lineno, node.node.attr, f"template would go past the render limits: {e}"))
-    for node in tree.find_all(nodes.Filter):
-        if node.node is None or node.kwargs or node.dyn_args or node.dyn_kwargs:
+                    out.append((call.lineno, call.node.attr, f"template would go past the render limits: {e}"))
+    for flt in tree.find_all(nodes.Filter):
+        if flt.node is None or flt.kwargs or flt.dyn_args or flt.dyn_kwargs:
             continue
-        value, args = _static_or_none(node.node), [_static_or_none(a) for a in node.args]
+        value, args = _static_or_none(flt.node), [_static_or_none(a) for a in flt.args]
         if value is None or None in args:
             continue
         try:
-            precheck_filter(node.name, value, tuple(args), {})
+            precheck_filter(flt.name, value, tuple(args), {})
         except TemplateLimitError as e:
-            out.append((node.lineno, node.name, f"template would go past the render limits: {e}"))
+            out.append((flt.lineno, flt.name, f"template would go past the render limits: {e}"))
     seen: set[tuple[int, str]] = set()
-    for node in tree.find_all((nodes.BinExpr, nodes.Call)):
+    for expr in tree.find_all((nodes.BinExpr, nodes.Call)):
         try:
-            _static(node)
+            _static(expr)
         except TemplateLimitError as e:
-            if (node.lineno, str(e)) not in seen:  # an expression around a failing part fails the same way
-                seen.add((node.lineno, str(e)))
-                needle = node.node.name if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) else (
-                    node.operator if isinstance(node, nodes.BinExpr) else "")
-                out.append((node.lineno, needle, f"template would go past the render limits: {e}"))
+            if (expr.lineno, str(e)) not in seen:  # an expression around a failing part fails the same way
+                seen.add((expr.lineno, str(e)))
+                needle = expr.node.name if isinstance(expr, nodes.Call) and isinstance(expr.node, nodes.Name) else (
+                    expr.operator if isinstance(expr, nodes.BinExpr) else "")
+                out.append((expr.lineno, needle, f"template would go past the render limits: {e}"))
     out += _nested_loop_problems(tree)
     return out
 

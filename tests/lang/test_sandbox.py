@@ -52,6 +52,8 @@ HOSTILE = {
     "slice": "{{ [1] | slice(10**9) | list }}",
     "tojson indent": "{{ range(1000) | list | tojson(indent=1000000) }}",
     "expandtabs": "{{ ('\\t' * 100000).expandtabs(1000) }}",
+    # bytes: the size check counted the tabs with a str needle and failed with TypeError
+    "bytes expandtabs": "{{ ('\\t' * 100000).encode().expandtabs(1000) }}",
     "translate": "{{ 'abc'.translate({97: 'x' * 1000000}) }}",
     "lipsum": "{{ lipsum(10**6) }}",
     "quadratic select": "{% set xs = range(100000) | list %}{{ xs | select('in', xs) | list | length }}",
