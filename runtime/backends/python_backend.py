@@ -330,7 +330,7 @@ class _Workers:
                 # results join that batch.
                 pending = self._results.get(job.loop)
                 wake = pending is None
-                if wake:
+                if pending is None:
                     pending = self._results[job.loop] = []
                 pending.append((job.future, result, error))
             if wake:

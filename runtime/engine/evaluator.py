@@ -189,11 +189,10 @@ def _binary(e: ir.BinaryOp, env: Env) -> Any:
     if op == "+" and isinstance(l, str) and isinstance(r, str):
         return l + r
     if op in ("<", "<=", ">", ">="):
-        if isinstance(l, str) and isinstance(r, str):
-            a, b = l, r
-        else:
-            a, b = _num(l, e.span), _num(r, e.span)
-        return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        if isinstance(l, str) and isinstance(r, str):  # strings order as text, anything else as numbers
+            return {"<": l < r, "<=": l <= r, ">": l > r, ">=": l >= r}[op]
+        x, y = _num(l, e.span), _num(r, e.span)
+        return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
     a, b = _num(l, e.span), _num(r, e.span)
     if op == "+":
         return a + b
