@@ -3,6 +3,8 @@ declared metric, with the difference (e.g. two checkpoints' evaluation runs)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -14,8 +16,13 @@ from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed
 
+if TYPE_CHECKING:
+    from askspec.tui.app import AskspecApp
+
 
 class CompareScreen(Loader, Screen):
+    app: AskspecApp  # the app this runs in (textual types it App[Any])
+
     BINDINGS = [Binding("escape", "app.back", "Back")]
 
     def __init__(self, run_a: str, run_b: str) -> None:

@@ -4,6 +4,8 @@ judge's reply), fitted strengths and the rewards its members ended with."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 from rich.text import Text
 from textual import on
@@ -17,6 +19,9 @@ from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
 from askspec.tui.shaping import GroupDetail
+
+if TYPE_CHECKING:
+    from askspec.tui.app import AskspecApp
 
 
 def matches_table(detail: GroupDetail) -> pa.Table:
@@ -35,6 +40,8 @@ def matches_table(detail: GroupDetail) -> pa.Table:
 
 
 class GroupsPane(Loader, Horizontal):
+    app: AskspecApp  # the app this runs in (textual types it App[Any])
+
     def __init__(self, run_id: str) -> None:
         super().__init__(id="groups-pane")
         self.run_id = run_id

@@ -4,10 +4,13 @@ two-key metrics as heatmaps (Ask-E's per-pair calibration view), and curves of t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.widget import Widget
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
@@ -18,6 +21,10 @@ from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
 from askspec.tui.shaping import Metrics
+
+if TYPE_CHECKING:
+    from askspec.tui.app import AskspecApp
+    from askspec.tui.screens.run import RunScreen
 
 
 class TrainPlot(PlotextPlot):
@@ -40,6 +47,9 @@ class TrainPlot(PlotextPlot):
 
 
 class MetricsPane(Loader, VerticalScroll):
+    app: AskspecApp  # the app this runs in (textual types it App[Any])
+    screen: RunScreen  # the run screen holding this pane (textual types it Screen[object])
+
     def __init__(self, run_id: str) -> None:
         super().__init__(id="metrics-pane")
         self.run_id = run_id
@@ -72,7 +82,7 @@ class MetricsPane(Loader, VerticalScroll):
         if m.tables:
             notes.append(f"{len(m.tables)} declared metric(s)")
         self.query_one("#metrics-note", Static).update("  ·  ".join(notes))
-        widgets = []
+        widgets: list[Widget] = []
         heatmaps = {h.metric: h for h in m.heatmaps}
         for name, table in m.tables.items():
             widgets.append(Static(Text(printable(name, single_line=True), style="bold"), classes="section"))

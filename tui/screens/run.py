@@ -3,6 +3,8 @@ metrics and a SQL console (keys 1-4). Live runs refresh as their files grow."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -21,10 +23,15 @@ from askspec.tui.screens.runs import duration
 from askspec.tui.screens.sessions import SessionsPane
 from askspec.tui.screens.sql import SqlPane
 
+if TYPE_CHECKING:
+    from askspec.tui.app import AskspecApp
+
 TABS = ("sessions", "groups", "metrics", "sql")
 
 
 class RunScreen(Loader, Screen):
+    app: AskspecApp  # the app this runs in (textual types it App[Any])
+
     AUTO_FOCUS = None  # the sessions table takes focus once loaded, not the filter box
     BINDINGS = [
         Binding("escape", "back", "Back"),

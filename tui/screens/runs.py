@@ -5,6 +5,7 @@ reward per role, start and duration. Enter opens a run; space marks two to compa
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from textual import on
@@ -18,6 +19,9 @@ from askspec.tui import data
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed, OpenRun, StoreChanged
+
+if TYPE_CHECKING:
+    from askspec.tui.app import AskspecApp
 
 
 def duration(start: dt.datetime | None, end: dt.datetime | None, live: bool) -> str:
@@ -61,6 +65,8 @@ def runs_table(runs: list[data.RunInfo], marked: set[str]) -> pa.Table:
 
 
 class RunsScreen(Loader, Screen):
+    app: AskspecApp  # the app this screen runs in (textual types it App[Any])
+
     BINDINGS = [
         Binding("enter", "open", "Open run", show=True, priority=False),
         Binding("space", "mark", "Mark for compare"),

@@ -7,6 +7,8 @@ counted in a badge until ``f`` (or moving back to the last row) catches up."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 from textual import on
 from textual.app import ComposeResult
@@ -20,11 +22,18 @@ from askspec.tui.components.table import ArrowTable
 from askspec.tui.filters import FilterError, parse_filter
 from askspec.tui.messages import Loaded, LoadFailed, OpenSession, StoreChanged
 
+if TYPE_CHECKING:
+    from askspec.tui.app import AskspecApp
+    from askspec.tui.screens.run import RunScreen
+
 FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward:0.5..1 "text in a turn"'
                "  (Enter applies)")
 
 
 class SessionsPane(Loader, Vertical):
+    app: AskspecApp  # the app this runs in (textual types it App[Any])
+    screen: RunScreen  # the run screen holding this pane (textual types it Screen[object])
+
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter"),
         Binding("s", "sort", "Sort by next column"),

@@ -3,6 +3,8 @@ matches, train_steps) with a history (up/down), results in a table, errors inlin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -14,6 +16,9 @@ from askspec.tui import data
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed
+
+if TYPE_CHECKING:
+    from askspec.tui.app import AskspecApp
 
 SHOWN_ROWS = 100_000
 
@@ -56,6 +61,8 @@ class HistoryInput(Input):
 
 
 class SqlPane(Loader, Vertical):
+    app: AskspecApp  # the app this runs in (textual types it App[Any])
+
     def __init__(self, run_id: str) -> None:
         super().__init__(id="sql-pane")
         self.run_id = run_id

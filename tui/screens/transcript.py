@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -19,6 +20,9 @@ from askspec.tui.components.loader import Loader
 from askspec.tui.components.turn import TurnView
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
 from askspec.tui.shaping import Transcript
+
+if TYPE_CHECKING:
+    from askspec.tui.app import AskspecApp
 
 
 def _short(v) -> str:
@@ -58,6 +62,8 @@ def session_head(tr: Transcript) -> Text:
 
 
 class TranscriptScreen(Loader, Screen):
+    app: AskspecApp  # the app this runs in (textual types it App[Any])
+
     BINDINGS = [
         Binding("escape", "app.back", "Back"),
         Binding("p", "prompts", "Prompts"),
