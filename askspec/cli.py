@@ -10,6 +10,7 @@ import argparse
 import difflib
 import os
 import sys
+from typing import NoReturn
 
 from . import __version__
 from .terminal import os_error, printable
@@ -30,7 +31,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with askspec's error style: one `error:` line (with "did you mean" for
     a mistyped command or choice) and exit code 1, like every other usage error."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         hint = ""
         if "invalid choice:" in message:
             try:

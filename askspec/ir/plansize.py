@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, TypeGuard
 
 from askspec.ir import model as ir
 from askspec.ir.builtins import spec_range
@@ -59,7 +59,7 @@ def const_list(e: ir.Expr, params: Mapping[str, Any]) -> list:
     return v
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
