@@ -47,10 +47,11 @@ class RoleChecks(CheckerBase):
                     return None
                 m = parent.model_copy(deep=True, update={"name": d.name, "derived_from": base.id, "span": irspan(d.span)})
             elif isinstance(base, A.Call) and base.func == "current":
-                m = self.current_weights_model(d, base, by_name, build)
-                if m is None:
+                current = self.current_weights_model(d, base, by_name, build)
+                if current is None:
                     visiting.discard(d.name)
                     return None
+                m = current
             elif isinstance(base, A.Call) and base.func in BACKENDS:
                 weights = ""
                 if base.args:
