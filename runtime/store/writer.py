@@ -458,8 +458,6 @@ class RunWriter:
         body = (f'"ts":"{self._clock.now()}",{self._head}"event":"started","session_id":{_s(session_id)},'
                 f'"attempt":{attempt},"index":{_i(index)},"game":{_s(game)},"group_id":{_s(group_id)},'
                 f'"params":{_j(params)}}}')
-        if len(body) > LINE_CHARS:
-            body = self._shrunk(body)
         self._emit("sessions:pre", body)
         return attempt
 
@@ -520,8 +518,6 @@ class RunWriter:
                 f'"tokens_in":{tokens_in if type(tokens_in) is int else _i(tokens_in)},'
                 f'"tokens_out":{tokens_out if type(tokens_out) is int else _i(tokens_out)},'
                 f'"latency_ms":{_f(latency_ms)},"error":{"null" if error is None else _s(error)}{judged}}}')
-        if len(body) > LINE_CHARS:
-            body = self._shrunk(body)
         self._emit("turns", body)
 
     def reward(
@@ -540,8 +536,6 @@ class RunWriter:
         body = (f'"ts":"{self._clock.now()}",{self._head}"session_id":{_s(session_id)},"attempt":{_i(attempt)},'
                 f'"role":{_s(role)},"turn_index":{_i(turn_index)},"name":{_s(name)},"value":{_f(value)},'
                 f'"kind":"{kind}"}}')
-        if len(body) > LINE_CHARS:
-            body = self._shrunk(body)
         self._emit("rewards", body)
 
     def session_finished(
@@ -565,8 +559,6 @@ class RunWriter:
         body = (f'"ts":"{self._clock.now()}",{self._head}"event":"finished","session_id":{_s(session_id)},'
                 f'"attempt":{_i(attempt)},"status":"{status}","outcome":{_s(outcome)},"error":{_s(error)},'
                 f'"vars":{_j(vars)},"bookkeeping":{_j(bookkeeping)}}}')
-        if len(body) > LINE_CHARS:
-            body = self._shrunk(body)
         self._emit("sessions:post", body)
 
     def group(self, group_id: str, *, route: str, stats: dict, members: list[str], judge_calls: int | None = None,
@@ -574,8 +566,6 @@ class RunWriter:
         body = (f'"ts":"{self._clock.now()}",{self._head}"group_id":{_s(group_id)},"route":{_s(route)},'
                 f'"stats":{_j(stats)},"members":[{",".join(_s(m) for m in members)}],'
                 f'"judge_calls":{_i(judge_calls)},"unparsed":{_i(unparsed)}}}')
-        if len(body) > LINE_CHARS:
-            body = self._shrunk(body)
         self._emit("groups", body)
 
     def match(
@@ -592,8 +582,6 @@ class RunWriter:
         body = (f'"ts":"{self._clock.now()}",{self._head}"group_id":{_s(group_id)},"a":{_s(a)},"b":{_s(b)},'
                 f'"first_shown":{_s(first_shown)},"verdict":{_s(verdict)},"outcome":{_f(outcome)},'
                 f'"raw":{_s(raw)}}}')
-        if len(body) > LINE_CHARS:
-            body = self._shrunk(body)
         self._emit("matches", body)
 
     def train_step(self, role: str, step: int, metrics: dict) -> None:
@@ -602,8 +590,6 @@ class RunWriter:
                        for k in layout.TRAIN_STEP_COLUMNS)
         body = (f'"ts":"{self._clock.now()}",{self._head}"role":{_s(role)},"step":{_i(step)},{flat}'
                 f'"metrics":{_j(metrics)}}}')
-        if len(body) > LINE_CHARS:
-            body = self._shrunk(body)
         self._emit("train_steps", body)
 
     def _shrunk(self, body: str) -> str:
@@ -654,6 +640,8 @@ class RunWriter:
     # ------------------------------------------------------------------ flushing
 
     def _emit(self, queue: str, body: str) -> None:
+        if len(body) > LINE_CHARS:
+            body = self._shrunk(body)
         if self._closed:
             raise ValueError(f"run writer for {self.run_id} is closed")
         if self._failed is not None:
