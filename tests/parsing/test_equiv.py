@@ -295,9 +295,17 @@ def test_deadline_works_in_forked_child():
 
 
 def test_deadline_never_fires_after_return():
-    # Many short guarded calls: an interrupt must never escape into later code.
+    # Many short guarded calls: an interrupt must never escape into later code. On a loaded
+    # machine a 1 ms deadline can really pass inside the guarded call (the thread is not
+    # scheduled); that is DeadlineExceeded from call_with_deadline itself, and allowed.
+    # What must never happen is an interrupt surfacing outside it, in the code below.
     for _ in range(200):
-        assert call_with_deadline(lambda: 1, 0.001) == 1
+        try:
+            assert call_with_deadline(lambda: 1, 0.001) == 1
+        except DeadlineExceeded:
+            pass
+        for _ in range(200):  # plain code between calls: a stray interrupt would land here
+            pass
     time.sleep(0.05)
 
 
