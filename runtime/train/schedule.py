@@ -89,17 +89,3 @@ def slots(exp: ir.Experiment, configs: list) -> list[Slot]:
                 out.append(Slot(len(out) + 1, it, ph, seen[ph.name]))
     return out
 
-
-def describe(exp: ir.Experiment, configs: list) -> list[str]:
-    """Lines for `compile --format text`: the phases with their step bounds."""
-    cycle, iterations = phases(exp, configs)
-    total = sum(p.steps for p in cycle) * iterations
-    kind = exp.schedule.kind if exp.schedule is not None else "online"
-    lines = [f"schedule {kind}: {total} step(s)" + (f" = {iterations} iteration(s) × "
-                                                    f"({' + '.join(str(p.steps) for p in cycle)})" if kind == "alternating" else "")]
-    for p in cycle:
-        games = ", ".join(list(p.plain) + [f"{g} (replays a buffer)" for g in p.replay]) or "none"
-        frozen = sorted({c.role for c in configs} - set(p.roles))
-        lines.append(f"  phase {p.name}: {p.steps} step(s) per iteration; updates {', '.join(p.roles)}"
-                     + (f"; frozen {', '.join(frozen)}" if frozen else "") + f"; games {games}")
-    return lines

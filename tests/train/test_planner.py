@@ -107,3 +107,14 @@ def test_online_with_two_roles_is_sized_by_every_train_block():
     assert t.steps == 5 and [s.phase.roles for s in t.slots] == [("a", "b")] * 5
     plans = t.planner.plans(1)
     assert len(plans) == 8 and {p.group_size for p in plans} == {4}  # the larger block's group and batch
+
+
+def test_compile_text_shows_the_schedule_with_step_and_call_bounds():
+    from askspec.ir.render import to_text as render_text
+
+    res = compile_file(str(SPECS / "pasodoble.ask"), {"proposer_steps": "2", "solver_steps": "1", "iterations": "2"})
+    text = render_text(res.ir)
+    assert "  6 step(s) = 2 iteration(s) × (proposer 2 + solver 1)" in text
+    assert ("  phase proposer: 2 step(s) per iteration, 4 in all; updates proposer, solver frozen; "
+            "propose: proposer ≤ 6, solver ≤ 36 per session") in text
+    assert "  phase solver: 1 step(s) per iteration, 2 in all; updates solver, proposer frozen" in text
