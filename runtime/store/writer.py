@@ -599,8 +599,6 @@ class RunWriter:
         body = (f'"ts":"{self._clock.now()}",{self._head}"buffer":{_s(buffer)},"event":{_s(event)},"item":{_i(item)},'
                 f'"value":{_j(value)},"reason":{_s(reason)},"score":{_f(score)},"best":{_f(best)},'
                 f'"replays":{_i(replays)},"step":{_i(step)},"phase":{_s(phase)}}}')
-        if len(body) > LINE_CHARS:
-            body = self._shrunk(body)
         self._emit("buffer_events", body)
 
     def _shrunk(self, body: str) -> str:
