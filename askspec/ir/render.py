@@ -196,6 +196,7 @@ def to_text(exp: ir.Experiment) -> str:
         out.append(f"train {t.role} with {t.algorithm}{' ' + json.dumps(t.algorithm_args) if t.algorithm_args else ''}{' {' + hp + '}' if hp else ''}")
     if exp.schedule:
         out.append(f"schedule {exp.schedule.kind} {json.dumps(exp.schedule.options) if exp.schedule.options else ''}".rstrip())
+        out.extend(schedule_lines(exp))
     for metric in exp.metrics:
         out.append(f"metric {metric.name} = {expr_text(metric.value)}{' by (' + ', '.join(metric.by) + ')' if metric.by else ''}")
     return "\n".join(out) + "\n"
@@ -315,3 +316,26 @@ def to_mermaid(exp: ir.Experiment) -> str:
             out.append(f"    g{gi}{a}{arrow}g{gi}{b}")
         out.append("  end")
     return "\n".join(out) + "\n"
+
+
+def schedule_lines(exp: ir.Experiment) -> list[str]:
+    """The schedule's phases with their step bounds (and each phase's games' model-call
+    bounds per session), as the local trainer runs them (docs/training.md)."""
+    sched = exp.schedule
+    if sched is None or sched.kind != "alternating":
+        return []
+    opts = sched.options
+    trained = {t.role for t in exp.training}
+    phases = [(k, int(v)) for k, v in opts.items() if k in trained and isinstance(v, int)]
+    iterations = int(opts.get("iterations") or 1)
+    per_cycle = sum(n for _, n in phases)
+    out = [f"  {iterations * per_cycle} step(s) = {iterations} iteration(s) × ({' + '.join(f'{r} {n}' for r, n in phases)})"]
+    chosen = opts.get("games") if isinstance(opts.get("games"), dict) else {}
+    for role, n in phases:
+        others = sorted(trained - {role})
+        names = chosen.get(role) or [g.name for g in exp.games if role in g.call_bounds]
+        calls = "; ".join(f"{g.name}: " + ", ".join(f"{r} ≤ {c}" for r, c in g.call_bounds.items()) + " per session"
+                          for g in exp.games if g.name in names)
+        out.append(f"  phase {role}: {n} step(s) per iteration, {iterations * n} in all; updates {role}"
+                   + (f", {', '.join(others)} frozen" if others else "") + (f"; {calls}" if calls else ""))
+    return out

@@ -113,7 +113,8 @@ class BlockChecks(TrainingChecks):
             v = a["eviction"].value
             ev = v.id if isinstance(v, A.Name) and v.id not in self.params else self.const(v, "eviction")
             if ev not in EVICTIONS:
-                self.err("E107", f"eviction is {', '.join(sorted(EVICTIONS))}", v.span)
+                self.err("E107", f"eviction is {', '.join(sorted(EVICTIONS))}, found {ev!r}", v.span,
+                         suggest(str(ev), EVICTIONS) if isinstance(ev, str) else None)
             else:
                 buf.eviction = ev
         if "patience" in a:

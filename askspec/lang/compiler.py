@@ -217,6 +217,12 @@ class Compiler(BlockChecks):
             if b.score is None:
                 continue
             replaying = [g for g in self.exp.games if isinstance(g.iter, ir.Ref) and g.iter.name == b.name]
+            if not replaying and b.eviction in ("solved", "no_peak", "solved_or_no_peak"):
+                # the score of a replay decides these evictions: without a replay none happens
+                self.err("E406", f"eviction = {b.eviction} of buffer '{b.name}' evicts after replays, but no game "
+                         f"replays the buffer", self.buffer_score_spans[b.name],
+                         f"add a game that iterates over it (game practice for q in {b.name} {{ ... }}), or use "
+                         f"eviction = oldest")
             for g in replaying:
                 t = sv.get(g.name, {}).get(b.score)
                 if t is None:

@@ -48,6 +48,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E403": ("error", "role has no model on some path"),
     "E404": ("error", "statement not allowed here"),
     "E405": ("error", "invalid training configuration"),
+    "E406": ("error", "buffer eviction that cannot be carried out"),
     # compile --target openrlhf: what an OpenRLHF 0.11.2 job cannot express (docs/cluster.md)
     "E601": ("error", "training algorithm the target lacks"),
     "E602": ("error", "schedule the target cannot express"),

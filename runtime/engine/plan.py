@@ -30,6 +30,7 @@ class SessionPlan:
     group_size: int
     bindings: dict[str, Any]  # the game's `for` pattern names -> values
     seed: int
+    item_index: int | None = None  # position of the bound item in the game's `for` list
 
 
 def derive_seed(*parts: Any) -> int:
@@ -115,7 +116,8 @@ class Plan:
                             return
                         yield SessionPlan(index=k, session_id=f"s{k:06d}", game=game.name, group_id=group_id,
                                           group_size=game.group_size, bindings=bindings,
-                                          seed=derive_seed(self.seed, game.name, item_index, rep, member))
+                                          seed=derive_seed(self.seed, game.name, item_index, rep, member),
+                                          item_index=item_index)
                         k += 1
 
 

@@ -67,7 +67,10 @@ class Engine:
         # data sets and buffers, readable from expressions; buffers fill during a phase and
         # their new items become visible when the phase ends (in session order, so the
         # contents do not depend on scheduling)
-        self.buffers = {b.name: ReplayBuffer(b.name, b.capacity, b.eviction) for b in exp.buffers}
+        self.buffers = {b.name: ReplayBuffer(b.name, b.capacity, b.eviction, int(b.options.get("patience", 3)),
+                                             on_event=self._buffer_event) for b in exp.buffers}
+        self.buffer_scores = {b.name: b.score for b in exp.buffers}
+        self.buffer_when: dict[str, Any] = {"step": None, "phase": None}  # set by a training schedule
         self.collections: dict[str, list] = {**datasets, **{name: b.items for name, b in self.buffers.items()}}
         self.max_sessions = max_sessions  # a cap over all phases (whole groups)
         # trained roles: their turns ask the backend for token ids and log-probs, handed to
@@ -124,31 +127,40 @@ class Engine:
         phase: Iterable[SessionPlan] = plans
         planned = 0
         deferred = [g for g in self.exp.games if replays_buffer(g) is not None]
+        replay_ids: dict[str, list[int]] = {}
         while True:
-            indices = await self._run_phase(phase, done, prior, routed, results)
+            scores: dict[int, Any] = {}
+            indices = await self._run_phase(phase, done, prior, routed, results, scores)
             planned += len(indices)
-            self._commit_pushes(indices, results)
+            self.commit(indices, results, scores, replay_ids)
             if not deferred:
                 break
             game = deferred.pop(0)
             room = None if self.max_sessions is None else self.max_sessions - planned
             if room is not None and room <= 0:
                 break
+            name = replays_buffer(game)
+            replay_ids = {game.name: list(self.buffers[name].ids)} if name in self.buffers else {}
             phase = plan_games([game], self.params, self.collections, self.seed, room, start=planned)
             if self.on_plan:
                 self.on_plan(len(phase))
         return [results[k] for k in sorted(results)]
 
     async def _run_phase(self, plans: Iterable[SessionPlan], done: set[str], prior: dict[str, SessionResult],
-                         routed: set[str], results: dict[int, SessionResult]) -> list[int]:
+                         routed: set[str], results: dict[int, SessionResult],
+                         scores: dict[int, Any] | None = None) -> list[int]:
         """Play one phase with `concurrency` workers pulling sessions from the (lazy) plan
-        in order; returns the indices of the phase's sessions."""
+        in order; returns the indices of the phase's sessions. `scores` receives, per
+        session of a game that replays a scored buffer, its score variable."""
         members: dict[str, list[SessionResult]] = {}
         route_tasks: list[asyncio.Task] = []
         indices: list[int] = []
         pending = iter(plans)
+        scored = self._scored_games()
 
         def finished(p: SessionPlan, res: SessionResult) -> None:
+            if scores is not None and p.game in scored and res.status == "ok":
+                scores[p.index] = res.vars.get(scored[p.game])
             # keep only a slim record per session: a long run must not hold every transcript
             results[p.index] = res.slim()
             if p.group_id and p.group_id not in routed:
@@ -190,11 +202,51 @@ class Engine:
             await _all_or_none(route_tasks)
         return indices
 
-    def _commit_pushes(self, indices: list[int], results: dict[int, SessionResult]) -> None:
+    async def run_phase(self, plans: list[SessionPlan], replay_ids: dict[str, list[int]] | None = None
+                        ) -> list[SessionResult]:
+        """Play `plans` as one phase (a training step), then commit its buffer pushes and
+        replays; games that replay a buffer are not planned here (the caller planned them:
+        `replay_ids` maps such a game to the buffer ids of its plan's `item_index`es)."""
+        results: dict[int, SessionResult] = {}
+        scores: dict[int, Any] = {}
+        indices = await self._run_phase(plans, set(), {}, set(), results, scores)
+        self.commit(indices, results, scores, replay_ids or {})
+        return [results[k] for k in sorted(results)]
+
+    def _scored_games(self) -> dict[str, str]:
+        """game -> the score variable of the buffer it replays (when it has one)."""
+        out = {}
+        for g in self.exp.games:
+            name = replays_buffer(g)
+            if name is not None and self.buffer_scores.get(name):
+                out[g.name] = self.buffer_scores[name]
+        return out
+
+    def commit(self, indices: list[int], results: dict[int, SessionResult], scores: dict[int, Any],
+               replay_ids: dict[str, list[int]]) -> None:
+        """After a phase, in session order: each replayed item's replay (the mean score of
+        its sessions in the phase), which may evict it; then the phase's pushes."""
+        replays: dict[tuple[str, int], list[Any]] = {}
+        for index in sorted(indices):
+            res = results.get(index)
+            if res is None or res.plan.game not in replay_ids or res.plan.item_index is None:
+                continue
+            ids = replay_ids[res.plan.game]
+            if res.plan.item_index < len(ids):
+                key = (replays_buffer(self.games[res.plan.game]), ids[res.plan.item_index])
+                replays.setdefault(key, []).append(scores.get(index))
+        for (name, item_id), got in replays.items():
+            nums = [float(v) for v in got if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            self.buffers[name].replayed(item_id, sum(nums) / len(nums) if nums else None)
         for index in sorted(indices):
             res = results.get(index)
             for name, value in (res.book.pushes if res else []):
                 self.buffers[name].add(value)
+
+    def _buffer_event(self, ev: dict) -> None:
+        record = getattr(self.writer, "buffer_event", None)
+        if record is not None:
+            record(**ev, **self.buffer_when)
 
     async def run_session(self, p: SessionPlan) -> SessionResult:
         game = self.games[p.game]

@@ -138,11 +138,29 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "seconds": "DOUBLE",  # wall time of the step: play + update
         "metrics": "JSON",
     },
+    # a buffer's life (runtime/scoring/buffers.py): an item pushed, refused by a full
+    # buffer, replayed (with the replaying game's score) or evicted (with the reason);
+    # `step`/`phase` say when, in a training schedule
+    "buffer_events": {
+        "buffer": "VARCHAR",
+        "event": "VARCHAR",  # push | rejected | replay | evict
+        "item": "BIGINT",  # the item's number in its buffer (push order)
+        "value": "JSON",  # the item (push, rejected, evict)
+        "reason": "VARCHAR",  # evict: capacity | solved | no_peak; rejected: full
+        "score": "DOUBLE",  # replay / score-based evict: the replay's score
+        "best": "DOUBLE",  # the item's best score so far
+        "replays": "INTEGER",  # the item's replays so far
+        "step": "BIGINT",  # the training step (global, schedule order), null when evaluating
+        "phase": "VARCHAR",
+    },
 }
 TRAIN_STEP_COLUMNS = ("loss", "reward_mean", "reward_std", "zero_adv_share", "kl", "clip_frac", "grad_norm", "lr",
                       "tokens", "seconds")
 
 EVENT_NAMES: tuple[str, ...] = tuple(EVENT_SCHEMAS)
+# Event files added after runs already existed: an older run lacks them, which is no damage
+# (its views are empty; a resume creates the file).
+LATER_EVENTS = frozenset({"buffer_events"})
 
 # Every event may end with ``overflow``: a list of {path, chars, file, sha256} for
 # strings the writer moved to ``events/overflow/`` (their first characters stay inline).
@@ -164,6 +182,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "groups": ("group_id",),
     "matches": ("group_id",),
     "train_steps": ("role", "step"),
+    "buffer_events": ("buffer", "event", "item"),
 }
 COMMON_REQUIRED = ("seq", "ts", "run_id", "gen")
 

@@ -65,7 +65,7 @@ def _reconcile_copies(run_dir: Path, gen: int, out: Prepared) -> None:
         path = layout.ndjson_path(run_dir, name)
         if st.ndjson_bytes is None and (path.exists() or path.is_symlink()):
             raise layout.RunDirError(f"{path} is not a regular file; move it aside to resume")
-        if st.kind == "none" and st.ndjson_bytes is None:
+        if st.kind == "none" and st.ndjson_bytes is None and name not in layout.LATER_EVENTS:
             raise layout.RunDirError(
                 f"{layout.ndjson_path(run_dir, name)} is missing and there is no Parquet copy of it: "
                 f"the run's {name} events are gone. Restore the file to resume, or create it empty "

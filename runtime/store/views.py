@@ -32,6 +32,10 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
     matches(run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts, overflow)
     train_steps(run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl,
                 clip_frac, grad_norm, lr, tokens, seconds, metrics, ts, overflow)
+    buffer_events(run_id, buffer, event, item, value, reason, score, best, replays, step,
+                  phase, seq, ts, gen, overflow)   (push | rejected | replay | evict)
+    buffer_items(run_id, buffer, item, value, pushed_step, replays, best, last_score)
+                  (items pushed and not evicted)
     rollouts(...)   token-level records of trained roles' turns (see rollouts.py)
 
 Sources: per event file, the NDJSON or its Parquet copy, as ``layout.copy_state``
@@ -67,7 +71,8 @@ import duckdb
 from askspec.runtime.store import layout
 
 # Public views, in the order ``export`` writes them.
-VIEW_NAMES = ("runs", "sessions", "turns", "rewards", "groups", "matches", "train_steps", "rollouts")
+VIEW_NAMES = ("runs", "sessions", "turns", "rewards", "groups", "matches", "train_steps", "buffer_events",
+              "buffer_items", "rollouts")
 
 
 class StoreError(Exception):
@@ -317,6 +322,26 @@ _VIEW_SQL = {
                tokens, seconds, metrics, ts, overflow FROM events_train_steps
         QUALIFY row_number() OVER (PARTITION BY run_id, role, step ORDER BY seq DESC) = 1
     """,
+    # a replayed training step (after --resume) writes its buffer events again: per step,
+    # only the latest writer generation's events count
+    "buffer_events": """
+        SELECT run_id, buffer, event, item, value, reason, score, best, replays, step, phase, seq, ts, gen, overflow
+        FROM events_buffer_events
+        QUALIFY gen = max(gen) OVER (PARTITION BY run_id, step)
+    """,
+    # what each buffer holds now (or held when the run ended): items pushed and not evicted
+    "buffer_items": """
+        SELECT p.run_id, p.buffer, p.item, p.value, p.step AS pushed_step,
+               coalesce(r.replays, 0) AS replays, r.best, r.score AS last_score
+        FROM buffer_events p
+        LEFT JOIN (SELECT run_id, buffer, item, max(replays) AS replays, arg_max(best, seq) AS best,
+                          arg_max(score, seq) AS score
+                   FROM buffer_events WHERE event = 'replay' GROUP BY ALL) r
+          ON r.run_id = p.run_id AND r.buffer = p.buffer AND r.item = p.item
+        WHERE p.event = 'push'
+          AND NOT EXISTS (SELECT 1 FROM buffer_events e WHERE e.event = 'evict' AND e.run_id = p.run_id
+                          AND e.buffer = p.buffer AND e.item = p.item)
+    """,
 }
 
 
@@ -374,7 +399,7 @@ def connect(path: str | os.PathLike[str]) -> Store:
                     found.append((StaleParquetWarning,
                                   f"{run_id}: events/{name}.parquet is out of date; reading {name}.ndjson"))
                 ndjson[name].append(nd)
-            else:
+            elif name not in layout.LATER_EVENTS:
                 found.append((DamagedRunWarning,
                               f"{run_id}: events/{name}.ndjson is missing; no {name} events for this run"))
             if not state.ndjson_bytes or state.kind in ("current", "only", "ahead"):

@@ -74,6 +74,7 @@ _QUEUES = (
     ("matches", "matches"),
     ("groups", "groups"),
     ("train_steps", "train_steps"),
+    ("buffer_events", "buffer_events"),
 )
 
 
@@ -591,6 +592,14 @@ class RunWriter:
         body = (f'"ts":"{self._clock.now()}",{self._head}"role":{_s(role)},"step":{_i(step)},{flat}'
                 f'"metrics":{_j(metrics)}}}')
         self._emit("train_steps", body)
+
+    def buffer_event(self, *, buffer: str, event: str, item: int, value: Any = None, reason: str | None = None,
+                     score: float | None = None, best: float | None = None, replays: int | None = None,
+                     step: int | None = None, phase: str | None = None) -> None:
+        body = (f'"ts":"{self._clock.now()}",{self._head}"buffer":{_s(buffer)},"event":{_s(event)},"item":{_i(item)},'
+                f'"value":{_j(value)},"reason":{_s(reason)},"score":{_f(score)},"best":{_f(best)},'
+                f'"replays":{_i(replays)},"step":{_i(step)},"phase":{_s(phase)}}}')
+        self._emit("buffer_events", body)
 
     def _shrunk(self, body: str) -> str:
         # Rare path: a line over LINE_CHARS. Decode the line we built (exactly the

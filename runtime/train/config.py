@@ -63,6 +63,10 @@ def config_from_ir(t: ir.Training, exp: ir.Experiment) -> TrainConfig:
     steps = hyper.get("steps")
     if steps is None and exp.schedule is not None and exp.schedule.kind == "online":
         steps = exp.schedule.options.get("steps")
+    if exp.schedule is not None and exp.schedule.kind == "alternating":
+        # the schedule says how often the role is updated (the lr schedule's length)
+        opts = exp.schedule.options
+        steps = int(opts.get(t.role) or 0) * int(opts.get("iterations") or 1) or steps
     return TrainConfig(
         role=t.role, algorithm=t.algorithm, estimator=estimator, loss=loss,
         aggregation=hyper.get("aggregation") or aggregation,

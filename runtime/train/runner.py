@@ -39,4 +39,6 @@ def prepare(exp: ir.Experiment, *, params: dict[str, Any], datasets: dict[str, l
 def manifest_record(trainer) -> dict[str, Any]:
     return {"roles": [c.role for c in trainer.configs], "steps": trainer.steps,
             "algorithms": {c.role: c.algorithm for c in trainer.configs},
-            "sessions_per_step": trainer.planner.sessions_per_step(1)}
+            "sessions_per_step": trainer.step_sessions(trainer.slots[0]),
+            "schedule": [{"step": s.step, "iteration": s.iteration, "phase": s.phase.name, "roles": list(s.phase.roles)}
+                         for s in trainer.slots[:1000]]}

@@ -31,10 +31,12 @@ from askspec.ir import model as ir
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
 from askspec.runtime.train.batch import SessionRecord, build_batch
+from askspec.runtime.train import schedule
 from askspec.runtime.train.config import config_from_ir
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
+BUFFERS = "buffers"  # checkpoints/buffers/step-<n>.json: the buffers' state at that step
 
 
 class TrainingRefused(Exception):
@@ -108,8 +110,12 @@ class StepPlanner:
         pos, count, _ = self._bounds(step)
         return sum(self.elements[(pos + i) % len(self.elements)].size for i in range(count))
 
-    def plans(self, step: int) -> list[SessionPlan]:
-        pos, count, index = self._bounds(step)
+    def plans(self, n: int, index0: int | None = None, step: int | None = None) -> list[SessionPlan]:
+        """The sessions of this planner's `n`-th step; `index0` (the first session index)
+        and `step` (the global step) default to n's own when one planner is the schedule."""
+        pos, count, index = self._bounds(n)
+        index = index if index0 is None else index0
+        step = n if step is None else step
         out: list[SessionPlan] = []
         for j in range(count):
             e = self.elements[(pos + j) % len(self.elements)]
@@ -190,19 +196,53 @@ class LocalTrainer:
         self.resolver = resolver  # commands.run.ModelResolver
         self.run_dir = Path(run_dir or ".")  # set by the run command once the run directory exists
         self.configs = [config_from_ir(t, exp) for t in exp.training]
+        self.by_role = {c.role: c for c in self.configs}
         self.check(exp)
-        self.games = self._games(exp)
-        first = self.configs[0]
-        self.planner = StepPlanner(exp, self.games, params, dict(datasets), seed, first.group, first.batch)
-        self.steps = first.steps
+        self.slots = schedule.slots(exp, self.configs)
+        self.steps = len(self.slots)
+        self.games = [g for g in exp.games if any(g.name in s.phase.plain + s.phase.replay for s in self.slots)]
+        self.planners: dict[str, StepPlanner] = {}
+        for ph in {s.phase.name: s.phase for s in self.slots}.values():
+            if ph.plain:
+                group, batch = self._sizes(ph)
+                self.planners[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
+                                                     dict(datasets), seed, group, batch)
+        self.planner = next(iter(self.planners.values()), None)  # the first phase's (tests, progress)
+        self._index0 = [0]  # per step: its first session index (each step owns a fixed range)
+        for sl in self.slots:
+            self._index0.append(self._index0[-1] + self.step_sessions(sl))
         self.policies: dict[str, Any] = {}
         self.start_step = 0
+
+    def _sizes(self, ph: schedule.Phase) -> tuple[int | None, int | None]:
+        """A phase's group and batch: its role's train block (online: the largest over roles)."""
+        cfgs = [self.by_role[r] for r in ph.roles]
+        groups = [c.group for c in cfgs if c.group is not None]
+        batches = [c.batch for c in cfgs if c.batch is not None]
+        return (max(groups) if groups else None), (max(batches) if batches else None)
+
+    def _replay_shape(self, ph: schedule.Phase, game: ir.Game) -> tuple[int, int]:
+        """(items, sessions per item) one step of `ph` replays from `game`'s buffer."""
+        group, batch = self._sizes(ph)
+        size = game.group_size if game.group_size > 1 else (group or 1)
+        return max(1, -(-(batch or size) // size)), size
+
+    def _game(self, name: str) -> ir.Game:
+        return next(g for g in self.exp.games if g.name == name)
+
+    def step_sessions(self, sl: schedule.Slot) -> int:
+        """The most sessions step `sl` plays (a replay plays fewer when its buffer is short)."""
+        n = self.planners[sl.phase.name].sessions_per_step(sl.n) if sl.phase.plain else 0
+        for name in sl.phase.replay:
+            items, size = self._replay_shape(sl.phase, self._game(name))
+            n += items * size
+        return n
 
     # -- what cannot run -------------------------------------------------------------------
 
     def check(self, exp: ir.Experiment) -> None:
         problems: list[tuple[str, ir.Span | None]] = []
-        if exp.schedule is not None and exp.schedule.kind != "online":
+        if exp.schedule is not None and exp.schedule.kind not in ("online", "alternating"):
             problems.append((f"the '{exp.schedule.kind}' schedule is not carried out by the local trainer yet (it runs "
                              f"'online': every trained role updated from every game); run with --eval-only to play "
                              f"the games without training", exp.schedule.span))
@@ -211,8 +251,8 @@ class LocalTrainer:
             if roles.count(cfg.role) > 1:
                 problems.append((f"role '{cfg.role}' has more than one train block", t.span))
             if cfg.replay is not None:
-                problems.append((f"'replay = {cfg.replay}' (training on a buffer's items) is not carried out by the local "
-                                 f"trainer yet; remove it or run with --eval-only", t.span))
+                problems.append((f"'replay = {cfg.replay}' is not carried out by the local trainer: a game that iterates "
+                                 f"over the buffer replays it (schedule alternating); remove the setting", t.span))
         trained = {r.name for r in exp.roles if r.trained}
         untrained = sorted(trained - set(roles))
         for name in untrained:
@@ -221,24 +261,17 @@ class LocalTrainer:
         if problems:
             raise TrainingRefused(problems)
 
-    def _games(self, exp: ir.Experiment) -> list[ir.Game]:
-        games = [g for g in exp.games if replays_buffer(g) is None]
-        if exp.schedule is not None and isinstance(exp.schedule.options.get("games"), list):
-            chosen = set(exp.schedule.options["games"])
-            games = [g for g in games if g.name in chosen]
-        return games
-
     def engine_experiment(self) -> ir.Experiment:
-        """The experiment the engine runs each step: the trained games only (a game that
-        replays a buffer belongs to a schedule this trainer does not run)."""
+        """The experiment the engine runs: the schedule's games (the trainer plans every
+        phase itself, buffer replays included)."""
         return self.exp.model_copy(update={"games": self.games})
 
     def planned_sessions(self) -> int:
         return self.planner_sessions_before(self.steps)
 
     def planner_sessions_before(self, step: int) -> int:
-        """Sessions of steps 1..step."""
-        return sum(self.planner.sessions_per_step(k) for k in range(1, step + 1))
+        """Sessions of steps 1..step (at most: a short buffer replays fewer)."""
+        return self._index0[step]
 
     # -- models ----------------------------------------------------------------------------
 
@@ -304,54 +337,98 @@ class LocalTrainer:
         from askspec.runtime.store import rollouts
 
         if self.start_step:
+            self._restore_buffers(engine)
             self._emit_missing(log)
-        for step in range(self.start_step + 1, self.steps + 1):
+        for sl in self.slots[self.start_step:]:
+            step = sl.step
             t0 = time.perf_counter()
             log.reset()
-            plans = self.planner.plans(step)
-            await engine.run(plans)
+            engine.buffer_when = {"step": step, "phase": sl.phase.name}
+            plans, replay_ids = self.plans(sl, engine)
+            versions = {r: p.version for r, p in self.policies.items()}
+            if plans:
+                await engine.run_phase(plans, replay_ids)
             played = time.perf_counter() - t0
             sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
             metrics: dict[str, dict[str, Any]] = {}
             keys: dict[tuple[str, int], tuple[str, str]] = {}
-            for cfg in self.configs:
-                policy = self.policies[cfg.role]
-                batch = build_batch(cfg.role, sessions, log.routes, need_reward=cfg.loss != "sft")
+            for role in sl.phase.roles:
+                cfg, policy = self.by_role[role], self.policies[role]
+                if sl.n > cfg.steps:  # online: this role's own steps are done
+                    continue
+                batch = build_batch(role, sessions, log.routes, need_reward=cfg.loss != "sft")
                 for tr in batch.trajectories:
                     for turn in tr.turns:
                         keys[(turn.session_id, turn.turn_index)] = (tr.key, tr.group_key)
-                version = policy.version
-                m = policy.update(batch.trajectories)
-                m.update(step=step, algorithm=cfg.algorithm, sessions=len(plans), seconds_play=played,
-                         seconds=time.perf_counter() - t0, policy_version=version, excluded=batch.excluded)
-                metrics[cfg.role] = m
+                if not plans:  # an empty buffer: nothing was played (PasoDoble ends the phase's step)
+                    m: dict[str, Any] = {"skipped": "the replayed buffer is empty", "trajectories": 0, "tokens": 0}
+                else:
+                    m = policy.update(batch.trajectories)
+                m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, algorithm=cfg.algorithm,
+                         sessions=len(plans), seconds_play=played, seconds=time.perf_counter() - t0,
+                         policy_version=versions[role], excluded=batch.excluded)
+                metrics[role] = m
             rows = []
             for s in sessions:
                 for r in s.rollouts:
                     traj, group = keys.get((s.session_id, r["turn_index"]), (None, None))
                     rows.append({"run_id": log.run_id, "session_id": s.session_id, "attempt": s.attempt,
                                  "turn_index": r["turn_index"], "role": r["role"], "step": step, "trajectory": traj,
-                                 "group_key": group, "policy_version": self.policies[r["role"]].version - 1,
+                                 "group_key": group, "policy_version": versions[r["role"]],
                                  "temperature": r["temperature"], "finish_reason": r["finish_reason"],
                                  "prompt_ids": list(r["prompt_ids"]), "completion_ids": list(r["completion_ids"]),
                                  "logprobs": list(r["logprobs"]), "gen": log.generation})
             rollouts.write_shard(self.run_dir, step, log.generation, rows)
+            log.flush()  # the step's sessions and buffer events are on disk before a checkpoint names it
             if step % min(c.save_every for c in self.configs) == 0 or step == self.steps:
-                self.checkpoint(step, metrics)
+                self.checkpoint(step, metrics, engine)
             for role, m in metrics.items():
                 log.train_step(role, step, _jsonable(m))
             log.flush()
             if on_step is not None:
                 on_step(step, metrics)
 
-    def checkpoint(self, step: int, metrics: dict[str, dict[str, Any]]) -> None:
-        """Every role's checkpoint of `step`, then `latest.json` naming it (the commit point)."""
+    def plans(self, sl: schedule.Slot, engine) -> tuple[list[SessionPlan], dict[str, list[int]]]:
+        """Step `sl`'s sessions: its plain games' next elements, then a batch of each
+        replayed buffer's items in circular order (the buffer's cursor advances)."""
+        index0 = self._index0[sl.step - 1]
+        plans = self.planners[sl.phase.name].plans(sl.n, index0, sl.step) if sl.phase.plain else []
+        replay_ids: dict[str, list[int]] = {}
+        for name in sl.phase.replay:
+            game = self._game(name)
+            count, size = self._replay_shape(sl.phase, game)
+            batch = engine.buffers[replays_buffer(game)].next_batch(count)
+            replay_ids[name] = [item_id for item_id, _ in batch]
+            for j, (item_id, item) in enumerate(batch):
+                if game.pattern and len(game.pattern) == 1:
+                    bindings = {game.pattern[0]: item}
+                else:
+                    bindings = dict(zip(game.pattern, list(item))) if game.pattern else {}
+                group_id = f"{name}-t{sl.step:06d}-e{j:03d}" if size > 1 else None
+                for member in range(size):
+                    k = index0 + len(plans)
+                    plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=name, group_id=group_id,
+                                             group_size=size, bindings={**bindings, "__step__": sl.step},
+                                             seed=derive_seed(self.seed, name, item_id, "replay", sl.step, member),
+                                             item_index=j))
+        return plans, replay_ids
+
+    def checkpoint(self, step: int, metrics: dict[str, dict[str, Any]], engine=None) -> None:
+        """Every role's checkpoint of `step` and the buffers' contents, then `latest.json`
+        naming them (the commit point)."""
         from askspec.runtime.store.layout import write_json_atomic
 
         root = self.run_dir / CHECKPOINTS
         for role, policy in self.policies.items():
             policy.save(root / role / f"step-{step}", step, _jsonable(metrics.get(role, {})))
+        if engine is not None and engine.buffers:
+            (root / BUFFERS).mkdir(parents=True, exist_ok=True)
+            write_json_atomic(root / BUFFERS / f"step-{step}.json",
+                              {name: b.state() for name, b in engine.buffers.items()})
         write_json_atomic(root / LATEST, {"step": step, "roles": {r: f"{r}/step-{step}" for r in self.policies}})
+        for old in (root / BUFFERS).glob("step-*.json"):  # only the newest is resumed from
+            if old.stem[5:].isdigit() and int(old.stem[5:]) < step:
+                old.unlink(missing_ok=True)
         keep = min(c.keep_checkpoints for c in self.configs)
         for role in self.policies:
             done = sorted((p for p in (root / role).glob("step-*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
@@ -371,13 +448,23 @@ class LocalTrainer:
             have = {(r, int(s)) for r, s in con.execute("SELECT role, step FROM train_steps").fetchall()}
         except Exception:
             have = set()
-        for role in self.policies:
-            if (role, self.start_step) in have:
+        for role in self.slots[self.start_step - 1].phase.roles:
+            if (role, self.start_step) in have or self.slots[self.start_step - 1].n > self.by_role[role].steps:
                 continue
             state = self.run_dir / CHECKPOINTS / role / f"step-{self.start_step}" / "trainer_state.json"
             metrics = json.loads(state.read_text(encoding="utf-8")).get("metrics") or {}
             log.train_step(role, self.start_step, metrics)
         log.flush()
+
+
+    def _restore_buffers(self, engine) -> None:
+        """A resumed schedule's buffers: as they were at the checkpoint (items, ids, replay
+        statistics, the circular cursor)."""
+        path = self.run_dir / CHECKPOINTS / BUFFERS / f"step-{self.start_step}.json"
+        if path.exists():
+            for name, state in json.loads(path.read_text(encoding="utf-8")).items():
+                if name in engine.buffers:
+                    engine.buffers[name].restore(state)
 
 
 def _jsonable(v: Any) -> Any:

@@ -71,6 +71,7 @@ def test_event_lines(kit, tmp_path):
     w.group("g0", route="verifier", stats={"var": 0.25, "n": 2}, members=["s0", "s1"])
     w.match("g0", a="s0", b="s1", first_shown="a", verdict="Tie", outcome=0.5, raw="tie")
     w.train_step("questioner", 1, {"loss": 1.0, "lr": 1e-6})
+    w.buffer_event(buffer="kept", event="push", item=0, value={"q": 1}, replays=0, step=1, phase="proposer")
     w.finish()
     ts = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
     for name in layout.EVENT_NAMES:

@@ -53,7 +53,7 @@ def test_reasoning_arena_batch_rounds_up_to_whole_groups():
     assert len(t.planner.plans(1)) == 480
 
 
-@pytest.mark.parametrize("name, schedule", [("pasodoble.ask", "alternating"), ("soar.ask", "nested")])
+@pytest.mark.parametrize("name, schedule", [("soar.ask", "nested")])
 def test_schedules_the_trainer_cannot_run_are_refused(name, schedule):
     with pytest.raises(TrainingRefused) as e:
         trainer(name)
@@ -72,3 +72,49 @@ def test_gspo_clip_sets_both_sides_unless_one_is_given():
         assert res.ok, algo
         cfg = config_from_ir(res.ir.training[0], res.ir)
         assert (cfg.clip_low, cfg.clip_high) == pytest.approx(want), algo
+
+
+def test_pasodoble_alternating_phases_and_per_role_sizes():
+    t = trainer("pasodoble.ask", {"proposer_steps": "2", "solver_steps": "1", "iterations": "2", "proposals": "3",
+                                  "solutions": "2"})
+    assert [(s.step, s.phase.name, s.iteration, s.n) for s in t.slots] == [
+        (1, "proposer", 1, 1), (2, "proposer", 1, 2), (3, "solver", 1, 1),
+        (4, "proposer", 2, 3), (5, "proposer", 2, 4), (6, "solver", 2, 2)]
+    prop, solv = t.slots[0].phase, t.slots[2].phase
+    assert (prop.roles, prop.plain, prop.replay) == (("proposer",), ("propose",), ())
+    assert (solv.roles, solv.plain, solv.replay) == (("solver",), (), ("practice",))
+    # each phase is sized by its own role's train block (group = proposals / solutions)
+    assert {p.group_size for p in t.planners["proposer"].plans(1)} == {3}
+    assert t._replay_shape(solv, t._game("practice")) == (1, 2)
+    # the lr schedule of each role counts its own updates
+    assert t.by_role["proposer"].steps == 4 and t.by_role["solver"].steps == 2
+    # session indices of steps never overlap
+    assert t.planner_sessions_before(6) == 4 * 3 + 2 * 2
+
+
+def test_online_with_two_roles_is_sized_by_every_train_block():
+    from askspec.lang.compiler import compile_source
+
+    src = ('model m = hf("smollm2-135m-instruct")\n'
+           'role a { model = m; trained; memory = none; prompt = "x" }\n'
+           'role b { model = m; trained; memory = none; prompt = "y" }\n'
+           'game g for i in [1, 2, 3] { x = ask a\n y = ask b\n reward a = 1.0\n reward b = 1.0 }\n'
+           'train a with grpo { group = 2; batch = 2; steps = 3 }\n'
+           'train b with grpo { group = 4; batch = 8; steps = 5 }\n')
+    res = compile_source("t.ask", src)
+    assert res.ok
+    t = LocalTrainer(res.ir, params={}, datasets={}, seed=0, resolver=None, run_dir=None)
+    assert t.steps == 5 and [s.phase.roles for s in t.slots] == [("a", "b")] * 5
+    plans = t.planner.plans(1)
+    assert len(plans) == 8 and {p.group_size for p in plans} == {4}  # the larger block's group and batch
+
+
+def test_compile_text_shows_the_schedule_with_step_and_call_bounds():
+    from askspec.ir.render import to_text as render_text
+
+    res = compile_file(str(SPECS / "pasodoble.ask"), {"proposer_steps": "2", "solver_steps": "1", "iterations": "2"})
+    text = render_text(res.ir)
+    assert "  6 step(s) = 2 iteration(s) × (proposer 2 + solver 1)" in text
+    assert ("  phase proposer: 2 step(s) per iteration, 4 in all; updates proposer, solver frozen; "
+            "propose: proposer ≤ 6, solver ≤ 36 per session") in text
+    assert "  phase solver: 1 step(s) per iteration, 2 in all; updates solver, proposer frozen" in text

@@ -1,0 +1,91 @@
+"""A training schedule as a flat list of steps: which roles a step updates, which games it
+plays, and in which phase and iteration it lies (docs/training.md, "Schedules").
+
+- `online` (the default): one phase; every step plays the games and updates every trained
+  role (a role whose `steps` is fewer stops updating after its own steps).
+- `alternating`: phases in the schedule's declaration order, `ROLE = N` steps each (only
+  ROLE updated; the other roles frozen, still serving their current weights), the whole
+  cycle `iterations` times.
+
+Each step has one global number (1, 2, ...): checkpoints, `--resume` and `train_steps`
+count in it, so a resumed run re-plays exactly the steps after its checkpoint whatever
+phase they lie in. `nested` (SOAR) and stages would add their own step kinds here (a
+nested outer step owning inner copies' steps; a stage a list of phases) — see the report
+in docs/training.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from askspec.ir import model as ir
+from askspec.ir.plansize import replays_buffer
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # "online", or the trained role of an alternating phase
+    roles: tuple[str, ...]  # roles updated in this phase
+    plain: tuple[str, ...]  # games planned from their data (cycling)
+    replay: tuple[str, ...]  # games replaying a buffer (a batch of its items per step)
+    steps: int
+
+
+@dataclass(frozen=True)
+class Slot:
+    step: int  # global, 1-based
+    iteration: int  # 1-based (online: 1)
+    phase: Phase
+    n: int  # the how-many-th step of this phase's kind (1-based, over all iterations): the data cursor
+
+
+def asked_roles(steps: list) -> set[str]:
+    """Roles a game body asks (any depth)."""
+    out: set[str] = set()
+    for s in steps:
+        if isinstance(s, ir.AskStep):
+            out.update(s.roles)
+        for attr in ("body", "orelse"):
+            out |= asked_roles(getattr(s, attr, None) or [])
+        for b in getattr(s, "branches", None) or []:
+            out |= asked_roles(b.body)
+    return out
+
+
+def phases(exp: ir.Experiment, configs: list) -> tuple[list[Phase], int]:
+    """The phases of one cycle and the number of cycles."""
+    sched = exp.schedule
+    roles = [c.role for c in configs]
+    kind = sched.kind if sched is not None else "online"
+    opts = sched.options if sched is not None else {}
+
+    def split(names: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        games = [g for g in exp.games if g.name in names]
+        return (tuple(g.name for g in games if replays_buffer(g) is None),
+                tuple(g.name for g in games if replays_buffer(g) is not None))
+
+    if kind == "alternating":
+        chosen = opts.get("games") if isinstance(opts.get("games"), dict) else {}
+        out = []
+        for role in [k for k in opts if k in roles]:
+            names = chosen.get(role) or [g.name for g in exp.games if role in asked_roles(g.body)]
+            plain, replay = split(names)
+            out.append(Phase(role, (role,), plain, replay, int(opts[role])))
+        return out, int(opts.get("iterations") or 1)
+    names = opts["games"] if isinstance(opts.get("games"), list) else [g.name for g in exp.games if replays_buffer(g) is None]
+    plain, replay = split(names)
+    return [Phase("online", tuple(roles), plain, replay, max(c.steps for c in configs))], 1
+
+
+def slots(exp: ir.Experiment, configs: list) -> list[Slot]:
+    """Every step of the schedule, in order."""
+    cycle, iterations = phases(exp, configs)
+    out: list[Slot] = []
+    seen: dict[str, int] = {}
+    for it in range(1, iterations + 1):
+        for ph in cycle:
+            for _ in range(ph.steps):
+                seen[ph.name] = seen.get(ph.name, 0) + 1
+                out.append(Slot(len(out) + 1, it, ph, seen[ph.name]))
+    return out
+

@@ -1,0 +1,91 @@
+"""The `alternating` schedule end to end on CPU (real SmolLM2, 8 new tokens): PasoDoble's
+offline loop in miniature (tests/train/specs/tiny_alternating.ask: T_P = 2, T_S = 1,
+iterations = 2), killed with SIGKILL in the middle of a proposer phase and resumed; the
+recorded phases, pushes, evictions and train steps are checked against the schedule."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from askspec.runtime.store.views import open_store
+
+SPEC = Path(__file__).parent / "specs" / "tiny_alternating.ask"
+pytestmark = pytest.mark.slow
+# global step -> (phase, iteration): P P S per iteration
+SCHEDULE = {1: ("proposer", 1), 2: ("proposer", 1), 3: ("solver", 1), 4: ("proposer", 2), 5: ("proposer", 2),
+            6: ("solver", 2)}
+
+
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("alt") / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--out", str(out), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 800
+        killed_at = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            runs = list(out.glob("*/checkpoints/latest.json")) if out.exists() else []
+            if runs and json.loads(runs[0].read_text())["step"] >= 4:
+                killed_at = json.loads(runs[0].read_text())["step"]
+                break
+            time.sleep(0.2)
+        assert killed_at is not None, proc.communicate(timeout=5)
+        os.killpg(proc.pid, signal.SIGKILL)  # step 4 checkpointed, step 5 (same phase) being played
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
+    assert killed_at < 6, "the run finished before it could be killed"
+    resumed = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "--resume", str(run_dir), "--quiet"],
+                             capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr
+    return run_dir
+
+
+def test_every_step_of_the_schedule_exactly_once(resumed_run):
+    con = open_store(resumed_run)
+    rows = con.execute("SELECT role, step, metrics->>'phase', CAST(metrics->>'iteration' AS INT) FROM train_steps "
+                       "ORDER BY step").fetchall()
+    assert [(r, s, ph, it) for r, s, ph, it in rows] == [(SCHEDULE[s][0], s, *SCHEDULE[s]) for s in range(1, 7)]
+    # each role its own weights and optimizer: the proposer took 4 steps, the solver 2
+    ck = resumed_run / "checkpoints"
+    assert json.loads((ck / "proposer" / "step-6" / "trainer_state.json").read_text())["version"] == 4
+    assert json.loads((ck / "solver" / "step-6" / "trainer_state.json").read_text())["version"] == 2
+    # the frozen role served its current weights: rollouts carry the version that sampled them
+    versions = dict(con.execute("SELECT step, max(policy_version) FROM rollouts WHERE role = 'solver' "
+                                "GROUP BY step").fetchall())
+    assert versions[1] == versions[2] == 0 and versions[4] == versions[5] == 1
+    assert json.loads((resumed_run / "manifest.json").read_text())["resumes"] == 1
+
+
+def test_pushes_replays_and_evictions_follow_the_schedule(resumed_run):
+    con = open_store(resumed_run)
+    ev = con.execute("SELECT step, phase, event, item, reason, score FROM buffer_events ORDER BY seq").fetchall()
+    pushes = [(s, item) for s, _, e, item, _, _ in ev if e == "push"]
+    # each proposer step plays one topic, 2 proposals, each pushed; ids in push order, once each
+    assert pushes == [(1, 0), (1, 1), (2, 2), (2, 3), (4, 4), (4, 5), (5, 6), (5, 7)]
+    assert all(SCHEDULE[s][0] == ph for s, ph, *_ in ev)
+    replays = [(s, item) for s, _, e, item, _, _ in ev if e == "replay"]
+    assert [s for s, _ in replays] == [3, 6]  # one item per solver step
+    evicted = [(item, reason) for _, _, e, item, reason, _ in ev if e == "evict"]
+    assert len({i for i, _ in evicted}) == len(evicted)  # an item leaves once
+    for (s, _, e, item, reason, score) in ev:
+        if e == "evict" and reason == "capacity":
+            assert SCHEDULE[s][0] == "proposer"
+        if e == "evict" and reason == "solved":
+            assert score == 1.0
+    held = [i for (i,) in con.execute("SELECT item FROM buffer_items ORDER BY item").fetchall()]
+    assert held == sorted(set(range(8)) - {i for i, _ in evicted}) and len(held) <= 3  # capacity 3
+    # the buffer as checkpointed at the end agrees with the store
+    state = json.loads((resumed_run / "checkpoints" / "buffers" / "step-6.json").read_text())
+    assert state["questions"]["ids"] == held
