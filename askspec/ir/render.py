@@ -330,7 +330,8 @@ def schedule_lines(exp: ir.Experiment) -> list[str]:
     iterations = int(opts.get("iterations") or 1)
     per_cycle = sum(n for _, n in phases)
     out = [f"  {iterations * per_cycle} step(s) = {iterations} iteration(s) × ({' + '.join(f'{r} {n}' for r, n in phases)})"]
-    chosen = opts.get("games") if isinstance(opts.get("games"), dict) else {}
+    games_opt = opts.get("games")
+    chosen: dict = games_opt if isinstance(games_opt, dict) else {}
     for role, n in phases:
         others = sorted(trained - {role})
         names = chosen.get(role) or [g.name for g in exp.games if role in g.call_bounds]

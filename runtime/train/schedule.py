@@ -65,7 +65,8 @@ def phases(exp: ir.Experiment, configs: list) -> tuple[list[Phase], int]:
                 tuple(g.name for g in games if replays_buffer(g) is not None))
 
     if kind == "alternating":
-        chosen = opts.get("games") if isinstance(opts.get("games"), dict) else {}
+        games_opt = opts.get("games")
+        chosen: dict = games_opt if isinstance(games_opt, dict) else {}
         out = []
         for role in [k for k in opts if k in roles]:
             names = chosen.get(role) or [g.name for g in exp.games if role in asked_roles(g.body)]
