@@ -70,7 +70,7 @@ def cmd_check(args) -> int:
 
     failed = False
     for path in args.files:
-        res = compile_file(path, _overrides(args.set))
+        res = compile_file(path, _overrides(args.set), args.profile)
         res.sink.emit(res.sources, limit=args.max_diagnostics)
         if res.sink.has_errors:
             failed = True
@@ -86,7 +86,7 @@ def cmd_compile(args) -> int:
     from .ir import canonical, render
     from .lang.compiler import compile_file
 
-    res = compile_file(args.file, _overrides(args.set))
+    res = compile_file(args.file, _overrides(args.set), args.profile)
     res.sink.emit(res.sources, limit=args.max_diagnostics)
     exp = res.ir
     if not res.ok or exp is None:  # ok implies an IR; the second test tells the type checker
@@ -239,6 +239,11 @@ def _max_diagnostics(c: argparse.ArgumentParser) -> None:
                    help=f"print at most N diagnostics per file, then a count of the rest (default {MAX_PRINTED}; 0: all)")
 
 
+def _profile(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--profile", metavar="NAME",
+                   help="the configuration to use: one of the spec's profiles (default: the spec's `profile = NAME`)")
+
+
 def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     """The argument parser; `runtime=False` leaves out the runtime's subcommands, whose
     modules pull in pyarrow and DuckDB (a third of `askspec check`'s start-up)."""
@@ -249,6 +254,7 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="check specs and print diagnostics")
     c.add_argument("files", nargs="+")
     c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    _profile(c)
     c.add_argument("-q", "--quiet", action="store_true")
     _max_diagnostics(c)
     c.set_defaults(func=cmd_check)
@@ -258,6 +264,7 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c.add_argument("--format", choices=["json", "text", "dot", "mermaid", "hash"], default="json")
     c.add_argument("-o", "--output")
     c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    _profile(c)
     _max_diagnostics(c)
     c.add_argument("--target", choices=["openrlhf"], help="write a training job folder to -o DIR instead of the IR")
     c.add_argument("--substitute", action="append", metavar="ALG=ALG",

@@ -145,6 +145,8 @@ def arm_text(a: ir.RouteArm) -> str:
 
 def to_text(exp: ir.Experiment) -> str:
     out = [f"experiment {exp.name}  (hash {experiment_hash(exp)[:16]})"]
+    if exp.options.get("profile"):
+        out.append(f"profile: {exp.options['profile']}")
     if exp.params:
         out.append("params:")
         for p in exp.params:

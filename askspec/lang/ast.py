@@ -315,7 +315,39 @@ class GameDecl(Node):
     body: list[Stmt]
 
 
-Decl = Union[Experiment, Param, ModelDecl, RoleDecl, TemplateDecl, DataDecl, BlockDecl, TrainDecl, MetricDecl, GameDecl]
+@dataclass(eq=False)
+class ProfileModel(Node):
+    """`model NAME [= BASE] [{ ... }]` in a profile: replace the model (with `=`) or
+    override settings of its body."""
+
+    name: str
+    name_span: Span
+    base: Expr | None
+    attrs: list[Attribute]
+
+
+@dataclass(eq=False)
+class ProfileTrain(Node):
+    """`train ROLE [with ALGORITHM] [{ ... }]` in a profile: another algorithm and/or
+    settings for the role's train block."""
+
+    role: str
+    role_span: Span
+    algo: Expr | None
+    attrs: list[Attribute]
+
+
+@dataclass(eq=False)
+class ProfileDecl(Node):
+    """`profile NAME { ... }`: a named configuration of the experiment."""
+
+    name: str
+    name_span: Span
+    items: list[Param | ProfileModel | ProfileTrain]
+
+
+Decl = Union[Experiment, Param, ModelDecl, RoleDecl, TemplateDecl, DataDecl, BlockDecl, TrainDecl, MetricDecl, GameDecl,
+             ProfileDecl]
 
 
 @dataclass(eq=False)

@@ -22,8 +22,10 @@ class CheckerBase:
     """What every declaration pass shares: the module being compiled, its diagnostics,
     declared names and their uses, parameters, templates and the IR being built."""
 
-    def __init__(self, path: str, sink: DiagnosticSink, sources: Sources, files: dict[str, str], overrides: dict[str, str]) -> None:
+    def __init__(self, path: str, sink: DiagnosticSink, sources: Sources, files: dict[str, str], overrides: dict[str, str],
+                 profile: str | None = None) -> None:
         self.path = path
+        self.profile = profile  # --profile NAME; None: the spec's default profile, if any
         self.spec_dir = os.path.dirname(os.path.abspath(path))
         self.sink = sink
         self.sources = sources

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..ir import model as ir
 from . import ast as A
+from . import profiles
 from .blocks import BlockChecks
 from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval, parse_override
 from .diagnostics import DiagnosticSink, Sources
@@ -22,7 +23,7 @@ from .plan_check import check_plan_size
 from .span import Span
 from .types import ANY, OPEN_RECORD, T, TYPE_NAMES, from_json_value, is_a, list_of
 
-EXPERIMENT_KEYS = {"seed", "description"}
+EXPERIMENT_KEYS = {"seed", "description", "profile"}
 
 
 @dataclass
@@ -37,22 +38,24 @@ class CompileResult:
         return self.ir is not None and not self.sink.has_errors
 
 
-def compile_file(path: str, overrides: dict[str, str] | None = None) -> CompileResult:
+def compile_file(path: str, overrides: dict[str, str] | None = None, profile: str | None = None) -> CompileResult:
     sink, sources = DiagnosticSink(), Sources()
     try:
         data = read_source(path)
     except OSError as e:
         sink.error("E004", f"cannot read {path}: {e.strerror or e}", None)
         return CompileResult(None, sink, sources)
-    return compile_bytes(path, data, overrides, sink, sources)
+    return compile_bytes(path, data, overrides, sink, sources, profile)
 
 
-def compile_source(path: str, text: str, overrides: dict[str, str] | None = None) -> CompileResult:
-    return compile_bytes(path, text.encode("utf-8", "surrogatepass"), overrides)
+def compile_source(path: str, text: str, overrides: dict[str, str] | None = None,
+                   profile: str | None = None) -> CompileResult:
+    return compile_bytes(path, text.encode("utf-8", "surrogatepass"), overrides, profile=profile)
 
 
 def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = None,
-                  sink: DiagnosticSink | None = None, sources: Sources | None = None) -> CompileResult:
+                  sink: DiagnosticSink | None = None, sources: Sources | None = None,
+                  profile: str | None = None) -> CompileResult:
     sink, sources = sink or DiagnosticSink(), sources or Sources()
     try:
         text = decode_source(path, data, sink)
@@ -65,7 +68,7 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
             return CompileResult(None, sink, sources)
         files = {os.path.basename(path): text}
         with suggestion_budget():
-            exp = Compiler(path, sink, sources, files, overrides or {}).run(module)
+            exp = Compiler(path, sink, sources, files, overrides or {}, profile).run(module)
         return CompileResult(None if sink.has_errors else exp, sink, sources, files)
     except RecursionError:
         sink.error("E005", "spec nested too deeply to compile", Span(path, 1, 1, 1, 2))
@@ -102,16 +105,21 @@ class Compiler(BlockChecks):
 
     # -- pipeline
     def run(self, module: A.Module) -> ir.Experiment:
-        decls = module.decls
+        selection = profiles.select(module.decls, self.profile, self.sink)
+        decls = selection.decls
+        if selection.profile is not None:
+            self.exp.options["profile"] = selection.profile  # the IR is this configuration's
         experiments = [d for d in decls if isinstance(d, A.Experiment)]
         if len(experiments) > 1:
             self.err("E104", "only one experiment block per file", experiments[1].span)
         if experiments:
             self.exp.name = experiments[0].name
             for a in experiments[0].attrs:
+                if a.name == "profile":
+                    continue  # the default profile: read by profiles.select
                 if a.name not in EXPERIMENT_KEYS:
                     self.err("E105", f"unknown experiment setting '{a.name}'", a.name_span,
-                             suggest(a.name, EXPERIMENT_KEYS) or "settings: seed, description (use 'param' for the rest)")
+                             suggest(a.name, EXPERIMENT_KEYS) or "settings: seed, description, profile (use 'param' for the rest)")
                 self.exp.options[a.name] = self.const(a.value, f"experiment setting '{a.name}'")
         params = [p for e in experiments for p in e.params] + [d for d in decls if isinstance(d, A.Param)]
         for p in params:

@@ -35,6 +35,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E109": ("error", "wrong number or kind of arguments"),
     "E110": ("error", "unknown template, data set, buffer, tournament, judge or game"),
     "E111": ("error", "invalid parameter override (--set)"),
+    "E112": ("error", "unknown profile"),
+    "E113": ("error", "profile overrides something the spec does not declare"),
     "E201": ("error", "type mismatch"),
     "E202": ("error", "unknown field of a record or reply"),
     "E203": ("error", "unknown outcome"),

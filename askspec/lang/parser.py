@@ -24,11 +24,11 @@ KEYWORDS = {
     "judge", "train", "with", "schedule", "metric", "by", "game", "for", "in", "times",
     "sample", "ask", "using", "repeat", "while", "until", "limit", "if", "elif", "else",
     "reward", "as", "bind", "end", "outcomes", "route", "when", "true", "false", "not",
-    "and", "or", "where", "case", "drop", "push",
+    "and", "or", "where", "case", "drop", "push", "profile",
 }
 
 DECLARATION_KEYWORDS = {"experiment", "param", "model", "role", "template", "data", "buffer", "tournament", "judge",
-                        "train", "schedule", "metric", "game"}
+                        "train", "schedule", "metric", "game", "profile"}
 
 # Friendlier names for lark's terminal names in "expected ..." messages.
 _TERMINAL_NAMES = {
@@ -302,8 +302,16 @@ class _Builder:
     def d_experiment(self, t: Tree) -> A.Experiment:
         name, *items = t.children
         params = [self.d_param(c) for c in items if c.data == "param"]
-        attrs = [self.attr(c) for c in items if c.data == "attr"]
+        attrs = [self.attr(c) if c.data == "attr" else self.default_profile(c) for c in items
+                 if c.data in ("attr", "default_profile")]
         return A.Experiment(self.span(t), str(name), params, attrs)
+
+    def default_profile(self, t: Tree) -> A.Attribute:
+        """`profile = NAME` in the experiment block: an attribute (the keyword is its name)."""
+        (value,) = t.children
+        m = t.meta
+        name_span = Span(self.path, m.line, m.column, m.line, m.column + len("profile"))
+        return A.Attribute(self.span(t), "profile", self.expr(value), name_span)
 
     def d_param(self, t: Tree) -> A.Param:
         name, typ, default = t.children
@@ -365,6 +373,19 @@ class _Builder:
         name, value, by = t.children
         by_names = [self.name(c) for c in by.children] if by is not None else []
         return A.MetricDecl(self.span(t), str(name), self.span(name), self.expr(value), by_names)
+
+    def d_profile(self, t: Tree) -> A.ProfileDecl:
+        name, *items = t.children
+        return A.ProfileDecl(self.span(t), str(name), self.span(name), [self.profile_item(c) for c in items])
+
+    def profile_item(self, t: Tree):
+        if t.data == "param":
+            return self.d_param(t)
+        name, value, body = t.children
+        value = self.expr(value) if value is not None else None
+        if t.data == "profile_model":
+            return A.ProfileModel(self.span(t), str(name), self.span(name), value, self.body(body))
+        return A.ProfileTrain(self.span(t), str(name), self.span(name), value, self.body(body))
 
     def d_game(self, t: Tree) -> A.GameDecl:
         name, gfor, gtimes, gsample, block = t.children

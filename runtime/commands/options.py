@@ -66,6 +66,7 @@ class RunOptions:
     sessions: int | None = None
     seed: int | None = None
     overrides: dict[str, str] = field(default_factory=dict)  # --set NAME=VALUE
+    profile: str | None = None  # --profile NAME: one of the spec's configurations
     out: str = "runs"
     replay: str | None = None
     concurrency: int = 8
@@ -117,6 +118,7 @@ class RunOptions:
     def from_args(cls, args: argparse.Namespace) -> RunOptions:
         return cls(file=args.file, backend=args.backend, models=parse_pairs(args.model, "--model"),
                    sessions=args.sessions, seed=args.seed, overrides=parse_pairs(args.set, "--set"), out=args.out,
+                   profile=getattr(args, "profile", None),
                    replay=args.replay, concurrency=args.concurrency, resume=args.resume, max_tokens=args.max_tokens,
                    base_url=_url(args.base_url), served_models=parse_served(args.served_model), quiet=args.quiet,
                    verbose=args.verbose, eval_only=getattr(args, "eval_only", False))
@@ -147,7 +149,7 @@ class RunOptions:
         return {"backend": self.backend, "replay": os.path.abspath(self.replay) if self.replay else None,
                 "sessions": self.sessions, "max_tokens": self.max_tokens, "models": dict(self.models),
                 "base_url": self.base_url, "served_models": dict(self.served_models),
-                "concurrency": self.concurrency}
+                "concurrency": self.concurrency, "profile": self.profile}
 
     def resumed(self, saved: Mapping[str, Any]) -> RunOptions:
         """These options completed by an earlier run's recorded ones (the flags given now
@@ -158,7 +160,7 @@ class RunOptions:
             raise UsageError(f"refusing to resume {self.resume}: it ran {before}, and its remaining sessions must "
                              f"come from the same server as its first ones (start a new run to use {self.base_url})")
         changes: dict[str, Any] = {}
-        for key in ("backend", "replay", "sessions", "max_tokens", "base_url"):
+        for key in ("backend", "replay", "sessions", "max_tokens", "base_url", "profile"):
             if getattr(self, key) is None and saved.get(key) is not None:
                 changes[key] = saved[key]
         if not self.models and saved.get("models"):

@@ -33,6 +33,8 @@ def register(sub) -> None:
     p.add_argument("--sessions", type=int, metavar="N", help="run at most N sessions (whole groups)")
     p.add_argument("--seed", type=int, help="run seed (default: the experiment's seed, else 0)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    p.add_argument("--profile", metavar="NAME",
+                   help="the configuration to run: one of the spec's profiles (default: the spec's `profile = NAME`)")
     p.add_argument("--out", default="runs", help="folder for run directories (default: runs)")
     p.add_argument("--replay", metavar="FILE", help="recorded replies (JSON) for the replay backend")
     p.add_argument("--concurrency", type=int, default=8, metavar="N", help="sessions in flight (default 8)")

@@ -114,7 +114,7 @@ def settings_text(options: Any, overrides: Any) -> str:
     """The flags a run was started with, as one would type them again."""
     options = options if isinstance(options, dict) else {}
     parts = []
-    for key in ("backend", "sessions", "max_tokens", "concurrency", "base_url", "replay"):
+    for key in ("profile", "backend", "sessions", "max_tokens", "concurrency", "base_url", "replay"):
         if options.get(key) is not None:
             parts.append(f"--{key.replace('_', '-')} {options[key]}")
     for role, spec in (options.get("models") or {}).items():

@@ -74,7 +74,7 @@ def compile_spec(opts: RunOptions, manifest: dict | None):
     from askspec.ir.canonical import experiment_hash
     from askspec.lang.compiler import compile_file
 
-    res = compile_file(opts.file, opts.overrides)
+    res = compile_file(opts.file, opts.overrides, opts.profile)
     res.sink.emit(res.sources)
     if not res.ok:
         return None, None
@@ -82,7 +82,7 @@ def compile_spec(opts: RunOptions, manifest: dict | None):
     if manifest is not None and manifest.get("experiment_hash") != ehash:
         raise UsageError(f"refusing to resume {opts.resume}: its experiment hash "
                          f"{str(manifest.get('experiment_hash', '?'))[:12]} differs from the current spec's {ehash[:12]} "
-                         f"(the spec, a prompt or a --set value changed)")
+                         f"(the spec, a prompt, a --set value or the --profile changed)")
     return res, ehash
 
 

@@ -201,7 +201,7 @@ MANIFEST_COLUMNS: dict[str, str] = {
     "params": "JSON",
     "versions": "JSON",
     "overrides": "JSON",  # --set values
-    "run_options": "JSON",  # backend, base_url, served models, concurrency, max_tokens, sessions
+    "run_options": "JSON",  # backend, base_url, served models, concurrency, max_tokens, sessions, profile
     "totals": "JSON",  # turns and tokens over every process of the run (set when one ends)
     "duration_s": "DOUBLE",  # seconds the run's processes ran (set when one ends)
 }
@@ -481,7 +481,7 @@ _RUN_OPTIONS: dict[str, tuple[type, ...]] = {
     "backend": _STR_OR_NONE, "replay": _STR_OR_NONE, "sessions": (int, type(None)),
     "max_tokens": (int, type(None)), "models": (dict, type(None)),
     "base_url": _STR_OR_NONE, "default_base_url": _STR_OR_NONE, "served_models": (dict, type(None)),
-    "concurrency": (int, type(None)),
+    "concurrency": (int, type(None)), "profile": _STR_OR_NONE,
 }
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z?")
 

@@ -1,5 +1,6 @@
 """Golden tests: one fixture per diagnostic code (tests/lang/golden/<CODE>_<slug>.ask,
-with template files under golden/prompts/ and --set overrides in <same>.set), compared
+with template files under golden/prompts/, --set overrides in <same>.set and a --profile
+name in <same>.profile), compared
 with the exact formatted output in <same>.expected.
 
 Regenerate the expected files after an intended change with
@@ -36,11 +37,16 @@ def overrides(case: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
+def profile(case: Path) -> str | None:
+    chosen = case.with_suffix(".profile")
+    return chosen.read_text().strip() if chosen.exists() else None
+
+
 def diagnostics_text(case: Path) -> str:
     cwd = os.getcwd()
     os.chdir(GOLDEN)  # paths in the output are relative to the fixture folder
     try:
-        res = compile_file(case.name, overrides(case))
+        res = compile_file(case.name, overrides(case), profile(case))
     finally:
         os.chdir(cwd)
     return "".join(format_diagnostic(d, res.sources) + "\n" for d in res.sink.sorted())

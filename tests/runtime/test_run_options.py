@@ -53,3 +53,11 @@ def test_each_backend_maps_its_own_spec_options(tmp_path, monkeypatch):
     assert replay.path == tmp_path / "rec.json"  # relative to the spec
     assert backend_class("hf").spec_options("x", {"max_batch": 4}, SpecContext()) == {"max_batch": 4}
     asyncio.run(aclose_backends())
+
+
+def test_the_profile_is_recorded_and_a_resume_uses_it_again():
+    saved = RunOptions(file="x.ask", profile="training").recorded()
+    assert saved["profile"] == "training"
+    assert RunOptions(resume="runs/r").resumed(saved).profile == "training"
+    assert RunOptions(resume="runs/r", profile="benchmark").resumed(saved).profile == "benchmark"  # the flag wins
+    assert RunOptions.from_kwargs("x.ask", profile="training").profile == "training"
