@@ -15,23 +15,27 @@ from askspec.runtime.train.trainer import LocalTrainer, TrainingRefused
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
 
-def trainer(name: str, overrides: dict | None = None) -> LocalTrainer:
-    res = compile_file(str(SPECS / name), overrides or {})
+def trainer(name: str, overrides: dict | None = None, profile: str | None = None) -> LocalTrainer:
+    res = compile_file(str(SPECS / name), overrides or {}, profile)
     assert res.ok
     exp = res.ir
     datasets = {d.name: load_dataset(d, str(SPECS), 0) for d in exp.datasets}
     return LocalTrainer(exp, params=exp.param_values(), datasets=datasets, seed=0, resolver=None, run_dir=None)
 
 
-def test_ask_e_plays_group_repeats_of_one_pair_per_step():
-    t = trainer("ask_e.ask")
+def test_ask_e_training_plays_groups_of_g_repeats_of_one_pair():
+    """Ask-E §5.1: 256 rollouts per step in groups of G = 16 repeats of one boundary pair."""
+    t = trainer("ask_e.ask", profile="training")
     plans = t.planner.plans(1)
-    assert len(plans) == 16 and {p.group_id for p in plans} == {"calibrate-t000001-e000"}
-    assert {tuple(p.bindings[k] for k in ("a", "b")) for p in plans} == {("boundary_small", "boundary_mid")}
-    assert len({p.seed for p in plans}) == 16
-    second = t.planner.plans(2)
-    assert second[0].index == 16 and second[0].bindings["b"] == "boundary_large"  # the next pair
-    assert t.steps == 200 and t.planned_sessions() == 200 * 16
+    assert len(plans) == 256 and {p.group_size for p in plans} == {16}
+    groups = [plans[i:i + 16] for i in range(0, 256, 16)]
+    assert len({g[0].group_id for g in groups}) == 16
+    for g in groups:  # one pair per group
+        assert len({(p.bindings["a"], p.bindings["b"]) for p in g}) == 1
+    assert (groups[0][0].bindings["a"], groups[0][0].bindings["b"]) == ("boundary_small", "boundary_sympy")
+    assert (groups[1][0].bindings["a"], groups[1][0].bindings["b"]) == ("boundary_small", "boundary_short")  # the next pair
+    assert len({p.seed for p in groups[0]}) == 16
+    assert t.steps == 200 and t.planned_sessions() == 200 * 256
 
 
 def test_elements_cycle_and_steps_are_deterministic():
