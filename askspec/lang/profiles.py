@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from . import ast as A
 from .diagnostics import DiagnosticSink
+from .span import Span
 from .exprs import suggest
 
 
@@ -85,7 +86,7 @@ def _declared(decls: list) -> dict[str, dict[str, object]]:
     return out
 
 
-def _item_key(item) -> tuple[str, str, object]:
+def _item_key(item) -> tuple[str, str, Span]:
     if isinstance(item, A.Param):
         return "param", item.name, item.name_span
     if isinstance(item, A.ProfileModel):
@@ -95,7 +96,7 @@ def _item_key(item) -> tuple[str, str, object]:
 
 def _check_names(p: A.ProfileDecl, decls: list, sink: DiagnosticSink) -> None:
     declared = _declared(decls)
-    seen: dict[tuple[str, str], object] = {}
+    seen: dict[tuple[str, str], Span] = {}
     for item in p.items:
         kind, name, span = _item_key(item)
         if (kind, name) in seen:
@@ -139,7 +140,7 @@ def _apply(p: A.ProfileDecl, decls: list) -> list:
             # `model m = base { ... }` replaces the declaration; `model m { ... }` overrides settings
             d = replace(d, base=o.base, attrs=o.attrs) if o.base is not None else replace(d, attrs=_merge(d.attrs, o.attrs))
         elif isinstance(d, A.TrainDecl) and d.role in trains:
-            o = trains[d.role]
-            d = replace(d, algo=o.algo if o.algo is not None else d.algo, attrs=_merge(d.attrs, o.attrs))
+            t = trains[d.role]
+            d = replace(d, algo=t.algo if t.algo is not None else d.algo, attrs=_merge(d.attrs, t.attrs))
         out.append(d)
     return out
