@@ -67,15 +67,20 @@ class AskspecApp(Loader, App):
     # ------------------------------------------------------------------ navigation
 
     def _run_info(self, run_id: str | None) -> data.RunInfo:
-        runs = data.list_runs(self.source)
-        for r in runs:
-            if run_id is None or r.run_id == run_id:
-                return r
-        raise data.DataError(f"no run {run_id} under {self.source.path}")
+        if run_id is None:  # the one run of a run directory
+            runs = data.list_runs(self.source)
+            if not runs:
+                raise data.DataError(f"no run under {self.source.path}")
+            run_id = runs[0].run_id
+        return data.run_info(self.source, run_id)
 
     @on(OpenRun)
     def _open_run(self, msg: OpenRun) -> None:
-        self.load("open-run", self._run_info, msg.run_id)
+        known = next((r for r in self.known_runs if r.run_id == msg.run_id), None)
+        if known is not None:  # open at once; the run's bar fills in its counts
+            self.push_screen(RunScreen(known))
+        else:
+            self.load("open-run", self._run_info, msg.run_id)
 
     @on(OpenSession)
     def _open_session(self, msg: OpenSession) -> None:

@@ -1,119 +1,31 @@
 """The TUI's one door to the run store.
 
 Everything the app shows comes from here, and everything here reads through the store's
-views (``askspec.runtime.store.views``); the app calls these functions only from worker
-threads and gets plain data or Arrow tables back. Nothing here imports Textual, so the
-queries are tested (and benchmarked) without a UI.
+views (``askspec.runtime.store.views``): over the run's files (``Source``) or, for the run
+being looked at, over its mirror (``RunMirror``: its session, reward and group events in
+memory, read incrementally). The app calls these functions only from worker threads and
+gets plain data or Arrow tables back. Nothing here imports Textual, so the queries are
+tested (and benchmarked) without a UI.
 
-``Source`` holds one in-memory DuckDB connection over a folder of runs or one run dir;
-each call takes its own cursor (DuckDB connections are not shared across threads) and
-the store is reopened when the set of runs or their Parquet copies changes (the views
-fix the file set when opened; contents are read live).
+Rewards are shown as the trainer uses them (``FINAL_REWARDS``): a session's per-turn
+rewards of a role plus its terminal ones, where a group's ``tournament``/``judge`` route
+for the role replaces the verifier's terminal rewards by the routed one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from askspec.runtime.store import layout, views
 from askspec.terminal import printable
 from askspec.tui import shaping
 from askspec.tui.filters import Filter, escape_like, like_pattern
-
-# The one place that opens a store. (A read-only, confined connection for the SQL
-# console replaces this call when the store offers one.)
-_connect = views.connect
-
-
-class DataError(Exception):
-    """Something the user should read (one line), not a crash."""
-
-
-def one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    first = text.splitlines()[0] if text else type(e).__name__
-    return printable(first, single_line=True)
-
-
-def check_path(path: str | os.PathLike[str]) -> str | None:
-    """Why ``path`` cannot be opened (a one-line message), or None if it can.
-
-    A folder without runs is not an error: the runs screen says so itself."""
-    p = Path(path)
-    if not p.exists():
-        return f"no such directory: {p}"
-    if not p.is_dir():
-        return f"not a directory: {p} (give a run directory or a folder of runs)"
-    return None
-
-
-class Source:
-    """A reopenable store over a folder of runs or a single run directory."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._store: views.Store | None = None
-        self._key: tuple | None = None
-        self.warnings: list[str] = []
-
-    def run_dirs(self) -> list[Path]:
-        return layout.find_run_dirs(self.path)
-
-    def _listing_key(self) -> tuple:
-        dirs = self.run_dirs()
-        compacted = []
-        for d in dirs:
-            idx = layout.events_dir(d) / layout.COMPACTION_INDEX
-            try:
-                compacted.append(idx.stat().st_mtime_ns)
-            except OSError:
-                compacted.append(None)
-        return tuple(str(d) for d in dirs), tuple(compacted)
-
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A cursor of its own for the calling thread; reopens the store if runs changed.
-
-        Raises DataError when there is nothing to open."""
-        problem = check_path(self.path)
-        if problem:
-            raise DataError(problem)
-        with self._lock:
-            key = self._listing_key()
-            if self._store is None or key != self._key:
-                if not key[0]:
-                    raise DataError(f"no runs in {self.path}")
-                try:
-                    self._store = _connect(self.path)
-                except views.StoreError as e:
-                    raise DataError(one_line(e)) from None
-                self._key = key
-                self.warnings = [printable(m, single_line=True) for _, m in self._store.warnings]
-            return self._store.con.cursor()
-
-
-def fingerprint(path: str | os.PathLike[str]) -> tuple:
-    """Cheap change detector for follow mode: the runs under ``path`` and the sizes and
-    modification times of their manifests and event files (a few stat calls per run)."""
-    out = []
-    for d in layout.find_run_dirs(path):
-        files = [layout.manifest_path(d)] + sorted(layout.events_dir(d).glob("*.ndjson"))
-        for f in files:
-            try:
-                st = f.stat()
-                out.append((str(f), st.st_size, st.st_mtime_ns))
-            except OSError:
-                out.append((str(f), None, None))
-    return tuple(out)
+from askspec.tui.source import DataError, Source, check_path, fingerprint, one_line
 
 
 def _rows(cur: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
@@ -134,6 +46,36 @@ def _json(v: Any) -> Any:
     return v
 
 
+# ------------------------------------------------------------------------- rewards
+
+ROUTED = ("tournament", "judge")  # reward names a group's route writes (runtime.engine.routing)
+
+# Per (run, session, role): the reward the trainer uses (runtime/train/batch.py). Per-turn
+# rewards always count; of the terminal ones, the routed reward when the session's group
+# was routed to a tournament or judge for that role, else the others.
+FINAL_REWARDS = f"""
+    SELECT w.run_id, w.session_id, w.role, sum(w.value) AS total
+    FROM rewards w
+    JOIN sessions s USING (run_id, session_id)
+    LEFT JOIN (SELECT run_id, group_id, stats->>'$.role' AS role FROM groups
+               WHERE split_part(route, ':', 1) IN {ROUTED}) g
+      ON g.run_id = s.run_id AND g.group_id = s.group_id AND g.role = w.role
+    WHERE w.turn_index IS NOT NULL OR (w.name IN {ROUTED}) = (g.group_id IS NOT NULL)
+    GROUP BY ALL
+"""
+
+# Mean final reward per (run, role) over the sessions the trainer would use: finished
+# ok, in a group the route neither dropped nor failed on for that role.
+MEAN_REWARDS = f"""
+    SELECT f.run_id, f.role, avg(f.total) AS mean
+    FROM ({FINAL_REWARDS}) f
+    JOIN sessions s USING (run_id, session_id)
+    LEFT JOIN groups g ON g.run_id = s.run_id AND g.group_id = s.group_id
+    WHERE s.status = 'ok'
+      AND NOT coalesce(g.route IN ('drop', 'error') AND coalesce(g.stats->>'$.role', f.role) = f.role, false)
+    GROUP BY ALL ORDER BY f.role
+"""
+
 # ----------------------------------------------------------------------------- runs
 
 @dataclass
@@ -153,32 +95,35 @@ class RunInfo:
     mean_reward: dict[str, float] = field(default_factory=dict)
     roles: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    summarized: bool = False  # counts and rewards filled in (``summarize``)
 
     @property
     def live(self) -> bool:
         return self.status == "running"
 
 
-def list_runs(source: Source) -> list[RunInfo]:
-    """Every run under the source, oldest first, with session and reward summaries."""
-    cur = source.cursor()
-    try:
-        runs = _rows(cur, "SELECT run_id, run_dir, experiment, experiment_hash, status, planned_sessions, "
-                          "started_at, ended_at, roles, params FROM runs ORDER BY started_at, run_id")
-        counts = _rows(cur, "SELECT run_id, status, outcome, count(*) AS n FROM sessions GROUP BY ALL")
-        means = _rows(cur, "SELECT run_id, role, avg(total) AS mean FROM (SELECT run_id, session_id, role, "
-                           "sum(value) AS total FROM rewards GROUP BY ALL) GROUP BY ALL ORDER BY role")
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
-    out = {r["run_id"]: RunInfo(
+def _run_rows(cur: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list[RunInfo]:
+    where = " WHERE run_id = ?" if run_id is not None else ""
+    rows = _rows(cur, "SELECT run_id, run_dir, experiment, experiment_hash, status, planned_sessions, "
+                      "started_at, ended_at, roles, params FROM runs" + where + " ORDER BY started_at, run_id",
+                 [run_id] if run_id is not None else None)
+    return [RunInfo(
         run_id=r["run_id"], run_dir=r["run_dir"], experiment=r["experiment"],
         experiment_hash=r["experiment_hash"], status=r["status"], planned=r["planned_sessions"],
         started_at=r["started_at"], ended_at=r["ended_at"], roles=_json(r["roles"]) or {},
-        params=_json(r["params"]) or {}) for r in runs}
+        params=_json(r["params"]) or {}) for r in rows]
+
+
+def _fill(infos: list[RunInfo], cur: duckdb.DuckDBPyConnection, rewards: bool = True) -> None:
+    """Session counts by status and outcome, and (``rewards``) the mean final reward per
+    role, of each run in ``infos``, from whatever views ``cur`` has."""
+    by_id = {i.run_id: i for i in infos}
+    counts = _rows(cur, "SELECT run_id, status, outcome, count(*) AS n FROM sessions GROUP BY ALL")
+    for info in infos:
+        info.done = info.errors = info.running = 0
+        info.outcomes = {}
     for c in counts:
-        info = out.get(c["run_id"])
+        info = by_id.get(c["run_id"])
         if info is None:
             continue
         if c["status"] == "running":
@@ -190,10 +135,64 @@ def list_runs(source: Source) -> list[RunInfo]:
         else:
             key = c["outcome"] if c["outcome"] is not None else "ok"
             info.outcomes[key] = info.outcomes.get(key, 0) + c["n"]
-    for m in means:
-        if m["run_id"] in out and m["mean"] is not None:
-            out[m["run_id"]].mean_reward[m["role"]] = m["mean"]
-    return list(out.values())
+    if rewards:
+        for info in infos:
+            info.mean_reward = {}
+        for m in _rows(cur, MEAN_REWARDS):
+            if m["run_id"] in by_id and m["mean"] is not None:
+                by_id[m["run_id"]].mean_reward[m["role"]] = m["mean"]
+    for info in infos:
+        info.summarized = True
+
+
+def list_runs(source: Source) -> list[RunInfo]:
+    """Every run under the source, oldest first, from the manifests only (cheap: the
+    runs screen shows them at once; ``summarize_runs`` adds counts and rewards)."""
+    cur = source.cursor()
+    try:
+        return _run_rows(cur)
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
+    finally:
+        cur.close()
+
+
+def summarize_runs(source: Source) -> list[RunInfo]:
+    """``list_runs`` with session counts, outcome counts and mean final reward per role
+    (scans every run's sessions and rewards: a second, slower step)."""
+    cur = source.cursor()
+    try:
+        infos = _run_rows(cur)
+        _fill(infos, cur)
+        return infos
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
+    finally:
+        cur.close()
+
+
+def run_info(source: Source, run_id: str) -> RunInfo:
+    """One run with its counts, from its mirror (new events read first); mean rewards
+    once the mirror holds the rewards."""
+    cur = source.cursor()
+    try:
+        infos = _run_rows(cur, run_id)
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
+    finally:
+        cur.close()
+    if not infos:
+        raise DataError(f"no run {run_id} under {source.path}")
+    mirror = source.mirror(run_id)
+    mirror.refresh(("sessions", "groups") + (("rewards",) if "rewards" in mirror.loaded else ()))
+    mcur = mirror.cursor()
+    try:
+        _fill(infos, mcur, rewards="rewards" in mirror.loaded)
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
+    finally:
+        mcur.close()
+    return infos[0]
 
 
 # ------------------------------------------------------------------------- sessions
@@ -201,41 +200,52 @@ def list_runs(source: Source) -> list[RunInfo]:
 SESSION_COLUMNS = ("#", "session", "game", "group", "status", "outcome")
 
 
-def _role_columns(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
-    rows = cur.execute("SELECT roles FROM runs WHERE run_id = ?", [run_id]).fetchall()
-    roles = _json(rows[0][0]) if rows else None
-    return list(roles) if isinstance(roles, dict) else []
+def _any_of(column: str, values: list[str], params: list[Any]) -> str:
+    parts = []
+    for v in values:
+        if v.lower() in ("-", "none", "null"):
+            parts.append(f"{column} IS NULL")
+        else:
+            parts.append(f"{column} LIKE ? ESCAPE '\\'")
+            params.append(like_pattern(v))
+    return "(" + " OR ".join(parts) + ")"
+
+
+def _turn_matches(source: Source, run_id: str, f: Filter) -> pa.Table:
+    """Session ids of the run where ``f.role`` took a turn and whose turn texts contain
+    each of ``f.text`` (over the store's turns view: a scan of the run's turns)."""
+    where, params = ["run_id = ?"], [run_id]
+    if f.role:
+        where.append("session_id IN (SELECT session_id FROM turns WHERE run_id = ? AND role = ?)")
+        params += [run_id, f.role]
+    for phrase in f.text:
+        where.append("session_id IN (SELECT session_id FROM turns WHERE run_id = ? AND text ILIKE ? ESCAPE '\\')")
+        params += [run_id, "%" + escape_like(phrase) + "%"]
+    cur = source.cursor()
+    try:
+        return cur.sql("SELECT DISTINCT session_id FROM sessions WHERE " + " AND ".join(where),
+                       params=params).to_arrow_table()
+    finally:
+        cur.close()
 
 
 def _filter_sql(f: Filter) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     params: list[Any] = []
-
-    def any_of(column: str, values: list[str]) -> None:
-        parts = []
-        for v in values:
-            if v.lower() in ("-", "none", "null"):
-                parts.append(f"{column} IS NULL")
-            else:
-                parts.append(f"{column} LIKE ? ESCAPE '\\'")
-                params.append(like_pattern(v))
-        where.append("(" + " OR ".join(parts) + ")")
-
     if f.status:
-        any_of("s.status", f.status)
+        where.append(_any_of("s.status", f.status, params))
     if f.outcome:
-        any_of("s.outcome", f.outcome)
+        where.append(_any_of("s.outcome", f.outcome, params))
     if f.game:
-        any_of("s.game", f.game)
+        where.append(_any_of("s.game", f.game, params))
     if f.group:
-        any_of("s.group_id", f.group)
-    if f.role:
-        where.append("s.session_id IN (SELECT session_id FROM turns WHERE run_id = s.run_id AND role = ?)")
-        params.append(f.role)
+        where.append(_any_of("s.group_id", f.group, params))
+    if f.needs_turns:
+        where.append("s.session_id IN (SELECT session_id FROM _turn_matches)")
     if f.reward:
         lo, hi = f.reward
-        total = ("(SELECT sum(value) FROM rewards w WHERE w.run_id = s.run_id AND w.session_id = s.session_id"
-                 + (" AND w.role = ?" if f.role else "") + ")")
+        total = "(SELECT sum(total) FROM fin WHERE fin.session_id = s.session_id" + (
+            " AND fin.role = ?)" if f.role else ")")
         if f.role:
             params.append(f.role)
         if lo is not None and hi is not None:
@@ -247,43 +257,78 @@ def _filter_sql(f: Filter) -> tuple[list[str], list[Any]]:
         elif hi is not None:
             where.append(f"{total} <= ?")
             params.append(hi)
-    for phrase in f.text:
-        where.append("s.session_id IN (SELECT session_id FROM turns WHERE run_id = s.run_id "
-                     "AND text ILIKE ? ESCAPE '\\')")
-        params.append("%" + escape_like(phrase) + "%")
     return where, params
 
 
-def sessions_table(source: Source, run_id: str, flt: Filter | None = None) -> pa.Table:
-    """The sessions of a run in plan order: one row each, with each role's total reward.
+def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewards: bool = True) -> pa.Table:
+    """The sessions of a run in plan order: one row each, with (``rewards``) each role's
+    final reward. Reads what was appended to the run's files since the last call.
 
-    Columns: #, session, game, group, status, outcome, one per rewarded role, started,
-    seconds, error. Columns that are null in every row (a role never rewarded, no
-    errors) are left out."""
+    Without ``rewards`` only the run's sessions are read (the first paint of a large
+    run); the reward columns come with the next call. Columns: #, session, game, group,
+    status, outcome, one per rewarded role, started, seconds, error; columns that are
+    null in every row (a role never rewarded, no errors) are left out."""
     flt = flt or Filter()
-    cur = source.cursor()
+    needs_rewards = rewards or flt.reward is not None
+    mirror = source.mirror(run_id)
+    matches = _turn_matches(source, run_id, flt) if flt.needs_turns else None
+    mirror.refresh(("sessions", "groups") + (("rewards",) if needs_rewards else ()))
+    version = mirror.version  # (before the query: a refresh meanwhile only costs a recomputation)
+    key = ("sessions", repr(flt), needs_rewards)
+    hit = mirror.memo.get(key)
+    if matches is None and hit is not None and hit[0] == version:
+        return hit[1]
+    cur = mirror.cursor()
     try:
-        roles = _role_columns(cur, run_id)
+        roles = [r for (r,) in cur.execute("SELECT DISTINCT role FROM rewards WHERE run_id = ? ORDER BY role",
+                                           [run_id]).fetchall()] if needs_rewards else []
+        roles = _ordered_roles(source, run_id, roles)
+        if matches is not None:
+            cur.register("_turn_matches", matches)
         where, params = _filter_sql(flt)
-        pivot = ", ".join(f"sum(value) FILTER (WHERE role = ?) AS {_ident(r)}" for r in roles)
-        role_cols = ", ".join(f"rw.{_ident(r)}" for r in roles)
-        sql = (
-            "WITH rw AS (SELECT session_id" + (", " + pivot if pivot else "")
-            + " FROM rewards WHERE run_id = ? GROUP BY session_id) "
+        if needs_rewards:
+            pivot = "".join(f", sum(total) FILTER (WHERE role = ?) AS {_ident(r)}" for r in roles)
+            head = f"WITH fin AS ({FINAL_REWARDS}), fin_pivot AS (SELECT session_id{pivot} FROM fin " \
+                   "WHERE run_id = ? GROUP BY session_id) "
+            head_params = roles + [run_id]
+        else:
+            head = ("WITH fin AS (SELECT NULL::VARCHAR AS session_id, NULL::VARCHAR AS role, NULL::DOUBLE AS total "
+                    "WHERE false), fin_pivot AS (SELECT NULL::VARCHAR AS session_id WHERE false) ")
+            head_params = []
+        role_cols = "".join(f", fin_pivot.{_ident(r)}" for r in roles)
+        sql = head + (
             "SELECT s.\"index\" AS \"#\", s.session_id AS session, s.game, s.group_id AS \"group\", s.status, "
-            "s.outcome" + (", " + role_cols if role_cols else "")
-            + ", strftime(s.started_at, '%H:%M:%S') AS started, "
+            "s.outcome" + role_cols + ", strftime(s.started_at, '%H:%M:%S') AS started, "
             "round(epoch(s.ended_at) - epoch(s.started_at), 2) AS seconds, s.error "
-            "FROM sessions s LEFT JOIN rw USING (session_id) WHERE s.run_id = ? "
+            "FROM sessions s LEFT JOIN fin_pivot USING (session_id) WHERE s.run_id = ? "
             + "".join(f" AND {w}" for w in where)
             + " ORDER BY s.\"index\", s.session_id"
         )
-        table = cur.sql(sql, params=roles + [run_id, run_id] + params).to_arrow_table()
+        table = cur.sql(sql, params=head_params + [run_id] + params).to_arrow_table()
     except duckdb.Error as e:
         raise DataError(one_line(e)) from None
     finally:
         cur.close()
-    return displayable(drop_null_columns(table, keep=SESSION_COLUMNS))
+    table = displayable(drop_null_columns(table, keep=SESSION_COLUMNS))
+    if matches is None:
+        if len(mirror.memo) > 8:
+            mirror.memo.clear()
+        mirror.memo[key] = (version, table)
+    return table
+
+
+def _ordered_roles(source: Source, run_id: str, rewarded: list[str]) -> list[str]:
+    """The rewarded roles in the order the run declares its roles."""
+    if not rewarded:
+        return []
+    cur = source.cursor()
+    try:
+        rows = cur.execute("SELECT roles FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    finally:
+        cur.close()
+    declared = _json(rows[0][0]) if rows else None
+    order = list(declared) if isinstance(declared, dict) else []
+    return [r for r in order if r in rewarded] + [r for r in rewarded if r not in order]
 
 
 def _ident(name: str) -> str:
@@ -336,37 +381,49 @@ def _cell_text(v: Any) -> str:
     return printable(str(v), single_line=True)
 
 
-def session_count(source: Source, run_id: str) -> int:
+def warm_run(source: Source, run_id: str) -> None:
+    """What opening a transcript needs, done ahead (in a worker, after the sessions
+    table is up): the run's turns indexed by session (the first time, one pass over the
+    turns file; a compacted run needs none) and its compiled IR loaded."""
+    mirror = source.mirror(run_id)
+    if mirror.turn_index is not None:
+        mirror.turn_index.update()
     cur = source.cursor()
     try:
-        return _one(cur, "SELECT count(*) FROM sessions WHERE run_id = ?", [run_id])[0]
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
+        run_dir = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
     finally:
         cur.close()
+    if run_dir:
+        shaping.load_ir(run_dir[0])
 
 
 # ----------------------------------------------------------------------- transcript
 
 def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcript:
     """One session: its row, turns in order (with highlights, forwarding, recovery marks),
-    per-turn and terminal rewards."""
+    per-turn and terminal rewards. Only this session's lines are read (``session_store``)."""
+    mirror = source.mirror(run_id)
+    mirror.refresh(("sessions", "rewards"))
     cur = source.cursor()
     try:
-        sess = _rows(cur, "SELECT session_id, game, group_id, status, outcome, error, started_at, ended_at, "
-                          "params, vars, attempt FROM sessions WHERE run_id = ? AND session_id = ?",
-                     [run_id, session_id])
-        turns = _rows(cur, "SELECT turn_index, role, model, prompt, text, parsed, finish_reason, tokens_in, "
-                           "tokens_out, latency_ms, error FROM turns WHERE run_id = ? AND session_id = ? "
-                           "ORDER BY turn_index", [run_id, session_id])
-        rewards = _rows(cur, "SELECT role, turn_index, name, value, kind FROM rewards "
-                             "WHERE run_id = ? AND session_id = ? ORDER BY ts, role, name",
-                        [run_id, session_id])
         run_dir = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
     except duckdb.Error as e:
         raise DataError(one_line(e)) from None
     finally:
         cur.close()
+    try:
+        with mirror.session_store(session_id) as mini:
+            sess = _rows(mini, "SELECT session_id, game, group_id, status, outcome, error, started_at, ended_at, "
+                               "params, vars, attempt FROM sessions WHERE run_id = ? AND session_id = ?",
+                         [run_id, session_id])
+            turns = _rows(mini, "SELECT turn_index, role, model, prompt, text, parsed, finish_reason, tokens_in, "
+                                "tokens_out, latency_ms, error FROM turns WHERE run_id = ? AND session_id = ? "
+                                "ORDER BY turn_index", [run_id, session_id])
+            rewards = _rows(mini, "SELECT role, turn_index, name, value, kind FROM rewards "
+                                  "WHERE run_id = ? AND session_id = ? ORDER BY ts, role, name",
+                            [run_id, session_id])
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
     if not sess:
         raise DataError(f"no session {session_id} in run {run_id}")
     s = sess[0]
@@ -384,7 +441,9 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
 def groups_table(source: Source, run_id: str) -> pa.Table:
     """The groups of a run: route, member count, the routed role's reward statistics and
     the number of tournament matches."""
-    cur = source.cursor()
+    mirror = source.mirror(run_id)
+    mirror.refresh(("groups", "matches"))
+    cur = mirror.cursor()
     try:
         table = cur.sql(
             "SELECT g.group_id AS \"group\", g.route, len(g.members) AS members, "
@@ -401,16 +460,24 @@ def groups_table(source: Source, run_id: str) -> pa.Table:
 
 
 def group_detail(source: Source, run_id: str, group_id: str) -> shaping.GroupDetail:
-    cur = source.cursor()
+    mirror = source.mirror(run_id)
+    mirror.refresh()
+    cur = mirror.cursor()
     try:
         g = _rows(cur, "SELECT group_id, route, stats, members FROM groups WHERE run_id = ? AND group_id = ?",
                   [run_id, group_id])
         matches = _rows(cur, "SELECT a, b, first_shown, verdict, outcome, raw FROM matches "
                              "WHERE run_id = ? AND group_id = ? ORDER BY ts", [run_id, group_id])
-        rewards = _rows(cur, "SELECT w.session_id, w.role, w.name, w.value FROM rewards w "
+        rewards = _rows(cur, "SELECT w.session_id, w.role, w.turn_index, w.name, w.value FROM rewards w "
                              "JOIN sessions s USING (run_id, session_id) "
                              "WHERE w.run_id = ? AND s.group_id = ? ORDER BY w.session_id, w.name",
                         [run_id, group_id])
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
+    finally:
+        cur.close()
+    cur = source.cursor()
+    try:
         run = _rows(cur, "SELECT run_dir, params FROM runs WHERE run_id = ?", [run_id])
     except duckdb.Error as e:
         raise DataError(one_line(e)) from None
@@ -432,28 +499,36 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
     ``train_steps`` series of one run."""
     from askspec.runtime.engine.metrics import evaluate_metrics, session_scopes
 
-    cur = source.cursor()
     note = None
     rows: list[dict] = []
     errors = 0
+    cur = source.cursor()
     try:
         run_dir = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
         steps = _rows(cur, "SELECT role, step, metrics FROM train_steps WHERE run_id = ? ORDER BY role, step",
                       [run_id])
-        exp = shaping.load_ir(run_dir[0]) if run_dir else None
-        if exp is None:
-            note = "the run has no readable ir.json: declared metrics are not available"
-        elif not exp.metrics:
-            note = "the spec declares no metrics"
-        else:
-            scopes, errors = session_scopes(cur, run_id)
-            rows = evaluate_metrics(exp, scopes)
     except duckdb.Error as e:
         raise DataError(one_line(e)) from None
-    except Exception as e:  # an evaluation error is data for the screen, not a crash
-        note = f"metrics could not be evaluated: {one_line(e)}"
     finally:
         cur.close()
+    exp = shaping.load_ir(run_dir[0]) if run_dir else None
+    if exp is None:
+        note = "the run has no readable ir.json: declared metrics are not available"
+    elif not exp.metrics:
+        note = "the spec declares no metrics"
+    else:
+        mirror = source.mirror(run_id)
+        mirror.refresh(("sessions", "rewards"))
+        mcur = mirror.cursor()
+        try:
+            scopes, errors = session_scopes(mcur, run_id)
+            rows = evaluate_metrics(exp, scopes)
+        except duckdb.Error as e:
+            raise DataError(one_line(e)) from None
+        except Exception as e:  # an evaluation error is data for the screen, not a crash
+            note = f"metrics could not be evaluated: {one_line(e)}"
+        finally:
+            mcur.close()
     for s in steps:
         s["metrics"] = _json(s["metrics"])
     return shaping.build_metrics(rows, errors, steps, note)
@@ -487,7 +562,7 @@ def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> pa.Ta
     declared metrics, with the difference B - A where both are numbers."""
     infos = {}
     for src, rid in ((source_a, run_a), (source_b, run_b)):
-        found = [r for r in list_runs(src) if r.run_id == rid]
+        found = [r for r in summarize_runs(src) if r.run_id == rid]
         if not found:
             raise DataError(f"no run {rid}")
         infos[rid] = found[0]
@@ -496,7 +571,7 @@ def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> pa.Ta
 
 
 __all__ = [
-    "DataError", "Source", "RunInfo", "check_path", "fingerprint", "list_runs", "sessions_table",
-    "session_count", "transcript", "groups_table", "group_detail", "metrics", "run_sql", "compare",
-    "displayable",
+    "DataError", "Source", "RunInfo", "check_path", "fingerprint", "list_runs", "summarize_runs", "run_info",
+    "sessions_table", "warm_run", "transcript", "groups_table", "group_detail", "metrics", "run_sql",
+    "compare", "displayable", "FINAL_REWARDS", "MEAN_REWARDS",
 ]

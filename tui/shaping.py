@@ -271,6 +271,10 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
     role = stats.get("role")
     members = list(group.get("members") or [])
     routed_names = {"tournament", "judge"}
+    route = group.get("route") or "?"
+    # As the trainer counts them: a tournament/judge route replaces the role's terminal
+    # verifier rewards by the routed one; per-turn rewards count either way.
+    was_routed = route.split(":", 1)[0] in routed_names
     base: dict[str, float] = {}
     routed: dict[str, float] = {}
     final: dict[str, float] = {}
@@ -278,12 +282,13 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
         if role is not None and w["role"] != role:
             continue
         sid = w["session_id"]
-        if w["name"] in routed_names:
+        is_routed = w["name"] in routed_names and w.get("turn_index") is None
+        if is_routed:
             routed[sid] = routed.get(sid, 0.0) + w["value"]
         else:
             base[sid] = base.get(sid, 0.0) + w["value"]
-        final[sid] = final.get(sid, 0.0) + w["value"]
-    route = group.get("route") or "?"
+        if w.get("turn_index") is not None or is_routed == was_routed:
+            final[sid] = final.get(sid, 0.0) + w["value"]
     why = []
     if stats.get("count") is not None:
         parts = [f"{k} {_num(stats[k])}" for k in ("count", "mean", "var", "std", "min", "max") if k in stats]

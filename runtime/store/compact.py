@@ -19,7 +19,8 @@ the only record of a file it first rebuilds the NDJSON from it (see recover.py).
 
 All events are copied (every attempt and generation, damaged lines dropped), so
 the views apply the same latest-attempt rules to either source and give
-identical results. Each file is written under a temporary name and renamed into
+identical results. Turns are sorted by session (``SORTED_BY``); other files keep
+file order. Each file is written under a temporary name and renamed into
 place. DuckDB does the conversion itself (``COPY ... TO``): no rows pass through Python.
 """
 
@@ -33,6 +34,13 @@ import duckdb
 from askspec.runtime.store import layout
 from askspec.runtime.store.lock import RunLockedError, acquire_writer_lock, release_writer_lock
 from askspec.runtime.store.views import _parquet_missing, raw_events_sql
+
+
+# Turns are written as sessions run, interleaved; their copy is sorted by session so
+# that a reader of one session's turns (a TUI transcript) skips the other sessions'
+# row groups by their min/max statistics. The views do not depend on row order, and
+# restore_ndjson writes lines back in seq order.
+SORTED_BY = {"turns": "run_id, session_id, attempt, seq"}
 
 
 class CompactError(Exception):
@@ -89,8 +97,9 @@ def compact_run(run_dir: str | os.PathLike[str], *, force: bool = False) -> dict
             target = layout.parquet_path(run_dir, name)
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             try:
+                order = f" ORDER BY {SORTED_BY[name]}" if name in SORTED_BY else ""
                 (count,) = con.execute(
-                    f"COPY ({raw_events_sql(name, [nd.resolve()], [])}) TO '{_q(tmp)}' "
+                    f"COPY (SELECT * FROM ({raw_events_sql(name, [nd.resolve()], [])}){order}) TO '{_q(tmp)}' "
                     "(FORMAT parquet, COMPRESSION zstd)"
                 ).fetchone()
                 os.replace(tmp, target)

@@ -147,6 +147,24 @@ class Store:
     run_dirs: list[Path]
     warnings: list[tuple[type[Warning], str]] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    # run_id -> event file kind -> where its events are read from: for readers that keep
+    # a copy of a run of their own (the TUI)
+    sources: dict[str, dict[str, EventSource]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EventSource:
+    """The file one run's events of one kind are read from: its NDJSON file, or its
+    Parquet copy (``missing``: columns the copy lacks, read as NULL)."""
+
+    path: Path
+    missing: tuple[str, ...] = ()
+
+    def sql(self, name: str) -> str:
+        """``raw_events_sql`` over this file alone."""
+        if self.path.suffix == ".parquet":
+            return raw_events_sql(name, [], [self.path], {self.path: self.missing} if self.missing else None)
+        return raw_events_sql(name, [self.path], [])
 
 
 def _sql_str(s: str | os.PathLike[str]) -> str:
@@ -377,10 +395,12 @@ def connect(path: str | os.PathLike[str]) -> Store:
     ndjson: dict[str, list[Path]] = {n: [] for n in layout.EVENT_NAMES}
     parquet: dict[str, list[Path]] = {n: [] for n in layout.EVENT_NAMES}
     missing_cols: dict[str, dict[Path, tuple[str, ...]]] = {n: {} for n in layout.EVENT_NAMES}
+    sources: dict[str, dict[str, EventSource]] = {}
     for rd, manifest in runs:
         run_id = manifest["run_id"]
         live = manifest["status"] == "running"
         index = layout.read_compaction_index(rd)
+        mine = sources[run_id] = {}
         for name in layout.EVENT_NAMES:
             nd = layout.ndjson_path(rd, name)
             state = layout.copy_state(rd, name, index)
@@ -390,6 +410,7 @@ def connect(path: str | os.PathLike[str]) -> Store:
                 missing = _parquet_missing(con, pq, name, state.format_version)
                 if missing:
                     missing_cols[name][pq] = missing
+                mine[name] = EventSource(pq, missing)
                 if state.kind == "ahead":
                     found.append((StaleParquetWarning,
                                   f"{run_id}: events/{name}.ndjson ({state.ndjson_bytes} bytes) is shorter than "
@@ -399,6 +420,7 @@ def connect(path: str | os.PathLike[str]) -> Store:
                     found.append((StaleParquetWarning,
                                   f"{run_id}: events/{name}.parquet is out of date; reading {name}.ndjson"))
                 ndjson[name].append(nd)
+                mine[name] = EventSource(nd)
             elif name not in layout.LATER_EVENTS:
                 found.append((DamagedRunWarning,
                               f"{run_id}: events/{name}.ndjson is missing; no {name} events for this run"))
@@ -428,8 +450,7 @@ def connect(path: str | os.PathLike[str]) -> Store:
     for name in layout.EVENT_NAMES:
         sql = raw_events_sql(name, ndjson[name], parquet[name], missing_cols[name])
         con.execute(f"CREATE VIEW events_{name} AS {sql}")
-    for name, sql in _VIEW_SQL.items():
-        con.execute(f"CREATE VIEW {name} AS {sql}")
+    define_views(con)
     run_dirs = [rd for rd, _ in runs]
     _create_runs_view(con, run_dirs)
     from askspec.runtime.store.rollouts import create_view, shards
@@ -441,7 +462,18 @@ def connect(path: str | os.PathLike[str]) -> Store:
     for rd in run_dirs:  # full texts of strings stored aside: read_text() them from a query
         files += sorted(p for p in (layout.events_dir(rd) / layout.OVERFLOW_DIR).glob("*") if not p.name.startswith("."))
         files += shards(rd)
-    return Store(con=con, run_dirs=run_dirs, warnings=found, files=files)
+    return Store(con=con, run_dirs=run_dirs, warnings=found, files=files, sources=sources)
+
+
+def define_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the views (all but ``runs`` and ``rollouts``) over relations named
+    ``events_<name>`` that ``con`` already has, one per event file kind with
+    ``raw_events_sql``'s columns.
+
+    ``connect`` defines them over the run's files; a reader holding a copy of some
+    events in tables of its own (the TUI) gets the same semantics over those."""
+    for name, sql in _VIEW_SQL.items():
+        con.execute(f"CREATE VIEW {name} AS {sql}")
 
 
 def _create_runs_view(con: duckdb.DuckDBPyConnection, run_dirs: list[Path]) -> None:

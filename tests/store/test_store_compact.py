@@ -128,3 +128,27 @@ def test_finish_can_compact(kit, tmp_path):
     w.finish(compact=True)
     assert source_of(w.run_dir, "turns") == "parquet"
     assert connect(w.run_dir).con.execute("SELECT count(*) FROM turns").fetchone() == (2,)
+
+
+def test_turns_copy_is_sorted_by_session_for_row_group_pruning(kit, tmp_path):
+    """Sessions run interleaved; the Parquet copy of the turns is ordered by session, so
+    that a reader of one session's turns can skip other sessions' row groups."""
+    import duckdb
+
+    w = kit.new_writer(tmp_path, flush_interval=0)
+    started = {}
+    for i in (2, 0, 1):
+        started[f"s{i}"] = w.session_started(f"s{i}", game="calibrate", group_id=None, params={}, index=i)
+    for t in range(3):  # round-robin: s2, s0, s1, s2, s0, s1, ...
+        for sid in ("s2", "s0", "s1"):
+            w.turn(sid, started[sid], turn_index=t, role="questioner", model="m", prompt=[], text=f"{sid} {t}",
+                   parsed={}, finish_reason="stop", tokens_in=1, tokens_out=1, latency_ms=1.0)
+    for sid in ("s2", "s0", "s1"):
+        w.session_finished(sid, started[sid], status="ok", outcome="done", error=None, vars={})
+    w.finish()
+    before = snapshot(w.run_dir)
+    compact_run(w.run_dir)
+    order = duckdb.sql(f"SELECT session_id, turn_index FROM read_parquet('{layout.parquet_path(w.run_dir, 'turns')}')"
+                       ).fetchall()
+    assert order == [(s, t) for s in ("s0", "s1", "s2") for t in range(3)]
+    assert snapshot(w.run_dir) == before

@@ -20,7 +20,14 @@ def demo_app(demo_runs, monkeypatch):
 
 
 async def _ready(pilot, text: str) -> None:
-    await wait_until(pilot, lambda: text in screen_text(pilot.app), what=text)
+    """Wait for ``text``, and for what arrives in a second step: the runs' counts, the
+    sessions' reward columns."""
+    def settled() -> bool:
+        shown = screen_text(pilot.app)
+        if "Runs in" in shown and shown.count("6/6") < 2:
+            return False
+        return text in shown and "reading rewards" not in shown
+    await wait_until(pilot, settled, what=text)
     await pilot.pause(0.3)
 
 

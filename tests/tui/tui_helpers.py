@@ -131,13 +131,16 @@ def build_demo_run(out: Path, run_id: str = "20260102-030405-ask_e-demo01") -> P
         w.session_finished(sid, att, status="ok", outcome=outcomes[i], error=None,
                            vars={"missing_question": i == 2})
     members = [f"s{i:06d}" for i in range(4)]
+    routed = [0.6, 0.0, 1.0, 0.4]  # the tournament's rewards replace the members' calibration rewards
+    for sid, value in zip(members, routed):
+        w.reward(sid, 1, role="questioner", turn_index=None, name="tournament", value=value, kind="terminal")
     for k, (x, y, first, verdict, outcome) in enumerate([(1, 0, 0, "A", 0.0), (2, 0, 2, "B", 0.0),
                                                           (3, 1, 3, "Tie", 0.5)]):
         w.match("g0", a=members[x], b=members[y], first_shown=members[first], verdict=verdict, outcome=outcome,
                 raw=f"Comparing both traces ({k}). The verdict is \\boxed{{{verdict}}}")
     w.group("g0", route="tournament:arena",
             stats={"count": 4, "mean": 0.5, "var": 0.26, "role": "questioner", "strengths": [0.1, -0.2, 0.3, 0.0],
-                   "routed": [0.6, 0.0, 1.0, 0.4], "judge_calls": 3, "pairing": "live", "aggregate": "bradley_terry"},
+                   "routed": routed, "judge_calls": 3, "pairing": "live", "aggregate": "bradley_terry"},
             members=members)
     for step in range(1, 6):
         w.train_step("questioner", step, {"reward": 0.1 * step, "loss": 1.0 / step, "kl": 0.01 * step})

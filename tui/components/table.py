@@ -1,19 +1,32 @@
 """``ArrowTable``: an Arrow table shown by textual-fastdatatable (Harlequin's table).
 
-Only the visible rows are rendered, so a 100k-row table scrolls like a 10-row one. The
-inner table is replaced (not mutated) when new data arrives, which is what
-fastdatatable supports; the cursor row and focus carry over."""
+Only the visible rows are rendered, so a 100k-row table scrolls like a 10-row one.
+``set_table`` mounts a new inner table (a new result: the SQL console, a new filter);
+``update`` gives the mounted one new rows in place (follow mode, reward columns
+arriving): the widget stays, and with it focus, the scroll position and the cursor,
+which stays on the same row by key (the session id) unless asked to go to the end.
+Column widths are measured by ``prepare`` in the worker that fetched the rows, so a
+100k-row update costs the UI thread no measuring."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static
 from textual_fastdatatable import ArrowBackend, DataTable
+
+
+def prepare(table: pa.Table) -> ArrowBackend:
+    """A table backend with its column widths measured (call it in a worker thread)."""
+    backend = ArrowBackend(table)
+    backend.render_markup = False
+    backend.column_content_widths  # noqa: B018  (measured here, cached on the backend)
+    return backend
 
 
 class ArrowTable(Vertical):
@@ -83,8 +96,10 @@ class ArrowTable(Vertical):
         assert self.data is not None
         return self.data.slice(index, 1).to_pylist()[0]
 
-    async def set_table(self, table: pa.Table, cursor_row: int | None = None, empty: str | None = None) -> None:
-        """Show ``table``; the cursor goes to ``cursor_row`` (default: where it was)."""
+    async def set_table(self, table: pa.Table, cursor_row: int | None = None, empty: str | None = None,
+                        backend: ArrowBackend | None = None) -> None:
+        """Show ``table`` in a new inner table; the cursor goes to ``cursor_row``
+        (default: where it was)."""
         had_focus = self._table is not None and self._table.has_focus
         keep = self._table.cursor_row if self._table is not None else 0
         self.data = table
@@ -96,7 +111,7 @@ class ArrowTable(Vertical):
         if table.num_rows == 0 or table.num_columns == 0:
             await self.mount(Static(self.empty_text, classes="empty"))
             return
-        dt = DataTable(backend=ArrowBackend(table), cursor_type="row", show_row_labels=False,
+        dt = DataTable(backend=backend or ArrowBackend(table), cursor_type="row", show_row_labels=False,
                        render_markup=False, null_rep="-", max_column_content_width=self.max_width)
         self._table = dt
         await self.mount(dt)
@@ -107,6 +122,43 @@ class ArrowTable(Vertical):
             dt.call_after_refresh(self._place_cursor, dt, row, 25)
         if had_focus:
             dt.focus()
+
+    async def update(self, table: pa.Table, backend: ArrowBackend | None = None, *, key: str | None = None,
+                     to_end: bool = False, empty: str | None = None) -> None:
+        """Show ``table`` in the inner table already mounted (``set_table`` if there is
+        none, or the table is or becomes empty). The cursor stays on the row with the
+        same ``key`` value (else the same index), or goes to the last row (``to_end``);
+        the view does not move unless the cursor has to."""
+        if empty is not None:
+            self.empty_text = empty
+        dt = self._table
+        if dt is None or not table.num_rows or not table.num_columns:
+            await self.set_table(table, cursor_row=table.num_rows - 1 if to_end else None, backend=backend)
+            return
+        old, row = self.data, dt.cursor_row
+        if to_end:
+            row = table.num_rows - 1
+        elif key and old is not None and key in old.column_names and key in table.column_names \
+                and 0 <= row < old.num_rows:
+            value = old.column(key)[row]
+            hits = pc.indices_nonzero(pc.equal(table.column(key), value))
+            if len(hits):
+                row = hits[0].as_py()
+        self.data = table
+        self.pending_row = None
+        backend = backend or prepare(table)
+        # fastdatatable has no "replace the data" call: swap the backend and drop what
+        # the table derived from the old one (column objects, render caches, size).
+        dt.backend = backend
+        dt._ordered_columns = None
+        dt._clear_caches()
+        dt._update_count += 1
+        dt._update_dimensions([])
+        dt.cursor_coordinate = dt.cursor_coordinate  # clamped to the new row count
+        dt.refresh(layout=True)
+        row = max(0, min(row, table.num_rows - 1))
+        if row != dt.cursor_row or to_end:
+            dt.move_cursor(row=row, animate=False)
 
     def _place_cursor(self, dt: DataTable, row: int, tries: int) -> None:
         """Move the cursor to ``row`` once the table has measured itself (it does so when

@@ -67,7 +67,7 @@ class RunScreen(Loader, Screen):
         t.append(printable(r.run_id, single_line=True), style="bold")
         t.append(f"  {printable(r.experiment or '?', single_line=True)} {(r.experiment_hash or '')[:12]}")
         t.append("  ● running" if r.live else f"  {r.status}", style="bold green" if r.live else "")
-        t.append(f"  sessions {r.done}/{r.planned if r.planned is not None else '?'}")
+        t.append(f"  sessions {r.done if r.summarized else '…'}/{r.planned if r.planned is not None else '?'}")
         if r.running:
             t.append(f" ({r.running} in flight)")
         if r.errors:
@@ -107,14 +107,15 @@ class RunScreen(Loader, Screen):
     @on(StoreChanged)
     def _changed(self, event: StoreChanged) -> None:
         event.stop()
-        self.load("run", self._run_info)
+        self.load("run", data.run_info, self.app.source, self.run.run_id)
         for pane in (self.query_one(SessionsPane), self.query_one(GroupsPane)):
             pane.post_message(StoreChanged())
         if self._metrics_loaded:
             self.query_one(MetricsPane).post_message(StoreChanged())
 
-    def _run_info(self) -> data.RunInfo | None:
-        return next((r for r in data.list_runs(self.app.source) if r.run_id == self.run.run_id), None)
+    def on_mount(self) -> None:
+        if not self.run.summarized:
+            self.load("run", data.run_info, self.app.source, self.run.run_id)
 
     def on_loaded(self, msg: Loaded) -> None:
         if msg.key == "run":

@@ -44,6 +44,8 @@ def runs_table(runs: list[data.RunInfo], marked: set[str]) -> pa.Table:
         return f"{mark}{glyph}{r.status or '?'}"
 
     def outcomes(r: data.RunInfo) -> str:
+        if not r.summarized:
+            return "…"
         parts = [f"{k} {v}" for k, v in sorted(r.outcomes.items(), key=lambda kv: -kv[1])]
         if r.errors:
             parts.append(f"error {r.errors}")
@@ -56,9 +58,11 @@ def runs_table(runs: list[data.RunInfo], marked: set[str]) -> pa.Table:
         "run": [r.run_id for r in runs],
         "experiment": [r.experiment or "?" for r in runs],
         "hash": [(r.experiment_hash or "")[:12] for r in runs],
-        "sessions": [f"{r.done}/{r.planned if r.planned is not None else '?'}" for r in runs],
+        "sessions": [f"{r.done if r.summarized else '…'}/{r.planned if r.planned is not None else '?'}"
+                     for r in runs],
         "outcomes": [outcomes(r) for r in runs],
-        "mean reward": [", ".join(f"{k} {v:+.3f}" for k, v in r.mean_reward.items()) or "-" for r in runs],
+        "mean reward": [", ".join(f"{k} {v:+.3f}" for k, v in r.mean_reward.items()) or ("-" if r.summarized else "…")
+                        for r in runs],
         "started": [r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-" for r in runs],
         "duration": [duration(r.started_at, r.ended_at, r.live) for r in runs],
     })
@@ -92,7 +96,9 @@ class RunsScreen(Loader, Screen):
         self.action_reload()
 
     def action_reload(self) -> None:
+        # the manifests first (at once), then counts and rewards (a scan of every run)
         self.load("runs", data.list_runs, self.app.source)
+        self.load("summaries", data.summarize_runs, self.app.source)
 
     def on_screen_resume(self) -> None:
         self.action_reload()
@@ -102,12 +108,17 @@ class RunsScreen(Loader, Screen):
         self.action_reload()
 
     async def on_loaded(self, msg: Loaded) -> None:
-        if msg.key != "runs":
+        if msg.key not in ("runs", "summaries"):
             return
         msg.stop()
-        self.runs = self.app.known_runs = msg.result  # the palette offers them too
+        runs: list[data.RunInfo] = msg.result
+        if msg.key == "runs":  # keep the counts known until the new ones arrive
+            before = {r.run_id: r for r in self.runs}
+            runs = [before[r.run_id] if r.run_id in before and r.status == before[r.run_id].status else r
+                    for r in runs]
+        self.runs = self.app.known_runs = runs  # the palette offers them too
         table = self.query_one("#runs", ArrowTable)
-        await table.set_table(runs_table(self.runs, set(self.marked)))
+        await table.update(runs_table(self.runs, set(self.marked)), key="run")
         table.focus_table()
         live = sum(r.live for r in self.runs)
         status = f"{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}"
@@ -118,6 +129,10 @@ class RunsScreen(Loader, Screen):
         self.query_one("#runs-status", Static).update(status)
 
     def on_load_failed(self, msg: LoadFailed) -> None:
+        if msg.key == "summaries":
+            msg.stop()
+            self.query_one("#runs-status", Static).update(f"⚠ {msg.error}")
+            return
         if msg.key != "runs":
             return
         msg.stop()
@@ -153,7 +168,7 @@ class RunsScreen(Loader, Screen):
             self.marked.remove(run.run_id)
         else:
             self.marked = (self.marked + [run.run_id])[-2:]
-        await self.query_one("#runs", ArrowTable).set_table(runs_table(self.runs, set(self.marked)))
+        await self.query_one("#runs", ArrowTable).update(runs_table(self.runs, set(self.marked)), key="run")
         self.query_one("#runs-status", Static).update(
             f"marked: {', '.join(self.marked) or 'none'}" + ("  — press c to compare" if len(self.marked) == 2 else ""))
 

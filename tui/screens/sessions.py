@@ -1,12 +1,19 @@
 """The sessions tab: a run's sessions in a virtual table, filterable (see
 ``askspec.tui.filters``) and sortable, following a live run.
 
+A large run paints its sessions first and adds the reward columns when the run's
+rewards have been read; then the turns are indexed (in a worker) so that transcripts
+open at once. Updates go into the table in place: focus, scroll position and the row
+under the cursor stay.
+
 Follow mode: while the cursor is on the last row, new sessions are shown as they arrive
-(the cursor stays on the newest). Moving the cursor up pauses following; what arrives is
-counted in a badge until ``f`` (or moving back to the last row) catches up."""
+(the cursor stays on the newest). Moving the cursor up pauses following: the table stays
+as it is and what arrives is counted in a badge until ``f`` (or moving back to the last
+row) catches up."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -15,11 +22,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, Static
+from textual_fastdatatable import ArrowBackend
 
 from askspec.tui import data
 from askspec.tui.components.loader import Loader
-from askspec.tui.components.table import ArrowTable
-from askspec.tui.filters import FilterError, parse_filter
+from askspec.tui.components.table import ArrowTable, prepare
+from askspec.tui.filters import Filter, FilterError, parse_filter
 from askspec.tui.messages import Loaded, LoadFailed, OpenSession, StoreChanged
 
 if TYPE_CHECKING:
@@ -28,6 +36,26 @@ if TYPE_CHECKING:
 
 FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward:0.5..1 "text in a turn"'
                "  (Enter applies)")
+
+
+@dataclass
+class Rows:
+    """One fetch of the sessions: the rows in plan order, as shown (sorted), and the
+    shown rows' table backend, measured in the worker."""
+
+    full: pa.Table
+    shown: pa.Table
+    backend: ArrowBackend
+    rewards: bool
+
+
+def fetch(source: data.Source, run_id: str, flt: Filter, rewards: bool, sort: str | None, desc: bool) -> Rows:
+    """Worker side of a sessions load: query, sort, measure."""
+    full = data.sessions_table(source, run_id, flt, rewards=rewards)
+    shown = full
+    if sort and sort in full.column_names:
+        shown = full.sort_by([(sort, "descending" if desc else "ascending")])
+    return Rows(full, shown, prepare(shown), rewards)
 
 
 class SessionsPane(Loader, Vertical):
@@ -45,12 +73,15 @@ class SessionsPane(Loader, Vertical):
         super().__init__(id="sessions-pane")
         self.run_id = run_id
         self.following = live
-        self.pending: pa.Table | None = None  # arrived while following was paused
+        self.pending: Rows | None = None  # arrived while following was paused
         self.filter_text = ""
         self.sort_col: str | None = None
         self.sort_desc = False
-        self.full: pa.Table | None = None  # the last result, unsorted
+        self.full: pa.Table | None = None  # the rows shown, unsorted
         self._loaded_once = False
+        self._rewards = False  # whether the reward columns were asked for yet
+        self._shown_rewards = False  # whether the rows shown have them
+        self._indexing = False
         self._force = True  # the user asked for this reload: show it even when paused
 
     def compose(self) -> ComposeResult:
@@ -70,16 +101,12 @@ class SessionsPane(Loader, Vertical):
             return
         if flt.needs_turns:
             self._status("searching turns…")
-        self.load("sessions", data.sessions_table, self.app.source, self.run_id, flt)
+        self.load("sessions", fetch, self.app.source, self.run_id, flt, self._rewards, self.sort_col,
+                  self.sort_desc)
 
     @on(StoreChanged)
     def _changed(self) -> None:
         self.reload(user=False)
-
-    def _sorted(self, table: pa.Table) -> pa.Table:
-        if self.sort_col and self.sort_col in table.column_names:
-            return table.sort_by([(self.sort_col, "descending" if self.sort_desc else "ascending")])
-        return table
 
     def _status(self, text: str, error: bool = False) -> None:
         w = self.query_one("#sessions-status", Static)
@@ -92,18 +119,23 @@ class SessionsPane(Loader, Vertical):
             parts.append(f"matching {self.filter_text.strip()!r}")
         if self.sort_col:
             parts.append(f"sorted by {self.sort_col} {'↓' if self.sort_desc else '↑'}")
+        if self._loaded_once and not self._shown_rewards:
+            parts.append("reading rewards…")
         if self.following and self.screen.live:
             parts.append("● following")
         elif self.pending is not None:
-            n = self.pending.num_rows - (self.full.num_rows if self.full is not None else 0)
+            n = self.pending.full.num_rows - (self.full.num_rows if self.full is not None else 0)
             parts.append(f"⏸ paused: +{max(n, 0)} new — press f to catch up")
         return "  ·  ".join(parts)
 
     async def on_loaded(self, msg: Loaded) -> None:
+        if msg.key == "turn-index":
+            msg.stop()
+            return
         if msg.key != "sessions":
             return
         msg.stop()
-        table: pa.Table = msg.result
+        rows: Rows = msg.result
         first = not self._loaded_once
         self._loaded_once = True
         view = self.query_one("#sessions", ArrowTable)
@@ -111,24 +143,30 @@ class SessionsPane(Loader, Vertical):
             # a live update: follow only while the cursor is on the last row
             self.following = view.at_end
             if not self.following:
-                if self.full is None or not table.equals(self.full):
-                    self.pending = table  # shown when the user catches up
+                if self.full is None or not rows.full.equals(self.full):
+                    self.pending = rows  # shown when the user catches up
                 self._status(self._describe(view.row_count))
                 return
-        await self._show(table, to_end=self.following and self.screen.live, focus=first)
+        await self._show(rows, to_end=self.following and self.screen.live, focus=first)
+        if not self._rewards:
+            self._rewards = True  # second step: the same rows with their reward columns
+            self.reload(user=not self.screen.live)
+        elif not self._indexing:
+            self._indexing = True  # third step: index the turns so transcripts open at once
+            self.load("turn-index", data.warm_run, self.app.source, self.run_id)
 
-    async def _show(self, table: pa.Table, to_end: bool, focus: bool = False) -> None:
-        self.full, self.pending, self._force = table, None, False
+    async def _show(self, rows: Rows, to_end: bool, focus: bool = False) -> None:
+        self.full, self.pending, self._force = rows.full, None, False
+        self._shown_rewards = rows.rewards
         view = self.query_one("#sessions", ArrowTable)
-        shown = self._sorted(table)
-        await view.set_table(shown, cursor_row=shown.num_rows - 1 if to_end else None,
-                             empty="no sessions" + (" match the filter" if self.filter_text.strip() else " yet"))
+        await view.update(rows.shown, rows.backend, key="session", to_end=to_end,
+                          empty="no sessions" + (" match the filter" if self.filter_text.strip() else " yet"))
         if focus or self.screen.focused is None:
             view.focus_table()
-        self._status(self._describe(shown.num_rows))
+        self._status(self._describe(rows.shown.num_rows))
 
     def on_load_failed(self, msg: LoadFailed) -> None:
-        if msg.key != "sessions":
+        if msg.key not in ("sessions", "turn-index"):
             return
         msg.stop()
         self._status(f"⚠ {msg.error}", error=True)
@@ -152,12 +190,12 @@ class SessionsPane(Loader, Vertical):
         self.post_message(OpenSession(self.run_id, event.row["session"]))
 
     @on(ArrowTable.HeaderClicked, "#sessions")
-    async def _header(self, event: ArrowTable.HeaderClicked) -> None:
+    def _header(self, event: ArrowTable.HeaderClicked) -> None:
         if self.sort_col == event.column:
             self.sort_desc = not self.sort_desc
         else:
             self.sort_col, self.sort_desc = event.column, False
-        await self._resort()
+        self.reload()
 
     @on(Input.Submitted, "#filter")
     def _filter(self, event: Input.Submitted) -> None:
@@ -168,29 +206,26 @@ class SessionsPane(Loader, Vertical):
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
 
-    async def _resort(self) -> None:
-        if self.full is None:
-            return
-        shown = self._sorted(self.full)
-        await self.query_one("#sessions", ArrowTable).set_table(shown, cursor_row=0)
-        self._status(self._describe(shown.num_rows))
-
-    async def action_sort(self) -> None:
+    def action_sort(self) -> None:
         if self.full is None or not self.full.num_columns:
             return
         cols = self.full.column_names
         i = cols.index(self.sort_col) + 1 if self.sort_col in cols else 0
         self.sort_col = cols[i] if i < len(cols) else None
         self.sort_desc = False
-        await self._resort()
+        self.reload()
 
-    async def action_reverse(self) -> None:
+    def action_reverse(self) -> None:
         if self.sort_col is None and self.full is not None and self.full.num_columns:
             self.sort_col = self.full.column_names[0]
         self.sort_desc = not self.sort_desc
-        await self._resort()
+        self.reload()
 
     async def action_follow(self) -> None:
         self.following = True
-        await self._show(self.pending if self.pending is not None else self.full or pa.table({}), to_end=True)
+        if self.pending is not None:
+            await self._show(self.pending, to_end=True)
+        else:
+            view = self.query_one("#sessions", ArrowTable)
+            view.move_to(view.row_count - 1)
         self.reload()

@@ -1,0 +1,125 @@
+"""``Source``: what the TUI has open — a folder of runs or one run directory — as the
+store's views (``views.connect``) plus a ``RunMirror`` per run being looked at.
+
+Each call takes its own cursor (DuckDB connections are not shared across threads). The
+store is reopened when the set of runs or their Parquet copies changes (the views fix
+the file set when opened; contents are read live); a run's mirror is kept across a
+reopen while its files stay the same. Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import duckdb
+
+from askspec.runtime.store import layout, views
+from askspec.terminal import printable
+from askspec.tui.mirror import RunMirror
+
+# The one place that opens a store. (A read-only, confined connection for the SQL
+# console replaces this call when the store offers one.)
+_connect = views.connect
+
+
+class DataError(Exception):
+    """Something the user should read (one line), not a crash."""
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    return printable(first, single_line=True)
+
+
+def check_path(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be opened (a one-line message), or None if it can.
+
+    A folder without runs is not an error: the runs screen says so itself."""
+    p = Path(path)
+    if not p.exists():
+        return f"no such directory: {p}"
+    if not p.is_dir():
+        return f"not a directory: {p} (give a run directory or a folder of runs)"
+    return None
+
+
+def fingerprint(path: str | os.PathLike[str]) -> tuple:
+    """Cheap change detector for follow mode: the runs under ``path`` and the sizes and
+    modification times of their manifests and event files (a few stat calls per run)."""
+    out = []
+    for d in layout.find_run_dirs(path):
+        files = [layout.manifest_path(d)] + sorted(layout.events_dir(d).glob("*.ndjson"))
+        for f in files:
+            try:
+                st = f.stat()
+                out.append((str(f), st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((str(f), None, None))
+    return tuple(out)
+
+
+class Source:
+    """A reopenable store over a folder of runs or a single run directory."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._store: views.Store | None = None
+        self._key: tuple | None = None
+        self._mirrors: dict[str, RunMirror] = {}
+        self.warnings: list[str] = []
+
+    def run_dirs(self) -> list[Path]:
+        return layout.find_run_dirs(self.path)
+
+    def _listing_key(self) -> tuple:
+        dirs = self.run_dirs()
+        compacted = []
+        for d in dirs:
+            idx = layout.events_dir(d) / layout.COMPACTION_INDEX
+            try:
+                compacted.append(idx.stat().st_mtime_ns)
+            except OSError:
+                compacted.append(None)
+        return tuple(str(d) for d in dirs), tuple(compacted)
+
+    def store(self) -> views.Store:
+        """The open store, reopened first if the runs changed. Raises DataError when
+        there is nothing to open."""
+        problem = check_path(self.path)
+        if problem:
+            raise DataError(problem)
+        with self._lock:
+            key = self._listing_key()
+            if self._store is None or key != self._key:
+                if not key[0]:
+                    raise DataError(f"no runs in {self.path}")
+                try:
+                    store = _connect(self.path)
+                except views.StoreError as e:
+                    raise DataError(one_line(e)) from None
+                self._store, self._key = store, key
+                self.warnings = [printable(m, single_line=True) for _, m in store.warnings]
+                for run_id, mirror in list(self._mirrors.items()):
+                    if store.sources.get(run_id) != mirror.sources:  # compacted, resumed, gone
+                        del self._mirrors[run_id]
+            return self._store
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own for the calling thread over the store's views."""
+        return self.store().con.cursor()
+
+    def mirror(self, run_id: str) -> RunMirror:
+        """The run's mirror (created empty on first use: ``refresh`` fills it)."""
+        store = self.store()
+        with self._lock:
+            m = self._mirrors.get(run_id)
+            if m is None:
+                sources = store.sources.get(run_id)
+                if sources is None:
+                    raise DataError(f"no run {run_id} under {self.path}")
+                m = self._mirrors[run_id] = RunMirror(run_id, sources)
+            return m
