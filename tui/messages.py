@@ -32,8 +32,11 @@ class LoadFailed(Message):
         self.error = error
 
 
-class StoreChanged(Message):
-    """Files under the opened path changed (follow mode); screens reload what they show."""
+class StoreChanged(Message, bubble=False):
+    """Files under the opened path changed (follow mode); screens reload what they show.
+
+    It does not bubble: a screen hands it to its panes, and a pane's copy going back up
+    to the screen would be handed down again, without end."""
 
 
 class OpenRun(Message):

@@ -135,7 +135,10 @@ class ArrowTable(Vertical):
         if dt is None or not table.num_rows or not table.num_columns:
             await self.set_table(table, cursor_row=table.num_rows - 1 if to_end else None, backend=backend)
             return
-        old, row = self.data, dt.cursor_row
+        old = self.data
+        if old is not None and not to_end and table.equals(old):
+            return  # nothing new (a follow-mode tick that changed other files)
+        row = self.pending_row if self.pending_row is not None else dt.cursor_row
         if to_end:
             row = table.num_rows - 1
         elif key and old is not None and key in old.column_names and key in table.column_names \
@@ -145,7 +148,7 @@ class ArrowTable(Vertical):
             if len(hits):
                 row = hits[0].as_py()
         self.data = table
-        self.pending_row = None
+        self.pending_row = None  # (a placement still waiting gives up: see _place_cursor)
         backend = backend or prepare(table)
         # fastdatatable has no "replace the data" call: swap the backend and drop what
         # the table derived from the old one (column objects, render caches, size).
@@ -157,14 +160,18 @@ class ArrowTable(Vertical):
         dt.cursor_coordinate = dt.cursor_coordinate  # clamped to the new row count
         dt.refresh(layout=True)
         row = max(0, min(row, table.num_rows - 1))
-        if row != dt.cursor_row or to_end:
+        if not dt.size.height:  # not laid out yet: it cannot scroll to the row before that
+            self.pending_row = row or None
+            if row:
+                dt.call_after_refresh(self._place_cursor, dt, row, 25)
+        elif row != dt.cursor_row or to_end:
             dt.move_cursor(row=row, animate=False)
 
     def _place_cursor(self, dt: DataTable, row: int, tries: int) -> None:
         """Move the cursor to ``row`` once the table has measured itself (it does so when
         idle); before that it cannot scroll to a row below the first screen."""
-        if dt is not self._table:
-            return  # replaced meanwhile
+        if dt is not self._table or self.pending_row != row:
+            return  # replaced or updated meanwhile: that placed the cursor
         if dt.virtual_size.height <= row + 1 and tries > 0:
             self.set_timer(0.02, lambda: self._place_cursor(dt, row, tries - 1))
             return

@@ -72,9 +72,12 @@ class GroupsPane(Loader, Horizontal):
         if msg.key == "groups":
             msg.stop()
             table = self.query_one("#groups", ArrowTable)
-            await table.set_table(msg.result, empty="this run has no groups (no game samples groups or routes them)")
+            await table.update(msg.result, key="group",
+                               empty="this run has no groups (no game samples groups or routes them)")
             if msg.result.num_rows and self.group_id is None:
                 self.show_group(msg.result.column("group")[0].as_py())
+            elif self.group_id is not None:
+                self.show_group(self.group_id)  # its matches and rewards may have grown
         elif msg.key == "group":
             msg.stop()
             self.detail = d = msg.result
@@ -83,8 +86,8 @@ class GroupsPane(Loader, Horizontal):
             why.append(f"  route: {printable(d.route, single_line=True)}\n", style="bold yellow")
             why.append("\n".join(printable(w, single_line=True) for w in d.why) or "(no statistics recorded)")
             self.query_one("#group-why", Static).update(why)
-            await self.query_one("#matches", ArrowTable).set_table(matches_table(d))
-            await self.query_one("#members", ArrowTable).set_table(d.members)
+            await self.query_one("#matches", ArrowTable).update(matches_table(d), key="#")
+            await self.query_one("#members", ArrowTable).update(d.members, key="session")
             reply = self.query_one("#judge-reply", Static)
             reply.set_class(not d.matches, "hidden")
             if d.matches:

@@ -46,6 +46,12 @@ class TrainPlot(PlotextPlot):
             plt.plot(xs, ys, marker="braille")
 
 
+def _same(a: Metrics, b: Metrics) -> bool:
+    """Whether two results would show the same thing."""
+    return (a.note == b.note and a.errors == b.errors and a.train == b.train
+            and a.tables.keys() == b.tables.keys() and all(a.tables[k].equals(b.tables[k]) for k in a.tables))
+
+
 class MetricsPane(Loader, VerticalScroll):
     app: AskspecApp  # the app this runs in (textual types it App[Any])
     screen: RunScreen  # the run screen holding this pane (textual types it Screen[object])
@@ -71,7 +77,10 @@ class MetricsPane(Loader, VerticalScroll):
             return
         msg.stop()
         m: Metrics = msg.result
+        if self.result is not None and _same(self.result, m):
+            return  # a follow-mode tick that changed nothing shown here
         self.result = m
+        keep_y = self.scroll_y
         for w in list(self.children)[1:]:
             await w.remove()
         notes = []
@@ -101,6 +110,8 @@ class MetricsPane(Loader, VerticalScroll):
         await self.mount_all(widgets)
         for t, table in zip(self.query(".metric-table").results(ArrowTable), m.tables.values()):
             await t.set_table(table)
+        if keep_y:
+            self.call_after_refresh(self.scroll_to, y=keep_y, animate=False)
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "metrics":
