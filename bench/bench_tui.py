@@ -2,10 +2,19 @@
 transcript, on a generated 100k-session, 1M-turn Ask-E-shaped run.
 
 The run is written with ``bench_store.write_run`` (the real RunWriter), then the app is
-driven headless (``App.run_test``): "first paint" is from pressing Enter on the run to
-the sessions table being on screen with its rows; "open a transcript" is from pressing
-Enter on a session to its turns being on screen. Both are measured on the live NDJSON
-files and again after ``compact_run`` (Parquet, what a finished run should be).
+driven headless (``App.run_test``), each repeat a fresh app (nothing cached):
+
+- first paint: from Enter on the run to the sessions table on screen with its rows
+  (the run's sessions read; reward columns not yet);
+- reward columns: from the same Enter to the table showing each role's final reward;
+- turns indexed: from the same Enter to the turn index being built (a worker does it
+  after the reward columns; NDJSON only, a compacted run needs none);
+- 20 page-downs;
+- open a transcript: from Enter on a session (the first, then the last) to its turns on
+  screen, once the index is built.
+
+Both on the live NDJSON files and after ``compact_run`` (Parquet, what a finished run
+should be). The load average is printed: on a shared machine it matters.
 
     PYTHONPATH=<dir with askspec> python bench/bench_tui.py [--sessions 100000] [--repeat 3]
 """
@@ -34,39 +43,76 @@ def _text(app) -> str:
     return "\n".join(s.text for s in app.screen._compositor.render_strips())
 
 
-async def _until(pilot, cond, timeout=120.0) -> None:
+async def _until(pilot, cond, shown=None, timeout=120.0) -> None:
+    """Wait for ``cond()`` (cheap checks of the app's state, polled often), then for
+    ``shown`` to be on screen (a render of the whole screen: checked once the state is
+    there, as polling renders would slow the app being measured)."""
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
-        if cond():
+        if cond() and (shown is None or (shown() if callable(shown) else shown) in _text(pilot.app)):
             return
-        await pilot.pause(0.005)
+        await pilot.pause(0.01)
     raise TimeoutError(_text(pilot.app))
 
 
-async def measure(runs: Path, sessions: int) -> dict[str, float]:
+async def measure(runs: Path, sessions: int, turns: int) -> dict[str, float]:
     from askspec.tui.app import AskspecApp
+    from askspec.tui.components.table import ArrowTable
+    from askspec.tui.screens.run import RunScreen
+    from askspec.tui.screens.runs import RunsScreen
     from askspec.tui.screens.transcript import TranscriptScreen
 
     app = AskspecApp(runs, follow_interval=3600)
     out = {}
-    async with app.run_test(size=(160, 48)) as pilot:
-        await _until(pilot, lambda: "ask_e_bench" in _text(app))
+    last = f"s{sessions - 1:07d}"
+
+    def table() -> ArrowTable | None:
+        return app.screen.query_one("#sessions", ArrowTable) if isinstance(app.screen, RunScreen) else None
+
+    def painted() -> bool:
+        t = table()
+        return t is not None and t._table is not None and t.row_count == sessions
+
+    def rewarded() -> bool:
+        t = table()
+        return t is not None and t.data is not None and "questioner" in t.data.column_names
+
+    def indexed() -> bool:
+        mirrors = list(app.source._mirrors.values())
+        index = mirrors[0].turn_index if mirrors else None
+        return bool(mirrors) and (index is None or (index.size > 0 and index.indexed >= index.size))
+
+    def transcript_shown() -> bool:
+        return isinstance(app.screen, TranscriptScreen) and app.screen.shown == turns
+
+    async def open_transcript(key: str, sid: str) -> None:
+        await pilot.press(key)
+        await _until(pilot, lambda: table().row(table().cursor_row)["session"] == sid)
         t0 = time.perf_counter()
         await pilot.press("enter")
-        await _until(pilot, lambda: f"{sessions} sessions" in _text(app) and "s0000000" in _text(app))
-        out["first paint"] = time.perf_counter() - t0
+        await _until(pilot, transcript_shown, shown="t0 ")
+        out[f"open transcript ({'first' if key == 'home' else 'last'})"] = time.perf_counter() - t0
+        await pilot.press("escape")
+        await _until(pilot, lambda: isinstance(app.screen, RunScreen))
+
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _until(pilot, lambda: isinstance(app.screen, RunsScreen) and bool(app.screen.runs))
         t0 = time.perf_counter()
+        await pilot.press("enter")
+        await _until(pilot, painted, shown="s0000000")
+        out["first paint"] = time.perf_counter() - t0
+        await _until(pilot, rewarded, shown="questioner")
+        out["reward columns"] = time.perf_counter() - t0
+        await _until(pilot, indexed, timeout=600)
+        out["turns indexed"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
         for _ in range(20):
             await pilot.press("pagedown")
-        await _until(pilot, lambda: "s0000" in _text(app))
-        out["20 page-downs"] = time.perf_counter() - t0
-        await pilot.press("ctrl+home")
-        await pilot.pause(0.2)
-        t0 = time.perf_counter()
-        await pilot.press("enter")
-        await _until(pilot, lambda: isinstance(app.screen, TranscriptScreen) and "t9 " in _text(app)
-                     or isinstance(app.screen, TranscriptScreen) and "t3 " in _text(app))
-        out["open transcript"] = time.perf_counter() - t0
+        await _until(pilot, lambda: table().cursor_row > 20 * 30,
+                     shown=lambda: table().row(table().cursor_row)["session"])
+        out["20 page-downs"] = time.perf_counter() - t1
+        await open_transcript("home", "s0000000")
+        await open_transcript("end", last)
     return out
 
 
@@ -76,22 +122,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--runs", type=Path, help="a folder holding one run written by an earlier --keep "
+                                              "(its Parquet copies are made in place)")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench_tui_"))
     print(f"# bench_tui  {time.strftime('%Y-%m-%d %H:%M')}  python {platform.python_version()}  "
           f"{os.cpu_count()} cpus  load {os.getloadavg()[0]:.1f}")
     try:
-        runs = tmp / "runs"
-        run_dir, info = write_run(runs, args.sessions, args.turns, 0.2)
-        print(f"run: {args.sessions} sessions, {info['turns']} turns, {info['bytes'] / 1e9:.2f} GB NDJSON "
-              f"(written in {info['seconds']:.1f} s)")
+        if args.runs:
+            runs = args.runs
+            (run_dir,) = [d for d in runs.iterdir() if d.is_dir()]
+            print(f"run: {run_dir}")
+        else:
+            runs = tmp / "runs"
+            run_dir, info = write_run(runs, args.sessions, args.turns, 0.2)
+            print(f"run: {args.sessions} sessions, {info['turns']} turns, {info['bytes'] / 1e9:.2f} GB NDJSON "
+                  f"(written in {info['seconds']:.1f} s) in {runs}")
         for label in ("NDJSON", "Parquet"):
             if label == "Parquet":
+                t0 = time.perf_counter()
                 compact_run(run_dir)
-            rows = [asyncio.run(measure(runs, args.sessions)) for _ in range(args.repeat)]
+                print(f"compacted in {time.perf_counter() - t0:.1f} s")
+            rows = [asyncio.run(measure(runs, args.sessions, args.turns)) for _ in range(args.repeat)]
             for key in rows[0]:
                 vals = [r[key] for r in rows]
-                print(f"{label:8s} {key:16s} median {statistics.median(vals):.3f} s  "
+                print(f"{label:8s} {key:24s} median {statistics.median(vals):.3f} s  "
                       f"(runs: {', '.join(f'{v:.3f}' for v in vals)})")
         print(f"load at end {os.getloadavg()[0]:.1f}")
     finally:

@@ -48,7 +48,7 @@ def _json(v: Any) -> Any:
 
 # ------------------------------------------------------------------------- rewards
 
-ROUTED = ("tournament", "judge")  # reward names a group's route writes (runtime.engine.routing)
+ROUTED = shaping.ROUTED_REWARDS  # reward names a group's route writes (runtime.engine.routing)
 
 # Per (run, session, role): the reward the trainer uses (runtime/train/batch.py). Per-turn
 # rewards always count; of the terminal ones, the routed reward when the session's group
@@ -159,16 +159,17 @@ def list_runs(source: Source) -> list[RunInfo]:
 
 def summarize_runs(source: Source) -> list[RunInfo]:
     """``list_runs`` with session counts, outcome counts and mean final reward per role
-    (scans every run's sessions and rewards: a second, slower step)."""
-    cur = source.cursor()
-    try:
-        infos = _run_rows(cur)
-        _fill(infos, cur)
-        return infos
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
+    (scans every run's sessions and rewards: a second, slower step, which
+    ``source.interrupt("summaries")`` stops)."""
+    with source.background("summaries") as cur:
+        try:
+            infos = _run_rows(cur)
+            _fill(infos, cur)
+            return infos
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error as e:
+            raise DataError(one_line(e)) from None
 
 
 def run_info(source: Source, run_id: str) -> RunInfo:
@@ -385,9 +386,7 @@ def warm_run(source: Source, run_id: str) -> None:
     """What opening a transcript needs, done ahead (in a worker, after the sessions
     table is up): the run's turns indexed by session (the first time, one pass over the
     turns file; a compacted run needs none) and its compiled IR loaded."""
-    mirror = source.mirror(run_id)
-    if mirror.turn_index is not None:
-        mirror.turn_index.update()
+    source.mirror(run_id).warm()
     cur = source.cursor()
     try:
         run_dir = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
@@ -403,7 +402,7 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
     """One session: its row, turns in order (with highlights, forwarding, recovery marks),
     per-turn and terminal rewards. Only this session's lines are read (``session_store``)."""
     mirror = source.mirror(run_id)
-    mirror.refresh(("sessions", "rewards"))
+    mirror.refresh(("sessions", "rewards", "groups"))
     cur = source.cursor()
     try:
         run_dir = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
@@ -433,7 +432,22 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
         t["prompt"] = _json(t["prompt"])
         t["parsed"] = _json(t["parsed"])
     retries = shaping.role_retries(run_dir[0]) if run_dir else {}
-    return shaping.build_transcript(run_id, s, turns, rewards, retries)
+    return shaping.build_transcript(run_id, s, turns, rewards, retries, _routed_roles(mirror, run_id, s["group_id"]))
+
+
+def _routed_roles(mirror, run_id: str, group_id: str | None) -> set[str]:
+    """The roles whose rewards the session's group's route replaced (tournament, judge)."""
+    if group_id is None:
+        return set()
+    cur = mirror.cursor()
+    try:
+        rows = cur.execute(f"SELECT stats->>'$.role' FROM groups WHERE run_id = ? AND group_id = ? "
+                           f"AND split_part(route, ':', 1) IN {ROUTED}", [run_id, group_id]).fetchall()
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
+    finally:
+        cur.close()
+    return {r for (r,) in rows if r is not None}
 
 
 # --------------------------------------------------------------------------- groups

@@ -179,11 +179,7 @@ class RunMirror:
         Parquet copy, filtered on the session so that DuckDB reads only the row groups
         that can hold it."""
         with self._mini_lock:
-            if self._mini is None:
-                self._mini = duckdb.connect(":memory:")
-                _empty_tables(self._mini, ("sessions", "rewards", "turns"))
-                define_views(self._mini)
-            mini = self._mini
+            mini = self._session_db()
             for name in ("sessions", "rewards", "turns"):
                 mini.execute(f"DELETE FROM events_{name}")
             cur = self.cursor()
@@ -205,6 +201,21 @@ class RunMirror:
                 mini.execute(f"INSERT INTO events_turns SELECT * FROM ({raw_events_sql('turns', [], [turns])}) "
                              "WHERE run_id = ? AND session_id = ?", [self.run_id, session_id])
             yield mini
+
+    def _session_db(self) -> duckdb.DuckDBPyConnection:
+        if self._mini is None:
+            self._mini = duckdb.connect(":memory:")
+            _empty_tables(self._mini, ("sessions", "rewards", "turns"))
+            define_views(self._mini)
+        return self._mini
+
+    def warm(self) -> None:
+        """Do ahead what the first transcript would wait for: index the turns (one pass
+        over the turns file, the first time) and set up the per-session database."""
+        if self.turn_index is not None:
+            self.turn_index.update()
+        with self._mini_lock:
+            self._session_db()
 
     def close(self) -> None:
         self.con.close()

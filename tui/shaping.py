@@ -93,16 +93,27 @@ class Transcript:
     session: dict[str, Any]
     turns: list[Turn]
     terminal_rewards: list[tuple[str, str, float]]  # (role, name, value)
+    routed: set[str] = field(default_factory=set)  # roles whose group's route replaced their rewards
+
+    def counts(self, role: str, name: str) -> bool:
+        """Whether a terminal reward counts as the trainer counts it: a group routed to a
+        tournament or judge for the role replaces its other terminal rewards."""
+        return (name in ROUTED_REWARDS) == (role in self.routed)
 
     @property
     def totals(self) -> dict[str, float]:
+        """Each role's final reward: per-turn rewards plus the terminal ones that count."""
         out: dict[str, float] = {}
         for t in self.turns:
             for _name, v in t.rewards:
                 out[t.role] = out.get(t.role, 0.0) + v
-        for role, _name, v in self.terminal_rewards:
-            out[role] = out.get(role, 0.0) + v
+        for role, name, v in self.terminal_rewards:
+            if self.counts(role, name):
+                out[role] = out.get(role, 0.0) + v
         return out
+
+
+ROUTED_REWARDS = ("tournament", "judge")  # the names a group's route writes its rewards under
 
 
 # Parser bookkeeping fields, not sections of the reply.
@@ -175,7 +186,7 @@ def _is_recovery(turn: Turn, prev: Turn | None, retries: int | None) -> bool:
 
 
 def build_transcript(run_id: str, session: dict, turn_rows: list[dict], reward_rows: list[dict],
-                     retries: dict[str, int]) -> Transcript:
+                     retries: dict[str, int], routed: set[str] | None = None) -> Transcript:
     turns = [
         Turn(index=r["turn_index"], role=r["role"] or "?", model=r["model"], text=r["text"] or "",
              parsed=r["parsed"] if isinstance(r["parsed"], dict) else {},
@@ -211,7 +222,8 @@ def build_transcript(run_id: str, session: dict, turn_rows: list[dict], reward_r
                 if u.role != t.role and u.sent and probe in u.sent:
                     t.forwarded_to.append((u.role, u.index, key))
                     u.received_from.append((t.role, t.index, key))
-    return Transcript(run_id=run_id, session=session, turns=turns, terminal_rewards=terminal)
+    return Transcript(run_id=run_id, session=session, turns=turns, terminal_rewards=terminal,
+                      routed=set(routed or ()))
 
 
 # --------------------------------------------------------------------------- groups
@@ -270,7 +282,7 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
     stats = group.get("stats") or {}
     role = stats.get("role")
     members = list(group.get("members") or [])
-    routed_names = {"tournament", "judge"}
+    routed_names = set(ROUTED_REWARDS)
     route = group.get("route") or "?"
     # As the trainer counts them: a tournament/judge route replaces the role's terminal
     # verifier rewards by the routed one; per-turn rewards count either way.

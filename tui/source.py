@@ -9,9 +9,11 @@ reopen while its files stay the same. Nothing here imports Textual.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 
@@ -70,6 +72,7 @@ class Source:
         self._store: views.Store | None = None
         self._key: tuple | None = None
         self._mirrors: dict[str, RunMirror] = {}
+        self._background: dict[str, set[duckdb.DuckDBPyConnection]] = {}
         self.warnings: list[str] = []
 
     def run_dirs(self) -> list[Path]:
@@ -111,6 +114,28 @@ class Source:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of its own for the calling thread over the store's views."""
         return self.store().con.cursor()
+
+    @contextlib.contextmanager
+    def background(self, tag: str) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor for work nobody waits on (the runs screen's counts over every run),
+        which ``interrupt(tag)`` stops: a query stopped that way raises DataError."""
+        cur = self.cursor()
+        with self._lock:
+            self._background.setdefault(tag, set()).add(cur)
+        try:
+            yield cur
+        except duckdb.InterruptException:
+            raise DataError(f"{tag}: interrupted") from None
+        finally:
+            with self._lock:
+                self._background[tag].discard(cur)
+            cur.close()
+
+    def interrupt(self, tag: str) -> None:
+        """Stop the queries running under ``tag`` (their screen went out of view)."""
+        with self._lock:
+            for cur in self._background.get(tag, ()):
+                cur.interrupt()
 
     def mirror(self, run_id: str) -> RunMirror:
         """The run's mirror (created empty on first use: ``refresh`` fills it)."""

@@ -82,14 +82,42 @@ def prompt_text(turn: Turn) -> Text:
     return t or Text("(no prompt recorded)", style="dim")
 
 
+def body(turn: Turn) -> Text:
+    """Everything about the turn but its prompt, as one text (one widget per turn keeps
+    a long transcript quick to mount)."""
+    parts = [header(turn)]
+    if turn.sent is not None:
+        sent = Text("← sent", style="bold")
+        if turn.received_from:
+            sent.append(" (" + ", ".join(f"{printable(r, single_line=True)} t{i} {f}"
+                                         for r, i, f in turn.received_from) + ")")
+        sent.append(": ")
+        sent.append(printable(_cut(turn.sent, SENT_LINES)))
+        sent.stylize("dim")
+        parts.append(sent)
+    forwarded = {f for _r, _i, f in turn.forwarded_to}
+    parts.append(styled_reply(turn.text, turn.highlights, forwarded) if turn.text
+                 else Text("(no reply)", style="dim"))
+    links = Text(style="dim")
+    labels = [h.label for h in turn.highlights]
+    if labels:
+        links.append("parsed: " + ", ".join(dict.fromkeys(labels)))
+        answer = turn.parsed.get("answer")
+        if isinstance(answer, str):
+            links.append(f"   answer: {printable(answer, single_line=True)}")
+    if turn.forwarded_to:
+        links.append(("\n" if links else "") + "→ forwarded to " + ", ".join(
+            f"{printable(r, single_line=True)} t{i} ({f})" for r, i, f in turn.forwarded_to))
+    if links:
+        parts.append(links)
+    return Text("\n").join(parts)
+
+
 class TurnView(Vertical):
     DEFAULT_CSS = """
     TurnView { height: auto; margin: 0 0 1 0; padding: 0 1; border-left: wide $primary; }
     TurnView.recovery { border-left: wide $warning; }
     TurnView.failed { border-left: wide $error; }
-    TurnView > .sent { color: $text-muted; }
-    TurnView > .reply { margin: 0 0 0 0; }
-    TurnView > .links { color: $text-muted; }
     TurnView Collapsible { padding: 0; margin: 0; border: none; }
     """
 
@@ -99,30 +127,6 @@ class TurnView(Vertical):
         self.turn = turn
 
     def compose(self) -> ComposeResult:
-        turn = self.turn
-        yield Static(header(turn), classes="head")
-        if turn.sent is not None:
-            sent = Text("← sent", style="bold")
-            if turn.received_from:
-                sent.append(" (" + ", ".join(f"{printable(r, single_line=True)} t{i} {f}"
-                                             for r, i, f in turn.received_from) + ")")
-            sent.append(": ")
-            sent.append(printable(_cut(turn.sent, SENT_LINES)))
-            yield Static(sent, classes="sent")
-        forwarded = {f for _r, _i, f in turn.forwarded_to}
-        yield Static(styled_reply(turn.text, turn.highlights, forwarded) if turn.text
-                     else Text("(no reply)", style="dim"), classes="reply")
-        links = Text()
-        labels = [h.label for h in turn.highlights]
-        if labels:
-            links.append("parsed: " + ", ".join(dict.fromkeys(labels)))
-            answer = turn.parsed.get("answer")
-            if isinstance(answer, str):
-                links.append(f"   answer: {printable(answer, single_line=True)}")
-        if turn.forwarded_to:
-            links.append(("\n" if links else "") + "→ forwarded to " + ", ".join(
-                f"{printable(r, single_line=True)} t{i} ({f})" for r, i, f in turn.forwarded_to))
-        if links:
-            yield Static(links, classes="links")
-        with Collapsible(title=f"prompt ({len(turn.prompt)} messages)", collapsed=True):
-            yield Static(prompt_text(turn), classes="prompt")
+        yield Static(body(self.turn), classes="body")
+        with Collapsible(title=f"prompt ({len(self.turn.prompt)} messages)", collapsed=True):
+            yield Static(prompt_text(self.turn), classes="prompt")

@@ -58,9 +58,6 @@ class GroupsPane(Loader, Horizontal):
             yield Static("members: strengths and rewards", classes="section")
             yield ArrowTable(id="members", empty="-")
 
-    def on_mount(self) -> None:
-        self.reload()
-
     def reload(self) -> None:
         self.load("groups", data.groups_table, self.app.source, self.run_id)
 

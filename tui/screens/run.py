@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from askspec.tui.app import AskspecApp
 
 TABS = ("sessions", "groups", "metrics", "sql")
+PANES = {"groups": GroupsPane, "metrics": MetricsPane, "sql": SqlPane}
 
 
 class RunScreen(Loader, Screen):
@@ -45,7 +46,7 @@ class RunScreen(Loader, Screen):
         super().__init__()
         self.run = run
         self.live = run.live
-        self._metrics_loaded = False
+        self._loaded_tabs: set[str] = set()  # tabs other than sessions are built when first shown
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -53,12 +54,11 @@ class RunScreen(Loader, Screen):
         with TabbedContent(initial="tab-sessions", id="tabs"):
             with TabPane("Sessions [1]", id="tab-sessions"):
                 yield SessionsPane(self.run.run_id, self.live)
-            with TabPane("Groups [2]", id="tab-groups"):
-                yield GroupsPane(self.run.run_id)
-            with TabPane("Metrics [3]", id="tab-metrics"):
-                yield MetricsPane(self.run.run_id)
-            with TabPane("SQL [4]", id="tab-sql"):
-                yield SqlPane(self.run.run_id)
+            # the other tabs are built when first shown: less to mount before the
+            # sessions table can paint
+            yield TabPane("Groups [2]", id="tab-groups")
+            yield TabPane("Metrics [3]", id="tab-metrics")
+            yield TabPane("SQL [4]", id="tab-sql")
         yield Footer()
 
     def _bar(self) -> Text:
@@ -92,11 +92,14 @@ class RunScreen(Loader, Screen):
         self.query_one("#tabs", TabbedContent).active = f"tab-{tab}"
 
     @on(TabbedContent.TabActivated)
-    def _tab(self, event: TabbedContent.TabActivated) -> None:
+    async def _tab(self, event: TabbedContent.TabActivated) -> None:
         pane = (event.pane.id or "").removeprefix("tab-")
-        if pane == "metrics" and not self._metrics_loaded:
-            self._metrics_loaded = True
-            self.query_one(MetricsPane).reload()
+        if pane in PANES and pane not in self._loaded_tabs:
+            self._loaded_tabs.add(pane)
+            widget = PANES[pane](self.run.run_id)
+            await event.pane.mount(widget)
+            if pane != "sql":
+                widget.reload()
         if pane == "sql":
             self.query_one("#sql").focus()
         elif pane == "sessions":
@@ -108,10 +111,10 @@ class RunScreen(Loader, Screen):
     def _changed(self, event: StoreChanged) -> None:
         event.stop()
         self.load("run", data.run_info, self.app.source, self.run.run_id)
-        for pane in (self.query_one(SessionsPane), self.query_one(GroupsPane)):
-            pane.post_message(StoreChanged())
-        if self._metrics_loaded:
-            self.query_one(MetricsPane).post_message(StoreChanged())
+        self.query_one(SessionsPane).post_message(StoreChanged())
+        for pane in ("groups", "metrics"):
+            if pane in self._loaded_tabs:
+                self.query_one(PANES[pane]).post_message(StoreChanged())
 
     def on_mount(self) -> None:
         if not self.run.summarized:

@@ -103,6 +103,11 @@ class RunsScreen(Loader, Screen):
     def on_screen_resume(self) -> None:
         self.action_reload()
 
+    def on_screen_suspend(self) -> None:
+        # a run opened over this screen: its counts over every run can wait (on a large
+        # run they would compete with the run's own first paint)
+        self.app.source.interrupt("summaries")
+
     @on(StoreChanged)
     def _changed(self) -> None:
         self.action_reload()
@@ -131,7 +136,8 @@ class RunsScreen(Loader, Screen):
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "summaries":
             msg.stop()
-            self.query_one("#runs-status", Static).update(f"⚠ {msg.error}")
+            if not msg.error.endswith("interrupted"):  # (by on_screen_suspend: redone on resume)
+                self.query_one("#runs-status", Static).update(f"⚠ {msg.error}")
             return
         if msg.key != "runs":
             return

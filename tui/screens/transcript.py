@@ -53,8 +53,15 @@ def session_head(tr: Transcript) -> Text:
                                           for k, v in params.items()))
     if tr.terminal_rewards:
         t.append("\nterminal rewards: ")
-        t.append(", ".join(f"{printable(r, single_line=True)} {printable(n, single_line=True)}={v:+.4g}"
-                           for r, n, v in tr.terminal_rewards), style="bold green")
+        for i, (r, n, v) in enumerate(tr.terminal_rewards):
+            if i:
+                t.append(", ")
+            counted = tr.counts(r, n)
+            t.append(f"{printable(r, single_line=True)} {printable(n, single_line=True)}={v:+.4g}",
+                     style="bold green" if counted else "dim strike")
+            if not counted:
+                t.append(" (replaced by the group's route)" if r in tr.routed else " (not used: no route)",
+                         style="dim")
     totals = tr.totals
     if totals:
         t.append("   totals: " + ", ".join(f"{printable(r, single_line=True)} {v:+.4g}" for r, v in totals.items()))
