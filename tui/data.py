@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from askspec.runtime.store import readonly
 from askspec.terminal import printable
 from askspec.tui import shaping
 from askspec.tui.filters import Filter, escape_like, like_pattern
@@ -550,21 +551,25 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
 
 # ------------------------------------------------------------------------------ sql
 
+SQL_TIMEOUT = 120.0  # seconds a console query may run (SQL can describe unbounded work)
+
+
 def run_sql(source: Source, sql: str, limit: int = 100_000) -> tuple[pa.Table, int]:
-    """Run the console's SQL over the views; the result (at most ``limit`` rows shown)
-    and the full row count. Raises DataError with DuckDB's one-line message."""
+    """Run the console's SQL over the views, read-only and confined (``readonly``: only
+    queries run; COPY, ATTACH, SET ... are refused before anything runs); the result (at
+    most ``limit`` rows shown) and the full row count. Raises DataError with a one-line
+    reason."""
     if not sql.strip():
         raise DataError("type a query, e.g. SELECT outcome, count(*) FROM sessions GROUP BY ALL")
     cur = source.cursor()
     try:
-        rel = cur.sql(sql)
-        if rel is None:  # a statement without a result
-            return pa.table({"result": ["ok"]}), 1
-        table = rel.to_arrow_table()
-    except duckdb.Error as e:
+        table, _types = readonly.run_readonly(cur, sql, timeout=SQL_TIMEOUT)
+    except (readonly.QueryRefused, readonly.QueryTimeout, duckdb.Error) as e:
         raise DataError(one_line(e)) from None
     finally:
         cur.close()
+    if not table.num_columns:
+        return pa.table({"result": ["ok"]}), 1
     n = table.num_rows
     return displayable(table.slice(0, limit)), n
 

@@ -17,13 +17,13 @@ from typing import Iterator
 
 import duckdb
 
-from askspec.runtime.store import layout, views
+from askspec.runtime.store import layout, readonly, views
 from askspec.terminal import printable
 from askspec.tui.mirror import RunMirror
 
-# The one place that opens a store. (A read-only, confined connection for the SQL
-# console replaces this call when the store offers one.)
-_connect = views.connect
+# The one place that opens a store: read-only and confined to the run's files (the SQL
+# console runs user SQL on it; everything else here only queries the views).
+_connect = readonly.open_readonly_store
 
 
 class DataError(Exception):
@@ -102,7 +102,7 @@ class Source:
                     raise DataError(f"no runs in {self.path}")
                 try:
                     store = _connect(self.path)
-                except views.StoreError as e:
+                except (views.StoreError, duckdb.Error, OSError) as e:  # (a copy from an older version...)
                     raise DataError(one_line(e)) from None
                 self._store, self._key = store, key
                 self.warnings = [printable(m, single_line=True) for _, m in store.warnings]

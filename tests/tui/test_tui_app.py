@@ -136,6 +136,28 @@ async def test_sql_console_result_error_and_history(real_runs):
         assert app.screen.query_one("#sql").value.startswith("select outcome")
 
 
+async def test_sql_console_is_read_only_and_confined(real_runs, tmp_path):
+    """The console runs on the store's read-only path: COPY ... TO (which would write a
+    file, even over the run's own events) and reading a file outside the run are refused
+    inline; nothing is written."""
+    target = tmp_path / "stolen.csv"
+    app = AskspecApp(real_runs)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_run(pilot, app, "ask_e")
+        await pilot.press("4")
+        await wait_until(pilot, lambda: app.focused is not None and app.focused.id == "sql")
+        box = app.screen.query_one("#sql")
+        box.value = f"COPY (SELECT * FROM turns) TO '{target}'"
+        await pilot.press("enter")
+        await wait_until(pilot, shows(app, "⚠ COPY refused", "read-only"), what="the refusal")
+        box.value = "SELECT * FROM read_csv('/etc/passwd')"
+        await pilot.press("enter")
+        await wait_until(pilot, shows(app, "⚠ Permission Error", "file system operations are disabled"),
+                         what="the confinement error")
+        assert isinstance(app.screen, RunScreen)
+    assert not target.exists()
+
+
 async def test_compare_two_runs(real_runs):
     app = AskspecApp(real_runs)
     async with app.run_test(size=SIZE) as pilot:
