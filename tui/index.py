@@ -8,7 +8,7 @@ when the file was replaced or shrank (a resume that moved a damaged line out rew
 it). Only complete lines are indexed: a torn or half-written last line waits for its
 newline.
 
-The pass looks for the first ``"session_id":"`` of each line: the writer puts the
+The pass looks for the first ``"session_id":`` of each line: the writer puts the
 session id before any nested object, and a string value cannot contain that text
 unescaped. A line found at an offset is checked before use (``lines``), so a stale
 offset makes the index start over instead of showing another session's turns.
@@ -24,7 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-KEY = b'"session_id":"'
+KEY = b'"session_id":'
+_BLANK = b" \t"
 CHUNK = 1 << 24  # bytes read per step of a pass
 
 
@@ -120,18 +121,22 @@ class LineIndex:
             if i < 0:
                 return
             start = rfind(b"\n", 0, i) + 1  # the line the key is on
-            j = find(b'"', i + k, end)
+            q = i + k
+            while q < end and buf[q] in _BLANK:  # '"session_id": "..."' from other writers
+                q += 1
+            pos = q
+            if q >= end or buf[q] != 0x22 or start == last:  # not a string, or not the line's first
+                continue
+            j = find(b'"', q + 1, end)
             if j < 0:
                 return
             if buf[j - 1] == 0x5C:  # an escaped quote or backslash in the id
-                j = _string_end(buf, i + k, end)
+                j = _string_end(buf, q + 1, end)
                 if j < 0:
                     return
             pos = j + 1
-            if start == last:
-                continue
             last = start
-            sid = buf[i + k:j]
+            sid = buf[q + 1:j]
             if 0x5C in sid:
                 sid = _decode(sid)
             lst = offsets.get(sid)
@@ -163,8 +168,11 @@ class LineIndex:
                     i = line.find(KEY)
                     if not line.endswith(b"\n") or i < 0:
                         return None
-                    j = _string_end(line, i + len(KEY), len(line))
-                    if j < 0 or _decode(line[i + len(KEY):j]) != key:
+                    q = i + len(KEY)
+                    while q < len(line) and line[q] in _BLANK:
+                        q += 1
+                    j = _string_end(line, q + 1, len(line)) if line[q:q + 1] == b'"' else -1
+                    if j < 0 or _decode(line[q + 1:j]) != key:
                         return None
                     out.append(line)
         except OSError:
