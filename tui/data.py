@@ -461,9 +461,9 @@ def groups_table(source: Source, run_id: str) -> pa.Table:
     cur = mirror.cursor()
     try:
         table = cur.sql(
-            "SELECT g.group_id AS \"group\", g.route, len(g.members) AS members, "
-            "g.stats->>'$.role' AS role, TRY_CAST(g.stats->>'$.mean' AS DOUBLE) AS mean, "
-            "TRY_CAST(g.stats->>'$.var' AS DOUBLE) AS var, coalesce(m.n, 0) AS matches "
+            "SELECT g.group_id AS \"group\", g.route, TRY_CAST(g.stats->>'$.mean' AS DOUBLE) AS mean, "
+            "TRY_CAST(g.stats->>'$.var' AS DOUBLE) AS var, coalesce(m.n, 0) AS matches, "
+            "len(g.members) AS members, g.stats->>'$.role' AS role "
             "FROM groups g LEFT JOIN (SELECT group_id, count(*) AS n FROM matches WHERE run_id = ? "
             "GROUP BY group_id) m USING (group_id) WHERE g.run_id = ? ORDER BY g.group_id",
             params=[run_id, run_id]).to_arrow_table()
@@ -538,6 +538,9 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
         try:
             scopes, errors = session_scopes(mcur, run_id)
             rows = evaluate_metrics(exp, scopes)
+            if not scopes:
+                n = len(exp.metrics)
+                note = f"{n} declared metric{'s' if n != 1 else ''}: no session has finished ok yet"
         except duckdb.Error as e:
             raise DataError(one_line(e)) from None
         except Exception as e:  # an evaluation error is data for the screen, not a crash

@@ -137,6 +137,15 @@ class Source:
             for cur in self._background.get(tag, ()):
                 cur.interrupt()
 
+    def indexing(self, run_id: str) -> float | None:
+        """How far the run's turn index is built (0..1) while it is being built, else
+        None (cheap: for a progress line on the UI thread)."""
+        m = self._mirrors.get(run_id)
+        index = m.turn_index if m is not None else None
+        if index is None or not index.size or index.indexed >= index.size:
+            return None
+        return index.indexed / index.size
+
     def mirror(self, run_id: str) -> RunMirror:
         """The run's mirror (created empty on first use: ``refresh`` fills it)."""
         store = self.store()

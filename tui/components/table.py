@@ -25,7 +25,14 @@ def prepare(table: pa.Table) -> ArrowBackend:
     """A table backend with its column widths measured (call it in a worker thread)."""
     backend = ArrowBackend(table)
     backend.render_markup = False
-    backend.column_content_widths  # noqa: B018  (measured here, cached on the backend)
+    widths = backend.column_content_widths  # measured here, cached on the backend
+    for i, col in enumerate(table.columns):
+        # fastdatatable measures a float column by its largest and smallest value, so
+        # 0.3238 between 0 and 1 was cut to "0.3…": measure each distinct value as it
+        # shows it (format "n")
+        if pa.types.is_floating(col.type) and col.null_count < len(col):
+            shown = (len(f"{v:n}") for v in pc.unique(col).to_pylist() if v is not None)
+            widths[i] = max(widths[i], *shown)
     return backend
 
 
@@ -111,7 +118,7 @@ class ArrowTable(Vertical):
         if table.num_rows == 0 or table.num_columns == 0:
             await self.mount(Static(self.empty_text, classes="empty"))
             return
-        dt = DataTable(backend=backend or ArrowBackend(table), cursor_type="row", show_row_labels=False,
+        dt = DataTable(backend=backend or prepare(table), cursor_type="row", show_row_labels=False,
                        render_markup=False, null_rep="-", max_column_content_width=self.max_width)
         self._table = dt
         await self.mount(dt)

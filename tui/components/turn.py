@@ -53,7 +53,8 @@ def header(turn: Turn) -> Text:
         t.append(f"  tokens {turn.tokens_in if turn.tokens_in is not None else '?'}→"
                  f"{turn.tokens_out if turn.tokens_out is not None else '?'}")
     if turn.latency_ms is not None:
-        t.append(f"  {turn.latency_ms:.0f} ms")
+        ms = turn.latency_ms
+        t.append(f"  {ms:.0f} ms" if ms < 1000 else f"  {ms / 1000:.1f} s")
     if turn.finish_reason:
         t.append(f"  {printable(turn.finish_reason, single_line=True)}",
                  style="bold red" if turn.finish_reason == "length" else "")

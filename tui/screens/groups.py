@@ -71,6 +71,7 @@ class GroupsPane(Loader, Horizontal):
             table = self.query_one("#groups", ArrowTable)
             await table.update(msg.result, key="group",
                                empty="this run has no groups (no game samples groups or routes them)")
+            self.query_one("#group-detail").display = bool(msg.result.num_rows)
             if msg.result.num_rows and self.group_id is None:
                 self.show_group(msg.result.column("group")[0].as_py())
             elif self.group_id is not None:

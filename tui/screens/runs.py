@@ -56,8 +56,7 @@ def runs_table(runs: list[data.RunInfo], marked: set[str]) -> pa.Table:
     return pa.table({
         "status": [status(r) for r in runs],
         "run": [r.run_id for r in runs],
-        "experiment": [r.experiment or "?" for r in runs],
-        "hash": [(r.experiment_hash or "")[:12] for r in runs],
+        # what changes first (the run id names the experiment; its hash is last)
         "sessions": [f"{r.done if r.summarized else '…'}/{r.planned if r.planned is not None else '?'}"
                      for r in runs],
         "outcomes": [outcomes(r) for r in runs],
@@ -65,6 +64,8 @@ def runs_table(runs: list[data.RunInfo], marked: set[str]) -> pa.Table:
                         for r in runs],
         "started": [r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-" for r in runs],
         "duration": [duration(r.started_at, r.ended_at, r.live) for r in runs],
+        "experiment": [r.experiment or "?" for r in runs],
+        "hash": [(r.experiment_hash or "")[:12] for r in runs],
     })
 
 

@@ -97,6 +97,17 @@ class TranscriptScreen(Loader, Screen):
     def on_mount(self) -> None:
         self.sub_title = f"{self.run_id} / {self.session_id}"
         self.reload()
+        self._progress = self.set_interval(0.25, self._indexing)
+
+    def _indexing(self) -> None:
+        """While the first transcript of a large run waits for its turns to be indexed."""
+        done = self.app.source.indexing(self.run_id)
+        if self.transcript is None and done is not None:
+            self.query_one("#session-head", Static).update(
+                f"loading {printable(self.session_id, single_line=True)}… (indexing the run's turns by "
+                f"session, once: {done:.0%})")
+        elif self.transcript is not None:
+            self._progress.stop()
 
     def reload(self) -> None:
         self.load("transcript", data.transcript, self.app.source, self.run_id, self.session_id)
