@@ -11,7 +11,10 @@ driven headless (``App.run_test``), each repeat a fresh app (nothing cached):
   after the reward columns; NDJSON only, a compacted run needs none);
 - 20 page-downs;
 - open a transcript: from Enter on a session (the first, then the last) to its turns on
-  screen, once the index is built.
+  screen, once the index is built;
+
+and the same steps through the data layer alone (``measure_data``: what the app's
+workers run), to tell the store's cost from the cost of drawing the screen.
 
 Both on the live NDJSON files and after ``compact_run`` (Parquet, what a finished run
 should be). The load average is printed: on a shared machine it matters.
@@ -116,6 +119,32 @@ async def measure(runs: Path, sessions: int, turns: int) -> dict[str, float]:
     return out
 
 
+def measure_data(runs: Path, sessions: int) -> dict[str, float]:
+    """The same steps through the data layer alone (what the app's workers run), on a
+    fresh ``Source``: what the store costs, apart from drawing the screen."""
+    from askspec.tui import data
+
+    source = data.Source(runs)
+    out = {}
+
+    def timed(key, fn, *args, **kw):
+        t0 = time.perf_counter()
+        result = fn(*args, **kw)
+        out[key] = time.perf_counter() - t0
+        return result
+
+    (run,) = timed("list runs", data.list_runs, source)
+    table = timed("sessions (first paint)", data.sessions_table, source, run.run_id, rewards=False)
+    assert table.num_rows == sessions
+    timed("sessions with rewards", data.sessions_table, source, run.run_id)
+    timed("index turns + warm", data.warm_run, source, run.run_id)
+    for label, i in (("first", 0), ("middle", sessions // 2), ("last", sessions - 1)):
+        tr = timed(f"transcript ({label})", data.transcript, source, run.run_id, f"s{i:07d}")
+        assert tr.turns
+    timed("runs' counts and rewards", data.summarize_runs, source)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=100_000)
@@ -124,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--runs", type=Path, help="a folder holding one run written by an earlier --keep "
                                               "(its Parquet copies are made in place)")
+    ap.add_argument("--parts", nargs="+", choices=("app", "data"), default=["app", "data"],
+                    help="the app driven headless, the data layer alone (default: both)")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench_tui_"))
     print(f"# bench_tui  {time.strftime('%Y-%m-%d %H:%M')}  python {platform.python_version()}  "
@@ -143,11 +174,15 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 compact_run(run_dir)
                 print(f"compacted in {time.perf_counter() - t0:.1f} s")
-            rows = [asyncio.run(measure(runs, args.sessions, args.turns)) for _ in range(args.repeat)]
-            for key in rows[0]:
-                vals = [r[key] for r in rows]
-                print(f"{label:8s} {key:24s} median {statistics.median(vals):.3f} s  "
-                      f"(runs: {', '.join(f'{v:.3f}' for v in vals)})")
+            for what, fn in (("app", lambda: asyncio.run(measure(runs, args.sessions, args.turns))),
+                             ("data", lambda: measure_data(runs, args.sessions))):
+                if what not in args.parts:
+                    continue
+                rows = [fn() for _ in range(args.repeat)]
+                for key in rows[0]:
+                    vals = [r[key] for r in rows]
+                    print(f"{label:8s} {what:5s} {key:26s} median {statistics.median(vals):.3f} s  "
+                          f"(runs: {', '.join(f'{v:.3f}' for v in vals)})", flush=True)
         print(f"load at end {os.getloadavg()[0]:.1f}")
     finally:
         if not args.keep:

@@ -7,6 +7,7 @@ the hand-built demo runs the snapshot tests use.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -20,8 +21,8 @@ from tui_helpers import build_demo_run  # noqa: E402
 from askspec.tui.app import AskspecApp  # noqa: E402
 
 SHOTS = [  # (file, keys pressed after the previous shot, text to wait for)
-    ("runs.svg", [], "2 runs"),
-    ("sessions.svg", ["enter"], "6 sessions"),
+    ("runs.svg", [], "questioner +"),  # (the counts and rewards come after the run list)
+    ("sessions.svg", ["enter"], "questioner  started"),  # (the reward columns after the rows)
     ("transcript.svg", ["enter"], "→ forwarded to"),
     ("groups.svg", ["escape", "2"], "Comparing both traces"),
     ("metrics.svg", ["3"], "by (a, b)"),
@@ -36,7 +37,8 @@ async def main() -> None:
         runs = Path(tmp) / "runs"
         build_demo_run(runs, "20260102-030405-ask_e-demo01")
         build_demo_run(runs, "20260102-030406-ask_e-demo02")
-        app = AskspecApp(runs, follow_interval=3600)
+        os.chdir(tmp)  # the runs screen's title shows the path as given
+        app = AskspecApp("runs", follow_interval=3600)
         async with app.run_test(size=(120, 34)) as pilot:
             for name, keys, ready in SHOTS:
                 await pilot.press(*keys)
