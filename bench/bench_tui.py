@@ -10,8 +10,8 @@ driven headless (``App.run_test``), each repeat a fresh app (nothing cached):
 - turns indexed: from the same Enter to the turn index being built (a worker does it
   after the reward columns; NDJSON only, a compacted run needs none);
 - 20 page-downs;
-- open a transcript: from Enter on a session (the first, then the last) to its turns on
-  screen, once the index is built;
+- open a transcript: from Enter on a session (the first, then the last) to its first
+  turns on screen (the rest are mounted right after), once the index is built;
 
 and the same steps through the data layer alone (``measure_data``: what the app's
 workers run), to tell the store's cost from the cost of drawing the screen.

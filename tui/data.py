@@ -161,16 +161,20 @@ def list_runs(source: Source) -> list[RunInfo]:
 def summarize_runs(source: Source) -> list[RunInfo]:
     """``list_runs`` with session counts, outcome counts and mean final reward per role
     (scans every run's sessions and rewards: a second, slower step, which
-    ``source.interrupt("summaries")`` stops)."""
+    ``source.pause("summaries")`` stops)."""
     with source.background("summaries") as cur:
-        try:
-            infos = _run_rows(cur)
-            _fill(infos, cur)
-            return infos
-        except duckdb.InterruptException:
-            raise
-        except duckdb.Error as e:
-            raise DataError(one_line(e)) from None
+        return _summarized(cur)
+
+
+def _summarized(cur: duckdb.DuckDBPyConnection) -> list[RunInfo]:
+    try:
+        infos = _run_rows(cur)
+        _fill(infos, cur)
+        return infos
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
 
 
 def run_info(source: Source, run_id: str) -> RunInfo:
@@ -584,7 +588,11 @@ def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> pa.Ta
     declared metrics, with the difference B - A where both are numbers."""
     infos = {}
     for src, rid in ((source_a, run_a), (source_b, run_b)):
-        found = [r for r in summarize_runs(src) if r.run_id == rid]
+        cur = src.cursor()
+        try:
+            found = [r for r in _summarized(cur) if r.run_id == rid]
+        finally:
+            cur.close()
         if not found:
             raise DataError(f"no run {rid}")
         infos[rid] = found[0]

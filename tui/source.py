@@ -73,6 +73,7 @@ class Source:
         self._key: tuple | None = None
         self._mirrors: dict[str, RunMirror] = {}
         self._background: dict[str, set[duckdb.DuckDBPyConnection]] = {}
+        self._paused: set[str] = set()
         self.warnings: list[str] = []
 
     def run_dirs(self) -> list[Path]:
@@ -118,9 +119,13 @@ class Source:
     @contextlib.contextmanager
     def background(self, tag: str) -> Iterator[duckdb.DuckDBPyConnection]:
         """A cursor for work nobody waits on (the runs screen's counts over every run),
-        which ``interrupt(tag)`` stops: a query stopped that way raises DataError."""
+        which ``pause(tag)`` stops and keeps from starting until ``resume(tag)``: work
+        stopped that way raises DataError."""
         cur = self.cursor()
         with self._lock:
+            if tag in self._paused:
+                cur.close()
+                raise DataError(f"{tag}: interrupted")
             self._background.setdefault(tag, set()).add(cur)
         try:
             yield cur
@@ -131,11 +136,17 @@ class Source:
                 self._background[tag].discard(cur)
             cur.close()
 
-    def interrupt(self, tag: str) -> None:
-        """Stop the queries running under ``tag`` (their screen went out of view)."""
+    def pause(self, tag: str) -> None:
+        """Stop the queries running under ``tag`` and refuse new ones (their screen went
+        out of view)."""
         with self._lock:
+            self._paused.add(tag)
             for cur in self._background.get(tag, ()):
                 cur.interrupt()
+
+    def resume(self, tag: str) -> None:
+        with self._lock:
+            self._paused.discard(tag)
 
     def indexing(self, run_id: str) -> float | None:
         """How far the run's turn index is built (0..1) while it is being built, else

@@ -94,20 +94,20 @@ class RunsScreen(Loader, Screen):
     def on_mount(self) -> None:
         self.query_one("#runs-title", Static).update(
             f"Runs in {printable(str(self.app.source.path), single_line=True)}")
-        self.action_reload()
 
     def action_reload(self) -> None:
         # the manifests first (at once), then counts and rewards (a scan of every run)
         self.load("runs", data.list_runs, self.app.source)
         self.load("summaries", data.summarize_runs, self.app.source)
 
-    def on_screen_resume(self) -> None:
+    def on_screen_resume(self) -> None:  # (also when first shown)
+        self.app.source.resume("summaries")
         self.action_reload()
 
     def on_screen_suspend(self) -> None:
         # a run opened over this screen: its counts over every run can wait (on a large
         # run they would compete with the run's own first paint)
-        self.app.source.interrupt("summaries")
+        self.app.source.pause("summaries")
 
     @on(StoreChanged)
     def _changed(self) -> None:

@@ -68,6 +68,9 @@ def session_head(tr: Transcript) -> Text:
     return t
 
 
+FIRST_TURNS = 3  # turns mounted before the transcript's first paint
+
+
 class TranscriptScreen(Loader, Screen):
     app: AskspecApp  # the app this runs in (textual types it App[Any])
 
@@ -134,11 +137,22 @@ class TranscriptScreen(Loader, Screen):
         elif new:
             for w in box.query("#no-turns"):
                 await w.remove()
-            await box.mount_all([TurnView(t) for t in new])
-            if self.shown and at_bottom:  # a growing session: keep the newest turn in view
-                box.scroll_end(animate=False)
+            if self.shown:
+                await box.mount_all([TurnView(t) for t in new])
+                if at_bottom:  # a growing session: keep the newest turn in view
+                    box.scroll_end(animate=False)
+            else:
+                # the first turns fill the screen: paint them, then mount the rest
+                # (laying out a long session's every turn first delayed the first paint)
+                first = [TurnView(t) for t in new[:FIRST_TURNS]]
+                await box.mount_all(first)
+                if new[FIRST_TURNS:]:
+                    self.call_after_refresh(self._mount_rest, [TurnView(t) for t in new[FIRST_TURNS:]], first[-1])
         self.shown = len(tr.turns)
         box.focus()
+
+    async def _mount_rest(self, views: list[TurnView], after: TurnView) -> None:
+        await self.query_one("#turns", VerticalScroll).mount_all(views, after=after)
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "transcript":
