@@ -14,9 +14,10 @@ for the role replaces the verifier's terminal rewards by the routed one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import duckdb
 import pyarrow as pa
@@ -26,7 +27,23 @@ from askspec.runtime.store import readonly
 from askspec.terminal import printable
 from askspec.tui import shaping
 from askspec.tui.filters import Filter, escape_like, like_pattern
+from askspec.tui.mirror import RunMirror
 from askspec.tui.source import DataError, Source, check_path, fingerprint, one_line
+
+
+@contextlib.contextmanager
+def _reading(db: Source | RunMirror) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor of the store or a mirror for this thread; DuckDB's errors become one-line
+    DataErrors (an interrupt is passed on, for ``Source.background`` to report)."""
+    cur = db.cursor()
+    try:
+        yield cur
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error as e:
+        raise DataError(one_line(e)) from None
+    finally:
+        cur.close()
 
 
 def _rows(cur: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
@@ -149,13 +166,8 @@ def _fill(infos: list[RunInfo], cur: duckdb.DuckDBPyConnection, rewards: bool = 
 def list_runs(source: Source) -> list[RunInfo]:
     """Every run under the source, oldest first, from the manifests only (cheap: the
     runs screen shows them at once; ``summarize_runs`` adds counts and rewards)."""
-    cur = source.cursor()
-    try:
+    with _reading(source) as cur:
         return _run_rows(cur)
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
 
 
 def summarize_runs(source: Source) -> list[RunInfo]:
@@ -180,24 +192,14 @@ def _summarized(cur: duckdb.DuckDBPyConnection) -> list[RunInfo]:
 def run_info(source: Source, run_id: str) -> RunInfo:
     """One run with its counts, from its mirror (new events read first); mean rewards
     once the mirror holds the rewards."""
-    cur = source.cursor()
-    try:
+    with _reading(source) as cur:
         infos = _run_rows(cur, run_id)
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
     if not infos:
         raise DataError(f"no run {run_id} under {source.path}")
     mirror = source.mirror(run_id)
     mirror.refresh(("sessions", "groups") + (("rewards",) if "rewards" in mirror.loaded else ()))
-    mcur = mirror.cursor()
-    try:
-        _fill(infos, mcur, rewards="rewards" in mirror.loaded)
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        mcur.close()
+    with _reading(mirror) as cur:
+        _fill(infos, cur, rewards="rewards" in mirror.loaded)
     return infos[0]
 
 
@@ -227,12 +229,9 @@ def _turn_matches(source: Source, run_id: str, f: Filter) -> pa.Table:
     for phrase in f.text:
         where.append("session_id IN (SELECT session_id FROM turns WHERE run_id = ? AND text ILIKE ? ESCAPE '\\')")
         params += [run_id, "%" + escape_like(phrase) + "%"]
-    cur = source.cursor()
-    try:
+    with _reading(source) as cur:
         return cur.sql("SELECT DISTINCT session_id FROM sessions WHERE " + " AND ".join(where),
                        params=params).to_arrow_table()
-    finally:
-        cur.close()
 
 
 def _filter_sql(f: Filter) -> tuple[list[str], list[Any]]:
@@ -266,6 +265,21 @@ def _filter_sql(f: Filter) -> tuple[list[str], list[Any]]:
     return where, params
 
 
+CHEAP_REWARDS = 8 << 20  # bytes of rewards.ndjson read along with a run's first paint
+
+
+def rewards_are_cheap(source: Source, run_id: str) -> bool:
+    """Whether the run's rewards can come with its first paint: read already, or few."""
+    mirror = source.mirror(run_id)
+    path = mirror.sources.get("rewards")
+    try:
+        # (a Parquet copy is some 30 times smaller than its NDJSON for as many rows)
+        return path is None or "rewards" in mirror.loaded or \
+            path.stat().st_size <= (CHEAP_REWARDS if path.suffix == ".ndjson" else CHEAP_REWARDS // 32)
+    except OSError:
+        return True
+
+
 def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewards: bool = True) -> pa.Table:
     """The sessions of a run in plan order: one row each, with (``rewards``) each role's
     final reward. Reads what was appended to the run's files since the last call.
@@ -275,8 +289,8 @@ def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewar
     status, outcome, one per rewarded role, started, seconds, error; columns that are
     null in every row (a role never rewarded, no errors) are left out."""
     flt = flt or Filter()
-    needs_rewards = rewards or flt.reward is not None
     mirror = source.mirror(run_id)
+    needs_rewards = rewards or flt.reward is not None
     matches = _turn_matches(source, run_id, flt) if flt.needs_turns else None
     mirror.refresh(("sessions", "groups") + (("rewards",) if needs_rewards else ()))
     version = mirror.version  # (before the query: a refresh meanwhile only costs a recomputation)
@@ -284,37 +298,14 @@ def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewar
     hit = mirror.memo.get(key)
     if matches is None and hit is not None and hit[0] == version:
         return hit[1]
-    cur = mirror.cursor()
-    try:
+    with _reading(mirror) as cur:
         roles = [r for (r,) in cur.execute("SELECT DISTINCT role FROM rewards WHERE run_id = ? ORDER BY role",
                                            [run_id]).fetchall()] if needs_rewards else []
         roles = _ordered_roles(source, run_id, roles)
         if matches is not None:
             cur.register("_turn_matches", matches)
-        where, params = _filter_sql(flt)
-        if needs_rewards:
-            pivot = "".join(f", sum(total) FILTER (WHERE role = ?) AS {_ident(r)}" for r in roles)
-            head = f"WITH fin AS ({FINAL_REWARDS}), fin_pivot AS (SELECT session_id{pivot} FROM fin " \
-                   "WHERE run_id = ? GROUP BY session_id) "
-            head_params = roles + [run_id]
-        else:
-            head = ("WITH fin AS (SELECT NULL::VARCHAR AS session_id, NULL::VARCHAR AS role, NULL::DOUBLE AS total "
-                    "WHERE false), fin_pivot AS (SELECT NULL::VARCHAR AS session_id WHERE false) ")
-            head_params = []
-        role_cols = "".join(f", fin_pivot.{_ident(r)}" for r in roles)
-        sql = head + (
-            "SELECT s.\"index\" AS \"#\", s.session_id AS session, s.game, s.group_id AS \"group\", s.status, "
-            "s.outcome" + role_cols + ", strftime(s.started_at, '%H:%M:%S') AS started, "
-            "round(epoch(s.ended_at) - epoch(s.started_at), 2) AS seconds, s.error "
-            "FROM sessions s LEFT JOIN fin_pivot USING (session_id) WHERE s.run_id = ? "
-            + "".join(f" AND {w}" for w in where)
-            + " ORDER BY s.\"index\", s.session_id"
-        )
-        table = cur.sql(sql, params=head_params + [run_id] + params).to_arrow_table()
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
+        sql, params = _sessions_sql(run_id, flt, roles, needs_rewards)
+        table = cur.sql(sql, params=params).to_arrow_table()
     table = displayable(drop_null_columns(table, keep=SESSION_COLUMNS))
     if matches is None:
         if len(mirror.memo) > 8:
@@ -323,15 +314,37 @@ def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewar
     return table
 
 
+def _sessions_sql(run_id: str, flt: Filter, roles: list[str], rewards: bool) -> tuple[str, list[Any]]:
+    """The sessions table's query over a mirror: one row per session, a final-reward
+    column per role in ``roles`` (``rewards``), the filter's conditions."""
+    if rewards:
+        pivot = "".join(f", sum(total) FILTER (WHERE role = ?) AS {_ident(r)}" for r in roles)
+        head = (f"WITH fin AS ({FINAL_REWARDS}), fin_pivot AS (SELECT session_id{pivot} FROM fin "
+                "WHERE run_id = ? GROUP BY session_id) ")
+        params: list[Any] = roles + [run_id]
+    else:
+        head = ("WITH fin AS (SELECT NULL::VARCHAR AS session_id, NULL::VARCHAR AS role, NULL::DOUBLE AS total "
+                "WHERE false), fin_pivot AS (SELECT NULL::VARCHAR AS session_id WHERE false) ")
+        params = []
+    where, where_params = _filter_sql(flt)
+    role_cols = "".join(f", fin_pivot.{_ident(r)}" for r in roles)
+    sql = head + (
+        "SELECT s.\"index\" AS \"#\", s.session_id AS session, s.game, s.group_id AS \"group\", s.status, "
+        "s.outcome" + role_cols + ", strftime(s.started_at, '%H:%M:%S') AS started, "
+        "round(epoch(s.ended_at) - epoch(s.started_at), 2) AS seconds, s.error "
+        "FROM sessions s LEFT JOIN fin_pivot USING (session_id) WHERE s.run_id = ? "
+        + "".join(f" AND {w}" for w in where)
+        + " ORDER BY s.\"index\", s.session_id"
+    )
+    return sql, params + [run_id] + where_params
+
+
 def _ordered_roles(source: Source, run_id: str, rewarded: list[str]) -> list[str]:
     """The rewarded roles in the order the run declares its roles."""
     if not rewarded:
         return []
-    cur = source.cursor()
-    try:
+    with _reading(source) as cur:
         rows = cur.execute("SELECT roles FROM runs WHERE run_id = ?", [run_id]).fetchall()
-    finally:
-        cur.close()
     declared = _json(rows[0][0]) if rows else None
     order = list(declared) if isinstance(declared, dict) else []
     return [r for r in order if r in rewarded] + [r for r in rewarded if r not in order]
@@ -387,18 +400,18 @@ def _cell_text(v: Any) -> str:
     return printable(str(v), single_line=True)
 
 
+def _run_dir(source: Source, run_id: str) -> str | None:
+    with _reading(source) as cur:
+        row = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
+    return row[0] if row else None
+
+
 def warm_run(source: Source, run_id: str) -> None:
     """What opening a transcript needs, done ahead (in a worker, after the sessions
     table is up): the run's turns indexed by session (the first time, one pass over the
     turns file; a compacted run needs none) and its compiled IR loaded."""
     source.mirror(run_id).warm()
-    cur = source.cursor()
-    try:
-        run_dir = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
-    finally:
-        cur.close()
-    if run_dir:
-        shaping.load_ir(run_dir[0])
+    shaping.load_ir(_run_dir(source, run_id))
 
 
 # ----------------------------------------------------------------------- transcript
@@ -408,13 +421,7 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
     per-turn and terminal rewards. Only this session's lines are read (``session_store``)."""
     mirror = source.mirror(run_id)
     mirror.refresh(("sessions", "rewards", "groups"))
-    cur = source.cursor()
-    try:
-        run_dir = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
+    run_dir = _run_dir(source, run_id)
     try:
         with mirror.session_store(session_id) as mini:
             sess = _rows(mini, "SELECT session_id, game, group_id, status, outcome, error, started_at, ended_at, "
@@ -436,34 +443,28 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
     for t in turns:
         t["prompt"] = _json(t["prompt"])
         t["parsed"] = _json(t["parsed"])
-    retries = shaping.role_retries(run_dir[0]) if run_dir else {}
-    return shaping.build_transcript(run_id, s, turns, rewards, retries, _routed_roles(mirror, run_id, s["group_id"]))
+    return shaping.build_transcript(run_id, s, turns, rewards, shaping.role_retries(run_dir),
+                                    _routed_roles(mirror, run_id, s["group_id"]))
 
 
-def _routed_roles(mirror, run_id: str, group_id: str | None) -> set[str]:
+def _routed_roles(mirror: RunMirror, run_id: str, group_id: str | None) -> set[str]:
     """The roles whose rewards the session's group's route replaced (tournament, judge)."""
     if group_id is None:
         return set()
-    cur = mirror.cursor()
-    try:
+    with _reading(mirror) as cur:
         rows = cur.execute(f"SELECT stats->>'$.role' FROM groups WHERE run_id = ? AND group_id = ? "
                            f"AND split_part(route, ':', 1) IN {ROUTED}", [run_id, group_id]).fetchall()
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
     return {r for (r,) in rows if r is not None}
 
 
 # --------------------------------------------------------------------------- groups
 
 def groups_table(source: Source, run_id: str) -> pa.Table:
-    """The groups of a run: route, member count, the routed role's reward statistics and
-    the number of tournament matches."""
+    """The groups of a run: route, the routed role's reward statistics, the number of
+    tournament matches and of members."""
     mirror = source.mirror(run_id)
     mirror.refresh(("groups", "matches"))
-    cur = mirror.cursor()
-    try:
+    with _reading(mirror) as cur:
         table = cur.sql(
             "SELECT g.group_id AS \"group\", g.route, TRY_CAST(g.stats->>'$.mean' AS DOUBLE) AS mean, "
             "TRY_CAST(g.stats->>'$.var' AS DOUBLE) AS var, coalesce(m.n, 0) AS matches, "
@@ -471,18 +472,13 @@ def groups_table(source: Source, run_id: str) -> pa.Table:
             "FROM groups g LEFT JOIN (SELECT group_id, count(*) AS n FROM matches WHERE run_id = ? "
             "GROUP BY group_id) m USING (group_id) WHERE g.run_id = ? ORDER BY g.group_id",
             params=[run_id, run_id]).to_arrow_table()
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
     return displayable(table)
 
 
 def group_detail(source: Source, run_id: str, group_id: str) -> shaping.GroupDetail:
     mirror = source.mirror(run_id)
     mirror.refresh()
-    cur = mirror.cursor()
-    try:
+    with _reading(mirror) as cur:
         g = _rows(cur, "SELECT group_id, route, stats, members FROM groups WHERE run_id = ? AND group_id = ?",
                   [run_id, group_id])
         matches = _rows(cur, "SELECT a, b, first_shown, verdict, outcome, raw FROM matches "
@@ -491,17 +487,8 @@ def group_detail(source: Source, run_id: str, group_id: str) -> shaping.GroupDet
                              "JOIN sessions s USING (run_id, session_id) "
                              "WHERE w.run_id = ? AND s.group_id = ? ORDER BY w.session_id, w.name",
                         [run_id, group_id])
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
-    cur = source.cursor()
-    try:
+    with _reading(source) as cur:
         run = _rows(cur, "SELECT run_dir, params FROM runs WHERE run_id = ?", [run_id])
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
     if not g:
         raise DataError(f"no group {group_id} in run {run_id}")
     row = g[0]
@@ -521,16 +508,10 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
     note = None
     rows: list[dict] = []
     errors = 0
-    cur = source.cursor()
-    try:
-        run_dir = _one(cur, "SELECT run_dir FROM runs WHERE run_id = ?", [run_id])
+    with _reading(source) as cur:
         steps = _rows(cur, "SELECT role, step, metrics FROM train_steps WHERE run_id = ? ORDER BY role, step",
                       [run_id])
-    except duckdb.Error as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
-    exp = shaping.load_ir(run_dir[0]) if run_dir else None
+    exp = shaping.load_ir(_run_dir(source, run_id))
     if exp is None:
         note = "the run has no readable ir.json: declared metrics are not available"
     elif not exp.metrics:
@@ -538,19 +519,16 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
     else:
         mirror = source.mirror(run_id)
         mirror.refresh(("sessions", "rewards"))
-        mcur = mirror.cursor()
+        with _reading(mirror) as cur:
+            scopes, errors = session_scopes(cur, run_id)
         try:
-            scopes, errors = session_scopes(mcur, run_id)
             rows = evaluate_metrics(exp, scopes)
+        except Exception as e:  # an evaluation error is data for the screen, not a crash
+            note = f"metrics could not be evaluated: {one_line(e)}"
+        else:
             if not scopes:
                 n = len(exp.metrics)
                 note = f"{n} declared metric{'s' if n != 1 else ''}: no session has finished ok yet"
-        except duckdb.Error as e:
-            raise DataError(one_line(e)) from None
-        except Exception as e:  # an evaluation error is data for the screen, not a crash
-            note = f"metrics could not be evaluated: {one_line(e)}"
-        finally:
-            mcur.close()
     for s in steps:
         s["metrics"] = _json(s["metrics"])
     return shaping.build_metrics(rows, errors, steps, note)
@@ -568,13 +546,11 @@ def run_sql(source: Source, sql: str, limit: int = 100_000) -> tuple[pa.Table, i
     reason."""
     if not sql.strip():
         raise DataError("type a query, e.g. SELECT outcome, count(*) FROM sessions GROUP BY ALL")
-    cur = source.cursor()
-    try:
-        table, _types = readonly.run_readonly(cur, sql, timeout=SQL_TIMEOUT)
-    except (readonly.QueryRefused, readonly.QueryTimeout, duckdb.Error) as e:
-        raise DataError(one_line(e)) from None
-    finally:
-        cur.close()
+    with _reading(source) as cur:
+        try:
+            table, _types = readonly.run_readonly(cur, sql, timeout=SQL_TIMEOUT)
+        except (readonly.QueryRefused, readonly.QueryTimeout) as e:
+            raise DataError(one_line(e)) from None
     if not table.num_columns:
         return pa.table({"result": ["ok"]}), 1
     n = table.num_rows
@@ -588,11 +564,8 @@ def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> pa.Ta
     declared metrics, with the difference B - A where both are numbers."""
     infos = {}
     for src, rid in ((source_a, run_a), (source_b, run_b)):
-        cur = src.cursor()
-        try:
+        with _reading(src) as cur:
             found = [r for r in _summarized(cur) if r.run_id == rid]
-        finally:
-            cur.close()
         if not found:
             raise DataError(f"no run {rid}")
         infos[rid] = found[0]
@@ -602,6 +575,6 @@ def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> pa.Ta
 
 __all__ = [
     "DataError", "Source", "RunInfo", "check_path", "fingerprint", "list_runs", "summarize_runs", "run_info",
-    "sessions_table", "warm_run", "transcript", "groups_table", "group_detail", "metrics", "run_sql",
-    "compare", "displayable", "FINAL_REWARDS", "MEAN_REWARDS",
+    "sessions_table", "rewards_are_cheap", "warm_run", "transcript", "groups_table", "group_detail", "metrics",
+    "run_sql", "compare", "displayable", "FINAL_REWARDS", "MEAN_REWARDS",
 ]

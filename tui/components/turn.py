@@ -9,7 +9,7 @@ import json
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Collapsible, Static
+from textual.widgets import Static
 
 from askspec.terminal import printable
 from askspec.tui.shaping import Highlight, Turn
@@ -114,12 +114,41 @@ def body(turn: Turn) -> Text:
     return Text("\n").join(parts)
 
 
+class PromptView(Static):
+    """The prompt as sent, collapsed to one line until clicked (or ``p`` on the screen).
+
+    One widget (a Collapsible is four), so that a long transcript mounts quickly."""
+
+    DEFAULT_CSS = """
+    PromptView { color: $text-muted; }
+    PromptView:hover { color: $text; }
+    """
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.collapsed = True
+        super().__init__(self._text(), classes="prompt")
+
+    def _text(self) -> Text:
+        head = Text(f"{'▶' if self.collapsed else '▼'} prompt ({len(self.turn.prompt)} messages)", style="bold")
+        if self.collapsed:
+            return head
+        return Text("\n").join([head, prompt_text(self.turn)])
+
+    def set_collapsed(self, collapsed: bool) -> None:
+        if collapsed != self.collapsed:
+            self.collapsed = collapsed
+            self.update(self._text())
+
+    def on_click(self) -> None:
+        self.set_collapsed(not self.collapsed)
+
+
 class TurnView(Vertical):
     DEFAULT_CSS = """
     TurnView { height: auto; margin: 0 0 1 0; padding: 0 1; border-left: wide $primary; }
     TurnView.recovery { border-left: wide $warning; }
     TurnView.failed { border-left: wide $error; }
-    TurnView Collapsible { padding: 0; margin: 0; border: none; }
     """
 
     def __init__(self, turn: Turn) -> None:
@@ -129,5 +158,4 @@ class TurnView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(body(self.turn), classes="body")
-        with Collapsible(title=f"prompt ({len(self.turn.prompt)} messages)", collapsed=True):
-            yield Static(prompt_text(self.turn), classes="prompt")
+        yield PromptView(self.turn)

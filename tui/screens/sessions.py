@@ -51,6 +51,7 @@ class Rows:
 
 def fetch(source: data.Source, run_id: str, flt: Filter, rewards: bool, sort: str | None, desc: bool) -> Rows:
     """Worker side of a sessions load: query, sort, measure."""
+    rewards = rewards or data.rewards_are_cheap(source, run_id)
     full = data.sessions_table(source, run_id, flt, rewards=rewards)
     shown = full
     if sort and sort in full.column_names:
@@ -149,9 +150,11 @@ class SessionsPane(Loader, Vertical):
                 return
         await self._show(rows, to_end=self.following and self.screen.live, focus=first)
         if not self._rewards:
-            self._rewards = True  # second step: the same rows with their reward columns
-            self.reload(user=not self.screen.live)
-        elif not self._indexing:
+            self._rewards = True  # second step (unless they came along): the reward columns
+            if not rows.rewards:
+                self.reload(user=not self.screen.live)
+                return
+        if not self._indexing:
             self._indexing = True  # third step: index the turns so transcripts open at once
             self.load("turn-index", data.warm_run, self.app.source, self.run_id)
 

@@ -12,12 +12,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Collapsible, Footer, Header, Static
+from textual.widgets import Footer, Header, Static
 
 from askspec.terminal import printable
 from askspec.tui import data
 from askspec.tui.components.loader import Loader
-from askspec.tui.components.turn import TurnView
+from askspec.tui.components.turn import PromptView, TurnView
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
 from askspec.tui.shaping import Transcript
 
@@ -161,8 +161,8 @@ class TranscriptScreen(Loader, Screen):
 
     def action_prompts(self) -> None:
         self._prompts_open = not self._prompts_open
-        for c in self.query(Collapsible):
-            c.collapsed = not self._prompts_open
+        for c in self.query(PromptView):
+            c.set_collapsed(not self._prompts_open)
 
     def action_turn(self, step: int) -> None:
         views = list(self.query(TurnView))
