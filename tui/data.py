@@ -271,7 +271,8 @@ CHEAP_REWARDS = 8 << 20  # bytes of rewards.ndjson read along with a run's first
 def rewards_are_cheap(source: Source, run_id: str) -> bool:
     """Whether the run's rewards can come with its first paint: read already, or few."""
     mirror = source.mirror(run_id)
-    path = mirror.sources.get("rewards")
+    src = mirror.sources.get("rewards")
+    path = src.path if src is not None else None
     try:
         # (a Parquet copy is some 30 times smaller than its NDJSON for as many rows)
         return path is None or "rewards" in mirror.loaded or \

@@ -30,7 +30,7 @@ from typing import Iterator
 import duckdb
 
 from askspec.runtime.store import layout
-from askspec.runtime.store.views import define_views, raw_events_sql
+from askspec.runtime.store.views import EventSource, define_views, raw_events_sql
 from askspec.tui.index import LineIndex
 
 MIRRORED = ("sessions", "rewards", "groups", "matches")
@@ -119,9 +119,10 @@ class _Tail:
 
 
 class RunMirror:
-    """The mirrored events of run ``run_id``, whose event files are ``sources``."""
+    """The mirrored events of run ``run_id``, whose event files are ``sources``
+    (``Store.sources``)."""
 
-    def __init__(self, run_id: str, sources: dict[str, Path]) -> None:
+    def __init__(self, run_id: str, sources: dict[str, EventSource]) -> None:
         self.run_id = run_id
         self.sources = dict(sources)
         self.con = duckdb.connect(":memory:")
@@ -136,7 +137,7 @@ class RunMirror:
         self.version = 0  # counts the refreshes that changed something
         self.memo: dict = {}  # results of queries over this version (data.py)
         turns = self.sources.get("turns")
-        self.turn_index = LineIndex(turns) if turns is not None and turns.suffix == ".ndjson" else None
+        self.turn_index = LineIndex(turns.path) if turns is not None and turns.path.suffix == ".ndjson" else None
 
     def refresh(self, names: tuple[str, ...] = MIRRORED) -> bool:
         """Read what was appended to the files of ``names``; whether anything changed."""
@@ -150,18 +151,18 @@ class RunMirror:
         return changed
 
     def _refresh(self, name: str) -> bool:
-        path = self.sources.get(name)
-        if path is None:
+        src = self.sources.get(name)
+        if src is None:
             return False
         cur = self.con.cursor()
         try:
-            if path.suffix == ".parquet":
+            if src.path.suffix == ".parquet":
                 if name in self._parquet_read:
                     return False  # a compacted run does not grow (a resume removes its copies)
-                cur.execute(f"INSERT INTO events_{name} {raw_events_sql(name, [], [path])}")
+                cur.execute(f"INSERT INTO events_{name} {src.sql(name)}")
                 self._parquet_read.add(name)
                 return True
-            return self._tails.setdefault(name, _Tail(path)).load(cur, name)
+            return self._tails.setdefault(name, _Tail(src.path)).load(cur, name)
         finally:
             cur.close()
 
@@ -198,7 +199,7 @@ class RunMirror:
                 if lines:
                     _insert_lines(mini, "turns", b"".join(lines))
             elif turns is not None:
-                mini.execute(f"INSERT INTO events_turns SELECT * FROM ({raw_events_sql('turns', [], [turns])}) "
+                mini.execute(f"INSERT INTO events_turns SELECT * FROM ({turns.sql('turns')}) "
                              "WHERE run_id = ? AND session_id = ?", [self.run_id, session_id])
             yield mini
 

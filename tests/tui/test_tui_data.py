@@ -57,12 +57,15 @@ def test_index_of_escaped_ids_and_of_a_rewritten_file(tmp_path):
 
 
 def _play(w, i: int, turns: int = 2) -> None:
+    """A session whose questioner keeps its whole conversation (stored as prompt deltas)."""
     sid = f"s{i:03d}"
     a = w.session_started(sid, game="g", group_id=None, params={"i": i}, index=i)
+    history = [{"role": "system", "content": "Ask."}]
     for t in range(turns):
-        w.turn(sid, a, turn_index=t, role="questioner", model="m",
-               prompt=[{"role": "user", "content": f"question {i}.{t}"}], text=f"reply {i}.{t}", parsed={},
-               finish_reason="stop", tokens_in=1, tokens_out=1, latency_ms=1.0)
+        history = history + [{"role": "user", "content": f"question {i}.{t}"}]
+        w.turn(sid, a, turn_index=t, role="questioner", model="m", prompt=history, text=f"reply {i}.{t}",
+               parsed={}, finish_reason="stop", tokens_in=1, tokens_out=1, latency_ms=1.0)
+        history = history + [{"role": "assistant", "content": f"reply {i}.{t}"}]
     w.reward(sid, a, role="questioner", turn_index=None, name="calibration", value=float(i), kind="terminal")
     w.session_finished(sid, a, status="ok", outcome="done", error=None, vars={})
 
@@ -110,6 +113,7 @@ def test_a_transcript_reads_what_the_views_read(tmp_path, compacted):
                            [sid]).fetchall()
         tr = data.transcript(source, run_id, sid)
         assert [(t.index, t.text, t.prompt) for t in tr.turns] == [(i, x, json.loads(p)) for i, x, p in want]
+        assert len(tr.turns[-1].prompt) == 1 + 2 * 3 - 1  # rebuilt whole from its deltas
         assert tr.terminal_rewards == [("questioner", "calibration", float(sid[1:]))]
 
 
