@@ -429,7 +429,7 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
                                "params, vars, attempt FROM sessions WHERE run_id = ? AND session_id = ?",
                          [run_id, session_id])
             turns = _rows(mini, "SELECT turn_index, role, model, prompt, text, parsed, finish_reason, tokens_in, "
-                                "tokens_out, latency_ms, error FROM turns WHERE run_id = ? AND session_id = ? "
+                                "tokens_out, latency_ms, error, overflow FROM turns WHERE run_id = ? AND session_id = ? "
                                 "ORDER BY turn_index", [run_id, session_id])
             rewards = _rows(mini, "SELECT role, turn_index, name, value, kind FROM rewards "
                                   "WHERE run_id = ? AND session_id = ? ORDER BY ts, role, name",
@@ -442,8 +442,8 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
     for k in ("params", "vars"):
         s[k] = _json(s[k])
     for t in turns:
-        t["prompt"] = _json(t["prompt"])
-        t["parsed"] = _json(t["parsed"])
+        for k in ("prompt", "parsed", "overflow"):
+            t[k] = _json(t[k])
     return shaping.build_transcript(run_id, s, turns, rewards, shaping.role_retries(run_dir),
                                     _routed_roles(mirror, run_id, s["group_id"]))
 

@@ -81,6 +81,8 @@ class Turn:
     received_from: list[tuple[str, int, str]] = field(default_factory=list)  # (role, turn, field)
     forwarded_to: list[tuple[str, int, str]] = field(default_factory=list)  # (role, turn, field)
     highlights: list[Highlight] = field(default_factory=list)
+    # strings too long to store inline: (JSON path, characters, file under events/)
+    stored_aside: list[tuple[str, int, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -185,6 +187,14 @@ def _is_recovery(turn: Turn, prev: Turn | None, retries: int | None) -> bool:
             and p[-2].get("role") == "assistant" and p[-2].get("content") == prev.text)
 
 
+def _aside(records: Any) -> list[tuple[str, int, str]]:
+    """The store's ``overflow`` records of a turn (runtime/store/overflow.py)."""
+    if not isinstance(records, list):
+        return []
+    return [(str(r.get("path")), int(r.get("chars") or 0), str(r.get("file")))
+            for r in records if isinstance(r, dict)]
+
+
 def build_transcript(run_id: str, session: dict, turn_rows: list[dict], reward_rows: list[dict],
                      retries: dict[str, int], routed: set[str] | None = None) -> Transcript:
     turns = [
@@ -192,7 +202,7 @@ def build_transcript(run_id: str, session: dict, turn_rows: list[dict], reward_r
              parsed=r["parsed"] if isinstance(r["parsed"], dict) else {},
              prompt=r["prompt"] if isinstance(r["prompt"], list) else [],
              finish_reason=r["finish_reason"], tokens_in=r["tokens_in"], tokens_out=r["tokens_out"],
-             latency_ms=r["latency_ms"], error=r["error"])
+             latency_ms=r["latency_ms"], error=r["error"], stored_aside=_aside(r.get("overflow")))
         for r in turn_rows
     ]
     by_index = {t.index: t for t in turns}

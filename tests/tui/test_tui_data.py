@@ -138,3 +138,21 @@ def test_rewards_are_shown_as_the_trainer_uses_them(tmp_path):
     tr = data.transcript(source, run_id, "s000002")
     assert tr.totals == {"questioner": pytest.approx(0.95)}
     assert not tr.counts("questioner", "calibration") and tr.counts("questioner", "tournament")
+
+
+def test_a_reply_too_long_to_store_inline_is_marked_in_the_transcript(tmp_path):
+    from askspec.tui.components.turn import body
+
+    w = _writer(tmp_path / "runs", "long")
+    a = w.session_started("s0", game="g", group_id=None, params={}, index=0)
+    huge = "x" * (2 << 20)  # a server that ignored max_tokens
+    w.turn("s0", a, turn_index=0, role="questioner", model="m", prompt=[], text=huge, parsed={},
+           finish_reason="length", tokens_in=1, tokens_out=1, latency_ms=1.0)
+    w.session_finished("s0", a, status="ok", outcome="done", error=None, vars={})
+    w.finish()
+    source = data.Source(tmp_path / "runs")
+    (turn,) = data.transcript(source, data.list_runs(source)[0].run_id, "s0").turns
+    assert len(turn.text) < 1000
+    ((path, chars, file),) = turn.stored_aside
+    assert (path, chars) == ("$.text", len(huge)) and (w.run_dir / "events" / file).stat().st_size == len(huge)
+    assert f"✂ $.text is cut here: {len(huge):,} characters, whole in events/{file}" in body(turn).plain

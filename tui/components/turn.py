@@ -111,6 +111,9 @@ def body(turn: Turn) -> Text:
             f"{printable(r, single_line=True)} t{i} ({f})" for r, i, f in turn.forwarded_to))
     if links:
         parts.append(links)
+    for path, chars, file in turn.stored_aside:
+        parts.append(Text(f"✂ {printable(path, single_line=True)} is cut here: {chars:,} characters, whole in "
+                          f"events/{printable(file, single_line=True)}", style="bold yellow"))
     return Text("\n").join(parts)
 
 
