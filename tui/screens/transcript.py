@@ -74,6 +74,9 @@ FIRST_TURNS = 3  # turns mounted before the transcript's first paint
 class TranscriptScreen(Loader, Screen):
     app: AskspecApp  # the app this runs in (textual types it App[Any])
 
+    # focused from the start: a focus change once the turns arrive made the footer
+    # rebuild its keys again, a good part of the time to open a transcript
+    AUTO_FOCUS = "#turns"
     BINDINGS = [
         Binding("escape", "app.back", "Back"),
         Binding("p", "prompts", "Prompts"),
@@ -149,7 +152,8 @@ class TranscriptScreen(Loader, Screen):
                 if new[FIRST_TURNS:]:
                     self.call_after_refresh(self._mount_rest, [TurnView(t) for t in new[FIRST_TURNS:]], first[-1])
         self.shown = len(tr.turns)
-        box.focus()
+        if self.focused is None:
+            box.focus()
 
     async def _mount_rest(self, views: list[TurnView], after: TurnView) -> None:
         await self.query_one("#turns", VerticalScroll).mount_all(views, after=after)
