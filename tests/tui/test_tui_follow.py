@@ -28,7 +28,7 @@ import sys, time
 from askspec.runtime.store.writer import RunWriter
 
 w = RunWriter.create(sys.argv[1], experiment="live", experiment_hash="0" * 64, ir_json="{}",
-                     spec_files={}, seed=0, roles={"r": {"model": "m"}}, params={}, planned_sessions=400,
+                     spec_files={}, seed=0, roles={"r": {"model": "m"}}, params={}, planned_sessions=2000,
                      argv=sys.argv, flush_interval=0.02)
 print(w.run_dir, flush=True)
 
@@ -37,7 +37,7 @@ def turn(sid, att, t, text):
            text=text, parsed={}, finish_reason="stop", tokens_in=1, tokens_out=1, latency_ms=0.1)
 
 live = w.session_started("s0000", game="g", group_id=None, params={}, index=0)
-for i in range(1, 400):
+for i in range(1, 2000):  # ~5 min: outlasts the test on a loaded machine (killed at the end)
     turn("s0000", live, i - 1, f"live turn {i - 1}")
     sid = f"s{i:04d}"
     a = w.session_started(sid, game="g", group_id=None, params={"i": i}, index=i)
