@@ -136,6 +136,22 @@ async def test_sql_console_result_error_and_history(real_runs):
         assert app.screen.query_one("#sql").value.startswith("select outcome")
 
 
+async def test_sql_console_sees_the_open_run_alone(real_runs):
+    """The folder holds two runs (3 + 8 sessions); a run's SQL tab counts its own."""
+    app = AskspecApp(real_runs)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_run(pilot, app, "ask_e")
+        await pilot.press("4")
+        await wait_until(pilot, lambda: app.focused is not None and app.focused.id == "sql")
+        assert "views over this run alone" in screen_text(app)
+        app.screen.query_one("#sql").value = "select count(distinct run_id) as runs, count(*) as sessions_n from sessions"
+        await pilot.press("enter")
+        await wait_until(pilot, shows(app, "1 row in", "sessions_n"), what="the query's result")
+        lines = screen_text(app).splitlines()
+        head = next(i for i, line in enumerate(lines) if line.split() == ["runs", "sessions_n"])
+        assert lines[head + 1].split() == ["1", "3"]  # 1 run, 3 sessions (the folder: 2 runs, 11)
+
+
 async def test_sql_console_is_read_only_and_confined(real_runs, tmp_path):
     """The console runs on the store's read-only path: COPY ... TO (which would write a
     file, even over the run's own events) and reading a file outside the run are refused

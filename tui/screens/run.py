@@ -96,7 +96,7 @@ class RunScreen(Loader, Screen):
         pane = (event.pane.id or "").removeprefix("tab-")
         if pane in PANES and pane not in self._loaded_tabs:
             self._loaded_tabs.add(pane)
-            widget = PANES[pane](self.run.run_id)
+            widget = SqlPane(self.run.run_id, self.run.run_dir) if pane == "sql" else PANES[pane](self.run.run_id)
             await event.pane.mount(widget)
             if pane != "sql":
                 widget.reload()

@@ -1,8 +1,13 @@
 """The SQL tab: a console over the run's views (runs, sessions, turns, rewards, groups,
-matches, train_steps) with a history (up/down), results in a table, errors inline."""
+matches, train_steps) with a history (up/down), results in a table, errors inline.
+
+The views are this run's alone (a store opened on its run directory), even when the app
+shows a folder of runs: ``SELECT count(*) FROM sessions`` on a run's tab counts that
+run's sessions."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -63,16 +68,27 @@ class HistoryInput(Input):
 class SqlPane(Loader, Vertical):
     app: AskspecApp  # the app this runs in (textual types it App[Any])
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, run_dir: str) -> None:
         super().__init__(id="sql-pane")
         self.run_id = run_id
+        self.run_dir = run_dir
+        self._source: data.Source | None = None
+
+    @property
+    def source(self) -> data.Source:
+        """The app's store when it is this run alone, else one opened on the run's
+        directory (cheap until the first query, which opens it in a worker)."""
+        if self._source is None:
+            app_source = self.app.source
+            same = Path(app_source.path).resolve() == Path(self.run_dir).resolve()
+            self._source = app_source if same else data.Source(self.run_dir)
+        return self._source
 
     def compose(self) -> ComposeResult:
         yield HistoryInput(self.app.sql_history, id="sql",
                            placeholder="SQL over runs, sessions, turns, rewards, groups, matches, train_steps "
                                        "(Enter runs it, ↑/↓ history)")
-        yield Static(f"run_id = '{self.run_id}' selects this run; views span every run opened", id="sql-status",
-                     classes="status")
+        yield Static("views over this run alone", id="sql-status", classes="status")
         yield ArrowTable(id="sql-result", empty="results appear here", max_width=60)
 
     @on(Input.Submitted, "#sql")
@@ -83,7 +99,7 @@ class SqlPane(Loader, Vertical):
         status = self.query_one("#sql-status", Static)
         status.update("running…")
         status.remove_class("error")
-        self.load("sql", data.run_sql, self.app.source, event.value, SHOWN_ROWS)
+        self.load("sql", data.run_sql, self.source, event.value, SHOWN_ROWS)
 
     async def on_loaded(self, msg: Loaded) -> None:
         if msg.key != "sql":
