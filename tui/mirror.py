@@ -112,7 +112,8 @@ class _Tail:
                 return restart
             self.offset += cut
             _insert_lines(con, name, data[:cut], self.seq)
-        (top,) = con.execute(f"SELECT max(seq) FROM events_{name}").fetchone()
+        row = con.execute(f"SELECT max(seq) FROM events_{name}").fetchone()
+        top = row[0] if row else None
         changed = (top or 0) > self.seq
         self.seq = max(self.seq, top or 0)
         return changed or restart

@@ -51,7 +51,7 @@ def check_path(path: str | os.PathLike[str]) -> str | None:
 def fingerprint(path: str | os.PathLike[str]) -> tuple:
     """Cheap change detector for follow mode: the runs under ``path`` and the sizes and
     modification times of their manifests and event files (a few stat calls per run)."""
-    out = []
+    out: list[tuple[str, int | None, int | None]] = []
     for d in layout.find_run_dirs(path):
         files = [layout.manifest_path(d)] + sorted(layout.events_dir(d).glob("*.ndjson"))
         for f in files:
@@ -81,7 +81,7 @@ class Source:
 
     def _listing_key(self) -> tuple:
         dirs = self.run_dirs()
-        compacted = []
+        compacted: list[int | None] = []
         for d in dirs:
             idx = layout.events_dir(d) / layout.COMPACTION_INDEX
             try:

@@ -24,12 +24,16 @@ from askspec.tui.source import one_line
 class Loader:
     """Mixin for widgets and screens (anything with ``run_worker``/``post_message``)."""
 
+    # set on first use (a mixin has no __init__ of its own to set them in)
+    _loader_lock: threading.Lock
+    _loader_queued: dict[str, tuple | None]
+
     def _loader_state(self) -> tuple[threading.Lock, dict[str, tuple | None]]:
         try:
-            return self.__lock, self.__queued
+            return self._loader_lock, self._loader_queued
         except AttributeError:
-            self.__lock, self.__queued = threading.Lock(), {}
-            return self.__lock, self.__queued
+            self._loader_lock, self._loader_queued = threading.Lock(), {}
+            return self._loader_lock, self._loader_queued
 
     def load(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` in a thread (after the load running under ``key``, if any)."""

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from askspec.tui.app import AskspecApp
 
 TABS = ("sessions", "groups", "metrics", "sql")
-PANES = {"groups": GroupsPane, "metrics": MetricsPane, "sql": SqlPane}
+# the tabs built when first shown that load on their own and follow the run (the SQL tab
+# waits for a query)
+PANES: dict[str, type[GroupsPane] | type[MetricsPane]] = {"groups": GroupsPane, "metrics": MetricsPane}
 
 
 class RunScreen(Loader, Screen):
@@ -94,12 +96,14 @@ class RunScreen(Loader, Screen):
     @on(TabbedContent.TabActivated)
     async def _tab(self, event: TabbedContent.TabActivated) -> None:
         pane = (event.pane.id or "").removeprefix("tab-")
-        if pane in PANES and pane not in self._loaded_tabs:
+        if pane == "sql" and pane not in self._loaded_tabs:
             self._loaded_tabs.add(pane)
-            widget = SqlPane(self.run.run_id, self.run.run_dir) if pane == "sql" else PANES[pane](self.run.run_id)
+            await event.pane.mount(SqlPane(self.run.run_id, self.run.run_dir))
+        elif pane in PANES and pane not in self._loaded_tabs:
+            self._loaded_tabs.add(pane)
+            widget = PANES[pane](self.run.run_id)
             await event.pane.mount(widget)
-            if pane != "sql":
-                widget.reload()
+            widget.reload()
         if pane == "sql":
             self.query_one("#sql").focus()
         elif pane == "sessions":
@@ -114,7 +118,7 @@ class RunScreen(Loader, Screen):
         self.query_one(SessionsPane).post_message(StoreChanged())
         for pane in ("groups", "metrics"):
             if pane in self._loaded_tabs:
-                self.query_one(PANES[pane]).post_message(StoreChanged())
+                self.query_one(f"#{pane}-pane").post_message(StoreChanged())
 
     def on_mount(self) -> None:
         if not self.run.summarized:
