@@ -93,6 +93,7 @@ class TranscriptScreen(Loader, Screen):
         self.shown = 0
         self._turn_cursor = -1
         self._prompts_open = False
+        self._stick_to_end = False  # new turns keep the view at the end (see _scrolled)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -104,6 +105,17 @@ class TranscriptScreen(Loader, Screen):
         self.sub_title = f"{self.run_id} / {self.session_id}"
         self.reload()
         self._progress = self.set_interval(0.25, self._indexing)
+        self.watch(self.query_one("#turns", VerticalScroll), "scroll_y", self._scrolled, init=False)
+
+    def _scrolled(self, old: float, new: float) -> None:
+        """Reaching the end keeps the view there as turns arrive; scrolling up stops it.
+        (Checking the position alone when turns arrived lost the end on a loaded machine:
+        the scroll to the end asked for with the last turns had not happened yet, so the
+        view was not at the end and stayed where it was from then on.)"""
+        if new < old:
+            self._stick_to_end = False
+        elif new >= self.query_one("#turns", VerticalScroll).max_scroll_y - 1:
+            self._stick_to_end = True
 
     def _indexing(self) -> None:
         """While the first transcript of a large run waits for its turns to be indexed."""
@@ -132,7 +144,7 @@ class TranscriptScreen(Loader, Screen):
         self.transcript = tr
         self.query_one("#session-head", Static).update(session_head(tr))
         box = self.query_one("#turns", VerticalScroll)
-        at_bottom = box.scroll_y >= box.max_scroll_y - 1
+        at_bottom = self._stick_to_end or box.scroll_y >= box.max_scroll_y - 1
         new = tr.turns[self.shown:]
         if not tr.turns and not self.shown:
             await box.mount(Static("no turns recorded for this session"
@@ -176,4 +188,5 @@ class TranscriptScreen(Loader, Screen):
         self.query_one("#turns", VerticalScroll).scroll_to_widget(views[self._turn_cursor], top=True, animate=False)
 
     def action_end(self) -> None:
+        self._stick_to_end = True
         self.query_one("#turns", VerticalScroll).scroll_end(animate=False)
