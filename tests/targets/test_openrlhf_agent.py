@@ -270,7 +270,7 @@ def test_ask_e_bound_boundaries_recovery_and_diversity_match_replay(tmp_path, to
     `askspec run --backend replay`. The diversity bonus is weighted 0 here: its window
     fills in arrival order inside the agent (per rollout process, docs/cluster.md), in
     session order in a local run, so its value may differ between the two."""
-    sets = {"probes": "1", "repeats": "16", "boundary_set": '["boundary_small", "boundary_mid"]', "alpha": "0.0"}
+    sets = {"probes": "1", "repeats": "16", "boundary_set": '["boundary_small", "boundary_short"]', "alpha": "0.0"}
     sessions = ask_e_recording(16)
     recording = tmp_path / "replies.json"
     recording.write_text(json.dumps({"sessions": sessions}))
@@ -283,7 +283,7 @@ def test_ask_e_bound_boundaries_recovery_and_diversity_match_replay(tmp_path, to
 
     job = make_job(spec, tmp_path / "job", sets, {"cispo": "grpo"})
     endpoints = json.loads((job / "job.json").read_text())["endpoints"]["models"]
-    assert sorted(endpoints) == ["boundary_mid", "boundary_small", "key"]  # bind targets come from the parameter
+    assert sorted(endpoints) == ["boundary_short", "boundary_small", "key"]  # bind targets come from the parameter
     replay_frozen_roles(job, recording)
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
     per_session = [s["questioner"] for s in sessions]

@@ -19,7 +19,7 @@ ALTERNATING = Path(__file__).parent / "specs" / "alternating.ask"
 # spec, compile options, expected (estimator, loss, samples per prompt, clip low/high)
 JOBS = [
     ("askbench.ask", [], ("group_norm", "ppo", 8, (0.2, 0.2))),
-    ("ask_e.ask", ["--substitute", "cispo=grpo"], ("group_norm", "ppo", 16, (0.75, 3.0))),
+    ("ask_e.ask", ["--profile", "training", "--substitute", "cispo=grpo"], ("group_norm", "ppo", 16, (0.75, 3.0))),
     ("reasoning_arena.ask", ["--substitute", "cispo=grpo"], ("group_norm", "ppo", 8, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--substitute", "cispo=gspo", "--set", "group_size=4"], ("group_norm", "gspo", 4, (1.0, 2.0))),
     ("askbench.ask", ["--set", "rollouts=2"], ("group_norm", "ppo", 2, (0.2, 0.2))),

@@ -15,7 +15,8 @@ from askspec.lang.exprs import suggest
 from askspec.lang.span import Span
 
 from askspec.runtime.engine.plan import replays_buffer
-from askspec.runtime.targets.openrlhf.mapping import ALGORITHMS, GROUPED_ESTIMATORS, MISSING, SETTINGS
+from askspec.runtime.targets.openrlhf.mapping import (ALGORITHMS, GROUPED_ESTIMATORS, LOSS_AGGREGATION, MISSING,
+                                                      SETTINGS)
 
 TRAINABLE_BACKENDS = ("hf", "vllm")
 
@@ -146,6 +147,10 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
             sink.error("E605", f"`replay = {t.hyper[key]}`: a buffer lives in one run, and an OpenRLHF job's prompt "
                                "data set is fixed when it starts", tspan,
                        "train on the games' own elements, or with askspec's own trainer")
+        elif key == "aggregation" and t.hyper[key] not in LOSS_AGGREGATION:
+            sink.error("E604", f"`aggregation = {t.hyper[key]}` has no OpenRLHF 0.11.2 equivalent (its loss "
+                               f"aggregations: {', '.join(LOSS_AGGREGATION)})", tspan,
+                       "aggregate by token or sequence, or train with askspec's own trainer")
         elif key not in SETTINGS:
             sink.error("E604", f"training setting '{key}' has no OpenRLHF 0.11.2 equivalent in askspec's mapping",
                        tspan, suggest(key, SETTINGS) or f"settings: {', '.join(SETTINGS)}")

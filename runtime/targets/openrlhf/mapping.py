@@ -33,7 +33,11 @@ MISSING: dict[str, tuple[str, str | None]] = {
 GROUPED_ESTIMATORS = {"group_norm", "rloo", "reinforce_baseline", "dr_grpo"}
 
 # training settings the OpenRLHF target maps (the rest are refused, never ignored)
-SETTINGS = ("group", "lr", "steps", "batch", "kl", "warmup", "clip", "clip_low", "clip_high", "max_len")
+SETTINGS = ("group", "lr", "steps", "batch", "kl", "warmup", "clip", "clip_low", "clip_high", "max_len",
+            "decay", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip", "aggregation")
+
+# `aggregation` values OpenRLHF 0.11.2 has (--actor.loss_agg_mode); Dr. GRPO's `constant` is not one
+LOSS_AGGREGATION = {"token": "token-mean", "sequence": "seq-mean-token-mean"}
 
 # packaged model names -> the Hugging Face repository vLLM and DeepSpeed load
 HF_IDS = {"smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -111,6 +115,19 @@ def training_flags(algorithm: str, hyper: dict, args: dict, group: int, sched: S
         flags.append(("--actor.adam.lr", [_num(settings["lr"])]))
     warmup = settings.get("warmup")
     flags.append(("--actor.lr_warmup_ratio", [_num(min(1.0, warmup / sched.steps) if warmup else 0)]))
+    # The optimiser as askspec's own trainer runs it, defaults included: OpenRLHF's differ
+    # (cosine decay to 10%, β2 0.95), and a job should train as a local run of the same spec.
+    if settings.get("decay", "constant") == "cosine":
+        lr = float(settings.get("lr", 1e-6))
+        flags += [("--actor.lr_scheduler", ["cosine_with_min_lr"]),
+                  ("--actor.min_lr_ratio", [_num(float(settings.get("min_lr", 0.0)) / lr if lr else 0)])]
+    else:
+        flags.append(("--actor.lr_scheduler", ["constant_with_warmup"]))
+    flags += [("--actor.adam.betas", [_num(settings.get("beta1", 0.9)), _num(settings.get("beta2", 0.999))]),
+              ("--actor.adam.weight_decay", [_num(settings.get("weight_decay", 0.0))]),
+              ("--actor.max_norm", [_num(settings.get("grad_clip", 1.0))])]
+    if settings.get("aggregation") in LOSS_AGGREGATION:
+        flags.append(("--actor.loss_agg_mode", [LOSS_AGGREGATION[settings["aggregation"]]]))
     if "clip_low" in settings or "clip_high" in settings:
         default = settings.get("clip", 0.2)
         flags.append(("--actor.eps_clip_low_high", [_num(settings.get("clip_low", default)),
