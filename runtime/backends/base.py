@@ -3,14 +3,16 @@
 The engine sends each model call as a `ChatRequest` to `Backend.complete`. Backends
 that batch (hf, vllm) gather concurrent `complete` calls into batches internally, so the
 engine only has to keep many sessions in flight. Every backend reports token counts,
-a finish reason and latency so the run store can record them.
+a finish reason and latency so the run store can record them; a backend that generates
+token by token also reports each new token while it works (`ChatRequest.on_tokens`), so
+the progress display counts tokens as they stream rather than when a turn ends.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Awaitable, Callable, Literal
 
 FinishReason = Literal["stop", "length", "error"]
 
@@ -67,6 +69,10 @@ class ChatRequest:
     # ask for the token-level record a trainer needs (ChatResult.prompt_ids and below);
     # backends that cannot give it ignore the flag and leave those fields None
     rollout: bool = False
+    # called with the number of tokens generated since the last call, while the request
+    # runs (per token or per decode step); from any thread, so it must be cheap and
+    # thread-safe. Backends that only learn the count at the end never call it.
+    on_tokens: Callable[[int], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,14 @@ class Backend(abc.ABC):
     async def prepare(self) -> None:
         """Get ready for the first call (load weights); the default has nothing to do."""
         return None
+
+    def preparation(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """The steps `prepare` takes, each as (what it does, the coroutine function doing
+        it), so that `askspec run` shows each on a line of its own (a one-time conversion
+        apart from the load). Default: one step, `prepare`, when a backend has one."""
+        if type(self).prepare is Backend.prepare:
+            return []
+        return [("preparing", self.prepare)]
 
     @abc.abstractmethod
     async def complete(self, request: ChatRequest) -> ChatResult:

@@ -104,30 +104,45 @@ def resolve_weights(model: str, cache_dir: str | os.PathLike[str] | None = None)
     `model` is an alias from PACKAGED_MODELS, a local folder of a transformers model, or a
     local `.gguf` file. GGUF weights are converted once and cached (see module docstring).
     """
+    pending = pending_conversion(model, cache_dir)
+    if pending is not None:
+        _convert_gguf(*pending)
+        return pending[1]
     if model in PACKAGED_MODELS:
-        packaged = PACKAGED_MODELS[model]
-        folder = cache_root(cache_dir) / packaged.cache_name
-        if not _is_model_folder(folder):
-            _convert_gguf(_locate_packaged(packaged), folder)
-        return folder
+        return cache_root(cache_dir) / PACKAGED_MODELS[model].cache_name
     path = Path(model).expanduser()
     if path.is_dir():
         if not _is_model_folder(path):
             raise BackendError(f"hf model folder {str(path)!r} has no config.json")
         return path
     if path.is_file() and path.suffix == ".gguf":
-        stat = path.stat()
-        # Key the cached copy on the file's identity so an edited file is reconverted.
-        digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-        folder = cache_root(cache_dir) / f"{path.stem.lower()}-{digest.hexdigest()[:10]}"
-        if not _is_model_folder(folder):
-            _convert_gguf(path, folder)
-        return folder
+        return _gguf_folder(path, cache_dir)
     known = ", ".join(repr(name) for name in PACKAGED_MODELS)
     raise BackendError(
         f"hf backend: unknown model {model!r}; use {known}, a local folder holding a "
         f"transformers model (config.json + weights), or a local .gguf file"
     )
+
+
+def pending_conversion(model: str, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Path, Path] | None:
+    """(GGUF file, cache folder) when `model` is GGUF weights not converted yet, else None
+    (converted already, a transformers folder, or a name resolve_weights refuses)."""
+    if model in PACKAGED_MODELS:
+        packaged = PACKAGED_MODELS[model]
+        folder = cache_root(cache_dir) / packaged.cache_name
+        return None if _is_model_folder(folder) else (_locate_packaged(packaged), folder)
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        folder = _gguf_folder(path, cache_dir)
+        return None if _is_model_folder(folder) else (path, folder)
+    return None
+
+
+def _gguf_folder(path: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
+    stat = path.stat()
+    # Key the cached copy on the file's identity so an edited file is reconverted.
+    digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return cache_root(cache_dir) / f"{path.stem.lower()}-{digest.hexdigest()[:10]}"
 
 
 def _convert_gguf(gguf: Path, dest: Path) -> None:
@@ -297,29 +312,30 @@ class HFBackend(Backend):
 
     # -- loading -------------------------------------------------------------------------
 
+    def preparation(self) -> list[tuple[str, Any]]:
+        """The one-time GGUF conversion (when the weights are not converted yet) as a step
+        of its own, then the load."""
+        steps: list[tuple[str, Any]] = []
+        if not self._loaded:
+            try:
+                pending = pending_conversion(self.model_name, self.cache_dir)
+            except BackendError:
+                pending = None  # the load step reports it
+            if pending is not None:
+                steps.append((f"converting {pending[0].name} to transformers weights in {pending[1]} (once, ~15 s)",
+                              self.convert))
+        steps.append(("loading", self.prepare))
+        return steps
+
+    async def convert(self) -> None:
+        """Convert GGUF weights to the cached transformers folder, if not done yet."""
+        await _in_daemon_thread(lambda: resolve_weights(self.model_name, self.cache_dir),
+                                f"askspec-hf-convert-{self.model_name}")
+
     async def prepare(self) -> None:
         """Load (converting GGUF weights the first time) off the event loop, in a daemon
         thread: an interrupted run exits at once instead of waiting for the load."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def settle(error: BaseException | None) -> None:
-            if not done.done():
-                done.set_exception(error) if error is not None else done.set_result(None)
-
-        def work() -> None:
-            error: BaseException | None = None
-            try:
-                self.load()
-            except BaseException as exc:  # the waiter must hear why
-                error = exc if isinstance(exc, BackendError) else BackendError(f"hf backend: {exc}")
-            try:
-                loop.call_soon_threadsafe(settle, error)
-            except RuntimeError:  # the loop is gone (the run was interrupted)
-                pass
-
-        threading.Thread(target=work, name=f"askspec-hf-load-{self.model_name}", daemon=True).start()
-        await done
+        await _in_daemon_thread(self.load, f"askspec-hf-load-{self.model_name}")
 
     def load(self) -> None:
         """Load weights and tokenizer now (otherwise the first request does). Idempotent."""
@@ -653,6 +669,9 @@ class HFBackend(Backend):
         """Record each row's new token, finish rows that are done, shrink the batch."""
         for row, token in zip(rows, tokens):
             row.generated.append(token)
+            stream = row.job.request.on_tokens
+            if stream is not None:  # the progress line counts tokens as they come
+                stream(1)
             if row.seen_all is not None:
                 row.seen_all[token] = True
             if row.seen_gen is not None:
@@ -733,6 +752,31 @@ class HFBackend(Backend):
 
 # ---------------------------------------------------------------------------------------
 # Small helpers.
+
+
+async def _in_daemon_thread(fn: Any, name: str) -> None:
+    """Run fn() in a daemon thread and wait for it without blocking the loop (an
+    executor's thread would hold up the exit of an interrupted run)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if not done.done():
+            done.set_exception(error) if error is not None else done.set_result(None)
+
+    def work() -> None:
+        error: BaseException | None = None
+        try:
+            fn()
+        except BaseException as exc:  # the waiter must hear why
+            error = exc if isinstance(exc, BackendError) else BackendError(f"hf backend: {exc}")
+        try:
+            loop.call_soon_threadsafe(settle, error)
+        except RuntimeError:  # the loop is gone (the run was interrupted)
+            pass
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    await done
 
 
 def default_threads() -> int:

@@ -146,13 +146,17 @@ class ModelResolver:
         for role, name in self.static_roles().items():
             binding = self.resolve(role, name)
             backend = binding.backend
-            if id(backend) in ready or type(backend).prepare is Backend.prepare:
+            if id(backend) in ready:
                 continue
             ready.add(id(backend))
-            end = line(f"preparing {type(backend).name} model {binding.weights} ({binding.name}, role {role}) ...")
-            t0 = time.monotonic()
-            await backend.prepare()
-            end(f" ready in {time.monotonic() - t0:.1f} s")
+            steps = backend.preparation()
+            for k, (what, run) in enumerate(steps):
+                last = k == len(steps) - 1  # the step that makes the model ready (the load)
+                end = line(f"preparing {type(backend).name} model {binding.weights} ({binding.name}, role {role}) ..."
+                           if last else f"{what} ...")
+                t0 = time.monotonic()
+                await run()
+                end(f" {'ready' if last else 'done'} in {time.monotonic() - t0:.1f} s")
 
     async def aclose(self) -> None:
         from askspec.runtime.backends.registry import aclose_backends

@@ -130,13 +130,16 @@ class Run:
         engine = Engine(trainer.engine_experiment() if trainer else s.exp, params=s.params, datasets=s.datasets,
                         seed=s.seed, concurrency=opts.concurrency, stateful=StatefulScorers(),
                         on_session_done=progress.session, on_turn=progress.turn, on_plan=progress.planned,
-                        max_sessions=opts.sessions, on_warning=progress.warn, **engine_kw)
+                        on_tokens=progress.stream_tokens, max_sessions=opts.sessions, on_warning=progress.warn,
+                        **engine_kw)
         print(f"run {writer.run_id}: {what} of {printable(s.exp.name)} ({s.experiment_hash[:12]}) "
               f"-> {writer.run_dir}", file=sys.stderr)
+        progress.begin()
         if trainer is not None:
             task = asyncio.ensure_future(trainer.run(engine, log))
         else:
             task = asyncio.ensure_future(engine.run(s.plan, s.done, s.prior, s.routed))
+        ticker = asyncio.ensure_future(progress.tick()) if not opts.quiet else None
         status, results, failure = "failed", [], None
         try:
             with StopOnSignal(task):
@@ -150,10 +153,15 @@ class Run:
         except Exception as e:
             failure = f"{e.__class__.__name__}: {e}"
         finally:
+            if ticker is not None:
+                ticker.cancel()
             try:
                 progress.close()
             finally:
                 self.abandon(status)
+        if not opts.quiet:
+            for line in progress.summary(status, str(writer.run_dir)):
+                print(line, file=sys.stderr)
         if status == "interrupted":
             print(f"interrupted: everything recorded so far is in {writer.run_dir}; continue with: "
                   f"askspec run --resume {writer.run_dir}", file=sys.stderr)

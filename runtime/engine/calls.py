@@ -19,11 +19,39 @@ from askspec.runtime.engine.state import ModelBinding
 from askspec.runtime.replies import parsers
 
 
+class TokenStream:
+    """One call's tokens as its backend generates them (`ChatRequest.on_tokens`): counted
+    and passed on to the progress display. Called from the backend's thread; `count` is
+    read on the loop once the call has returned (the last report happens before)."""
+
+    __slots__ = ("sink", "count")
+
+    def __init__(self, sink: Callable[[int], None]) -> None:
+        self.sink = sink
+        self.count = 0
+
+    def __call__(self, n: int) -> None:
+        self.count += n
+        self.sink(n)
+
+
+# on_turn(role, tokens_in, tokens_out, streamed): a recorded call, and how many of its
+# tokens_out were already reported while it ran
+TurnListener = Callable[[str, int, int, int], None]
+
+
 class ModelCalls:
-    def __init__(self, recorder: Recorder, on_turn: Callable[[int], None] | None = None) -> None:
+    def __init__(self, recorder: Recorder, on_turn: TurnListener | None = None,
+                 on_tokens: Callable[[int], None] | None = None) -> None:
         self.recorder = recorder
-        self.on_turn = on_turn  # tokens out of each recorded call (progress display)
+        self.on_turn = on_turn  # each recorded call's token counts (progress display, run summary)
+        self.on_tokens = on_tokens  # tokens as they are generated (thread-safe)
         self._sampling: dict[tuple[str, str], tuple[dict[str, Any], int | None]] = {}
+
+    def stream(self) -> TokenStream | None:
+        """What a request reports its tokens to while it runs (None: nobody listens, and
+        the hot path allocates nothing)."""
+        return TokenStream(self.on_tokens) if self.on_tokens is not None else None
 
     def sampling(self, role: str, r: ir.Role, binding: ModelBinding) -> tuple[dict[str, Any], int | None]:
         """The role's sampling fields on this model (the seed is set per call) and the
@@ -48,14 +76,15 @@ class ModelCalls:
 
     def record(self, session_id: str, attempt: int, turn_index: int, role: str, binding: ModelBinding,
                messages: list[dict], result: ChatResult, parsed: dict, latency_ms: float,
-               group_id: str | None = None) -> None:
-        """Record a call as a turn (a judge call carries its group)."""
+               group_id: str | None = None, streamed: int = 0) -> None:
+        """Record a call as a turn (a judge call carries its group); `streamed` of its
+        tokens were already reported while it ran."""
         self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.label or binding.name, prompt=messages,
                            text=result.text, parsed=parsed, finish_reason=result.finish_reason,
                            tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency_ms, 3),
                            group_id=group_id)
         if self.on_turn:
-            self.on_turn(result.tokens_out)
+            self.on_turn(role, result.tokens_in or 0, result.tokens_out or 0, streamed)
 
     def record_failure(self, session_id: str, attempt: int, turn_index: int, role: str, binding: ModelBinding,
                        messages: list[dict], error: str, group_id: str | None = None) -> None:

@@ -36,8 +36,9 @@ class EngineJudges:
         if r.system is not None:
             messages.append({"role": "system", "content": self._render(r.system, dict(self.params))})
         messages.append({"role": "user", "content": prompt})
+        stream = self.calls.stream()
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
-                          session_index=session_index, call_index=call_index)
+                          session_index=session_index, call_index=call_index, on_tokens=stream)
         turn_index = self._turns.get(group_id, 0)
         self._turns[group_id] = turn_index + 1
         try:
@@ -47,5 +48,6 @@ class EngineJudges:
             raise
         value = parse(result.text)
         self.calls.record(group_id, 1, turn_index, role, binding, messages, result,
-                          {"verdict": value, "parsed": value is not None}, latency, group_id=group_id)
+                          {"verdict": value, "parsed": value is not None}, latency, group_id=group_id,
+                          streamed=stream.count if stream is not None else 0)
         return JudgeReply(result.text, value)

@@ -25,7 +25,7 @@ from askspec.lang.templates import environment as template_environment
 from askspec.lang.templates import render_template
 
 from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
-from askspec.runtime.engine.calls import ModelCalls, call_seed, parse_reply
+from askspec.runtime.engine.calls import ModelCalls, TurnListener, call_seed, parse_reply
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
 from askspec.runtime.engine.judges import EngineJudges
 from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
@@ -47,7 +47,8 @@ class Engine:
                  resolve_model: Callable[[str, str | None], ModelBinding], seed: int = 0,
                  concurrency: int = 8, stateful: StatefulScorers | None = None,
                  on_session_done: Callable[[SessionResult], None] | None = None,
-                 on_turn: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
+                 on_turn: TurnListener | None = None, on_plan: Callable[[int], None] | None = None,
+                 on_tokens: Callable[[int], None] | None = None,
                  max_sessions: int | None = None, on_warning: Callable[[str], None] | None = None,
                  rollout_roles: frozenset[str] = frozenset(), on_rollout: Callable[..., None] | None = None) -> None:
         self.exp = exp
@@ -63,7 +64,9 @@ class Engine:
         self.roles = {r.name: r for r in exp.roles}
         self.games = {g.name: g for g in exp.games}
         self._templates: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]] = {}
-        self.calls = ModelCalls(writer, on_turn)  # every model call goes through here and is recorded
+        # every model call goes through here and is recorded; on_turn hears of each recorded
+        # call, on_tokens (thread-safe) of tokens while a backend generates them
+        self.calls = ModelCalls(writer, on_turn, on_tokens)
         # data sets and buffers, readable from expressions; buffers fill during a phase and
         # their new items become visible when the phase ends (in session order, so the
         # contents do not depend on scheduling)
@@ -459,8 +462,10 @@ class Engine:
         st.calls[role] = call_index + 1
         base, model_seed = self.calls.sampling(role, r, binding)
         samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, model_seed), **base)
+        stream = self.calls.stream()
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
-                          session_index=st.plan.index, call_index=call_index, rollout=role in self.rollout_roles)
+                          session_index=st.plan.index, call_index=call_index, rollout=role in self.rollout_roles,
+                          on_tokens=stream)
         t0 = time.perf_counter()  # inline (not calls.complete): one coroutine less per turn on the hot path
         try:
             result = await binding.backend.complete(req)
@@ -479,7 +484,8 @@ class Engine:
         reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
                  "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
         st.roles[role].turns.append(reply)
-        self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency)
+        self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency,
+                          streamed=stream.count if stream is not None else 0)
         if req.rollout and self.on_rollout is not None and result.completion_ids is not None:
             self.on_rollout(st.plan, st.attempt, turn_index, role, result, samp.temperature, sample_key)
         return reply

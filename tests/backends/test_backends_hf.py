@@ -182,3 +182,22 @@ async def test_load_failure_reaches_the_caller(tmp_path):
     with pytest.raises(BackendError, match="could not load"):
         await asyncio.wait_for(backend.complete(_req("hi", max_tokens=2)), timeout=60)
     await backend.aclose()
+
+
+@pytest.mark.slow
+async def test_tokens_are_reported_as_they_are_generated(backend):
+    """Each generated token is reported through on_tokens while the request runs (the
+    progress line's count), from the worker thread, before the result arrives."""
+    seen: list[tuple[int, bool]] = []
+    future_box: list[asyncio.Future] = []
+
+    def on_tokens(n: int) -> None:
+        seen.append((n, bool(future_box) and future_box[0].done()))
+
+    req = ChatRequest(messages=({"role": "user", "content": "Count to twenty."},), sampling=Sampling(max_tokens=12, **GREEDY),
+                      model="smollm2-135m-instruct", role="solver", on_tokens=on_tokens)
+    task = asyncio.ensure_future(backend.complete(req))
+    future_box.append(task)
+    result = await task
+    assert sum(n for n, _ in seen) == result.tokens_out == len(seen)
+    assert not any(done for _, done in seen)
