@@ -11,9 +11,15 @@ bench/.venv-verifiers unless $VERIFIERS_PYTHON points at a Python that has it. B
 timed in the same invocation, side by side; wall-clock and process CPU time are both
 reported (CPU time is the steadier figure on a shared machine).
 
-    python bench/bench_orchestration.py [--sessions 2000] [--turns 8] [--repeats 3]
+    python bench/bench_orchestration.py [--sessions 2000] [--turns 8] [--repeats 3] [--before REF]
 
-Each engine runs `--repeats` times; the run with the median CPU time is reported.
+askspec's model is the same instant reply as a synchronous callable (which the python
+backend runs on a worker thread, so that a slow or hung one can be stopped) and as an
+async one (run on the event loop). With `--before REF` (a git commit), the same rows are
+also measured on that commit's code (extracted to a temporary folder by `git archive`),
+each askspec run in a fresh child process for both sides alike. Runs are interleaved
+(every configuration once per round, `--repeats` rounds); the median run by CPU time is
+reported.
 """
 
 from __future__ import annotations
@@ -32,13 +38,16 @@ HERE = Path(__file__).resolve().parent
 
 SPEC = """
 experiment overhead { param sessions: int = 100  param turns: int = 8 }
-model instant = python("bench_instant:reply")
+model instant = python("bench_instant:{callable}")
 role player { model = instant; memory = full; reply = sections("#Answer#");
               prompt = "Turn {{ t }} of {{ turns }}: continue the game." }
 game play for i in range(1, sessions + 1) {
     repeat t in 1..turns { r = ask player }
 }
 """
+
+
+SPEC_CALLABLE = "reply"
 
 
 class NullWriter:
@@ -53,7 +62,9 @@ class NullWriter:
     reward = session_finished = group = match = turn
 
 
-def askspec_side(sessions: int, turns: int, record: bool) -> dict:
+def askspec_side(sessions: int, turns: int, record: bool, callable_name: str = "reply") -> dict:
+    global SPEC_CALLABLE
+    SPEC_CALLABLE = callable_name
     sys.path.insert(0, str(HERE))
     from askspec.lang.compiler import compile_source
     from askspec.runtime.commands.options import RunOptions
@@ -64,8 +75,9 @@ def askspec_side(sessions: int, turns: int, record: bool) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "overhead.ask"
-        spec.write_text(SPEC)
-        res = compile_source(str(spec), SPEC, {"sessions": str(sessions), "turns": str(turns)})
+        text = SPEC.replace("{callable}", SPEC_CALLABLE)
+        spec.write_text(text)
+        res = compile_source(str(spec), text, {"sessions": str(sessions), "turns": str(turns)})
         assert res.ok, [d.message for d in res.sink.items]
         exp = res.ir
         params = exp.param_values()
@@ -113,31 +125,84 @@ def verifiers_side(sessions: int, turns: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def before_tree(ref: str, into: Path) -> Path:
+    """The code of commit `ref` laid out as importable packages (askspec, askspec.runtime,
+    askspec.tui), for a child process's PYTHONPATH."""
+    root = HERE.parent
+    raw = into / "raw"
+    raw.mkdir()
+    archive = subprocess.run(["git", "-C", str(root), "archive", ref, "askspec", "runtime", "tui"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(raw)], input=archive, check=True)
+    pkg = into / "pkg"
+    pkg.mkdir()
+    (raw / "askspec").rename(pkg / "askspec")
+    (raw / "runtime").rename(pkg / "askspec" / "runtime")
+    (raw / "tui").rename(pkg / "askspec" / "tui")
+    return pkg
+
+
+def child_side(pythonpath: Path | None, sessions: int, turns: int, record: bool, callable_name: str) -> dict:
+    """One askspec run (after a warm-up) in a fresh process, on this tree or another."""
+    out = subprocess.run([sys.executable, __file__, "--child", "--sessions", str(sessions), "--turns", str(turns),
+                          "--callable", callable_name] + (["--record"] if record else [])
+                         + (["--tree", str(pythonpath)] if pythonpath is not None else []),
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=2000)
     ap.add_argument("--turns", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per engine; the median is reported")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; each configuration runs once per round")
     ap.add_argument("--skip-verifiers", action="store_true")
+    ap.add_argument("--before", metavar="REF", help="also measure askspec at this git commit, interleaved")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--record", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--callable", default="reply", help=argparse.SUPPRESS)
+    ap.add_argument("--tree", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    def median_run(fn) -> dict:
-        runs = sorted((fn() for _ in range(args.repeats)), key=lambda r: r["cpu_ms_per_call"])
-        return runs[len(runs) // 2]
+    if args.child:
+        if args.tree:  # import askspec from there: drop the editable install's finder, which would win
+            sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", "")]
+            sys.path.insert(0, args.tree)
+            import askspec.runtime
 
-    # warm-up (imports, template compilation) outside the timed runs
-    askspec_side(20, args.turns, record=False)
-    rows = [("askspec (no recording)", median_run(lambda: askspec_side(args.sessions, args.turns, record=False))),
-            ("askspec (recording every turn)", median_run(lambda: askspec_side(args.sessions, args.turns, record=True)))]
-    if not args.skip_verifiers:
-        rows.append(("verifiers 0.3.1 MultiTurnEnv", median_run(lambda: verifiers_side(args.sessions, args.turns))))
-    print(f"{'engine':34s} {'calls':>8s} {'seconds':>9s} {'ms/call':>9s} {'cpu ms/call':>12s}")
+            assert askspec.runtime.__file__.startswith(args.tree), askspec.runtime.__file__
+        askspec_side(20, args.turns, record=args.record, callable_name=args.callable)  # warm-up
+        print(json.dumps(askspec_side(args.sessions, args.turns, record=args.record, callable_name=args.callable)))
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trees: list[tuple[str, Path | None]] = [("now", None)]
+        if args.before:
+            trees.insert(0, (f"at {args.before}", before_tree(args.before, Path(tmp))))
+        configs = []
+        for record in (False, True):
+            for callable_name, how in (("reply", "sync callable"), ("reply_async", "async callable")):
+                for label, path in trees:
+                    rec = "recording every turn" if record else "no recording"
+                    name = f"askspec {label}, {how}, {rec}" if args.before else f"askspec, {how}, {rec}"
+                    configs.append((name, record, (lambda p=path, r=record, c=callable_name:
+                                                   child_side(p, args.sessions, args.turns, r, c))))
+        if not args.skip_verifiers:
+            configs.append(("verifiers 0.3.1 MultiTurnEnv", None, lambda: verifiers_side(args.sessions, args.turns)))
+        runs: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
+        for _ in range(args.repeats):
+            for name, _, fn in configs:
+                runs[name].append(fn())
+    rows = [(name, sorted(runs[name], key=lambda r: r["cpu_ms_per_call"])[len(runs[name]) // 2]) for name, _, _ in configs]
+    width = max(len(name) for name, _ in rows)
+    print(f"{'engine':{width}s} {'calls':>8s} {'seconds':>9s} {'ms/call':>9s} {'cpu ms/call':>12s}  cpu ms/call of each run")
     for name, r in rows:
-        print(f"{name:34s} {r['calls']:8d} {r['seconds']:9.3f} {r['ms_per_call']:9.4f} {r['cpu_ms_per_call']:12.4f}")
+        each = ", ".join(f"{x['cpu_ms_per_call']:.4f}" for x in runs[name])
+        print(f"{name:{width}s} {r['calls']:8d} {r['seconds']:9.3f} {r['ms_per_call']:9.4f} {r['cpu_ms_per_call']:12.4f}  {each}")
     if not args.skip_verifiers:
         vf = rows[-1][1]
-        for name, r in rows[:-1]:
-            target = "≤ 0.05, issue #14" if "recording" in name and "no recording" not in name else "≤ 0.1"
+        for (name, record, _), (_, r) in zip(configs[:-1], rows[:-1]):
+            target = "≤ 0.05, issue #14" if record else "≤ 0.1"
             print(f"ratio {name} / verifiers: wall {r['ms_per_call'] / vf['ms_per_call']:.3f}, "
                   f"cpu {r['cpu_ms_per_call'] / vf['cpu_ms_per_call']:.3f}  (target {target})")
     print(f"(load average at end: {os.getloadavg()[0]:.1f})")

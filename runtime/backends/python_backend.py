@@ -28,6 +28,7 @@ from collections import deque
 from typing import Any, Callable
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult
+from askspec.runtime.backends.loop import let_loop_run
 
 
 def load_callable(target: str) -> Callable[..., Any]:
@@ -90,9 +91,15 @@ class PythonBackend(Backend):
         try:
             if self._is_async:
                 # one that never awaits would otherwise never let the loop run (Ctrl-C)
-                await asyncio.sleep(0)
-                async with asyncio.timeout(self.timeout) as scope:
-                    out = await self.fn(messages, request)
+                await let_loop_run()
+                coro = self.fn(messages, request)
+                try:  # its first step: an instant callable ends here, and needs no deadline timer
+                    waiting_on = coro.send(None)
+                except StopIteration as done:
+                    out = done.value
+                else:
+                    async with asyncio.timeout(self.timeout) as scope:
+                        out = await _Resumed(coro, waiting_on)
             else:
                 out, ran_from = await self._workers.call(self.fn, (messages, request), self.timeout)
                 if inspect.isawaitable(out):  # a plain function returning a coroutine
@@ -152,6 +159,37 @@ class PythonBackend(Backend):
 
     async def aclose(self) -> None:
         self._workers.close()
+
+
+class _Resumed:
+    """Awaits a coroutine from where its first step suspended (on `waiting_on`): what
+    `await coro` would have done from there, sends, throws and cancellation included.
+    Stepping an async callable once before arming its deadline spares an instant one
+    the timer (~5 us a call, a tenth of the engine's own cost per call)."""
+
+    __slots__ = ("coro", "waiting_on")
+
+    def __init__(self, coro: Any, waiting_on: Any) -> None:
+        self.coro, self.waiting_on = coro, waiting_on
+
+    def __await__(self):
+        coro, pending = self.coro, self.waiting_on
+        while True:
+            try:
+                sent = yield pending
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation (the deadline's too) goes in
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 # ---------------------------------------------------------------------------------------

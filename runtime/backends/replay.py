@@ -8,16 +8,15 @@ Session k of the run (`request.session_index`) reads `sessions[k]`; a role's cal
 list in order, indexed by `request.call_index` (the role's 0-based call number within the
 session) rather than by a counter, so retries and resumed runs get the same replies.
 
-A reply is at hand at once, so `complete` yields to the event loop before answering:
-without that, a session's whole game would run in one step of its task and a run would
-finish before the loop got to look at Ctrl-C. Any file that is not such a recording
+A reply is at hand at once, so `complete` lets the event loop run every few ms
+(`loop.let_loop_run`): without that, a session's whole game would run in one step of its
+task and a run would finish before the loop got to look at Ctrl-C. Any file that is not such a recording
 (not a regular file, not UTF-8, not JSON, nested past the parser, the wrong shape) is
 refused when the backend is made, with an error naming the file.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import stat
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, SpecContext
+from askspec.runtime.backends.loop import let_loop_run
 
 
 class ReplayBackend(Backend):
@@ -58,7 +58,7 @@ class ReplayBackend(Backend):
         self.sessions = load_recording(self.path)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
-        await asyncio.sleep(0)  # let the loop run: other sessions, signals, cancellation
+        await let_loop_run()  # other sessions, signals, cancellation: every few ms
         k, role, n = request.session_index, request.role, request.call_index
         where = f"replay file {str(self.path)!r}"
         if not 0 <= k < len(self.sessions):

@@ -1,9 +1,9 @@
 """Ctrl-C and SIGTERM during a run: stop promptly, keep everything recorded so far.
 
 The first signal cancels the run's task: sessions in flight stop at their next await
-and the run ends as `interrupted`. The engine yields to the event loop after every
-session, so this works even when no model call ever waits (replay, synchronous python
-callables). If the loop still has not stopped after `grace` seconds (a callable that
+and the run ends as `interrupted`. The engine and the backends that never wait let the
+event loop run every few ms (backends/loop.py), so this works even when no model call
+ever waits (replay, async python callables; synchronous ones run on a worker thread). If the loop still has not stopped after `grace` seconds (a callable that
 blocks it), or on a second signal, KeyboardInterrupt is raised in the main thread, in
 whatever is running; the command records the run as `interrupted` all the same.
 """

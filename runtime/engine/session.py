@@ -25,6 +25,7 @@ from askspec.lang.templates import environment as template_environment
 from askspec.lang.templates import render_template
 
 from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
+from askspec.runtime.backends.loop import let_loop_run
 from askspec.runtime.engine.calls import ModelCalls, TurnListener, call_seed, parse_reply
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
 from askspec.runtime.engine.judges import EngineJudges
@@ -194,10 +195,10 @@ class Engine:
                 if self.on_session_done:
                     self.on_session_done(res)
                 finished(p, res)
-                # Yield to the event loop after every session: a backend that answers
-                # without waiting would otherwise keep the loop from ever handling a
+                # Let the event loop run between sessions (every few ms): a backend that
+                # answers without waiting would otherwise keep it from ever handling a
                 # signal (Ctrl-C) or a timer.
-                await asyncio.sleep(0)
+                await let_loop_run()
 
         self._gate.reset([])
         await _all_or_none([asyncio.ensure_future(worker()) for _ in range(self.concurrency)])

@@ -95,3 +95,31 @@ def test_sigint_stops_a_run_stuck_in_a_sync_python_callable(tmp_path):
     rc, err, _ = _interrupt(cmd, mark.exists, env)
     assert rc == 130, err
     assert "interrupted" in err
+
+
+def test_let_loop_run_yields_when_the_loop_has_not_run_for_a_while(monkeypatch):
+    """Backends that never wait yield to the loop by time, not on every call: often enough
+    for a cancellation scheduled on the loop (what Ctrl-C does) to land within ms."""
+    import asyncio
+
+    from askspec.runtime.backends import loop as loop_mod
+
+    async def busy(cancelled_after: list[float]):
+        task = asyncio.current_task()
+        asyncio.get_running_loop().call_soon(task.cancel)  # scheduled, as the signal handler does
+        t0 = time.monotonic()
+        calls = 0
+        try:
+            while True:
+                calls += 1
+                await loop_mod.let_loop_run()
+        except asyncio.CancelledError:
+            cancelled_after.append(time.monotonic() - t0)
+            cancelled_after.append(calls)
+
+    monkeypatch.setattr(loop_mod, "_due", time.monotonic() + 0.05)  # the loop ran just now
+    out: list[float] = []
+    asyncio.run(busy(out))
+    seconds, calls = out
+    assert calls > 1  # not a yield per call
+    assert seconds < 1.0  # but the cancellation landed at the next due yield

@@ -88,6 +88,23 @@ MODULE = textwrap.dedent(
         return "met"
 
     BARRIER = threading.Barrier(2, timeout=10)
+
+    async def many_awaits(messages, request):
+        loop = asyncio.get_running_loop()
+        got = []
+        for k in range(3):
+            fut = loop.create_future()
+            loop.call_later(0.01, fut.set_result, k)
+            got.append(await fut)  # the value sent back in after each suspension
+        try:
+            await asyncio.sleep(0.01)
+            raise LookupError("after suspending")
+        except LookupError as e:
+            return f"{got} {e}"
+
+    async def raises_late(messages, request):
+        await asyncio.sleep(0.01)
+        raise KeyError("late")
     '''
 )
 
@@ -322,3 +339,23 @@ async def test_the_watchdog_keeps_watching_a_job_made_in_its_own_turn():
     workers._watch(loop)
     assert loop in workers._watchdogs
     workers._watchdogs.pop(loop).cancel()
+
+
+async def test_an_async_callable_resumed_after_its_first_step(module):
+    """An async callable is stepped once before its deadline is armed (an instant one
+    needs no timer); one that suspends is awaited from there as `await` would: the
+    values its awaits get, its own exceptions, the deadline and cancellation."""
+    backend = PythonBackend(f"{module}:many_awaits", timeout=5)
+    assert (await backend.complete(_req())).text == "[0, 1, 2] after suspending"
+    assert (await PythonBackend(f"{module}:instant_async").complete(_req())).text == "at once"
+    with pytest.raises(BackendError, match="raised KeyError: 'late'"):
+        await PythonBackend(f"{module}:raises_late").complete(_req())
+    import askspec_test_callables as m
+
+    stuck = PythonBackend(f"{module}:async_stuck", timeout=30)
+    task = asyncio.ensure_future(stuck.complete(_req()))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert m.CANCELLED == [2]  # the cancellation reached the callable
