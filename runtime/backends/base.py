@@ -123,6 +123,17 @@ class Backend(abc.ABC):
         """Get ready for the first call (load weights); the default has nothing to do."""
         return None
 
+    def determinism(self, concurrency: int) -> dict[str, Any]:
+        """What a run at this `--concurrency` can promise about getting the same replies
+        again from the same seed (recorded in the run manifest): {"level", "why"}. Levels:
+        "exact" (the replies do not depend on the run at all), "callable" (the same
+        requests are made; the replies are the callable's business), "seed" (the same
+        seed gives the same text on the same weights, software and hardware), "batch"
+        (as "seed" only when calls meet the same batch composition, which timing
+        decides), "server" (up to the server)."""
+        return {"level": "server", "why": "each call's seed is sent to the server; whether it gives the same reply again "
+                                          "depends on the server (vLLM and llama.cpp servers batch requests too)"}
+
     def preparation(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The steps `prepare` takes, each as (what it does, the coroutine function doing
         it), so that `askspec run` shows each on a line of its own (a one-time conversion

@@ -413,6 +413,22 @@ class HFBackend(Backend):
             )
         return names[self.dtype_option]
 
+    def determinism(self, concurrency: int) -> dict[str, Any]:
+        """One call at a time decodes alone, so the seed decides the text; batched calls
+        meet whatever other calls are in flight at that moment (see the module docstring)."""
+        settings = {"max_batch": self.max_batch, "dtype": self.dtype_option or "default (float32 on cpu)",
+                    "device": self.device_option}
+        if concurrency == 1 or self.max_batch == 1:
+            return {"level": "seed", **settings,
+                    "why": "calls are decoded one at a time, so the same seed gives the same text on the same weights, "
+                           "dtype, torch version and hardware (a group route's judge calls run beside the next "
+                           "session and may share its batch)"}
+        return {"level": "batch", **settings,
+                "why": f"up to {self.max_batch} calls are decoded in one batch, and which calls share it depends on "
+                       "timing; batch shape changes float rounding, which can flip a token at a near-tie, so a reply "
+                       "can differ between runs and from --concurrency 1 (run with --concurrency 1, or max_batch = 1, "
+                       "to reproduce replies)"}
+
     # -- the async face --------------------------------------------------------------------
 
     async def complete(self, request: ChatRequest) -> ChatResult:

@@ -12,7 +12,10 @@ so a call given up on keeps running on its thread until it returns, and its repl
 dropped; the threads are daemon threads so that such a call never holds up the exit of
 the process (an executor's threads would: interpreter exit and asyncio.run join them).
 An async callable runs on the loop and is cancelled at the deadline (one that blocks
-without awaiting cannot be interrupted; use a synchronous callable for such work).
+without awaiting cannot be interrupted; use a synchronous callable for such work). An
+instant model (a scripted opponent, a sampler) is cheapest as an async callable: no
+thread hop, and no deadline timer unless it actually awaits something
+(docs/benchmarks.md, "Cheap yields").
 """
 
 from __future__ import annotations
@@ -83,6 +86,11 @@ class PythonBackend(Backend):
         self.fn = load_callable(model)
         self._is_async = inspect.iscoroutinefunction(self.fn)
         self._workers = _Workers(min(32, (os.cpu_count() or 1) + 4) if self.threaded else 1, model)
+
+    def determinism(self, concurrency: int) -> dict[str, Any]:
+        return {"level": "callable", "why": "the callable is sent the same requests (messages, seed, session and call "
+                                            "number) at any concurrency; one that depends on nothing else, not on the "
+                                            "order of its calls, gives the same replies"}
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         started = time.perf_counter()

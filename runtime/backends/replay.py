@@ -57,6 +57,9 @@ class ReplayBackend(Backend):
         self.path = Path(source).expanduser()
         self.sessions = load_recording(self.path)
 
+    def determinism(self, concurrency: int) -> dict[str, Any]:
+        return {"level": "exact", "why": "replies are read from the recording by session, role and call number"}
+
     async def complete(self, request: ChatRequest) -> ChatResult:
         await let_loop_run()  # other sessions, signals, cancellation: every few ms
         k, role, n = request.session_index, request.role, request.call_index

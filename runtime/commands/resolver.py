@@ -43,6 +43,10 @@ class ModelResolver:
             binding = self._bindings[(role, name)] = self._resolve(role, name)
         return binding
 
+    def bindings(self) -> dict[tuple[str, str | None], Any]:
+        """Every (role, model name) bound so far, with its ModelBinding."""
+        return dict(self._bindings)
+
     def _target(self, role: str, name: str | None) -> tuple[str, str, str, str, dict, Backend, bool]:
         """(model name, declared backend, backend kind, weights, sampling, backend, declared?)"""
         from askspec.runtime.backends.registry import backend_for_spec

@@ -261,6 +261,16 @@ def load_training(trainer, opts: RunOptions, res, resolver: ModelResolver) -> bo
     return True
 
 
+def determinism_record(opts: RunOptions, seed: int, resolver: ModelResolver) -> dict[str, Any]:
+    """The manifest's `determinism`: per role and model, what running this spec again
+    with the same seed and --concurrency can promise (README, "Reproducibility")."""
+    roles: dict[str, dict[str, dict]] = {}
+    for (role, _name), binding in resolver.bindings().items():
+        roles.setdefault(role, {})[binding.name] = {"backend": type(binding.backend).name,
+                                                    **binding.backend.determinism(opts.concurrency)}
+    return {"seed": seed, "concurrency": opts.concurrency, "roles": roles}
+
+
 def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: int, params: dict, plan,
                 resolver: ModelResolver, base_url: str | None):
     """A new run directory, or the resumed one reopened; the manifest gets the options,
@@ -295,7 +305,10 @@ def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: 
         writer.annotate(roles=roles_record(exp, opts, resolver, writer.manifest.get("roles")))
 
     def on_bind(role: str, info: dict) -> None:
-        writer.annotate(roles=roles_record(exp, opts, resolver, writer.manifest.get("roles")))
+        writer.annotate(roles=roles_record(exp, opts, resolver, writer.manifest.get("roles")),
+                        determinism=determinism_record(opts, seed, resolver))
+
+    writer.annotate(determinism=determinism_record(opts, seed, resolver))
 
     resolver.on_bind = on_bind
     return writer
