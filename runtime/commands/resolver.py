@@ -40,7 +40,10 @@ class ModelResolver:
     def resolve(self, role: str, name: str | None):
         binding = self._bindings.get((role, name))
         if binding is None:
-            binding = self._bindings[(role, name)] = self._resolve(role, name)
+            binding, info = self._resolve(role, name)
+            self._bindings[(role, name)] = binding
+            if info is not None and self.on_bind is not None:  # told once the binding is listed
+                self.on_bind(role, info)
         return binding
 
     def bindings(self) -> dict[tuple[str, str | None], Any]:
@@ -83,11 +86,11 @@ class ModelResolver:
             label = f"{asked}@{backend.endpoint}"
         bound_name = name if named else f"{kind}:{weights}"
         info = {"name": bound_name, "backend": kind, "model": asked, "endpoint": backend.endpoint}
-        if info not in self.bound.setdefault(role, []):
+        new = info not in self.bound.setdefault(role, [])
+        if new:
             self.bound[role].append(info)
-            if self.on_bind is not None:
-                self.on_bind(role, info)
-        return ModelBinding(name=bound_name, backend=backend, weights=asked, sampling=sampling, label=label)
+        binding = ModelBinding(name=bound_name, backend=backend, weights=asked, sampling=sampling, label=label)
+        return binding, (info if new else None)
 
     def _served_name(self, role: str, name: str, declared: str, kind: str, weights: str, endpoint: str) -> str:
         """The model name a server is asked for: --served-model for the role, the model or

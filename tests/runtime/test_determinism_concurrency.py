@@ -89,3 +89,25 @@ def test_hf_same_seed_same_concurrency_one_gives_the_same_sessions(tmp_path):
     _, batched = _run(spec, tmp_path / "c", 8, set=["n=1"], max_tokens=2)
     assert batched["roles"]["asker"]["m"]["level"] == "batch"
     assert "--concurrency 1" in batched["roles"]["asker"]["m"]["why"]
+
+
+def test_the_record_includes_a_model_as_soon_as_it_is_bound(tmp_path, monkeypatch):
+    """The manifest is rewritten when a role gets a model during the run (on_bind); the
+    record made then already lists that model."""
+    from askspec.lang.compiler import compile_source
+    from askspec.runtime.commands.options import RunOptions
+    from askspec.runtime.commands.resolver import ModelResolver
+    from askspec.runtime.commands.start import determinism_record
+
+    (tmp_path / "askspec_seeded_model.py").write_text(SEEDED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = GAME.format(model='python("askspec_seeded_model:reply")')
+    res = compile_source(str(tmp_path / "d.ask"), text, {})
+    opts = RunOptions(file=str(tmp_path / "d.ask"), concurrency=4)
+    resolver = ModelResolver(res.ir, opts, str(tmp_path))
+    records: list[dict] = []
+    resolver.on_bind = lambda role, info: records.append(determinism_record(opts, 3, resolver))
+    resolver.resolve("answerer", "m")
+    assert records[-1] == {"seed": 3, "concurrency": 4, "roles": {"answerer": {"m": {
+        "backend": "python", **resolver.resolve("answerer", "m").backend.determinism(4)}}}}
+    assert len(records) == 1  # told once per new (role, model)
