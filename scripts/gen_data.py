@@ -1,0 +1,346 @@
+"""Generates the data shipped in specs/data/ (see specs/data/README.md): procedurally made
+math problems whose answers SymPy computes, each checked against an independent
+brute-force computation, a knowledge base of short passages, and a hard split for SOAR.
+
+    .venv/bin/python scripts/gen_data.py            # rewrites the files (seed 0)
+    .venv/bin/python scripts/gen_data.py --check    # exit 1 if a shipped file differs
+
+The output depends only on the seed: tests/runtime/test_shipped_data.py regenerates the
+files and compares them byte for byte, then checks every answer with math-verify.
+Nothing here downloads anything; no text comes from a third party."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from fractions import Fraction
+from itertools import permutations, product
+from pathlib import Path
+
+import sympy as sp
+
+SEED = 0
+DATA = Path(__file__).resolve().parents[1] / "specs" / "data"
+MATH_FILE, HARD_FILE, PASSAGES_FILE = "math_problems.jsonl", "soar_hard.jsonl", "passages.jsonl"
+N_MATH, N_HARD = 300, 120
+HARD_TEST_SHARE = 0.25  # SOAR holds out a test split of the hard set (soar.txt §4)
+
+x = sp.Symbol("x")
+
+
+def _ans(v) -> str:
+    """An answer as math-verify reads it: integers plain, rationals as p/q."""
+    v = sp.nsimplify(v)
+    if v.is_Integer:
+        return str(int(v))
+    if v.is_Rational:
+        return f"{v.p}/{v.q}"
+    return sp.latex(v)
+
+
+def _agree(a, b) -> None:
+    if sp.simplify(sp.nsimplify(a) - sp.nsimplify(b)) != 0:
+        raise AssertionError(f"sympy {a} != brute force {b}")
+
+
+# ------------------------------------------------------------------ standard templates
+# each: rng -> (question, sympy answer, brute-force answer)
+
+def t_linear(r):
+    a, s, b = r.randint(2, 12), r.randint(-20, 20), r.randint(-30, 30)
+    c = a * s + b
+    sol = sp.solve(sp.Eq(a * x + b, c), x)[0]
+    return f"Solve for x: {a}x + {b} = {c}.".replace("+ -", "- "), sol, next(v for v in range(-50, 51) if a * v + b == c)
+
+
+def t_divisor_sum(r):
+    n = r.randint(12, 400)
+    return f"What is the sum of all positive divisors of {n}?", sp.divisor_sigma(n), sum(d for d in range(1, n + 1) if n % d == 0)
+
+
+def t_divisor_count(r):
+    n = r.randint(12, 1000)
+    return f"How many positive divisors does {n} have?", sp.divisor_count(n), sum(1 for d in range(1, n + 1) if n % d == 0)
+
+
+def t_powmod(r):
+    a, b, m = r.randint(2, 19), r.randint(20, 200), r.randint(3, 13)
+    return f"Find the remainder when {a}^{b} is divided by {m}.", sp.Mod(sp.Integer(a) ** b, m), pow(a, b, m)
+
+
+def t_gcd_lcm(r):
+    a, b = r.randint(12, 300), r.randint(12, 300)
+    if r.random() < 0.5:
+        return f"What is the greatest common divisor of {a} and {b}?", sp.gcd(a, b), max(d for d in range(1, min(a, b) + 1) if a % d == 0 == b % d)
+    return f"What is the least common multiple of {a} and {b}?", sp.lcm(a, b), next(m for m in range(max(a, b), a * b + 1) if m % a == 0 == m % b)
+
+
+def t_binomial(r):
+    n = r.randint(5, 15)
+    k = r.randint(2, n - 2)
+    return (f"In how many ways can a committee of {k} be chosen from {n} people?", sp.binomial(n, k),
+            sum(1 for bits in range(1 << n) if bin(bits).count("1") == k))
+
+
+def t_word(r):
+    word = r.choice(["LEVEL", "BANANA", "COOKIE", "LETTER", "SCHOOL", "PEPPER", "ATTIC", "MAMMAL"])
+    counts = [word.count(c) for c in sorted(set(word))]
+    formula = sp.factorial(len(word)) / sp.prod([sp.factorial(c) for c in counts])
+    return (f"How many distinct arrangements of the letters of the word {word} are there?", formula,
+            len(set(permutations(word))))
+
+
+def t_series(r):
+    a, d, n = r.randint(-10, 20), r.randint(1, 9), r.randint(5, 40)
+    k = sp.Symbol("k")
+    return (f"What is the sum of the first {n} terms of the arithmetic sequence that starts {a}, {a + d}, {a + 2 * d}, ...?",
+            sp.summation(a + k * d, (k, 0, n - 1)), sum(a + i * d for i in range(n)))
+
+
+def t_quadratic(r):
+    p, q = r.randint(-12, 12), r.randint(-12, 12)
+    poly = sp.expand((x - p) * (x - q))
+    roots = sp.solve(poly, x)
+    which = r.choice(["sum", "product", "larger"])
+    text = sp.sstr(poly).replace("**", "^").replace("*", "")
+    if which == "sum":
+        return f"What is the sum of the roots of {text} = 0?", sum(roots) if len(roots) == 2 else 2 * roots[0], p + q
+    if which == "product":
+        return f"What is the product of the roots of {text} = 0?", sp.prod(roots) if len(roots) == 2 else roots[0] ** 2, p * q
+    return f"What is the larger root of {text} = 0?", max(roots), max(p, q)
+
+
+def t_fraction(r):
+    a, b, c, d = r.randint(1, 9), r.randint(2, 12), r.randint(1, 9), r.randint(2, 12)
+    return (f"Compute {a}/{b} + {c}/{d} and give the answer as a fraction in lowest terms.",
+            sp.Rational(a, b) + sp.Rational(c, d), Fraction(a, b) + Fraction(c, d))
+
+
+def t_dice(r):
+    s = r.randint(3, 11)
+    return (f"Two fair six-sided dice are rolled. What is the probability that the sum is {s}? Give a fraction.",
+            sp.Rational(sum(1 for i in range(1, 7) for j in range(1, 7) if i + j == s), 36),
+            Fraction(sum(1 for i, j in product(range(1, 7), repeat=2) if i + j == s), 36))
+
+
+def t_derivative(r):
+    a, b, c, n, at = r.randint(1, 5), r.randint(-6, 6), r.randint(-9, 9), r.randint(2, 4), r.randint(-3, 3)
+    f = a * x ** n + b * x + c
+    text = sp.sstr(f).replace("**", "^").replace("*", "")
+    return (f"Let f(x) = {text}. What is f'({at})?", sp.diff(f, x).subs(x, at), a * n * at ** (n - 1) + b)
+
+
+def t_integral(r):
+    a, b, hi = r.randint(1, 6), r.randint(-5, 5), r.randint(1, 4)
+    f = a * x ** 2 + b * x
+    text = sp.sstr(f).replace("**", "^").replace("*", "")
+    return (f"Compute the definite integral of {text} from x = 0 to x = {hi}.", sp.integrate(f, (x, 0, hi)),
+            Fraction(a * hi ** 3, 3) + Fraction(b * hi ** 2, 2))
+
+
+def t_triangle(r):
+    pts = [(r.randint(-8, 8), r.randint(-8, 8)) for _ in range(3)]
+    (x1, y1), (x2, y2), (x3, y3) = pts
+    area = abs(sp.Matrix([[x1, y1, 1], [x2, y2, 1], [x3, y3, 1]]).det()) / 2
+    if area == 0:
+        return t_triangle(r)
+    shoelace = Fraction(abs(x1 * (y2 - y3) + x2 * (y3 - y1) + x3 * (y1 - y2)), 2)
+    return (f"What is the area of the triangle with vertices ({x1}, {y1}), ({x2}, {y2}) and ({x3}, {y3})?", area, shoelace)
+
+
+STANDARD = [t_linear, t_divisor_sum, t_divisor_count, t_powmod, t_gcd_lcm, t_binomial, t_word, t_series,
+            t_quadratic, t_fraction, t_dice, t_derivative, t_integral, t_triangle]
+
+
+# ------------------------------------------------------------------ hard templates (multi-step)
+
+def h_incl_excl(r):
+    n, a, b, c = r.randint(500, 3000), r.randint(3, 9), r.randint(4, 13), r.randint(5, 17)
+    if len({a, b, c}) < 3:
+        return h_incl_excl(r)
+    brute = sum(1 for k in range(1, n + 1) if (k % a == 0 or k % b == 0) and k % c != 0)
+    l = sp.lcm
+    formula = (n // a + n // b - n // l(a, b)) - (n // l(a, c) + n // l(b, c) - n // l(l(a, b), c))
+    return f"How many integers from 1 to {n} are divisible by {a} or {b} but not by {c}?", formula, brute
+
+
+def h_last_digits(r):
+    a, b = r.randint(3, 97), r.randint(100, 2000)
+    return f"What are the last three digits of {a}^{b}? Give them as a number from 0 to 999.", sp.Mod(sp.Integer(a) ** b, 1000), pow(a, b, 1000)
+
+
+def h_crt(r):
+    mods = r.sample([3, 4, 5, 7, 9, 11, 13], 3)
+    if any(math.gcd(p, q) > 1 for p in mods for q in mods if p != q):
+        return h_crt(r)
+    res = [r.randint(0, m - 1) for m in mods]
+    from sympy.ntheory.modular import crt
+    sol = crt(mods, res)[0]
+    brute = next(n for n in range(1, math.prod(mods) + 1) if all(n % m == v for m, v in zip(mods, res)))
+    if sol == 0:
+        sol = math.prod(mods)
+    conds = ", ".join(f"a remainder of {v} when divided by {m}" for m, v in zip(mods, res))
+    return f"What is the smallest positive integer that leaves {conds}?", sol, brute
+
+
+def h_digit_sum_pow(r):
+    k = r.randint(20, 120)
+    return f"What is the sum of the digits of 2^{k}?", sum(int(d) for d in str(sp.Integer(2) ** k)), sum(map(int, str(2 ** k)))
+
+
+def h_trailing_zeros(r):
+    n = r.randint(50, 2000)
+    formula = sum(n // 5 ** i for i in range(1, 6))
+    f, zeros = math.factorial(n), 0
+    while f % 10 == 0:  # counted by division: str() of a 5,000-digit number is refused
+        f, zeros = f // 10, zeros + 1
+    return f"How many zeros does {n}! end with?", formula, zeros
+
+
+def h_coefficient(r):
+    a, n = r.randint(2, 5), r.randint(5, 10)
+    k = r.randint(2, n - 1)
+    coeff = sp.Poly(sp.expand((1 + a * x) ** n), x).coeff_monomial(x ** k)
+    return f"What is the coefficient of x^{k} in the expansion of (1 + {a}x)^{n}?", coeff, math.comb(n, k) * a ** k
+
+
+def h_bounded_solutions(r):
+    cap = r.randint(4, 12)
+    n = r.randint(cap, 3 * cap - 1)  # some triple reaches n, and not trivially few
+    brute = sum(1 for a in range(cap + 1) for b in range(cap + 1) if 0 <= n - a - b <= cap)
+    # inclusion-exclusion over variables exceeding the cap
+    formula = sum((-1) ** j * sp.binomial(3, j) * sp.binomial(n - j * (cap + 1) + 2, 2)
+                  for j in range(4) if n - j * (cap + 1) >= 0)
+    return (f"How many ordered triples (a, b, c) of integers with 0 <= a, b, c <= {cap} satisfy a + b + c = {n}?",
+            formula, brute)
+
+
+def h_coprime_sum(r):
+    m, n = r.randint(6, 60), r.randint(100, 600)
+    brute = sum(k for k in range(1, n + 1) if math.gcd(k, m) == 1)
+    ps = sp.primefactors(m)
+    formula = 0
+    for mask in range(1 << len(ps)):
+        d = sp.prod([p for i, p in enumerate(ps) if mask >> i & 1])
+        t = n // d
+        formula += (-1) ** bin(mask).count("1") * d * (t * (t + 1) // 2)
+    return f"What is the sum of all integers from 1 to {n} that are relatively prime to {m}?", formula, brute
+
+
+HARD = [h_incl_excl, h_last_digits, h_crt, h_digit_sum_pow, h_trailing_zeros, h_coefficient, h_bounded_solutions,
+        h_coprime_sum]
+
+
+def problems(templates, n: int, rng: random.Random, prefix: str) -> list[dict]:
+    out, seen, tries = [], set(), 0
+    while len(out) < n:
+        t = templates[tries % len(templates)]  # round robin over templates; a repeat is skipped
+        tries += 1
+        if tries > 50 * n:
+            raise RuntimeError("the templates cannot make that many distinct problems")
+        question, exact, brute = t(rng)
+        if question in seen:
+            continue
+        _agree(exact, brute)
+        seen.add(question)
+        out.append({"id": f"{prefix}{len(out) + 1:03d}", "template": t.__name__, "question": question,
+                    "answer": _ans(exact), "_brute": str(brute)})
+    return out
+
+
+# ------------------------------------------------------------------ knowledge passages
+# Short passages written for askspec (no third-party text), one fact each with a worked example.
+
+PASSAGES = [
+    "The sum of the interior angles of a convex polygon with n sides is (n - 2) * 180 degrees. Each interior angle of a regular n-gon is therefore (n - 2) * 180 / n degrees; a regular hexagon has angles of 120 degrees.",
+    "An arithmetic sequence has a constant difference d between consecutive terms. Its n-th term is a_1 + (n - 1) d and the sum of its first n terms is n (a_1 + a_n) / 2. The sum 1 + 2 + ... + 100 is 5050.",
+    "A geometric sequence multiplies each term by a constant ratio r. The sum of its first n terms is a_1 (r^n - 1) / (r - 1) when r is not 1. For example 1 + 2 + 4 + ... + 2^9 = 1023.",
+    "The number of ways to choose k objects from n distinct objects, ignoring order, is C(n, k) = n! / (k! (n - k)!). A committee of 3 can be chosen from 7 people in 35 ways.",
+    "The number of ordered arrangements of k objects chosen from n distinct objects is n! / (n - k)!. Gold, silver and bronze can be awarded among 8 runners in 336 ways.",
+    "The arrangements of a word with repeated letters are counted by dividing n! by the factorial of each letter's multiplicity. The word BOOK has 4! / 2! = 12 arrangements.",
+    "Stars and bars: the number of ways to write n as an ordered sum of k non-negative integers is C(n + k - 1, k - 1). There are C(7, 2) = 21 solutions of a + b + c = 5 in non-negative integers.",
+    "The inclusion-exclusion principle counts a union: |A or B| = |A| + |B| - |A and B|. Among 1 to 100, 50 numbers are even, 33 are multiples of 3 and 16 are multiples of 6, so 67 are multiples of 2 or 3.",
+    "The greatest common divisor of two integers can be found by the Euclidean algorithm: gcd(a, b) = gcd(b, a mod b). For example gcd(84, 36) = gcd(36, 12) = 12. The product of the gcd and the lcm of two positive integers equals their product.",
+    "If n = p1^a1 * p2^a2 * ... * pk^ak is the prime factorisation of n, then n has (a1 + 1)(a2 + 1)...(ak + 1) positive divisors. Since 72 = 2^3 * 3^2, it has 4 * 3 = 12 divisors.",
+    "The sum of the divisors of p^a is (p^(a+1) - 1) / (p - 1), and the divisor sum is multiplicative. The divisors of 12 = 2^2 * 3 sum to 7 * 4 = 28.",
+    "Fermat's little theorem: if p is prime and p does not divide a, then a^(p-1) leaves remainder 1 when divided by p. So 3^6 leaves remainder 1 when divided by 7, and 3^100 = 3^(6*16+4) leaves the same remainder as 3^4 = 81, which is 4.",
+    "Euler's totient phi(n) counts the integers from 1 to n that are relatively prime to n. For n = p1^a1 ... pk^ak, phi(n) = n (1 - 1/p1) ... (1 - 1/pk). For example phi(36) = 36 * 1/2 * 2/3 = 12.",
+    "The Chinese remainder theorem says that congruences modulo pairwise coprime moduli have a unique solution modulo their product. The smallest positive n with n = 2 mod 3 and n = 3 mod 5 is 8.",
+    "The last digit of a power repeats with a short period. Powers of 7 end in 7, 9, 3, 1 and then repeat, so 7^2023 ends in the same digit as 7^3, namely 3.",
+    "The number of trailing zeros of n! equals the number of factors 5 in n!, which is floor(n/5) + floor(n/25) + floor(n/125) + .... So 100! ends with 20 + 4 = 24 zeros.",
+    "For a quadratic ax^2 + bx + c = 0, the roots are (-b +/- sqrt(b^2 - 4ac)) / (2a). Vieta's formulas give the sum of the roots -b/a and the product c/a; for x^2 - 5x + 6 the roots 2 and 3 sum to 5 and multiply to 6.",
+    "The discriminant b^2 - 4ac of a quadratic decides its real roots: positive means two, zero means one repeated root, negative means none. The equation x^2 + 2x + 5 = 0 has discriminant -16 and no real roots.",
+    "The binomial theorem: (a + b)^n is the sum over k of C(n, k) a^(n-k) b^k. The coefficient of x^2 in (1 + 2x)^5 is C(5, 2) * 2^2 = 40.",
+    "The probability of an event with equally likely outcomes is the number of favourable outcomes divided by the number of outcomes. Two dice show a sum of 7 in 6 of 36 cases, a probability of 1/6.",
+    "For independent events the probability that both happen is the product of their probabilities. The probability of two heads in two fair coin tosses is 1/2 * 1/2 = 1/4, and of at least one head is 1 - 1/4 = 3/4.",
+    "The expected value of a random variable is the probability-weighted average of its values. A fair six-sided die has expected value (1 + 2 + ... + 6) / 6 = 3.5.",
+    "The area of a triangle with vertices (x1, y1), (x2, y2), (x3, y3) is |x1(y2 - y3) + x2(y3 - y1) + x3(y1 - y2)| / 2 (the shoelace formula). The triangle (0, 0), (4, 0), (0, 3) has area 6.",
+    "Heron's formula gives a triangle's area from its sides a, b, c: with s = (a + b + c) / 2, the area is sqrt(s (s - a)(s - b)(s - c)). The 13-14-15 triangle has s = 21 and area 84.",
+    "The Pythagorean theorem: in a right triangle with legs a, b and hypotenuse c, a^2 + b^2 = c^2. The triple 5, 12, 13 satisfies 25 + 144 = 169.",
+    "A circle of radius r has circumference 2 pi r and area pi r^2. An inscribed angle is half the central angle that subtends the same arc, so an angle inscribed in a semicircle is a right angle.",
+    "The distance between points (x1, y1) and (x2, y2) is sqrt((x2 - x1)^2 + (y2 - y1)^2). The distance from (1, 2) to (4, 6) is sqrt(9 + 16) = 5.",
+    "The derivative of x^n is n x^(n-1), and differentiation is linear. For f(x) = 3x^4 - 2x + 1, f'(x) = 12x^3 - 2 and f'(1) = 10.",
+    "The definite integral of x^n from 0 to b is b^(n+1) / (n + 1) for n not equal to -1. The integral of 3x^2 + 2x from 0 to 2 is 8 + 4 = 12.",
+    "A function has a local extremum where its derivative changes sign. The function x^2 - 6x + 11 has derivative 2x - 6, zero at x = 3, where it takes its minimum value 2.",
+    "Logarithms turn products into sums: log(ab) = log a + log b and log(a^k) = k log a. Since 2^10 = 1024, log base 2 of 1024 is 10.",
+    "The arithmetic mean of non-negative numbers is at least their geometric mean: (a + b) / 2 >= sqrt(ab), with equality when a = b. Hence x + 1/x >= 2 for x > 0.",
+    "A number is divisible by 3 exactly when the sum of its digits is, and by 9 exactly when the digit sum is divisible by 9. The number 7,425 has digit sum 18, so it is divisible by 9.",
+    "In base b a numeral d_k ... d_1 d_0 stands for d_k b^k + ... + d_1 b + d_0. The binary numeral 101101 is 32 + 8 + 4 + 1 = 45.",
+    "The pigeonhole principle: if n + 1 objects go into n boxes, some box holds at least two. Among any 13 people, two share a birth month.",
+    "A linear equation ax + b = c has the single solution x = (c - b) / a when a is not 0. The equation 4x + 7 = 31 gives x = 6.",
+    "Two lines y = m1 x + c1 and y = m2 x + c2 are parallel when m1 = m2 and perpendicular when m1 m2 = -1. The lines y = 2x + 1 and y = -x/2 + 3 are perpendicular.",
+    "The recursion F(n) = F(n - 1) + F(n - 2) with F(1) = F(2) = 1 gives the Fibonacci numbers 1, 1, 2, 3, 5, 8, 13, 21. The number of ways to climb n stairs taking one or two steps at a time is F(n + 1).",
+    "Modular arithmetic respects sums and products: the remainder of a product is the remainder of the product of remainders. The remainder of 123 * 456 divided by 7 equals that of 4 * 1 = 4.",
+    "A prime number has exactly two positive divisors. To test n for primality it is enough to try divisors up to sqrt(n); 97 is prime because none of 2, 3, 5, 7 divides it.",
+]
+
+
+def passages() -> list[dict]:
+    return [{"id": f"k{i + 1:02d}", "text": t} for i, t in enumerate(PASSAGES)]
+
+
+def generate(seed: int = SEED) -> dict[str, list[dict]]:
+    """File name -> rows; problem rows carry `_brute`, the brute-force answer (not written)."""
+    rng = random.Random(seed)
+    math_items = problems(STANDARD, N_MATH, rng, "m")
+    hard = problems(HARD, N_HARD, random.Random(seed + 1), "h")
+    test = set(random.Random(seed + 2).sample(range(len(hard)), int(len(hard) * HARD_TEST_SHARE)))
+    for i, item in enumerate(hard):
+        item["split"] = "test" if i in test else "train"
+
+    return {MATH_FILE: math_items, HARD_FILE: hard, PASSAGES_FILE: passages()}
+
+
+def build(seed: int = SEED) -> dict[str, str]:
+    """File name -> exact content, for the given seed."""
+    def jsonl(rows):
+        return "".join(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}, ensure_ascii=False) + "\n"
+                       for r in rows)
+
+    return {name: jsonl(rows) for name, rows in generate(seed).items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--check", action="store_true", help="only compare with the shipped files")
+    args = ap.parse_args()
+    stale = []
+    for name, text in build(args.seed).items():
+        path = DATA / name
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            path.write_text(text, encoding="utf-8")
+    if stale:
+        print("differs from the generator: " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
