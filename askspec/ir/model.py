@@ -335,7 +335,7 @@ class PointwiseJudge(Node):
 
 class RouteArm(Node):
     cond: Expr | None = None
-    action: Literal["keep", "drop", "tournament", "judge"]
+    action: Literal["keep", "drop", "resample", "tournament", "judge"]
     target: str | None = None
 
 

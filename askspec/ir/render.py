@@ -100,13 +100,45 @@ def _children(s: ir.Step) -> list[tuple[str | None, list]]:
     return []
 
 
-def judge_calls_per_group(t: ir.Tournament, n: int) -> int:
+def judged_pairs(t: ir.Tournament, n: int) -> int:
+    """Judge calls of one group of n when every verdict parses (the papers' count): C(n, 2)
+    for round robin; for live pairing, arrival i meets min(i, k) of the k anchors
+    (1 + 2 + 3·5 = 18 for N = 8, reasoning_arena.txt App. B), at most."""
     if t.pairing == "round_robin":
         matches = comb(n, 2)
     else:
         k = len(set(t.live_opponents))
         matches = sum(min(i, k) for i in range(n))
-    return matches * (2 if t.order == "both" else 1) * (1 + t.retries)
+    return matches * (2 if t.order == "both" else 1)
+
+
+def judge_calls_per_group(t: ir.Tournament, n: int) -> int:
+    """The most judge calls of one group, verdict retries included."""
+    return judged_pairs(t, n) * (1 + t.retries)
+
+
+def contest_calls(exp: ir.Experiment, g: ir.Game) -> list[tuple[str, str, int, int]]:
+    """Per contest a game's routes can reach: (label, "=" or "≤", judge calls of a group
+    when every verdict parses, most calls with retries). Round robin always makes all its
+    calls; live pairing makes fewer when anchors coincide."""
+    out: list[tuple[str, str, int, int]] = []
+    seen: set[tuple[str, str]] = set()
+    for rt in g.routes:
+        for a in rt.arms:
+            if a.action not in ("tournament", "judge") or (a.action, a.target) in seen:
+                continue
+            seen.add((a.action, a.target))
+            if a.action == "tournament":
+                t = next((t for t in exp.tournaments if t.name == a.target), None)
+                if t is not None:
+                    pairing = t.pairing if t.pairing == "round_robin" else f"live({', '.join(t.live_opponents)})"
+                    out.append((f"tournament {t.name}, {pairing}", "=" if t.pairing == "round_robin" else "≤",
+                                judged_pairs(t, g.group_size), judge_calls_per_group(t, g.group_size)))
+            else:
+                j = next((j for j in exp.judges if j.name == a.target), None)
+                if j is not None:
+                    out.append((f"judge {j.name}, pointwise", "=", g.group_size, g.group_size * (1 + j.retries)))
+    return out
 
 
 def arm_cost(exp: ir.Experiment, g: ir.Game, arm: ir.RouteArm) -> tuple[str, int, str] | None:
@@ -193,6 +225,11 @@ def to_text(exp: ir.Experiment) -> str:
             out.append(f"    {role}: ≤ {n}")
         for role, n, via in route_call_bounds(exp, g):
             out.append(f"    {role}: ≤ {n} per group of {g.group_size} (route {via})")
+        contests = contest_calls(exp, g)
+        if contests:
+            out.append(f"  judge calls per routed group of {g.group_size} (every verdict parsed; with verdict retries):")
+            for label, rel, n, most in contests:
+                out.append(f"    {label}: {rel} {n} (≤ {most})")
     for t in exp.training:
         hp = ", ".join(f"{k}={v}" for k, v in sorted(t.hyper.items()))
         out.append(f"train {t.role} with {t.algorithm}{' ' + json.dumps(t.algorithm_args) if t.algorithm_args else ''}{' {' + hp + '}' if hp else ''}")
@@ -274,7 +311,8 @@ def _routes(exp: ir.Experiment, g: ir.Game, gr: _Graph, end: str) -> None:
             if aid is None:
                 cost = arm_cost(exp, g, a)
                 if cost is None:
-                    aid = gr.node("keep the verifier rewards" if a.action == "keep" else "drop the group (not trained)")
+                    aid = gr.node({"keep": "keep the verifier rewards", "resample": "drop the group and sample another (training)"}
+                                  .get(a.action, "drop the group (not trained)"))
                 else:
                     role, calls, contest = cost
                     aid = gr.node(f"{contest}: rewards {rt.role} (≤ {calls} judge calls)")

@@ -217,7 +217,7 @@ class Push(Node):
 @dataclass(eq=False)
 class RouteArm(Node):
     cond: Expr | None  # None for else
-    target: str  # keep | drop | tournament | judge
+    target: str  # keep | drop | resample | tournament | judge
     target_span: Span
     arg: tuple[str, Span] | None
 

@@ -14,7 +14,7 @@ from .paths import MAX_DATA_BYTES, FileRefused, open_spec_file
 from .span import Span
 from .templates import CONFINED_HINT
 from .training import ALGORITHMS, TrainingChecks
-from .types import ANY, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record
+from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record
 
 SCHEDULES = {"online", "alternating", "nested"}
 NESTED_KEYS = ["outer", "inner", "copies", "inner_steps", "outer_steps", "datasets", "promotion_window",
@@ -321,6 +321,11 @@ class BlockChecks(TrainingChecks):
         scope.define("status", Sym("var", STR, None, used=True))
         scope.define("game", Sym("var", STR, None, used=True))
         scope.define("step", Sym("var", NUM, None, used=True))  # the training step that played the session
+        # the session's group as its route left it (runtime/engine/metrics.py): none outside a group
+        scope.define("route", Sym("var", STR, None, used=True))
+        scope.define("routed", Sym("var", BOOL, None, used=True))
+        scope.define("group_judge_calls", Sym("var", NUM, None, used=True))
+        scope.define("nonzero_advantage", Sym("var", BOOL, None, used=True))
         for g in self.exp.games:
             for name, t in self.session_vars.get(g.name, {}).items():
                 scope.define(name, Sym("var", t, None, used=True))

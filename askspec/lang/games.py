@@ -500,7 +500,7 @@ class GameChecker:
                 saw_else = True
             action = arm.target
             target, target_span = arm.arg if arm.arg else (None, arm.target_span)
-            if action in ("keep", "drop"):
+            if action in ("keep", "drop", "resample"):
                 if target:
                     self.err("E107", f"'{action}' takes no name", target_span)
             elif action in ("tournament", "judge"):
@@ -515,10 +515,10 @@ class GameChecker:
                     extra = {"response_a", "response_b"} if action == "tournament" else {"response"}
                     self.contest_templates.append((contest.template, extra | {"role", "rewards", "size"}))
             else:
-                self.err("E107", f"unknown route action '{action}'", arm.target_span, "actions: keep, drop, tournament NAME, judge NAME")
+                self.err("E107", f"unknown route action '{action}'", arm.target_span, "actions: keep, drop, resample, tournament NAME, judge NAME")
                 continue
             match action:  # narrowed to the IR's literal type (others were reported above)
-                case "keep" | "drop" | "tournament" | "judge":
+                case "keep" | "drop" | "resample" | "tournament" | "judge":
                     arms.append(ir.RouteArm(span=irspan(arm.span), cond=cond, action=action, target=target))
         if any(r.role == s.role for r in self.routes):
             self.err("E104", f"role '{s.role}' already has a route in this game", s.role_span)

@@ -3,7 +3,12 @@
 A metric is an expression over sessions: aggregate calls (`mean`, `count`, `var`, ...)
 whose argument is evaluated once per session and then aggregated; everything outside
 aggregates is evaluated per group. `by (a, b)` groups sessions by those session values
-(game `for` names, `outcome`, `status`, `game`, or final session variables). Sessions
+(game `for` names, `outcome`, `status`, `game`, or final session variables). A session of
+a `sample N` group also sees its group as the route left it (Reasoning Arena's
+diagnostics, reasoning_arena.txt Table 2 and Fig. 5): `route`, `routed` (a judge or a
+tournament replaced the rewards), `group_judge_calls` and `nonzero_advantage` (its
+group-relative advantage, Eq. 2, on the rewards after routing, is not zero; a dropped or
+resampled group gives none). Sessions
 that ended in error are excluded from every denominator and counted separately; a
 metric's `n` counts the sessions that gave it a value, so a `where` that keeps none gives
 n = 0 and no value ("no sessions"), never a count of sessions it did not use."""
@@ -44,20 +49,47 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], 
     Sessions contribute to a metric only where its variables are defined (a metric over
     `acc` counts the sessions of the game that sets `acc`)."""
     where = f"WHERE run_id = '{run_id}'" if run_id else ""
-    rows = con.execute(f"SELECT run_id, session_id, game, status, outcome, params, vars FROM sessions {where}").fetchall()
+    rows = con.execute(f"SELECT run_id, session_id, game, status, outcome, params, vars, group_id FROM sessions {where}").fetchall()
     totals: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for rid, sid, role, value in con.execute(f"SELECT run_id, session_id, role, value FROM rewards {where}").fetchall():
+    named: dict[tuple[str, str], list[tuple[str, str, float]]] = defaultdict(list)
+    for rid, sid, role, name, value in con.execute(f"SELECT run_id, session_id, role, name, value FROM rewards {where}").fetchall():
         totals[(rid, sid)][role] += float(value)
+        named[(rid, sid)].append((role, name, float(value)))
+    groups = _group_scopes(con, where, named)
     scopes, errors = [], 0
-    for rid, sid, game, status, outcome, params, vars_ in rows:
+    for rid, sid, game, status, outcome, params, vars_, group_id in rows:
         if status != "ok":
             errors += status == "error"
             continue
-        scope = {**_load_json(vars_), **_load_json(params)}
+        scope = {**groups.get((rid, group_id or "", sid), {}), **_load_json(vars_), **_load_json(params)}
         scope.setdefault("step", scope.pop("__step__", None))  # set by the trainer; none when evaluating
         scope.update(outcome=outcome, status=status, game=game)
         scopes.append(SessionScope(scope, dict(totals[(rid, sid)])))
     return scopes, errors
+
+
+ROUTED = ("tournament", "judge")  # the reward names a routed contest records
+
+
+def _group_scopes(con, where: str, named: dict) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(run, group, member session) -> the group-level values a member's metrics see."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for rid, gid, route, stats, members, calls in con.execute(
+            f"SELECT run_id, group_id, route, stats, members, judge_calls FROM groups {where}").fetchall():
+        stats, members = _load_json(stats), json_cell(members) or []
+        role = stats.get("role") if isinstance(stats, dict) else None
+        routed = str(route).split(":", 1)[0] in ROUTED
+        finals = []
+        for sid in members:
+            mine = [(n, v) for r, n, v in named.get((rid, sid), []) if r == role]
+            # a routed group trains on the contest's reward, the others on the sum of theirs
+            finals.append(sum(v for n, v in mine if (n in ROUTED) == routed))
+        mean = sum(finals) / len(finals) if finals else 0.0
+        trained = route not in ("drop", "resample", "error")
+        for sid, r in zip(members, finals):
+            out[(rid, gid, sid)] = {"route": route, "routed": routed, "group_judge_calls": int(calls or 0),
+                                    "nonzero_advantage": trained and abs(r - mean) > 1e-12}
+    return out
 
 
 def _const(value: Any) -> ir.Lit:

@@ -1,6 +1,7 @@
 """Group routing: once every session of a `sample N` group has finished, each route of
 the game decides, from the group's rewards, whether the verifier rewards are kept, the
-group is dropped, or the traces go to a pairwise tournament or a pointwise judge.
+group is dropped (`resample`: dropped, and a training step plays another group in its
+place), or the traces go to a pairwise tournament or a pointwise judge.
 
 Routed rewards are stored next to the session rewards (name `tournament` / `judge`), and
 the group records the route it took, its statistics, its members, how many judge calls it
@@ -120,7 +121,7 @@ class GroupRouter:
             env = Env(vars={"rewards": rewards, "size": len(rewards)}, params=self.params)
             arm = next((a for a in route.arms if a.cond is None or evaluate(a.cond, env)), None)
             stats = {**(group_stats(rewards) if rewards else {"count": 0}), "role": route.role}
-            if arm is None or arm.action in ("keep", "drop") or not ok:
+            if arm is None or arm.action in ("keep", "drop", "resample") or not ok:
                 action = "keep" if arm is None else arm.action
                 self.recorder.group(group_id, route=action, stats=stats, members=ids)
                 continue

@@ -81,7 +81,7 @@ def build_batch(role: str, sessions: list[SessionRecord], routes: dict[tuple[str
                 need_reward: bool = True) -> Batch:
     """The role's trajectories in `sessions`; `routes[(group_id, role)]` is the route a
     group took for the role ("keep", "drop", "tournament:arena", "error", ...)."""
-    excluded = {"error_sessions": 0, "dropped_groups": 0, "dropped_sessions": 0, "dropped_turns": 0,
+    excluded = {"error_sessions": 0, "dropped_groups": 0, "resampled_groups": 0, "dropped_sessions": 0, "dropped_turns": 0,
                 "unrewarded": 0}
     out: list[Trajectory] = []
     for s in sessions:
@@ -92,8 +92,8 @@ def build_batch(role: str, sessions: list[SessionRecord], routes: dict[tuple[str
             excluded["error_sessions"] += 1
             continue
         route = (routes.get((s.group_id, role)) or routes.get((s.group_id, "*")) or "keep") if s.group_id else "keep"
-        if route in ("drop", "error"):
-            excluded["dropped_groups"] += 1
+        if route in ("drop", "error", "resample"):
+            excluded["resampled_groups" if route == "resample" else "dropped_groups"] += 1
             continue
         drops = [d for d in s.book.get("dropped") or [] if d.get("role") == role]
         if any(d.get("turns") is None for d in drops):

@@ -60,6 +60,14 @@ class _Element:
     size: int  # sessions of this element in one step (its group)
 
 
+# Refill sessions are numbered apart from the plan's (whose indices count up from 0), so
+# that their indices, which seed nothing but must be unique, never meet a planned session's.
+REFILL_INDEX = 1 << 40
+# A step whose groups keep being resampled stops after this many refill rounds (DAPO's
+# max_num_gen_batches): every loop of a run is bounded.
+MAX_REFILL_ROUNDS = 8
+
+
 class StepPlanner:
     """Sessions of each training step: elements in plan order, cycling, whole groups."""
 
@@ -109,6 +117,29 @@ class StepPlanner:
     def sessions_per_step(self, step: int) -> int:
         pos, count, _ = self._bounds(step)
         return sum(self.elements[(pos + i) % len(self.elements)].size for i in range(count))
+
+    def refill(self, n: int, step: int, round_: int, sessions: int, skip: int) -> list[SessionPlan]:
+        """Groups played in place of those a route `resample`d (DAPO-style dynamic sampling,
+        reasoning_arena.txt §3): at least `sessions` sessions of the elements that follow
+        this planner's `n`-th step's own, after the `skip` elements earlier refills of the
+        step used. Their seeds and ids are the (global) step's and the round's own, so a
+        resumed run replays them."""
+        pos, count, _ = self._bounds(n)
+        out: list[SessionPlan] = []
+        j = 0
+        while len(out) < sessions:
+            at = pos + count + skip + j
+            e = self.elements[at % len(self.elements)]
+            group_id = f"{e.game.name}-t{step:06d}-r{round_}-e{j:03d}" if e.size > 1 else None
+            for member in range(e.size):
+                k = len(out)
+                out.append(SessionPlan(index=REFILL_INDEX + step * 10_000 + round_ * 1_000 + k,
+                                       session_id=f"s{step:06d}-r{round_}-{k:03d}", game=e.game.name, group_id=group_id,
+                                       group_size=e.size, bindings={**e.bindings, "__step__": step},
+                                       seed=derive_seed(self.seed, e.game.name, e.item_index, "refill", step, round_, member),
+                                       item_index=e.item_index))
+            j += 1
+        return out
 
     def plans(self, n: int, index0: int | None = None, step: int | None = None) -> list[SessionPlan]:
         """The sessions of this planner's `n`-th step; `index0` (the first session index)
@@ -323,6 +354,27 @@ class LocalTrainer:
         return ModelBinding(name=binding.name, backend=self.policies[owner].backend, weights=binding.weights,
                             sampling=binding.sampling)
 
+    async def _refill(self, engine, log: StepLog, sl: schedule.Slot, plans: list[SessionPlan]) -> list[SessionPlan]:
+        """Plays groups in place of the ones a route resampled until the step has `batch`
+        sessions that were not, at most MAX_REFILL_ROUNDS rounds; returns their plans."""
+        extra: list[SessionPlan] = []
+        skip = 0
+
+        def resampled(ps: list[SessionPlan]) -> int:
+            return sum(1 for p in ps if p.group_id and any(
+                log.routes.get((p.group_id, role)) == "resample" for role in {*(c.role for c in self.configs), "*"}))
+
+        missing = resampled(plans)
+        for round_ in range(1, MAX_REFILL_ROUNDS + 1):
+            if missing <= 0:
+                break
+            more = self.planners[sl.phase.name].refill(sl.n, sl.step, round_, missing, skip)
+            skip += len({p.group_id or p.session_id for p in more})
+            await engine.run_phase(more)
+            extra += more
+            missing -= len(more) - resampled(more)
+        return extra
+
     # -- resume ------------------------------------------------------------------------------
 
     def latest_checkpoint(self) -> int:
@@ -348,6 +400,8 @@ class LocalTrainer:
             versions = {r: p.version for r, p in self.policies.items()}
             if plans:
                 await engine.run_phase(plans, replay_ids)
+                if sl.phase.plain:
+                    plans += await self._refill(engine, log, sl, plans)
             played = time.perf_counter() - t0
             sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
             metrics: dict[str, dict[str, Any]] = {}

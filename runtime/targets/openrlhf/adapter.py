@@ -253,7 +253,7 @@ class GameAgent:
         keep = trained_turns(turns, self.role, [{"role": d.role, "turns": d.turns} for d in result.book.dropped])
         # call k of the role is its k-th turn; a discarded attempt or a call with no room left has no range
         ranges = [conv.ranges[r] for k, r in enumerate(conv.call_ranges) if r is not None and (k >= len(keep) or keep[k])]
-        if reward is None or route == "drop" or result.status != "ok":
+        if reward is None or route in ("drop", "resample") or result.status != "ok":
             ranges = []  # not trained on: no reward, a dropped group, or a failed session
         value = 0.0 if reward is None else reward
         logs = {"askspec_session_ok": float(result.status == "ok"), "askspec_trained_turns": float(len(ranges)),
