@@ -23,8 +23,9 @@ Argument kinds (what a checker accepts; the phrase is what an error says is need
     path       a string literal (resolved by the compiler)
     value      anything
 
-Return kinds: number, bool, string, template, list[number], and `list[list[elem]]`
-(lists of the element type of the list arguments: `pairs`, `product`).
+Return kinds: number, bool, string, template, list[number], `list[elem]` (a list of the
+first argument's element type: `draw`) and `list[list[elem]]` (lists of the element type
+of the list arguments: `pairs`, `product`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ _TABLE = [
     _b("pairs", ("list",), "list[list[elem]]"),
     _b("product", ("lists",), "list[list[elem]]", 2, 4),
     _b("range", ("number", "number"), "list[number]", 1, 2),
+    _b("draw", ("list", "number"), "list[elem]"),
     _b("file", ("path",), "template", context="compile"),
     _b("reward", ("role",), "number", context="metric"),
     _b("diversity", ("string",), "number", keywords=("k", "window", "alpha"), stateful=True),

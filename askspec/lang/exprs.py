@@ -363,6 +363,9 @@ class ExprChecker:
         for k, t in ktypes.items():
             if k in b.keywords and not numeric(t):
                 self.error("E201", f"'{e.func}' option '{k}' must be a number, found {t}", e.span)
+        if b.returns == "list[elem]":
+            t = types[0] if types else ANY
+            return list_of(t.elem if t.name == "list" and t.elem else ANY)
         if b.returns == "list[list[elem]]":
             elem = ANY
             for i, t in enumerate(types):

@@ -48,10 +48,11 @@ class Env:
     item: dict | None = None
     collections: dict[str, list] = field(default_factory=dict)  # data sets and buffers by name
     rewards: dict[str, float] | None = None  # metrics: the session's total reward per role
+    seed: int | None = None  # the session's seed (`draw`)
 
     def child_item(self, item: Any) -> "Env":
         return Env(self.vars, self.params, self.roles, self.stateful, {"it": item, **(item if isinstance(item, dict) else {})},
-                   self.collections, self.rewards)
+                   self.collections, self.rewards, self.seed)
 
 
 def _num(x: Any, span) -> float:
@@ -268,6 +269,22 @@ def _reward(e: ir.CallFn, env: Env) -> float:
     return float(totals.get(view.name if isinstance(view, RoleView) else str(view), 0.0))
 
 
+def _draw(e: ir.CallFn, env: Env) -> list:
+    """`draw(xs, n)`: n elements of xs drawn at random without replacement (all of xs,
+    shuffled, when it has fewer), seeded by the session's seed and the call's place in
+    the spec: each session draws afresh (SOAR's reward questions, soar.txt §3.2), and a
+    replayed session draws the same."""
+    import random
+
+    xs = evaluate(e.args[0], env)
+    n = evaluate(e.args[1], env)
+    if not isinstance(xs, list):
+        raise EvalError(f"draw() needs a list, found {type(xs).__name__}", e.span)
+    k = max(0, min(int(_num(n, e.span)), len(xs)))
+    where = f"{e.span.line}:{e.span.col}" if e.span is not None else ""
+    return random.Random(f"askspec-draw:{env.seed}:{where}").sample(xs, k)
+
+
 def _pure(fn: str, impl: Callable[..., Any]) -> Callable[[ir.CallFn, Env], Any]:
     def call(e: ir.CallFn, env: Env) -> Any:
         args = [evaluate(a, env) for a in e.args]
@@ -358,6 +375,7 @@ _CALLS: dict[str, Callable[[ir.CallFn, Env], Any]] = {
     **{name: _aggregate for name in AGGREGATES},
     **{name: _stateful for name in STATEFUL},
     "reward": _reward,
+    "draw": _draw,
 }
 
 _EVAL: dict[type, Callable[[Any, Env], Any]] = {

@@ -60,6 +60,9 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
                 import pyarrow.parquet as pq
 
                 items = pq.read_table(raw).to_pylist()
+    split = ds.options.get("split")
+    if split is not None:  # keep the items of that split only (SOAR's held-out test split stays out)
+        items = [it for it in items if isinstance(it, dict) and it.get("split") == split]
     if ds.options.get("shuffle"):
         random.Random(derive_seed(seed, ds.name, ds.options.get("seed", 0))).shuffle(items)
     limit = ds.options.get("limit")

@@ -285,7 +285,8 @@ class Engine:
 
     # ------------------------------------------------------------------ steps
     def env(self, st: SessionState) -> Env:
-        return Env(vars=st.vars, params=self.params, roles=st.roles, stateful=st.stateful, collections=self.collections)
+        return Env(vars=st.vars, params=self.params, roles=st.roles, stateful=st.stateful, collections=self.collections,
+                   seed=st.plan.seed)
 
     async def steps(self, steps: list, st: SessionState) -> None:
         for s in steps:
