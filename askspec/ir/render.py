@@ -122,7 +122,7 @@ def contest_calls(exp: ir.Experiment, g: ir.Game) -> list[tuple[str, str, int, i
     when every verdict parses, most calls with retries). Round robin always makes all its
     calls; live pairing makes fewer when anchors coincide."""
     out: list[tuple[str, str, int, int]] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str | None]] = set()
     for rt in g.routes:
         for a in rt.arms:
             if a.action not in ("tournament", "judge") or (a.action, a.target) in seen:
