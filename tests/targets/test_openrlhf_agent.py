@@ -121,7 +121,9 @@ def test_reasoning_arena_tournament_rewards_match_replay(tmp_path, tokenizer, mo
     rewards; a non-diverse group goes to the live tournament inside the agent, judged on
     the judge's endpoint, and every member returns its Bradley-Terry score."""
     sets = {"group_size": "4"}
-    answers = ["91", "48"]
+    # the first two problems of the spec's data set are the two groups' elements
+    with open(SPECS / "data" / "math_problems.jsonl") as f:
+        answers = [json.loads(next(f))["answer"] for _ in range(2)]
     policy = []
     for k in range(8):  # group 0: 2 right, 2 wrong (kept); group 1: all wrong (tournament)
         right = k < 4 and k % 2 == 0

@@ -56,8 +56,11 @@ def test_settings_reach_their_flags(tmp_path) -> None:
     job = compile_to(tmp_path, ROOT / "specs" / "reasoning_arena.ask", ["--substitute", "cispo=grpo"])
     args = parse_train_ppo_ray(train_flags(launch_argv(job / "launch.sh", tmp_path)[0]))
     assert args.actor.adam.lr == pytest.approx(4e-7)
-    assert args.actor.lr_warmup_ratio == pytest.approx(50 / args.train.num_episodes)  # 50 warm-up of 1500 steps
-    assert args.rollout.temperature == 1.0 and args.rollout.max_new_tokens == 8192
+    # OpenRLHF's warm-up ratio is of all its steps: passes x steps per pass over the prompts
+    prompts = len((job / args.data.prompt_dataset).read_text().splitlines())
+    steps = args.train.num_episodes * (prompts // args.rollout.batch_size)
+    assert steps == 1500 and args.actor.lr_warmup_ratio == pytest.approx(50 / steps)  # 50 warm-up of 1500 steps
+    assert args.rollout.temperature == 1.0 and args.rollout.max_new_tokens == 81920  # the paper's policy budget
     assert args.algo.kl.init_coef == 0 and not args.algo.kl.use_loss
     assert args.train.seed == 0
 
