@@ -361,6 +361,7 @@ class Training(Node):
     algorithm: str
     algorithm_args: dict[str, Any] = Field(default_factory=dict)
     hyper: dict[str, Any] = Field(default_factory=dict)
+    update_when: Expr | None = None  # the online gate: a yes/no over the step's sessions (metric scope)
 
 
 class Schedule(Node):

@@ -233,6 +233,8 @@ def to_text(exp: ir.Experiment) -> str:
     for t in exp.training:
         hp = ", ".join(f"{k}={v}" for k, v in sorted(t.hyper.items()))
         out.append(f"train {t.role} with {t.algorithm}{' ' + json.dumps(t.algorithm_args) if t.algorithm_args else ''}{' {' + hp + '}' if hp else ''}")
+        if t.update_when is not None:
+            out.append(f"  update_when {expr_text(t.update_when)}")
     if exp.schedule:
         out.append(f"schedule {exp.schedule.kind} {json.dumps(exp.schedule.options) if exp.schedule.options else ''}".rstrip())
         out.extend(schedule_lines(exp))

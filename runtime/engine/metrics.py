@@ -173,6 +173,12 @@ def evaluate_metrics(exp: ir.Experiment, scopes: list[SessionScope]) -> list[dic
     return out
 
 
+def over_sessions(exp: ir.Experiment, expr: ir.Expr, scopes: list[SessionScope]) -> Any:
+    """One metric-scope expression over `scopes` (a training step's update gate)."""
+    roles = {r.name: RoleView(r.name) for r in exp.roles}
+    return _lifted(expr, scopes, {}, exp.param_values(), roles, set())
+
+
 def run_metrics(path: str) -> tuple[list[dict], int]:
     """Metrics of a run directory (spec IR from the run itself) or a folder of runs."""
     from askspec.ir.canonical import from_json

@@ -65,6 +65,7 @@ class SessionRecord:
     group_id: str | None
     attempt: int = 1
     status: str | None = None
+    outcome: str | None = None
     vars: dict[str, Any] = field(default_factory=dict)
     book: dict[str, Any] = field(default_factory=dict)  # the engine's bookkeeping (SessionBook.to_json)
     rewards: list[tuple[str, int | None, str, float]] = field(default_factory=list)  # role, turn, name, value

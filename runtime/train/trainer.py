@@ -196,7 +196,7 @@ class StepLog:
                                       bookkeeping=bookkeeping)
         rec = self.sessions.get(session_id)
         if rec is not None:
-            rec.status, rec.vars, rec.book = status, vars, bookkeeping or {}
+            rec.status, rec.outcome, rec.vars, rec.book = status, outcome, vars, bookkeeping or {}
 
     def group(self, group_id: str, *, route: str, stats: dict, members: list[str], **counts: Any) -> None:
         self._writer.group(group_id, route=route, stats=stats, members=members, **counts)
@@ -228,6 +228,7 @@ class LocalTrainer:
         self.run_dir = Path(run_dir or ".")  # set by the run command once the run directory exists
         self.configs = [config_from_ir(t, exp) for t in exp.training]
         self.by_role = {c.role: c for c in self.configs}
+        self.gates = {t.role: t.update_when for t in exp.training if t.update_when is not None}
         self.check(exp)
         self.slots = schedule.slots(exp, self.configs)
         self.steps = len(self.slots)
@@ -414,8 +415,11 @@ class LocalTrainer:
                 for tr in batch.trajectories:
                     for turn in tr.turns:
                         keys[(turn.session_id, turn.turn_index)] = (tr.key, tr.group_key)
+                closed = self._gate_closed(role, plans, sessions) if plans else None
                 if not plans:  # an empty buffer: nothing was played (PasoDoble ends the phase's step)
                     m: dict[str, Any] = {"skipped": "the replayed buffer is empty", "trajectories": 0, "tokens": 0}
+                elif closed is not None:  # the spec's update gate said no (PasoDoble: no valid question)
+                    m = {"skipped": closed, "gate": False, "trajectories": 0, "tokens": 0}
                 else:
                     m = policy.update(batch.trajectories)
                 m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, algorithm=cfg.algorithm,
@@ -441,6 +445,34 @@ class LocalTrainer:
             log.flush()
             if on_step is not None:
                 on_step(step, metrics)
+
+    def _gate_closed(self, role: str, plans: list[SessionPlan], sessions: list[SessionRecord]) -> str | None:
+        """Why `role`'s update gate (`update_when`) skips this step's update, or None when
+        it is open (or absent). Evaluated over the step's finished sessions as a metric is
+        over a run's: session variables, bindings, outcome, status, game, total rewards."""
+        from askspec.runtime.engine.evaluator import EvalError, MissingValue
+        from askspec.runtime.engine.metrics import SessionScope, over_sessions
+
+        gate = self.gates.get(role)
+        if gate is None:
+            return None
+        games = {p.session_id: p for p in plans}
+        scopes = []
+        for s in sessions:
+            if s.status != "ok":
+                continue
+            plan = games[s.session_id]
+            scope = {**s.vars, **{k: v for k, v in plan.bindings.items() if not k.startswith("__")}}
+            scope.update(step=plan.bindings.get("__step__"), outcome=s.outcome, status=s.status, game=plan.game)
+            totals: dict[str, float] = {}
+            for r, _, _, value in s.rewards:
+                totals[r] = totals.get(r, 0.0) + value
+            scopes.append(SessionScope(scope, totals))
+        try:
+            value = over_sessions(self.exp, gate, scopes)
+        except (EvalError, MissingValue) as e:
+            return f"update_when could not be evaluated: {e}"
+        return None if value is True else f"update_when was {json.dumps(value, default=str)} over the step's sessions"
 
     def plans(self, sl: schedule.Slot, engine) -> tuple[list[SessionPlan], dict[str, list[int]]]:
         """Step `sl`'s sessions: its plain games' next elements, then a batch of each
