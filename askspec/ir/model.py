@@ -369,6 +369,16 @@ class Schedule(Node):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class Stage(Node):
+    """One stage of `stages`, run in declaration order (docs/training.md, "Stages").
+    sft: {role, data, steps, batch, lr, prompt, completion}; train: {} (the spec's train
+    blocks and schedule); evaluate: {games, samples, k, score, weights}."""
+
+    name: str
+    kind: Literal["sft", "train", "evaluate"]
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class Metric(Node):
     name: str
     value: Expr
@@ -390,6 +400,7 @@ class Experiment(Node):
     games: list[Game] = Field(default_factory=list)
     training: list[Training] = Field(default_factory=list)
     schedule: Schedule | None = None
+    stages: list[Stage] = Field(default_factory=list)
     metrics: list[Metric] = Field(default_factory=list)
 
     # lookups used by the runtime

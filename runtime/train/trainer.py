@@ -234,8 +234,12 @@ class LocalTrainer:
         self.steps = len(self.slots)
         self.games = [g for g in exp.games if any(g.name in s.phase.plain + s.phase.replay for s in self.slots)]
         self.planners: dict[str, StepPlanner] = {}
+        self.evaluated: dict[str, list[_Element]] = {}  # an evaluate stage's elements
         for ph in {s.phase.name: s.phase for s in self.slots}.values():
-            if ph.plain:
+            if ph.kind == "evaluate":
+                self.evaluated[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
+                                                      dict(datasets), seed, 1, None).elements
+            elif ph.plain:
                 group, batch = self._sizes(ph)
                 self.planners[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
                                                      dict(datasets), seed, group, batch)
@@ -245,6 +249,8 @@ class LocalTrainer:
             self._index0.append(self._index0[-1] + self.step_sessions(sl))
         self.policies: dict[str, Any] = {}
         self.start_step = 0
+        self.datasets = datasets
+        self.serve_initial = False  # an evaluate stage's turn of the initial weights
 
     def _sizes(self, ph: schedule.Phase) -> tuple[int | None, int | None]:
         """A phase's group and batch: its role's train block (online: the largest over roles)."""
@@ -264,6 +270,10 @@ class LocalTrainer:
 
     def step_sessions(self, sl: schedule.Slot) -> int:
         """The most sessions step `sl` plays (a replay plays fewer when its buffer is short)."""
+        if sl.phase.kind != "play":
+            stage = self._stage(sl)
+            return 0 if stage.kind == "sft" else (len(self.evaluated[sl.phase.name]) * stage.options["samples"]
+                                                  * len(stage.options["weights"]))
         n = self.planners[sl.phase.name].sessions_per_step(sl.n) if sl.phase.plain else 0
         for name in sl.phase.replay:
             items, size = self._replay_shape(sl.phase, self._game(name))
@@ -334,6 +344,8 @@ class LocalTrainer:
             policy = TrainedPolicy(cfg, binding.weights, {k: v for k, v in options.items() if v is not None}, init_from=init)
             if init is not None:
                 policy.load_optimizer(init)
+            # the RL learning-rate schedule counts from the first RL update, after the sft stages' steps
+            policy.lr_step0 = sum(1 for s in self.slots if s.phase.kind == "sft" and cfg.role in s.phase.roles)
             self.policies[cfg.role] = policy
         if problems:
             raise TrainingRefused(problems)
@@ -344,6 +356,8 @@ class LocalTrainer:
         from askspec.runtime.engine.session import ModelBinding
 
         binding = self.resolver.resolve(role, name)
+        if self.serve_initial:
+            return binding
         declared = self.exp.model(name or (self.exp.role(role).model or ""))
         owner = None
         if role in self.policies and (name is None or name == self.exp.role(role).model):
@@ -397,6 +411,10 @@ class LocalTrainer:
             t0 = time.perf_counter()
             log.reset()
             engine.buffer_when = {"step": step, "phase": sl.phase.name}
+            if sl.phase.kind != "play":
+                metrics = await self._stage_step(sl, engine, log)
+                self._end_step(sl, metrics, engine, log, on_step)
+                continue
             plans, replay_ids = self.plans(sl, engine)
             versions = {r: p.version for r, p in self.policies.items()}
             if plans:
@@ -422,7 +440,8 @@ class LocalTrainer:
                     m = {"skipped": closed, "gate": False, "trajectories": 0, "tokens": 0}
                 else:
                     m = policy.update(batch.trajectories)
-                m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, algorithm=cfg.algorithm,
+                m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, stage=sl.phase.stage,
+                         algorithm=cfg.algorithm,
                          sessions=len(plans), seconds_play=played, seconds=time.perf_counter() - t0,
                          policy_version=versions[role], excluded=batch.excluded)
                 metrics[role] = m
@@ -437,14 +456,56 @@ class LocalTrainer:
                                  "prompt_ids": list(r["prompt_ids"]), "completion_ids": list(r["completion_ids"]),
                                  "logprobs": list(r["logprobs"]), "gen": log.generation})
             rollouts.write_shard(self.run_dir, step, log.generation, rows)
-            log.flush()  # the step's sessions and buffer events are on disk before a checkpoint names it
-            if step % min(c.save_every for c in self.configs) == 0 or step == self.steps:
-                self.checkpoint(step, metrics, engine)
-            for role, m in metrics.items():
-                log.train_step(role, step, _jsonable(m))
-            log.flush()
-            if on_step is not None:
-                on_step(step, metrics)
+            self._end_step(sl, metrics, engine, log, on_step)
+
+    def _end_step(self, sl: schedule.Slot, metrics: dict[str, dict[str, Any]], engine, log: StepLog, on_step) -> None:
+        """Checkpoint (when due) and record the step's train_steps."""
+        step = sl.step
+        log.flush()  # the step's sessions and buffer events are on disk before a checkpoint names it
+        if step % min(c.save_every for c in self.configs) == 0 or step == self.steps:
+            self.checkpoint(step, metrics, engine)
+        for role, m in metrics.items():
+            log.train_step(role, step, _jsonable(m))
+        log.flush()
+        if on_step is not None:
+            on_step(step, metrics)
+
+    def _stage(self, sl: schedule.Slot) -> ir.Stage:
+        return next(s for s in self.exp.stages if s.name == sl.phase.stage)
+
+    async def _stage_step(self, sl: schedule.Slot, engine, log: StepLog) -> dict[str, dict[str, Any]]:
+        """A step of an sft stage (its role trained on a batch of the data set) or of an
+        evaluate stage (its games played against each weights); see stages.py."""
+        from askspec.runtime.train import stages
+
+        t0 = time.perf_counter()
+        stage = self._stage(sl)
+        if stage.kind == "evaluate":
+            by_weights = stages.eval_plans(stage, self.evaluated[sl.phase.name], self.seed, sl.step,
+                                           self._index0[sl.step - 1])
+            try:
+                for weights, plans in by_weights.items():
+                    self.serve_initial = weights == "initial"
+                    await engine.run_phase(plans, {})
+            finally:
+                self.serve_initial = False
+            return {}
+        role = sl.phase.roles[0]
+        policy, opts = self.policies[role], stage.options
+        batch = stages.sft_batch(self.datasets.get(opts["data"]) or [], opts, sl.n)
+        trajectories = stages.sft_trajectories(policy.tokenizer, policy.backend.chat_template, policy.pad_id, batch,
+                                               opts, sl.step)
+        rl_cfg, policy.cfg = policy.cfg, stages.sft_config(policy.cfg, opts)
+        version = policy.version
+        try:
+            m = policy.update(trajectories)
+        finally:
+            policy.cfg = rl_cfg
+        if sl.n == opts["steps"]:
+            policy.optimizer.state.clear()  # the RL stage starts with fresh AdamW moments, as a separate run would
+        m.update(step=sl.step, iteration=1, phase=sl.phase.name, stage=stage.name, algorithm="sft", sessions=0,
+                 records=len(batch), seconds=time.perf_counter() - t0, policy_version=version, excluded={})
+        return {role: m}
 
     def _gate_closed(self, role: str, plans: list[SessionPlan], sessions: list[SessionRecord]) -> str | None:
         """Why `role`'s update gate (`update_when`) skips this step's update, or None when
@@ -479,6 +540,9 @@ class LocalTrainer:
         replayed buffer's items in circular order (the buffer's cursor advances)."""
         index0 = self._index0[sl.step - 1]
         plans = self.planners[sl.phase.name].plans(sl.n, index0, sl.step) if sl.phase.plain else []
+        if sl.phase.stage is not None:
+            for p in plans:
+                p.bindings["__stage__"] = sl.phase.stage
         replay_ids: dict[str, list[int]] = {}
         for name in sl.phase.replay:
             game = self._game(name)
@@ -490,6 +554,8 @@ class LocalTrainer:
                     bindings = {game.pattern[0]: item}
                 else:
                     bindings = dict(zip(game.pattern, list(item))) if game.pattern else {}
+                if sl.phase.stage is not None:
+                    bindings["__stage__"] = sl.phase.stage
                 group_id = f"{name}-t{sl.step:06d}-e{j:03d}" if size > 1 else None
                 for member in range(size):
                     k = index0 + len(plans)
@@ -534,8 +600,9 @@ class LocalTrainer:
             have = {(r, int(s)) for r, s in con.execute("SELECT role, step FROM train_steps").fetchall()}
         except Exception:
             have = set()
-        for role in self.slots[self.start_step - 1].phase.roles:
-            if (role, self.start_step) in have or self.slots[self.start_step - 1].n > self.by_role[role].steps:
+        done = self.slots[self.start_step - 1]
+        for role in done.phase.roles:
+            if (role, self.start_step) in have or (done.phase.kind == "play" and done.n > self.by_role[role].steps):
                 continue
             state = self.run_dir / CHECKPOINTS / role / f"step-{self.start_step}" / "trainer_state.json"
             metrics = json.loads(state.read_text(encoding="utf-8")).get("metrics") or {}
