@@ -31,6 +31,11 @@ class StageChecks(BlockChecks):
         for d in decls:
             if not self.declare("stage", d.name, d.name_span):
                 continue
+            if d.name == "online" or any(r.name == d.name for r in self.exp.roles):
+                # the trainer names its phases after roles (and `online`): a stage must not share one
+                self.err("E408", f"stage '{d.name}' has the name of a {'role' if d.name != 'online' else 'schedule'}",
+                         d.name_span, "give the stage its own name, e.g. cold_start, rl, heldout")
+                continue
             if d.kind not in STAGE_KINDS:
                 self.err("E408", f"unknown stage kind '{d.kind}'", d.kind_span,
                          suggest(d.kind, STAGE_KINDS) or f"stages are {', '.join(STAGE_KINDS)}")
