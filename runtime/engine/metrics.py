@@ -192,7 +192,8 @@ def run_metrics(path: str) -> tuple[list[dict], int]:
     run_dirs = [p] if (p / "ir.json").exists() else sorted(d for d in p.iterdir() if (d / "ir.json").exists())
     if not run_dirs:
         raise FileNotFoundError(f"no run directory (with ir.json) at {path}")
-    rows, errors = [], 0
+    rows: list[dict] = []
+    errors = 0
     for rd in run_dirs:
         exp = from_json((rd / "ir.json").read_text(encoding="utf-8"))
         con = open_store(str(rd))
