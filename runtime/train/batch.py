@@ -65,11 +65,11 @@ class SessionRecord:
     group_id: str | None
     attempt: int = 1
     status: str | None = None
-    outcome: str | None = None
     vars: dict[str, Any] = field(default_factory=dict)
     book: dict[str, Any] = field(default_factory=dict)  # the engine's bookkeeping (SessionBook.to_json)
     rewards: list[tuple[str, int | None, str, float]] = field(default_factory=list)  # role, turn, name, value
     rollouts: list[dict[str, Any]] = field(default_factory=list)  # role, turn_index, sample_key, ... (per turn)
+    outcome: str | None = None  # what an update gate sees as `outcome`
 
 
 @dataclass
