@@ -129,3 +129,31 @@ def test_a_good_stage_list_compiles():
     assert res.ok, [(d.code, d.message) for d in res.sink.items]
     assert [(s.name, s.kind) for s in res.ir.stages] == [("c", "sft"), ("rl", "train"), ("t", "evaluate")]
     assert res.ir.stages[2].options == {"games": ["test"], "samples": 4, "k": [4], "score": "correct", "weights": ["trained"]}
+
+
+class FakeResolver:
+    """Stands in for the run's model resolver: one binding per (role, model)."""
+
+    def resolve(self, role, name):
+        from askspec.runtime.engine.session import ModelBinding
+
+        return ModelBinding(name=name or "m", backend="initial-backend", weights="smollm2-135m-instruct", sampling={})
+
+
+class FakePolicy:
+    """Stands in for a trained policy: only the backend that serves its weights."""
+
+    backend = "trained-backend"
+
+
+def test_an_evaluate_stage_serves_the_initial_weights_only_in_its_initial_turn():
+    from askspec.runtime.train.trainer import LocalTrainer
+
+    exp = compile_file(str(SPEC), {}).ir
+    t = LocalTrainer(exp, params={}, datasets={d.name: d.items for d in exp.datasets}, seed=0, resolver=FakeResolver(),
+                     run_dir=None)
+    t.policies["solver"] = FakePolicy()
+    assert t.resolve("solver", None).backend == "trained-backend"
+    t.serve_initial = True
+    assert t.resolve("solver", None).backend == "initial-backend"
+    assert t.step_sessions(t.slots[3]) == 2 * 2 * 2  # items × samples × weights
