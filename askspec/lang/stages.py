@@ -62,8 +62,9 @@ class StageChecks(BlockChecks):
         trains = [d for d in decls if d.kind == "train"]
         if len(trains) > 1:
             self.err("E408", "only one train stage (it runs the schedule)", trains[1].span)
-        if trains and not self.exp.training:
-            self.err("E408", "a train stage needs train blocks", trains[0].span)
+        if not self.exp.training:
+            self.err("E408", "stages need train blocks (trained and initial weights are the same without them)",
+                     decls[0].span, "without training, play the games directly: remove the stages")
 
     def stage_sft(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
         for need in ("role", "data"):

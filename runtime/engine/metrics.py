@@ -212,7 +212,7 @@ def stage_metrics(exp: ir.Experiment, scopes: list[SessionScope], con, run_id: s
     """Per stage, in order: the training it did (mean loss and reward of its updates, per
     role, from train_steps), the declared metrics over its sessions (an evaluate stage's per
     weights), and an evaluate stage's pass@k / avg@n (docs/training.md, "Stages")."""
-    from askspec.runtime.train.stages import evaluation_rows
+    from askspec.runtime.engine.passk import evaluation_rows
 
     trained = con.execute(
         "SELECT metrics->>'stage', role, count(*), avg(loss), avg(reward_mean) FROM train_steps "

@@ -14,7 +14,8 @@ from askspec.ir import model as ir
 from askspec.lang.compiler import compile_file, compile_source
 from askspec.runtime.train import schedule
 from askspec.runtime.train.config import config_from_ir
-from askspec.runtime.train.stages import evaluation_rows, pass_at_k, sft_batch, sft_trajectories
+from askspec.runtime.engine.passk import evaluation_rows, pass_at_k
+from askspec.runtime.train.stages import sft_batch, sft_trajectories
 
 SPEC = Path(__file__).parent / "specs" / "tiny_stages.ask"
 
@@ -106,6 +107,7 @@ train solver with grpo { group = 2 }
 @pytest.mark.parametrize("stages, code, message", [
     ("stage cold sft { role = solver; data = cold }", "E408", "has train blocks but its stage list has no train stage"),
     ("stage a train\nstage b train", "E408", "only one train stage"),
+    ("stage t evaluate { games = [test]; score = correct }", "E408", "has train blocks but its stage list has no train stage"),
     ("stage a rl", "E408", "unknown stage kind 'rl'"),
     ("stage solver train", "E408", "has the name of a role"),
     ("stage rl train\nstage t evaluate { games = [test]; score = right }", "E101", "score 'right' is not a session variable"),
@@ -157,3 +159,10 @@ def test_an_evaluate_stage_serves_the_initial_weights_only_in_its_initial_turn()
     t.serve_initial = True
     assert t.resolve("solver", None).backend == "initial-backend"
     assert t.step_sessions(t.slots[3]) == 2 * 2 * 2  # items × samples × weights
+
+
+def test_stages_without_train_blocks_are_refused():
+    src = BASE.replace("train solver with grpo { group = 2 }", "").replace("trained; ", "")
+    res = compile_source("s.ask", src + "stage t evaluate { games = [test]; score = correct }")
+    assert any(d.code == "E408" and "stages need train blocks" in d.message for d in res.sink.items), [
+        (d.code, d.message) for d in res.sink.items]

@@ -15,7 +15,7 @@ import pytest
 
 from askspec.lang.compiler import compile_file
 from askspec.runtime.store.views import open_store
-from askspec.runtime.train.stages import pass_at_k
+from askspec.runtime.engine.passk import pass_at_k
 
 SPEC = Path(__file__).parent / "specs" / "tiny_stages.ask"
 pytestmark = pytest.mark.slow
