@@ -361,10 +361,21 @@ class Training(Node):
     algorithm: str
     algorithm_args: dict[str, Any] = Field(default_factory=dict)
     hyper: dict[str, Any] = Field(default_factory=dict)
+    update_when: Expr | None = None  # the online gate: a yes/no over the step's sessions (metric scope)
 
 
 class Schedule(Node):
     kind: Literal["online", "alternating", "nested"]
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Stage(Node):
+    """One stage of `stages`, run in declaration order (docs/training.md, "Stages").
+    sft: {role, data, steps, batch, lr, prompt, completion}; train: {} (the spec's train
+    blocks and schedule); evaluate: {games, samples, k, score, weights}."""
+
+    name: str
+    kind: Literal["sft", "train", "evaluate"]
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -389,6 +400,7 @@ class Experiment(Node):
     games: list[Game] = Field(default_factory=list)
     training: list[Training] = Field(default_factory=list)
     schedule: Schedule | None = None
+    stages: list[Stage] = Field(default_factory=list)
     metrics: list[Metric] = Field(default_factory=list)
 
     # lookups used by the runtime

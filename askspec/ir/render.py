@@ -233,9 +233,13 @@ def to_text(exp: ir.Experiment) -> str:
     for t in exp.training:
         hp = ", ".join(f"{k}={v}" for k, v in sorted(t.hyper.items()))
         out.append(f"train {t.role} with {t.algorithm}{' ' + json.dumps(t.algorithm_args) if t.algorithm_args else ''}{' {' + hp + '}' if hp else ''}")
+        if t.update_when is not None:
+            out.append(f"  update_when {expr_text(t.update_when)}")
     if exp.schedule:
         out.append(f"schedule {exp.schedule.kind} {json.dumps(exp.schedule.options) if exp.schedule.options else ''}".rstrip())
         out.extend(schedule_lines(exp))
+    if exp.stages:
+        out.extend(stage_lines(exp))
     for metric in exp.metrics:
         out.append(f"metric {metric.name} = {expr_text(metric.value)}{' by (' + ', '.join(metric.by) + ')' if metric.by else ''}")
     return "\n".join(out) + "\n"
@@ -380,3 +384,52 @@ def schedule_lines(exp: ir.Experiment) -> list[str]:
         out.append(f"  phase {role}: {n} step(s) per iteration, {iterations * n} in all; updates {role}"
                    + (f", {', '.join(others)} frozen" if others else "") + (f"; {calls}" if calls else ""))
     return out
+
+
+def stage_lines(exp: ir.Experiment) -> list[str]:
+    """The stages in the order they run, with each one's steps (global, as train_steps
+    counts them) and sessions."""
+    from .plansize import Unknown, dataset_sizes, items_count
+
+    out = ["stages (in order):"]
+    step = 0
+    params, data = exp.param_values(), dataset_sizes(exp)
+
+    def items(name: str) -> int | None:
+        g = next(g for g in exp.games if g.name == name)
+        try:
+            return (1 if g.iter is None else items_count(g.iter, params, data)) * g.times
+        except Unknown:
+            return None
+    for st in exp.stages:
+        o = st.options
+        if st.kind == "sft":
+            out.append(f"  stage {st.name} sft: {o['role']} on {o['data']} (prompt '{o['prompt']}', completion "
+                       f"'{o['completion']}'), {o['steps']} step(s) of {o['batch']} record(s), steps {step + 1}–{step + o['steps']}")
+            step += o["steps"]
+        elif st.kind == "train":
+            n = _schedule_steps(exp)
+            out.append(f"  stage {st.name} train: the schedule ({exp.schedule.kind if exp.schedule else 'online'}), "
+                       f"steps {step + 1}–{step + n}" if n else f"  stage {st.name} train: the schedule")
+            step += n
+        else:
+            counts = [items(g) for g in o["games"]]
+            known = None if None in counts else sum(c or 0 for c in counts)
+            ks = ", ".join(f"pass@{k}" for k in o["k"])
+            size = (f"{known} item(s) × {o['samples']} sample(s) × {len(o['weights'])} weights = "
+                    f"{known * o['samples'] * len(o['weights'])} session(s)" if known is not None
+                    else f"{o['samples']} sample(s) per item × {len(o['weights'])} weights")
+            out.append(f"  stage {st.name} evaluate: {', '.join(o['games'])} against {' and '.join(o['weights'])} "
+                       f"weights, {size}; {ks}, avg@{o['samples']} of '{o['score']}'; step {step + 1}")
+            step += 1
+    return out
+
+
+def _schedule_steps(exp: ir.Experiment) -> int:
+    """The RL schedule's steps (0 when they depend on the data)."""
+    sched = exp.schedule
+    opts = sched.options if sched is not None else {}
+    if sched is not None and sched.kind == "alternating":
+        return sum(int(v) for k, v in opts.items() if any(r.name == k for r in exp.roles)) * int(opts.get("iterations") or 1)
+    steps = [t.hyper.get("steps") or opts.get("steps") or 1 for t in exp.training]
+    return int(max(steps)) if steps else 0

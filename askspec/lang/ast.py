@@ -289,6 +289,17 @@ class BlockDecl(Node):
 
 
 @dataclass(eq=False)
+class StageDecl(Node):
+    """`stage NAME KIND { settings }`: one stage of the experiment (sft, train, evaluate)."""
+
+    name: str
+    name_span: Span
+    kind: str
+    kind_span: Span
+    attrs: list[Attribute]
+
+
+@dataclass(eq=False)
 class TrainDecl(Node):
     role: str
     role_span: Span

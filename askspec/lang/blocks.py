@@ -13,7 +13,7 @@ from .exprs import ExprChecker, Scope, Sym, irspan, suggest
 from .paths import MAX_DATA_BYTES, FileRefused, open_spec_file
 from .span import Span
 from .templates import CONFINED_HINT
-from .training import ALGORITHMS, TrainingChecks
+from .training import ALGORITHMS, GATE_SETTINGS, TrainingChecks
 from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record
 
 SCHEDULES = {"online", "alternating", "nested"}
@@ -307,10 +307,35 @@ class BlockChecks(TrainingChecks):
                 else:
                     self.used.add(("buffer", a.value.id))
                     hyper["replay"] = a.value.id
-        self.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name, algorithm_args=args, hyper=hyper))
+        self.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name, algorithm_args=args, hyper=hyper,
+                                             update_when=self.update_gate(d)))
+
+    def update_gate(self, d: A.TrainDecl) -> ir.Expr | None:
+        """`update_when = EXPR`: a yes/no over the step's sessions, in metric scope (E407)."""
+        from ..ir.builtins import AGGREGATES
+
+        a = next((x for x in d.attrs if x.name in GATE_SETTINGS), None)
+        if a is None:
+            return None
+        scope, checker = self.metric_scope()
+        value, t = checker.check(a.value, scope)
+        for n in A.names_in(a.value):
+            if n in self.params:
+                self.used.add(("param", n))
+        if t.name not in ("bool", "any"):
+            self.err("E407", f"update_when must be true or false over the step's sessions, found {t}", a.value.span,
+                     "e.g. update_when = sum(valid) > 0")
+            return None
+        if not _calls(a.value, AGGREGATES):
+            self.err("E407", "update_when must aggregate over the step's sessions (sum, mean, count, ...)", a.value.span,
+                     "e.g. update_when = count(valid) > 0, not a per-session condition")
+            return None
+        return value
 
     # -- metrics
-    def metric(self, m: A.MetricDecl) -> None:
+    def metric_scope(self) -> tuple[Scope, ExprChecker]:
+        """What a metric (or an update gate) may name: params, roles, outcome, status, game,
+        step and the games' session variables; and a checker in metric mode."""
         outcomes = {o for g in self.exp.games for o in g.outcomes}
         scope = Scope()
         for p, t in self.param_types.items():
@@ -331,6 +356,10 @@ class BlockChecks(TrainingChecks):
                 scope.define(name, Sym("var", t, None, used=True))
         checker = ExprChecker(self.sink, outcomes, metric=True)
         checker.role_reply = self.reply_types()
+        return scope, checker
+
+    def metric(self, m: A.MetricDecl) -> None:
+        scope, checker = self.metric_scope()
         value, _ = checker.check(m.value, scope)
         for n in A.names_in(m.value) | {name for name, _ in m.by}:
             if n in self.params:
@@ -346,3 +375,15 @@ class BlockChecks(TrainingChecks):
 
 def schema_type(schema: dict[str, str]) -> T:
     return record({k: list_of(ANY) if v == "list" else TYPE_NAMES.get(v, ANY) for k, v in schema.items()})
+
+
+def _calls(e: Any, names) -> bool:
+    """Whether `e` (an expression, or any node) calls one of `names` anywhere."""
+    if isinstance(e, A.Call) and e.func in names:
+        return True
+    for v in getattr(e, "__dict__", {}).values():
+        for x in (v if isinstance(v, list) else [v]):
+            for y in (x if isinstance(x, tuple) else (x,)):
+                if isinstance(y, A.Node) and _calls(y, names):
+                    return True
+    return False

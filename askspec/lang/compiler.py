@@ -13,7 +13,7 @@ from typing import Any
 from ..ir import model as ir
 from . import ast as A
 from . import profiles
-from .blocks import BlockChecks
+from .stages import StageChecks
 from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval, parse_override
 from .diagnostics import DiagnosticSink, Sources
 from .exprs import irspan, suggest, suggestion_budget
@@ -98,7 +98,7 @@ def parse_type(t: A.TypeExpr | None, sink: DiagnosticSink) -> T | None:
     return found
 
 
-class Compiler(BlockChecks):
+class Compiler(StageChecks):
     """Checks one module and builds its IR; a pass per declaration kind (models and roles
     in roles.py, the other blocks in blocks.py, games in games.py; the shared state and
     helpers in checker_base.py)."""
@@ -168,6 +168,7 @@ class Compiler(BlockChecks):
             self.err("E104", "only one schedule per experiment", schedules[1].span)
         if schedules:
             self.block_schedule(schedules[0])
+        self.stages([d for d in decls if isinstance(d, A.StageDecl)])
         metrics = [d for d in decls if isinstance(d, A.MetricDecl)]
         for m in metrics:
             if self.declare("metric", m.name, m.name_span):
@@ -249,7 +250,7 @@ class Compiler(BlockChecks):
 
     def warn_unused(self, module: A.Module) -> None:
         for (kind, name), span in self.decl_spans.items():
-            if kind in ("game", "metric"):
+            if kind in ("game", "metric", "stage"):
                 continue
             if (kind, name) in self.used:
                 continue

@@ -51,6 +51,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E404": ("error", "statement not allowed here"),
     "E405": ("error", "invalid training configuration"),
     "E406": ("error", "buffer eviction that cannot be carried out"),
+    "E407": ("error", "update gate that is not a yes/no over the step's sessions"),
+    "E408": ("error", "invalid stage list"),
     # compile --target openrlhf: what an OpenRLHF 0.11.2 job cannot express (docs/cluster.md)
     "E601": ("error", "training algorithm the target lacks"),
     "E602": ("error", "schedule the target cannot express"),

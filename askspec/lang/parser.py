@@ -21,14 +21,14 @@ MAX_NESTING = 64
 
 KEYWORDS = {
     "experiment", "param", "model", "role", "template", "data", "buffer", "tournament",
-    "judge", "train", "with", "schedule", "metric", "by", "game", "for", "in", "times",
+    "judge", "train", "with", "schedule", "stage", "metric", "by", "game", "for", "in", "times",
     "sample", "ask", "using", "repeat", "while", "until", "limit", "if", "elif", "else",
     "reward", "as", "bind", "end", "outcomes", "route", "when", "true", "false", "not",
     "and", "or", "where", "case", "drop", "push", "profile",
 }
 
 DECLARATION_KEYWORDS = {"experiment", "param", "model", "role", "template", "data", "buffer", "tournament", "judge",
-                        "train", "schedule", "metric", "game", "profile"}
+                        "train", "schedule", "stage", "metric", "game", "profile"}
 
 # Friendlier names for lark's terminal names in "expected ..." messages.
 _TERMINAL_NAMES = {
@@ -364,6 +364,10 @@ class _Builder:
 
     def d_schedule(self, t):
         return self._block("schedule", t)
+
+    def d_stage(self, t: Tree) -> A.StageDecl:
+        name, kind, body = t.children
+        return A.StageDecl(self.span(t), str(name), self.span(name), str(kind), self.span(kind), self.body(body))
 
     def d_train(self, t: Tree) -> A.TrainDecl:
         role, algo, body = t.children

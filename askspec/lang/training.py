@@ -99,6 +99,7 @@ HYPERPARAMETERS: dict[str, Setting] = {
                      choices=("auto", "float32", "bfloat16")),
 }
 BUFFER_SETTINGS = ("replay",)  # names a buffer; checked by the compiler against declared buffers
+GATE_SETTINGS = ("update_when",)  # an expression over the step's sessions; checked in metric scope (E407)
 # names other trainers use for our settings, so a diagnostic can name the right key
 ALIASES = {"learning_rate": "lr", "warmup_steps": "warmup", "lr_warmup": "warmup", "max_grad_norm": "grad_clip",
            "clip_grad": "grad_clip", "gradient_clipping": "grad_clip", "beta": "kl", "kl_coef": "kl",
@@ -182,16 +183,16 @@ class TrainingChecks(RoleChecks):
                     args[k] = value
         hyper: dict[str, Any] = {}
         for a in d.attrs:
-            if a.name in BUFFER_SETTINGS:
-                continue  # the compiler checks it names a buffer
+            if a.name in BUFFER_SETTINGS or a.name in GATE_SETTINGS:
+                continue  # the compiler checks it names a buffer / the gate's expression
             s = HYPERPARAMETERS.get(a.name)
             if s is None:
                 close = None
                 if a.name in allowed:
                     close = f"'{a.name}' is an argument of the algorithm: {algorithm}({a.name} = ...)"
-                close = close or closest(a.name, list(HYPERPARAMETERS) + list(BUFFER_SETTINGS))
+                close = close or closest(a.name, list(HYPERPARAMETERS) + list(BUFFER_SETTINGS) + list(GATE_SETTINGS))
                 self.err("E105", f"unknown training setting '{a.name}'", a.name_span,
-                         close or f"settings: {', '.join(HYPERPARAMETERS)}, replay")
+                         close or f"settings: {', '.join(HYPERPARAMETERS)}, replay, update_when")
                 continue
             if a.name in hyper:
                 self.err("E104", f"training setting '{a.name}' given twice", a.name_span)

@@ -41,8 +41,11 @@ def cmd_metrics(args) -> int:
     else:
         import pyarrow as pa
 
+        columns: dict[str, list] = {"run_id": [r["run_id"] for r in rows]}
+        if any("stage" in r for r in rows):  # a spec with stages: every row belongs to one
+            columns["stage"] = [r.get("stage") for r in rows]
         table = pa.table({
-            "run_id": [r["run_id"] for r in rows],
+            **columns,
             "metric": [r["metric"] for r in rows],
             "by": [", ".join(f"{k}={v}" for k, v in r["by"].items()) for r in rows],
             "value": [_shown(r) for r in rows],

@@ -36,6 +36,7 @@ class SessionScope:
 
     vars: dict[str, Any]
     rewards: dict[str, float]
+    group_id: str | None = None
 
 
 def _load_json(v: Any) -> Any:
@@ -63,8 +64,10 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], 
             continue
         scope = {**groups.get((rid, group_id or "", sid), {}), **_load_json(vars_), **_load_json(params)}
         scope.setdefault("step", scope.pop("__step__", None))  # set by the trainer; none when evaluating
+        scope.setdefault("stage", scope.pop("__stage__", None))  # set by the trainer when the spec has stages
+        scope.setdefault("weights", scope.pop("__weights__", None))  # an evaluate stage's trained | initial
         scope.update(outcome=outcome, status=status, game=game)
-        scopes.append(SessionScope(scope, dict(totals[(rid, sid)])))
+        scopes.append(SessionScope(scope, dict(totals[(rid, sid)]), group_id))
     return scopes, errors
 
 
@@ -173,6 +176,12 @@ def evaluate_metrics(exp: ir.Experiment, scopes: list[SessionScope]) -> list[dic
     return out
 
 
+def over_sessions(exp: ir.Experiment, expr: ir.Expr, scopes: list[SessionScope]) -> Any:
+    """One metric-scope expression over `scopes` (a training step's update gate)."""
+    roles = {r.name: RoleView(r.name) for r in exp.roles}
+    return _lifted(expr, scopes, {}, exp.param_values(), roles, set())
+
+
 def run_metrics(path: str) -> tuple[list[dict], int]:
     """Metrics of a run directory (spec IR from the run itself) or a folder of runs."""
     from askspec.ir.canonical import from_json
@@ -183,13 +192,46 @@ def run_metrics(path: str) -> tuple[list[dict], int]:
     run_dirs = [p] if (p / "ir.json").exists() else sorted(d for d in p.iterdir() if (d / "ir.json").exists())
     if not run_dirs:
         raise FileNotFoundError(f"no run directory (with ir.json) at {path}")
-    rows, errors = [], 0
+    rows: list[dict] = []
+    errors = 0
     for rd in run_dirs:
         exp = from_json((rd / "ir.json").read_text(encoding="utf-8"))
         con = open_store(str(rd))
         run_id = json.loads((rd / "manifest.json").read_text())["run_id"]
         scopes, errs = session_scopes(con, run_id)
         errors += errs
+        if exp.stages:
+            rows.extend({"run_id": run_id, **row} for row in stage_metrics(exp, scopes, con, run_id))
+            continue
         for row in evaluate_metrics(exp, scopes):
             rows.append({"run_id": run_id, **row})
     return rows, errors
+
+
+def stage_metrics(exp: ir.Experiment, scopes: list[SessionScope], con, run_id: str) -> list[dict]:
+    """Per stage, in order: the training it did (mean loss and reward of its updates, per
+    role, from train_steps), the declared metrics over its sessions (an evaluate stage's per
+    weights), and an evaluate stage's pass@k / avg@n (docs/training.md, "Stages")."""
+    from askspec.runtime.engine.passk import evaluation_rows
+
+    trained = con.execute(
+        "SELECT metrics->>'stage', role, count(*), avg(loss), avg(reward_mean) FROM train_steps "
+        "WHERE run_id = ? AND metrics->>'skipped' IS NULL GROUP BY ALL ORDER BY ALL", [run_id]).fetchall()
+    out: list[dict] = []
+    for st in exp.stages:
+        for stage, role, steps, loss, reward in trained:
+            if stage == st.name:
+                out.append({"stage": st.name, "metric": "loss", "by": {"role": role}, "value": loss, "n": steps})
+                if st.kind != "sft":
+                    out.append({"stage": st.name, "metric": "reward_mean", "by": {"role": role}, "value": reward, "n": steps})
+        mine = [s for s in scopes if s.vars.get("stage") == st.name]
+        if st.kind == "evaluate":
+            score = st.options["score"]
+            out.extend({"stage": st.name, **row} for row in evaluation_rows(
+                st, [(s.vars["game"], s.vars.get("weights"), s.group_id, s.vars.get(score)) for s in mine]))
+            for weights in st.options["weights"]:
+                for row in evaluate_metrics(exp, [s for s in mine if s.vars.get("weights") == weights]):
+                    out.append({"stage": st.name, **row, "by": {**row["by"], "weights": weights}})
+        elif mine:
+            out.extend({"stage": st.name, **row} for row in evaluate_metrics(exp, mine))
+    return out

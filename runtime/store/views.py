@@ -23,7 +23,7 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
          planned_sessions, resumes, roles, params, versions, overrides, run_options,
          totals, duration_s, run_dir)
     sessions(run_id, session_id, game, group_id, status, outcome, error,
-             started_at, ended_at, params, vars, attempt, index, bookkeeping, overflow)
+             started_at, ended_at, params, vars, attempt, index, bookkeeping, overflow, stage)
     turns(run_id, session_id, turn_index, role, model, prompt, text, parsed,
           finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts, group_id, overflow)
           (``prompt`` is rebuilt from the stored deltas, see _VIEW_SQL["turns"])
@@ -31,7 +31,8 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
     groups(run_id, group_id, route, stats, members, ts, judge_calls, unparsed, overflow)
     matches(run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts, overflow)
     train_steps(run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl,
-                clip_frac, grad_norm, lr, tokens, seconds, metrics, ts, overflow)
+                clip_frac, grad_norm, lr, tokens, seconds, metrics, ts, overflow, stage)
+    (``stage``: the stage a session or step belongs to when the spec declares stages, else NULL)
     buffer_events(run_id, buffer, event, item, value, reason, score, best, replays, step,
                   phase, seq, ts, gen, overflow)   (push | rejected | replay | evict)
     buffer_items(run_id, buffer, item, value, pushed_step, replays, best, last_score)
@@ -270,7 +271,8 @@ _VIEW_SQL = {
                coalesce(f.status, 'running') AS status, f.outcome, f.error,
                s.ts AS started_at, f.ts AS ended_at, s.params, f.vars, s.attempt, s."index", f.bookkeeping,
                CASE WHEN s.overflow IS NULL THEN f.overflow WHEN f.overflow IS NULL THEN s.overflow
-                    ELSE ('[' || s.overflow[2:-2] || ',' || f.overflow[2:-2] || ']')::JSON END AS overflow
+                    ELSE ('[' || s.overflow[2:-2] || ',' || f.overflow[2:-2] || ']')::JSON END AS overflow,
+               s.params->>'__stage__' AS stage
         FROM (SELECT e.* FROM events_sessions e
               ANTI JOIN retried_sessions r
                 ON r.run_id = e.run_id AND r.session_id = e.session_id AND r.attempt <> e.attempt
@@ -337,7 +339,7 @@ _VIEW_SQL = {
     """,
     "train_steps": """
         SELECT run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl, clip_frac, grad_norm, lr,
-               tokens, seconds, metrics, ts, overflow FROM events_train_steps
+               tokens, seconds, metrics, ts, overflow, metrics->>'stage' AS stage FROM events_train_steps
         QUALIFY row_number() OVER (PARTITION BY run_id, role, step ORDER BY seq DESC) = 1
     """,
     # a replayed training step (after --resume) writes its buffer events again: per step,

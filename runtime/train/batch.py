@@ -69,6 +69,7 @@ class SessionRecord:
     book: dict[str, Any] = field(default_factory=dict)  # the engine's bookkeeping (SessionBook.to_json)
     rewards: list[tuple[str, int | None, str, float]] = field(default_factory=list)  # role, turn, name, value
     rollouts: list[dict[str, Any]] = field(default_factory=list)  # role, turn_index, sample_key, ... (per turn)
+    outcome: str | None = None  # what an update gate sees as `outcome`
 
 
 @dataclass

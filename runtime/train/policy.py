@@ -65,6 +65,7 @@ class TrainedPolicy:
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                            weight_decay=cfg.weight_decay)
         self.version = 0  # optimizer steps taken
+        self.lr_step0 = 0  # the version the learning-rate schedule starts at (after an sft stage's steps)
         self.autocast = (cfg.dtype == "bfloat16") or (cfg.dtype == "auto" and self.device.type == "cuda")
         self.backend = HFBackend(weights, **{k: v for k, v in options.items() if k != "device"})
         self.backend.adopt(self.model, self.tokenizer)
@@ -107,7 +108,7 @@ class TrainedPolicy:
         cfg = self.cfg
         t0 = time.perf_counter()
         for g in self.optimizer.param_groups:
-            g["lr"] = cfg.lr * lr_factor(cfg, self.version)
+            g["lr"] = cfg.lr * lr_factor(cfg, max(0, self.version - self.lr_step0))
         lr = self.optimizer.param_groups[0]["lr"]
         if cfg.loss == "sft" and cfg.min_reward is not None:
             trajectories = [t for t in trajectories if t.reward is not None and t.reward >= cfg.min_reward]

@@ -40,5 +40,6 @@ def manifest_record(trainer) -> dict[str, Any]:
     return {"roles": [c.role for c in trainer.configs], "steps": trainer.steps,
             "algorithms": {c.role: c.algorithm for c in trainer.configs},
             "sessions_per_step": trainer.step_sessions(trainer.slots[0]),
-            "schedule": [{"step": s.step, "iteration": s.iteration, "phase": s.phase.name, "roles": list(s.phase.roles)}
+            "schedule": [{"step": s.step, "iteration": s.iteration, "phase": s.phase.name, "roles": list(s.phase.roles),
+                          **({"stage": s.phase.stage, "kind": s.phase.kind} if s.phase.stage else {})}
                          for s in trainer.slots[:1000]]}

@@ -9,14 +9,18 @@ plays, and in which phase and iteration it lies (docs/training.md, "Schedules").
 
 Each step has one global number (1, 2, ...): checkpoints, `--resume` and `train_steps`
 count in it, so a resumed run re-plays exactly the steps after its checkpoint whatever
-phase they lie in. `nested` (SOAR) and stages would add their own step kinds here (a
-nested outer step owning inner copies' steps; a stage a list of phases) — see the report
-in docs/training.md.
+phase they lie in. `nested` (SOAR) would add its own step kind here (a nested outer step
+owning inner copies' steps) — see docs/training.md.
+
+Stages (`stage NAME sft|train|evaluate`, in declaration order): an `sft` stage is a phase
+of `kind` "sft" (its steps train its role on a data set, no games); the `train` stage is
+the cycle above; an `evaluate` stage is one step of `kind` "evaluate" that plays its
+games against the trained and the initial weights. Every phase carries its stage's name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from askspec.ir import model as ir
 from askspec.ir.plansize import replays_buffer
@@ -29,6 +33,8 @@ class Phase:
     plain: tuple[str, ...]  # games planned from their data (cycling)
     replay: tuple[str, ...]  # games replaying a buffer (a batch of its items per step)
     steps: int
+    kind: str = "play"  # play (games, then updates) | sft | evaluate (see the module doc)
+    stage: str | None = None  # the stage it belongs to, when the spec declares stages
 
 
 @dataclass(frozen=True)
@@ -73,20 +79,33 @@ def phases(exp: ir.Experiment, configs: list) -> tuple[list[Phase], int]:
             plain, replay = split(names)
             out.append(Phase(role, (role,), plain, replay, int(opts[role])))
         return out, int(opts.get("iterations") or 1)
-    names = opts["games"] if isinstance(opts.get("games"), list) else [g.name for g in exp.games if replays_buffer(g) is None]
+    held = {g for s in exp.stages if s.kind == "evaluate" for g in s.options["games"]}  # evaluated: never trained on
+    names = opts["games"] if isinstance(opts.get("games"), list) else [
+        g.name for g in exp.games if replays_buffer(g) is None and g.name not in held]
     plain, replay = split(names)
     return [Phase("online", tuple(roles), plain, replay, max(c.steps for c in configs))], 1
 
 
 def slots(exp: ir.Experiment, configs: list) -> list[Slot]:
-    """Every step of the schedule, in order."""
+    """Every step of the schedule (of every stage), in order."""
     cycle, iterations = phases(exp, configs)
+    runs: list[tuple[list[Phase], int]] = [(cycle, iterations)]
+    if exp.stages:
+        runs = []
+        for st in exp.stages:
+            if st.kind == "train":
+                runs.append(([replace(ph, stage=st.name) for ph in cycle], iterations))
+            elif st.kind == "sft":
+                runs.append(([Phase(st.name, (st.options["role"],), (), (), st.options["steps"], "sft", st.name)], 1))
+            else:
+                runs.append(([Phase(st.name, (), tuple(st.options["games"]), (), 1, "evaluate", st.name)], 1))
     out: list[Slot] = []
     seen: dict[str, int] = {}
-    for it in range(1, iterations + 1):
-        for ph in cycle:
-            for _ in range(ph.steps):
-                seen[ph.name] = seen.get(ph.name, 0) + 1
-                out.append(Slot(len(out) + 1, it, ph, seen[ph.name]))
+    for cycle, iterations in runs:
+        for it in range(1, iterations + 1):
+            for ph in cycle:
+                for _ in range(ph.steps):
+                    seen[ph.name] = seen.get(ph.name, 0) + 1
+                    out.append(Slot(len(out) + 1, it, ph, seen[ph.name]))
     return out
 

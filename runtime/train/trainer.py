@@ -196,7 +196,7 @@ class StepLog:
                                       bookkeeping=bookkeeping)
         rec = self.sessions.get(session_id)
         if rec is not None:
-            rec.status, rec.vars, rec.book = status, vars, bookkeeping or {}
+            rec.status, rec.outcome, rec.vars, rec.book = status, outcome, vars, bookkeeping or {}
 
     def group(self, group_id: str, *, route: str, stats: dict, members: list[str], **counts: Any) -> None:
         self._writer.group(group_id, route=route, stats=stats, members=members, **counts)
@@ -228,13 +228,18 @@ class LocalTrainer:
         self.run_dir = Path(run_dir or ".")  # set by the run command once the run directory exists
         self.configs = [config_from_ir(t, exp) for t in exp.training]
         self.by_role = {c.role: c for c in self.configs}
+        self.gates = {t.role: t.update_when for t in exp.training if t.update_when is not None}
         self.check(exp)
         self.slots = schedule.slots(exp, self.configs)
         self.steps = len(self.slots)
         self.games = [g for g in exp.games if any(g.name in s.phase.plain + s.phase.replay for s in self.slots)]
         self.planners: dict[str, StepPlanner] = {}
+        self.evaluated: dict[str, list[_Element]] = {}  # an evaluate stage's elements
         for ph in {s.phase.name: s.phase for s in self.slots}.values():
-            if ph.plain:
+            if ph.kind == "evaluate":
+                self.evaluated[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
+                                                      dict(datasets), seed, 1, None).elements
+            elif ph.plain:
                 group, batch = self._sizes(ph)
                 self.planners[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
                                                      dict(datasets), seed, group, batch)
@@ -244,6 +249,8 @@ class LocalTrainer:
             self._index0.append(self._index0[-1] + self.step_sessions(sl))
         self.policies: dict[str, Any] = {}
         self.start_step = 0
+        self.datasets = datasets
+        self.serve_initial = False  # an evaluate stage's turn of the initial weights
 
     def _sizes(self, ph: schedule.Phase) -> tuple[int | None, int | None]:
         """A phase's group and batch: its role's train block (online: the largest over roles)."""
@@ -263,6 +270,10 @@ class LocalTrainer:
 
     def step_sessions(self, sl: schedule.Slot) -> int:
         """The most sessions step `sl` plays (a replay plays fewer when its buffer is short)."""
+        if sl.phase.kind != "play":
+            stage = self._stage(sl)
+            return 0 if stage.kind == "sft" else (len(self.evaluated[sl.phase.name]) * stage.options["samples"]
+                                                  * len(stage.options["weights"]))
         n = self.planners[sl.phase.name].sessions_per_step(sl.n) if sl.phase.plain else 0
         for name in sl.phase.replay:
             items, size = self._replay_shape(sl.phase, self._game(name))
@@ -333,6 +344,8 @@ class LocalTrainer:
             policy = TrainedPolicy(cfg, binding.weights, {k: v for k, v in options.items() if v is not None}, init_from=init)
             if init is not None:
                 policy.load_optimizer(init)
+            # the RL learning-rate schedule counts from the first RL update, after the sft stages' steps
+            policy.lr_step0 = sum(1 for s in self.slots if s.phase.kind == "sft" and cfg.role in s.phase.roles)
             self.policies[cfg.role] = policy
         if problems:
             raise TrainingRefused(problems)
@@ -343,6 +356,8 @@ class LocalTrainer:
         from askspec.runtime.engine.session import ModelBinding
 
         binding = self.resolver.resolve(role, name)
+        if self.serve_initial:
+            return binding
         declared = self.exp.model(name or (self.exp.role(role).model or ""))
         owner = None
         if role in self.policies and (name is None or name == self.exp.role(role).model):
@@ -396,6 +411,10 @@ class LocalTrainer:
             t0 = time.perf_counter()
             log.reset()
             engine.buffer_when = {"step": step, "phase": sl.phase.name}
+            if sl.phase.kind != "play":
+                metrics = await self._stage_step(sl, engine, log)
+                self._end_step(sl, metrics, engine, log, on_step)
+                continue
             plans, replay_ids = self.plans(sl, engine)
             versions = {r: p.version for r, p in self.policies.items()}
             if plans:
@@ -414,11 +433,15 @@ class LocalTrainer:
                 for tr in batch.trajectories:
                     for turn in tr.turns:
                         keys[(turn.session_id, turn.turn_index)] = (tr.key, tr.group_key)
+                closed = self._gate_closed(role, plans, sessions) if plans else None
                 if not plans:  # an empty buffer: nothing was played (PasoDoble ends the phase's step)
                     m: dict[str, Any] = {"skipped": "the replayed buffer is empty", "trajectories": 0, "tokens": 0}
+                elif closed is not None:  # the spec's update gate said no (PasoDoble: no valid question)
+                    m = {"skipped": closed, "gate": False, "trajectories": 0, "tokens": 0}
                 else:
                     m = policy.update(batch.trajectories)
-                m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, algorithm=cfg.algorithm,
+                m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, stage=sl.phase.stage,
+                         algorithm=cfg.algorithm,
                          sessions=len(plans), seconds_play=played, seconds=time.perf_counter() - t0,
                          policy_version=versions[role], excluded=batch.excluded)
                 metrics[role] = m
@@ -433,20 +456,93 @@ class LocalTrainer:
                                  "prompt_ids": list(r["prompt_ids"]), "completion_ids": list(r["completion_ids"]),
                                  "logprobs": list(r["logprobs"]), "gen": log.generation})
             rollouts.write_shard(self.run_dir, step, log.generation, rows)
-            log.flush()  # the step's sessions and buffer events are on disk before a checkpoint names it
-            if step % min(c.save_every for c in self.configs) == 0 or step == self.steps:
-                self.checkpoint(step, metrics, engine)
-            for role, m in metrics.items():
-                log.train_step(role, step, _jsonable(m))
-            log.flush()
-            if on_step is not None:
-                on_step(step, metrics)
+            self._end_step(sl, metrics, engine, log, on_step)
+
+    def _end_step(self, sl: schedule.Slot, metrics: dict[str, dict[str, Any]], engine, log: StepLog, on_step) -> None:
+        """Checkpoint (when due) and record the step's train_steps."""
+        step = sl.step
+        log.flush()  # the step's sessions and buffer events are on disk before a checkpoint names it
+        if step % min(c.save_every for c in self.configs) == 0 or step == self.steps:
+            self.checkpoint(step, metrics, engine)
+        for role, m in metrics.items():
+            log.train_step(role, step, _jsonable(m))
+        log.flush()
+        if on_step is not None:
+            on_step(step, metrics)
+
+    def _stage(self, sl: schedule.Slot) -> ir.Stage:
+        return next(s for s in self.exp.stages if s.name == sl.phase.stage)
+
+    async def _stage_step(self, sl: schedule.Slot, engine, log: StepLog) -> dict[str, dict[str, Any]]:
+        """A step of an sft stage (its role trained on a batch of the data set) or of an
+        evaluate stage (its games played against each weights); see stages.py."""
+        from askspec.runtime.train import stages
+
+        t0 = time.perf_counter()
+        stage = self._stage(sl)
+        if stage.kind == "evaluate":
+            by_weights = stages.eval_plans(stage, self.evaluated[sl.phase.name], self.seed, sl.step,
+                                           self._index0[sl.step - 1])
+            try:
+                for weights, plans in by_weights.items():
+                    self.serve_initial = weights == "initial"
+                    await engine.run_phase(plans, {})
+            finally:
+                self.serve_initial = False
+            return {}
+        role = sl.phase.roles[0]
+        policy, opts = self.policies[role], stage.options
+        batch = stages.sft_batch(self.datasets.get(opts["data"]) or [], opts, sl.n)
+        trajectories = stages.sft_trajectories(policy.tokenizer, policy.backend.chat_template, policy.pad_id, batch,
+                                               opts, sl.step)
+        rl_cfg, policy.cfg = policy.cfg, stages.sft_config(policy.cfg, opts)
+        version = policy.version
+        try:
+            m = policy.update(trajectories)
+        finally:
+            policy.cfg = rl_cfg
+        if sl.n == opts["steps"]:
+            policy.optimizer.state.clear()  # the RL stage starts with fresh AdamW moments, as a separate run would
+        m.update(step=sl.step, iteration=1, phase=sl.phase.name, stage=stage.name, algorithm="sft", sessions=0,
+                 records=len(batch), seconds=time.perf_counter() - t0, policy_version=version, excluded={})
+        return {role: m}
+
+    def _gate_closed(self, role: str, plans: list[SessionPlan], sessions: list[SessionRecord]) -> str | None:
+        """Why `role`'s update gate (`update_when`) skips this step's update, or None when
+        it is open (or absent). Evaluated over the step's finished sessions as a metric is
+        over a run's: session variables, bindings, outcome, status, game, total rewards."""
+        from askspec.runtime.engine.evaluator import EvalError, MissingValue
+        from askspec.runtime.engine.metrics import SessionScope, over_sessions
+
+        gate = self.gates.get(role)
+        if gate is None:
+            return None
+        games = {p.session_id: p for p in plans}
+        scopes = []
+        for s in sessions:
+            if s.status != "ok":
+                continue
+            plan = games[s.session_id]
+            scope = {**s.vars, **{k: v for k, v in plan.bindings.items() if not k.startswith("__")}}
+            scope.update(step=plan.bindings.get("__step__"), outcome=s.outcome, status=s.status, game=plan.game)
+            totals: dict[str, float] = {}
+            for r, _, _, value in s.rewards:
+                totals[r] = totals.get(r, 0.0) + value
+            scopes.append(SessionScope(scope, totals))
+        try:
+            value = over_sessions(self.exp, gate, scopes)
+        except (EvalError, MissingValue) as e:
+            return f"update_when could not be evaluated: {e}"
+        return None if value is True else f"update_when was {json.dumps(value, default=str)} over the step's sessions"
 
     def plans(self, sl: schedule.Slot, engine) -> tuple[list[SessionPlan], dict[str, list[int]]]:
         """Step `sl`'s sessions: its plain games' next elements, then a batch of each
         replayed buffer's items in circular order (the buffer's cursor advances)."""
         index0 = self._index0[sl.step - 1]
         plans = self.planners[sl.phase.name].plans(sl.n, index0, sl.step) if sl.phase.plain else []
+        if sl.phase.stage is not None:
+            for p in plans:
+                p.bindings["__stage__"] = sl.phase.stage
         replay_ids: dict[str, list[int]] = {}
         for name in sl.phase.replay:
             game = self._game(name)
@@ -458,6 +554,8 @@ class LocalTrainer:
                     bindings = {game.pattern[0]: item}
                 else:
                     bindings = dict(zip(game.pattern, list(item))) if game.pattern else {}
+                if sl.phase.stage is not None:
+                    bindings["__stage__"] = sl.phase.stage
                 group_id = f"{name}-t{sl.step:06d}-e{j:03d}" if size > 1 else None
                 for member in range(size):
                     k = index0 + len(plans)
@@ -502,8 +600,9 @@ class LocalTrainer:
             have = {(r, int(s)) for r, s in con.execute("SELECT role, step FROM train_steps").fetchall()}
         except Exception:
             have = set()
-        for role in self.slots[self.start_step - 1].phase.roles:
-            if (role, self.start_step) in have or self.slots[self.start_step - 1].n > self.by_role[role].steps:
+        done = self.slots[self.start_step - 1]
+        for role in done.phase.roles:
+            if (role, self.start_step) in have or (done.phase.kind == "play" and done.n > self.by_role[role].steps):
                 continue
             state = self.run_dir / CHECKPOINTS / role / f"step-{self.start_step}" / "trainer_state.json"
             metrics = json.loads(state.read_text(encoding="utf-8")).get("metrics") or {}

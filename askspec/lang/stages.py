@@ -1,0 +1,160 @@
+"""The stage list: `stage NAME KIND { settings }` declarations, run in declaration order
+(docs/language.md, "stage"): a supervised cold start (`sft`), the RL schedule (`train`),
+and evaluation games on held-out data (`evaluate`). Checks each stage's settings and the
+list as a whole (E408), and fills `ir.Experiment.stages`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ir import model as ir
+from . import ast as A
+from .blocks import BlockChecks
+from .exprs import irspan, suggest
+from .training import HYPERPARAMETERS
+
+STAGE_KINDS = ("sft", "train", "evaluate")
+STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "sft": ("role", "data", "steps", "batch", "lr", "prompt", "completion"),
+    "train": (),
+    "evaluate": ("games", "samples", "k", "score", "weights"),
+}
+WEIGHTS = ("trained", "initial")
+
+
+class StageChecks(BlockChecks):
+    def stages(self, decls: list[A.StageDecl]) -> None:
+        """Check the stage list (after games, training and the schedule are known)."""
+        if not decls:
+            return
+        kinds: list[str] = []
+        for d in decls:
+            if not self.declare("stage", d.name, d.name_span):
+                continue
+            if d.name == "online" or any(r.name == d.name for r in self.exp.roles):
+                # the trainer names its phases after roles (and `online`): a stage must not share one
+                self.err("E408", f"stage '{d.name}' has the name of a {'role' if d.name != 'online' else 'schedule'}",
+                         d.name_span, "give the stage its own name, e.g. cold_start, rl, heldout")
+                continue
+            if d.kind not in STAGE_KINDS:
+                self.err("E408", f"unknown stage kind '{d.kind}'", d.kind_span,
+                         suggest(d.kind, STAGE_KINDS) or f"stages are {', '.join(STAGE_KINDS)}")
+                continue
+            allowed = STAGE_SETTINGS[d.kind]
+            seen: dict[str, A.Attribute] = {}
+            for a in d.attrs:
+                if a.name not in allowed:
+                    self.err("E105", f"unknown setting '{a.name}' of a {d.kind} stage", a.name_span,
+                             suggest(a.name, allowed) or (f"settings: {', '.join(allowed)}" if allowed
+                                                          else "a train stage takes no settings: it runs the train blocks and the schedule"))
+                elif a.name in seen:
+                    self.err("E104", f"stage setting '{a.name}' given twice", a.name_span)
+                else:
+                    seen[a.name] = a
+            opts = getattr(self, "stage_" + d.kind)(d, seen)
+            if opts is not None:
+                kind: Any = d.kind
+                self.exp.stages.append(ir.Stage(span=irspan(d.span), name=d.name, kind=kind, options=opts))
+            kinds.append(d.kind)
+        if self.exp.training and "train" not in kinds:
+            self.err("E408", "the spec has train blocks but its stage list has no train stage", decls[0].span,
+                     "add `stage rl train` where the RL schedule runs")
+        trains = [d for d in decls if d.kind == "train"]
+        if len(trains) > 1:
+            self.err("E408", "only one train stage (it runs the schedule)", trains[1].span)
+        if not self.exp.training:
+            self.err("E408", "stages need train blocks (trained and initial weights are the same without them)",
+                     decls[0].span, "without training, play the games directly: remove the stages")
+
+    def stage_sft(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
+        for need in ("role", "data"):
+            if need not in a:
+                self.err("E106", f"an sft stage needs '{need}'", d.name_span)
+        if "role" not in a or "data" not in a:
+            return None
+        role = self.role_ref(a["role"].value)
+        if role is not None and role not in {t.role for t in self.exp.training}:
+            self.err("E408", f"the sft stage trains role '{role}', which has no train block", a["role"].value.span,
+                     f"add `train {role} with ...` (its weights, optimizer and checkpoints)")
+            return None
+        v = a["data"].value
+        if not (isinstance(v, A.Name) and any(ds.name == v.id for ds in self.exp.datasets)):
+            self.err("E110", "data names a declared data set of prompt/completion records", v.span,
+                     suggest(v.id, [ds.name for ds in self.exp.datasets]) if isinstance(v, A.Name) else None)
+            return None
+        self.used.add(("data", v.id))
+        opts: dict[str, Any] = {"role": role, "data": v.id, "steps": 1, "batch": 8, "prompt": "prompt",
+                                "completion": "completion"}
+        for key in ("steps", "batch"):
+            if key in a:
+                opts[key] = self.const_int(a[key].value, f"sft stage '{key}'", 1)
+        if "lr" in a:
+            opts["lr"] = self.setting_value("lr", HYPERPARAMETERS["lr"], a["lr"].value, "sft stage")
+        for key in ("prompt", "completion"):
+            if key in a:
+                field = self.const(a[key].value, f"sft stage '{key}'")
+                if not isinstance(field, str) or not field:
+                    self.err("E107", f"sft stage '{key}' is the name of a record field (a string)", a[key].value.span)
+                else:
+                    opts[key] = field
+        return opts if role is not None and None not in opts.values() else None
+
+    def stage_train(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
+        return {}
+
+    def stage_evaluate(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
+        for need in ("games", "score"):
+            if need not in a:
+                self.err("E106", f"an evaluate stage needs '{need}'", d.name_span,
+                         "e.g. games = [test]; score = correct" if need == "games" else
+                         "the session variable that says a sample is right: score = correct")
+        if "games" not in a or "score" not in a:
+            return None
+        games = self.schedule_games(a["games"].value, "evaluate")
+        sched = self.exp.schedule  # an evaluated game is held out: the RL schedule must not train on it
+        opt = sched.options.get("games") if sched is not None else None
+        trained = opt if isinstance(opt, list) else [g for v in opt.values() for g in v] if isinstance(opt, dict) else []
+        for g in games:
+            if g in trained:
+                self.err("E408", f"game '{g}' is evaluated here and trained on by the schedule", a["games"].value.span,
+                         "evaluate on held-out games only")
+                return None
+        samples = self.const_int(a["samples"].value, "samples", 1) if "samples" in a else 1
+        ks: Any = [1]
+        if "k" in a:
+            raw = self.const(a["k"].value, "k")
+            ks = raw if isinstance(raw, list) else [raw]
+            if not ks or any(isinstance(k, bool) or not isinstance(k, (int, float)) or int(k) != k or k < 1 for k in ks):
+                self.err("E107", f"k is a whole number ≥ 1 or a list of them, found {raw!r}", a["k"].value.span)
+                return None
+            ks = [int(k) for k in ks]
+            if samples is not None and max(ks) > samples:
+                self.err("E408", f"pass@{max(ks)} needs at least {max(ks)} samples per item, the stage draws {samples}",
+                         a["k"].value.span, f"samples = {max(ks)}")
+                return None
+        score = a["score"].value
+        if not isinstance(score, A.Name):
+            self.err("E107", "score names a session variable of the evaluated games", score.span)
+            return None
+        for g in games:
+            have = self.session_vars.get(g, {})
+            if score.id not in have:
+                self.err("E101", f"score '{score.id}' is not a session variable of game '{g}'", score.span,
+                         suggest(score.id, list(have)))
+                return None
+            if have[score.id].name not in ("bool", "number", "any"):
+                self.err("E201", f"score '{score.id}' must be a number or true/false, found {have[score.id]}", score.span)
+                return None
+        weights = list(WEIGHTS)
+        if "weights" in a:
+            v = a["weights"].value
+            items = v.items if isinstance(v, A.ListLit) else [v]
+            weights = []
+            for x in items:
+                if not isinstance(x, A.Name) or x.id not in WEIGHTS:
+                    self.err("E107", "weights are trained and/or initial", x.span)
+                    return None
+                weights.append(x.id)
+        if not games or samples is None:
+            return None
+        return {"games": games, "samples": samples, "k": ks, "score": score.id, "weights": weights}

@@ -1,0 +1,96 @@
+"""The steps of the non-RL stages (docs/training.md, "Stages"), for the local trainer:
+
+- `sft`: a batch of prompt/completion records becomes trajectories of one turn each (the
+  prompt through the role's chat template as context, the completion and the end-of-turn
+  token as the only trained tokens), trained with the sft loss (cross-entropy on the
+  completion tokens) by the role's own policy and optimizer;
+- `evaluate`: every element of the stage's games, `samples` times, once per weights
+  (`trained`: the weights as the stages before left them; `initial`: the spec's own);
+  `askspec metrics` reports pass@k / avg@n over those samples per stage from the recorded
+  sessions (askspec.runtime.engine.passk).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from askspec.ir import model as ir
+
+from askspec.runtime.engine.plan import SessionPlan, derive_seed
+from askspec.runtime.train.batch import Trajectory, Turn
+
+# ---------------------------------------------------------------------------------------
+# sft
+
+
+def sft_batch(records: list[Any], opts: dict[str, Any], n: int) -> list[tuple[int, dict]]:
+    """The `n`-th (1-based) step's records: `batch` of them in order, cycling."""
+    if not records:
+        raise ValueError(f"sft data set '{opts['data']}' is empty")
+    size = int(opts["batch"])
+    start = (n - 1) * size
+    return [((start + j) % len(records), records[(start + j) % len(records)]) for j in range(size)]
+
+
+def sft_trajectories(tokenizer: Any, chat_template: str | None, end_id: int, records: list[tuple[int, dict]],
+                     opts: dict[str, Any], step: int) -> list[Trajectory]:
+    """One single-turn trajectory per record. Loss mask: exactly the completion's tokens
+    and the end-of-turn token after them (what the model must learn to produce)."""
+    out = []
+    for index, rec in records:
+        if not isinstance(rec, dict) or not isinstance(rec.get(opts["prompt"]), str) \
+                or not isinstance(rec.get(opts["completion"]), str):
+            raise ValueError(f"sft data set '{opts['data']}', record {index + 1}: needs string fields "
+                             f"'{opts['prompt']}' and '{opts['completion']}'")
+        prompt_ids = chat_prompt_ids(tokenizer, chat_template, rec[opts["prompt"]])
+        completion_ids = list(tokenizer(rec[opts["completion"]], add_special_tokens=False)["input_ids"]) + [end_id]
+        key = f"sft-t{step:06d}-r{index:06d}"
+        turn = Turn(session_id=key, attempt=1, turn_index=0, prompt_ids=prompt_ids, completion_ids=completion_ids,
+                    logprobs=[], temperature=1.0, finish_reason="stop")
+        out.append(Trajectory(key=key, group_key=key, reward=None, turns=[turn]))
+    return out
+
+
+def chat_prompt_ids(tokenizer: Any, chat_template: str | None, prompt: str) -> list[int]:
+    """The prompt as the hf backend encodes a one-message request (generation prompt added)."""
+    kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
+    if chat_template is not None:
+        kwargs["chat_template"] = chat_template
+    encoded = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], **kwargs)
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+def sft_config(cfg: Any, opts: dict[str, Any]) -> Any:
+    """The role's train config as an sft stage runs it: the sft loss, the stage's lr
+    (default the role's), constant, one epoch, no KL."""
+    return dataclasses.replace(cfg, algorithm="sft", estimator=None, loss="sft", aggregation="token", min_reward=None,
+                               lr=float(opts.get("lr") or cfg.lr), warmup=0, decay="constant", epochs=1, kl=0.0)
+
+
+# ---------------------------------------------------------------------------------------
+# evaluate
+
+
+def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: int) -> dict[str, list[SessionPlan]]:
+    """Per weights, the sessions of an evaluate stage: every element `samples` times. Both
+    weights play the same seeds (a paired comparison)."""
+    samples = int(stage.options["samples"])
+    out: dict[str, list[SessionPlan]] = {}
+    k = index0
+    for weights in stage.options["weights"]:
+        plans = out.setdefault(weights, [])
+        for j, e in enumerate(elements):
+            group_id = f"{stage.name}-{weights}-e{j:03d}"
+            for member in range(samples):
+                plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=e.game.name, group_id=group_id,
+                                         group_size=samples,
+                                         bindings={**e.bindings, "__step__": step, "__stage__": stage.name,
+                                                   "__weights__": weights},
+                                         seed=derive_seed(seed, e.game.name, e.item_index, "evaluate", member),
+                                         item_index=e.item_index))
+                k += 1
+    return out

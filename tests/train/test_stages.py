@@ -1,0 +1,168 @@
+"""Stages without a model: the pass@k / avg@n arithmetic, the sft loss mask (which tokens
+of a prompt/completion record are trained: the real SmolLM2 tokenizer, no weights), the
+schedule's steps per stage, and the stage list's checks."""
+
+from __future__ import annotations
+
+import itertools
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from askspec.ir import model as ir
+from askspec.lang.compiler import compile_file, compile_source
+from askspec.runtime.train import schedule
+from askspec.runtime.train.config import config_from_ir
+from askspec.runtime.engine.passk import evaluation_rows, pass_at_k
+from askspec.runtime.train.stages import sft_batch, sft_trajectories
+
+SPEC = Path(__file__).parent / "specs" / "tiny_stages.ask"
+
+
+def brute_pass_at_k(outcomes: list[bool], k: int) -> float:
+    """The share of k-subsets of the samples with at least one right answer."""
+    subsets = list(itertools.combinations(outcomes, k))
+    return sum(any(s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n, c, k", [(4, 0, 1), (4, 1, 1), (4, 1, 2), (4, 2, 3), (5, 4, 2), (8, 3, 4), (3, 3, 3), (6, 1, 6)])
+def test_pass_at_k_is_the_share_of_k_subsets_with_a_right_sample(n, c, k):
+    outcomes = [True] * c + [False] * (n - c)
+    assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(outcomes, k))
+    assert pass_at_k(n, c, 1) == pytest.approx(c / n)
+
+
+def test_pass_at_k_refuses_k_beyond_the_samples():
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_evaluation_rows_average_items_and_keep_weights_apart():
+    stage = ir.Stage(name="heldout", kind="evaluate",
+                     options={"games": ["test"], "samples": 4, "k": [1, 2], "score": "acc", "weights": ["trained", "initial"]})
+    sessions = (
+        # item a: 1 right of 4; item b: 3 right of 4 (scores may be fractions: 0.5 is not right)
+        [("test", "trained", "a", x) for x in (1.0, 0.0, 0.0, 0.5)]
+        + [("test", "trained", "b", x) for x in (True, True, True, False)]
+        + [("test", "initial", "a", 0.0)] * 4 + [("test", "initial", "b", None)] * 4  # b: all errors
+    )
+    rows = {(r["metric"], r["by"]["weights"]): r for r in evaluation_rows(stage, sessions)}
+    assert rows[("pass@1", "trained")]["value"] == pytest.approx((1 / 4 + 3 / 4) / 2)
+    assert rows[("pass@2", "trained")]["value"] == pytest.approx((1 - comb(3, 2) / comb(4, 2) + 1 - comb(1, 2) / comb(4, 2)) / 2)
+    assert rows[("avg@4", "trained")]["value"] == pytest.approx((1.5 / 4 + 3 / 4) / 2)
+    assert rows[("pass@1", "trained")]["n"] == 2
+    assert rows[("pass@2", "initial")]["value"] == 0.0 and rows[("pass@2", "initial")]["n"] == 1  # b left out
+
+
+def test_sft_batches_cycle_over_the_records():
+    opts = {"data": "cold", "batch": 2}
+    recs = [{"i": i} for i in range(3)]
+    assert [i for i, _ in sft_batch(recs, opts, 1)] == [0, 1]
+    assert [i for i, _ in sft_batch(recs, opts, 2)] == [2, 0]
+
+
+def test_the_sft_loss_mask_covers_the_completion_and_the_end_of_turn_only():
+    from transformers import AutoTokenizer
+
+    from askspec.runtime.backends.hf import resolve_weights
+
+    tok = AutoTokenizer.from_pretrained(str(resolve_weights("smollm2-135m-instruct")))
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    opts = {"data": "cold", "prompt": "prompt", "completion": "completion"}
+    (tr,) = sft_trajectories(tok, None, end, [(0, {"prompt": "What is 1 + 1?", "completion": "\\boxed{2}"})], opts, 1)
+    (turn,) = tr.turns
+    # the trained tokens: exactly the completion, then the end of the turn
+    assert tok.decode(turn.completion_ids) == "\\boxed{2}<|im_end|>"
+    assert tr.tokens == len(turn.completion_ids) == len(tok("\\boxed{2}", add_special_tokens=False)["input_ids"]) + 1
+    # the prompt is context: the chat template's user turn, ending where the assistant starts
+    text = tok.decode(turn.prompt_ids)
+    assert "What is 1 + 1?" in text and text.rstrip().endswith("<|im_start|>assistant")
+    whole = tok.apply_chat_template([{"role": "user", "content": "What is 1 + 1?"},
+                                     {"role": "assistant", "content": "\\boxed{2}"}], tokenize=False)
+    assert whole.startswith(tok.decode(turn.prompt_ids + turn.completion_ids))  # as a chat transcript has it
+    with pytest.raises(ValueError, match="needs string fields 'prompt' and 'completion'"):
+        sft_trajectories(tok, None, end, [(0, {"question": "x"})], opts, 1)
+
+
+def test_the_schedule_runs_the_stages_in_order():
+    exp = compile_file(str(SPEC), {}).ir
+    slots = schedule.slots(exp, [config_from_ir(t, exp) for t in exp.training])
+    assert [(s.step, s.phase.stage, s.phase.kind) for s in slots] == [
+        (1, "cold_start", "sft"), (2, "cold_start", "sft"), (3, "rl", "play"), (4, "heldout", "evaluate")]
+    assert slots[2].phase.plain == ("practice",)  # the held-out game is not trained on
+
+
+BASE = """
+model m = hf("smollm2-135m-instruct") { max_tokens = 8 }
+role solver { model = m; trained; memory = none; reply = boxed }
+data cold = [{prompt: "1+1", completion: "2"}]
+data qs = [{q: "1+2", a: "3"}]
+game practice for item in qs { s = ask solver: item.q; correct = s.answer == item.a; reward solver = 1.0 }
+game test for item in qs { s = ask solver: item.q; correct = s.answer == item.a; reward solver = 1.0 }
+train solver with grpo { group = 2 }
+"""
+
+
+@pytest.mark.parametrize("stages, code, message", [
+    ("stage cold sft { role = solver; data = cold }", "E408", "has train blocks but its stage list has no train stage"),
+    ("stage a train\nstage b train", "E408", "only one train stage"),
+    ("stage t evaluate { games = [test]; score = correct }", "E408", "has train blocks but its stage list has no train stage"),
+    ("stage a rl", "E408", "unknown stage kind 'rl'"),
+    ("stage solver train", "E408", "has the name of a role"),
+    ("stage rl train\nstage t evaluate { games = [test]; score = right }", "E101", "score 'right' is not a session variable"),
+    ("stage rl train\nstage t evaluate { games = [test] }", "E106", "an evaluate stage needs 'score'"),
+    ("stage rl train\nstage t evaluate { games = [test]; score = correct; weights = [best] }", "E107", "weights are trained"),
+    ("stage c sft { role = solver; data = nope }\nstage rl train", "E110", "data names a declared data set"),
+    ("stage c sft { role = solver; data = cold; epochs = 2 }\nstage rl train", "E105", "unknown setting 'epochs'"),
+    ("schedule online { games = [practice, test] }\nstage rl train\nstage t evaluate { games = [test]; score = correct }",
+     "E408", "game 'test' is evaluated here and trained on by the schedule"),
+])
+def test_stage_list_diagnostics(stages, code, message):
+    res = compile_source("s.ask", BASE + stages)
+    assert any(d.code == code and message in d.message for d in res.sink.items), [
+        (d.code, d.message) for d in res.sink.items]
+
+
+def test_a_good_stage_list_compiles():
+    res = compile_source("s.ask", BASE + "stage c sft { role = solver; data = cold; steps = 3 }\nstage rl train\n"
+                         "stage t evaluate { games = [test]; samples = 4; k = 4; score = correct; weights = trained }",
+                         )
+    assert res.ok, [(d.code, d.message) for d in res.sink.items]
+    assert [(s.name, s.kind) for s in res.ir.stages] == [("c", "sft"), ("rl", "train"), ("t", "evaluate")]
+    assert res.ir.stages[2].options == {"games": ["test"], "samples": 4, "k": [4], "score": "correct", "weights": ["trained"]}
+
+
+class FakeResolver:
+    """Stands in for the run's model resolver: one binding per (role, model)."""
+
+    def resolve(self, role, name):
+        from askspec.runtime.engine.session import ModelBinding
+
+        return ModelBinding(name=name or "m", backend="initial-backend", weights="smollm2-135m-instruct", sampling={})
+
+
+class FakePolicy:
+    """Stands in for a trained policy: only the backend that serves its weights."""
+
+    backend = "trained-backend"
+
+
+def test_an_evaluate_stage_serves_the_initial_weights_only_in_its_initial_turn():
+    from askspec.runtime.train.trainer import LocalTrainer
+
+    exp = compile_file(str(SPEC), {}).ir
+    t = LocalTrainer(exp, params={}, datasets={d.name: d.items for d in exp.datasets}, seed=0, resolver=FakeResolver(),
+                     run_dir=None)
+    t.policies["solver"] = FakePolicy()
+    assert t.resolve("solver", None).backend == "trained-backend"
+    t.serve_initial = True
+    assert t.resolve("solver", None).backend == "initial-backend"
+    assert t.step_sessions(t.slots[3]) == 2 * 2 * 2  # items × samples × weights
+
+
+def test_stages_without_train_blocks_are_refused():
+    src = BASE.replace("train solver with grpo { group = 2 }", "").replace("trained; ", "")
+    res = compile_source("s.ask", src + "stage t evaluate { games = [test]; score = correct }")
+    assert any(d.code == "E408" and "stages need train blocks" in d.message for d in res.sink.items), [
+        (d.code, d.message) for d in res.sink.items]
