@@ -534,7 +534,8 @@ class GameChecker:
         and the roles already covered (`covered`); branches merge pending by union and
         covered by intersection. A loop that may run zero times merges with the state
         before it."""
-        trained = {r for r in self.asked_roles if self.roles[r].trained}
+        # the nested schedule's grounded outer reward is the schedule's, not the game's
+        trained = {r for r in self.asked_roles if self.roles[r].trained and r not in self.c.schedule_rewarded}
         if not trained:
             return
         routed = {r.role for r in self.routes}
