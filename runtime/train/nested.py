@@ -169,10 +169,14 @@ class InnerLoop:
     def problems(self) -> list[tuple[str, ir.Span | None]]:
         """What keeps the loop from running, as TrainingRefused problems."""
         out: list[tuple[str, ir.Span | None]] = []
+        span = self.trainer.exp.schedule.span
+        if self.s.inner == self.s.outer:
+            out.append((f"the nested schedule's outer and inner roles are both '{self.s.inner}': the inner copies "
+                        f"are trained from the outer role's data, so they must be two roles", span))
         if self.s.inner not in self.trainer.by_role:
-            out.append((f"the inner role '{self.s.inner}' of the nested schedule has no train block", self.trainer.exp.schedule.span))
+            out.append((f"the inner role '{self.s.inner}' of the nested schedule has no train block", span))
         if self.s.outer not in self.trainer.by_role:
-            out.append((f"the outer role '{self.s.outer}' of the nested schedule has no train block", self.trainer.exp.schedule.span))
+            out.append((f"the outer role '{self.s.outer}' of the nested schedule has no train block", span))
         for game in (self.practice, self.evaluate):
             if self.grounded and game is not None and (not game.pattern or data_name(game) is None):
                 out.append((f"game {game.name}: the nested schedule plays it over items it chooses, so it must be "
