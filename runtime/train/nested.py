@@ -31,6 +31,7 @@ is checkpointed with the outer step (`checkpoints/nested/step-<n>.json`).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import random
@@ -272,6 +273,7 @@ class InnerLoop:
                     _save_weights(copy.state(), path)
                     files.append(path)
                     del copy
+                    gc.collect()  # the copy's weights and AdamW state go before the next copy is made
                 r_k = sum(a - base for a in accs) / len(accs)
                 rewards.append(r_k)
                 med = median_copy(accs)
