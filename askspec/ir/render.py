@@ -388,7 +388,7 @@ def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
     """The nested schedule's outer steps, each one's inner loop and model-call bounds."""
     import math
 
-    outer, inner = opts.get("outer"), opts.get("inner")
+    outer, inner = str(opts.get("outer")), str(opts.get("inner"))
     blocks = {t.role: t.hyper for t in exp.training}
     steps = opts.get("outer_steps") or blocks.get(outer, {}).get("steps") or 1
     games = {g.name: g for g in exp.games}
@@ -397,7 +397,8 @@ def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
         return ", ".join(f"{r} ≤ {c}" for r, c in g.call_bounds.items()) + " per session"
 
     skip = {opts.get("practice"), opts.get("evaluate")}
-    outer_games = opts.get("games") if isinstance(opts.get("games"), list) else [
+    chosen = opts.get("games")
+    outer_games: list[str] = chosen if isinstance(chosen, list) else [
         g.name for g in exp.games if g.name not in skip and outer in g.call_bounds]
     grounded = (opts.get("outer_reward") or "grounded") == "grounded"
     out = [f"  {steps} outer step(s); each updates {outer} once{', after its inner loop' if grounded else ''}; "
