@@ -266,6 +266,7 @@ class InnerLoop:
                         acc = await self._accuracy(step, f"d{ds.k}c{j}", questions, engine, log)
                     finally:
                         t.policies[self.s.inner] = student
+                        await copy.release()  # its backend's worker thread holds the weights
                     accs.append(acc)
                     log.nested_event(step=step, event="copy", dataset=ds.k, copy=j, value=acc,
                                      data={"reward": acc - base, "steps": steps})

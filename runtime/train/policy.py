@@ -86,6 +86,10 @@ class TrainedPolicy:
         new.backend.adopt(new.model, new.tokenizer)
         return new
 
+    async def release(self) -> None:
+        """Stop serving (a finished copy): the backend's worker thread lets go of the weights."""
+        await self.backend.aclose()
+
     def state(self) -> dict[str, torch.Tensor]:
         """The weights, on the CPU (what a promotion keeps of a copy)."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}

@@ -27,15 +27,21 @@ class FakePolicy:
     def __init__(self) -> None:
         FakePolicy.made += 1
         self.w = float(FakePolicy.made)
+        self.forks: list[FakePolicy] = []
+        self.released = False
 
     def fork(self) -> FakePolicy:
-        return FakePolicy()
+        self.forks.append(FakePolicy())
+        return self.forks[-1]
 
     def state(self) -> dict:
         return {"w": torch.tensor([self.w])}
 
     def take_weights(self, state: dict) -> None:
         self.w = float(state["w"][0])
+
+    async def release(self) -> None:
+        self.released = True
 
 
 class FakeLog:
@@ -117,6 +123,7 @@ def test_promotion_keeps_the_median_copy_of_the_best_dataset(loop):
     copy_weights = {(k, j): w for _, k, j, _, w in trained}
     assert len(trained) == 2 * 3 * 2 and len(set(copy_weights.values())) == 6
     assert student.w == copy_weights[(1, 1)]
+    assert len(student.forks) == 12 and all(c.released for c in student.forks)  # no copy keeps serving
     (promotion,) = [e for e in log.events if e["event"] == "promotion"]
     assert (promotion["dataset"], promotion["copy"]) == (1, 1)
     # the promoted dataset is dataset 1's well-formed replies (the dropped reply 4 is not an item)
