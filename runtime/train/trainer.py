@@ -183,8 +183,9 @@ class StepLog:
 
     def turn(self, session_id: str, attempt: int, **fields: Any) -> None:
         self._writer.turn(session_id, attempt, **fields)
-        if session_id in self.sessions:
-            self.parsed[(session_id, int(fields["turn_index"]))] = fields.get("parsed")
+        parsed = fields.get("parsed")
+        if session_id in self.sessions and isinstance(parsed, dict):
+            self.parsed[(session_id, int(fields["turn_index"]))] = {"text": fields.get("text"), **parsed}
 
     def session_started(self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int) -> int:
         attempt = self._writer.session_started(session_id, game=game, group_id=group_id, params=params, index=index)

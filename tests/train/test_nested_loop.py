@@ -76,7 +76,7 @@ def outer_session(log: FakeLog) -> list[SessionRecord]:
 
 @pytest.fixture
 def loop(tmp_path):
-    res = compile_file(str(SPEC), {"threshold": "0.15", "copies": "3"})
+    res = compile_file(str(SPEC), {"threshold": "0.15", "copies": "3", "extra": "1"})
     assert res.ok
     exp = res.ir
     t = LocalTrainer(exp, params=exp.param_values(), datasets={"hard": [{"question": f"{i}+1?", "answer": str(i + 1)}
