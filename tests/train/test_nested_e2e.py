@@ -53,11 +53,11 @@ def resumed_run(tmp_path_factory) -> Path:
 
 def test_every_outer_step_exactly_once(resumed_run):
     con = open_store(resumed_run)
-    rows = con.execute("SELECT role, step, metrics->>'phase', CAST(metrics->>'trajectories' AS INT) FROM train_steps "
-                       "ORDER BY step").fetchall()
-    # only the outer role is updated by the schedule; its group is the step's 2 datasets x 4 replies
-    assert [(r, s, ph) for r, s, ph, _ in rows] == [("teacher", 1, "outer"), ("teacher", 2, "outer")]
-    assert all(n == 8 for *_, n in rows)
+    rows = con.execute("SELECT role, step, metrics->>'phase', CAST(metrics->>'trajectories' AS INT), "
+                       "CAST(metrics->>'groups' AS INT) FROM train_steps ORDER BY step").fetchall()
+    # only the outer role is updated by the schedule; its one group is the step's 2 datasets x 4 replies
+    assert [(r, s, ph) for r, s, ph, _, _ in rows] == [("teacher", 1, "outer"), ("teacher", 2, "outer")]
+    assert all((n, groups) == (8, 1) for *_, n, groups in rows)
     assert json.loads((resumed_run / "checkpoints" / "teacher" / "step-2" / "trainer_state.json").read_text())["version"] == 2
     assert json.loads((resumed_run / "manifest.json").read_text())["resumes"] == 1
     # the teacher's replies carry the grounded reward of their dataset
