@@ -262,7 +262,7 @@ class InnerLoop:
                         for i in range(1, steps + 1):
                             m = await self._inner_step(step, ds, j, i, copy, engine, log)
                             log.nested_event(step=step, event="inner_step", dataset=ds.k, copy=j, inner_step=i,
-                                             value=m.get("loss"), data=_jsonable(m))
+                                             value=m.get("loss"), data=t.jsonable(m))
                         acc = await self._accuracy(step, f"d{ds.k}c{j}", questions, engine, log)
                     finally:
                         t.policies[self.s.inner] = student
@@ -314,10 +314,8 @@ class InnerLoop:
                tag: str, n: int = 1) -> list[SessionPlan]:
         """The sessions of the `n`-th step of `game` over `items` (cycling), numbered on
         from the step's cursor; group ids tagged so no two inner phases share one."""
-        from askspec.runtime.train.trainer import StepPlanner
-
         name = data_name(game) or ""
-        planner = StepPlanner(self.trainer.exp, [game], self.params, {**self.collections, name: items}, seed, group, batch)
+        planner = self.trainer.planner_over([game], {**self.collections, name: items}, seed, group, batch)
         plans = planner.plans(n, self._cursor, step)
         self._cursor += len(plans)
         return [dataclasses.replace(p, group_id=p.group_id and p.group_id.replace(f"-t{step:06d}-", f"-t{step:06d}-{tag}-"))
@@ -355,12 +353,6 @@ class InnerLoop:
         m = copy.update(b.trajectories)
         m.update(sessions=len(plans), excluded=b.excluded)
         return m
-
-
-def _jsonable(v: Any) -> Any:
-    from askspec.runtime.train.trainer import _jsonable as plain
-
-    return plain(v)
 
 
 def _save_weights(state: dict, path: Path) -> None:

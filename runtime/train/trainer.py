@@ -232,6 +232,7 @@ class LocalTrainer:
                  resolver, run_dir: str | os.PathLike[str] | None) -> None:
         self.exp = exp
         self.seed = seed
+        self.params = params
         self.resolver = resolver  # commands.run.ModelResolver
         self.run_dir = Path(run_dir or ".")  # set by the run command once the run directory exists
         self.configs = [config_from_ir(t, exp) for t in exp.training]
@@ -270,6 +271,15 @@ class LocalTrainer:
         group, batch = self._sizes(ph)
         size = game.group_size if game.group_size > 1 else (group or 1)
         return max(1, -(-(batch or size) // size)), size
+
+    def planner_over(self, games: list[ir.Game], collections: dict[str, list], seed: int, group: int | None,
+                     batch: int | None) -> StepPlanner:
+        """A StepPlanner for games over other items than the spec's (the nested inner loop's)."""
+        return StepPlanner(self.exp, games, self.params, collections, seed, group, batch)
+
+    @staticmethod
+    def jsonable(v: Any) -> Any:
+        return _jsonable(v)
 
     def _game(self, name: str) -> ir.Game:
         return next(g for g in self.exp.games if g.name == name)
