@@ -66,8 +66,8 @@ def test_soar_plans_its_nested_schedule():
     inner = t.inner
     assert inner is not None and inner.grounded
     # baseline M + g datasets x r copies x ((10 + 5) steps x 8 questions x group 32, + M), where
-    # M = 64 reward questions or the whole sample data set when smaller (5 train items)
-    m = 5
+    # M = 64 reward questions or the whole data set when smaller
+    m = min(64, len(inner.collections["hard"]))
     assert inner.max_sessions() == m + 4 * 4 * ((10 + 5) * 256 + m)
     assert t.step_sessions(t.slots[0]) == 1 + inner.max_sessions()
     assert t.by_role["student"].steps == 15 and t.by_role["teacher"].steps == 200
