@@ -366,6 +366,8 @@ def schedule_lines(exp: ir.Experiment) -> list[str]:
     """The schedule's phases with their step bounds (and each phase's games' model-call
     bounds per session), as the local trainer runs them (docs/training.md)."""
     sched = exp.schedule
+    if sched is not None and sched.kind == "nested":
+        return _nested_lines(exp, sched.options)
     if sched is None or sched.kind != "alternating":
         return []
     opts = sched.options
@@ -431,5 +433,48 @@ def _schedule_steps(exp: ir.Experiment) -> int:
     opts = sched.options if sched is not None else {}
     if sched is not None and sched.kind == "alternating":
         return sum(int(v) for k, v in opts.items() if any(r.name == k for r in exp.roles)) * int(opts.get("iterations") or 1)
+    if sched is not None and sched.kind == "nested":
+        outer = next((t for t in exp.training if t.role == opts.get("outer")), None)
+        return int(opts.get("outer_steps") or (outer.hyper.get("steps") if outer else None) or 1)
     steps = [t.hyper.get("steps") or opts.get("steps") or 1 for t in exp.training]
     return int(max(steps)) if steps else 0
+
+
+def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
+    """The nested schedule's outer steps, each one's inner loop and model-call bounds."""
+    import math
+
+    outer, inner = str(opts.get("outer")), str(opts.get("inner"))
+    blocks = {t.role: t.hyper for t in exp.training}
+    steps = opts.get("outer_steps") or blocks.get(outer, {}).get("steps") or 1
+    games = {g.name: g for g in exp.games}
+
+    def calls(g: ir.Game) -> str:
+        return ", ".join(f"{r} ≤ {c}" for r, c in g.call_bounds.items()) + " per session"
+
+    skip = {opts.get("practice"), opts.get("evaluate")}
+    chosen = opts.get("games")
+    outer_games: list[str] = chosen if isinstance(chosen, list) else [
+        g.name for g in exp.games if g.name not in skip and outer in g.call_bounds]
+    grounded = (opts.get("outer_reward") or "grounded") == "grounded"
+    out = [f"  {steps} outer step(s); each updates {outer} once{', after its inner loop' if grounded else ''}; "
+           + "; ".join(f"{n}: {calls(games[n])}" for n in outer_games if n in games)]
+    if not grounded:
+        out.append(f"  outer reward: the games' own (intrinsic); no inner loop, {inner} not trained")
+        return out
+    k, r, n = int(opts.get("datasets") or 1), int(opts.get("copies") or 1), int(opts.get("inner_steps") or 1)
+    extra, m = int(opts.get("extra_inner_steps") or 0), int(opts.get("reward_questions") or 1)
+    practice, evaluate = games.get(opts.get("practice") or ""), games.get(opts.get("evaluate") or "")
+    hyper = blocks.get(inner, {})
+    size = practice.group_size if practice is not None and practice.group_size > 1 else int(hyper.get("group") or 1)
+    per_step = math.ceil(int(hyper.get("batch") or size) / size) * size
+    longer = f" ({n + extra} after a promotion)" if extra else ""
+    out.append(f"  inner loop: {k} dataset(s) × {r} copies of {inner} × {n} step(s){longer} = "
+               f"{k * r * n}{f'-{k * r * (n + extra)}' if extra else ''} inner update(s) per outer step, "
+               f"{per_step} session(s) each"
+               + (f"; {practice.name}: {calls(practice)}" if practice is not None else ""))
+    out.append(f"  accuracy: {1 + k * r} × {m} reward question(s) per outer step (the baseline and each copy)"
+               + (f"; {evaluate.name}: {calls(evaluate)}" if evaluate is not None else ""))
+    out.append(f"  promotion: moving average over {opts.get('promotion_window') or 1} step(s) of the mean outer "
+               f"reward > {opts.get('promotion_threshold') or 0}: the best dataset's median copy becomes {inner}")
+    return out

@@ -18,7 +18,9 @@ from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_va
 
 SCHEDULES = {"online", "alternating", "nested"}
 NESTED_KEYS = ["outer", "inner", "copies", "inner_steps", "outer_steps", "datasets", "promotion_window",
-               "promotion_threshold", "games"]
+               "promotion_threshold", "games", "practice", "evaluate", "reward_questions", "extra_inner_steps",
+               "outer_reward"]
+OUTER_REWARDS = ("grounded", "intrinsic")
 EVICTIONS = {"oldest", "none", "solved", "no_peak", "solved_or_no_peak"}
 
 
@@ -234,8 +236,21 @@ class BlockChecks(TrainingChecks):
                     opts[a.name] = self.role_ref(a.value)
                     if opts[a.name] is not None and opts[a.name] not in trained:
                         self.err("E405", f"the {a.name} role of a nested schedule must be marked 'trained'", a.value.span)
-                elif a.name in ("copies", "inner_steps", "outer_steps", "datasets", "promotion_window"):
+                elif a.name in ("copies", "inner_steps", "outer_steps", "datasets", "promotion_window",
+                                "reward_questions"):
                     opts[a.name] = self.const_int(a.value, a.name, 1)
+                elif a.name == "extra_inner_steps":
+                    opts[a.name] = self.const_int(a.value, a.name, 0)
+                elif a.name in ("practice", "evaluate"):
+                    games = self.schedule_games(a.value, d.name)
+                    if isinstance(games, list) and len(games) > 1:
+                        self.err("E107", f"'{a.name}' names one game", a.value.span)
+                    opts[a.name] = games[0] if isinstance(games, list) and games else None
+                elif a.name == "outer_reward":
+                    v = a.value.id if isinstance(a.value, A.Name) and a.value.id not in self.params else self.const(a.value, a.name)
+                    if v is not None and v not in OUTER_REWARDS:
+                        self.err("E107", f"outer_reward is one of {', '.join(OUTER_REWARDS)}, found {v!r}", a.value.span)
+                    opts[a.name] = v
                 elif a.name == "promotion_threshold":
                     v = self.const(a.value, a.name)
                     if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
@@ -252,6 +267,12 @@ class BlockChecks(TrainingChecks):
             for need in ("outer", "inner"):
                 if need not in opts:
                     self.err("E106", f"a nested schedule needs '{need}'", d.name_span)
+            if opts.get("outer_reward", "grounded") == "grounded":
+                for need in ("practice", "evaluate"):
+                    if need not in opts:
+                        self.err("E106", f"a nested schedule with the grounded outer reward needs '{need}' (the game "
+                                 f"{'that trains the inner copies' if need == 'practice' else 'that measures their accuracy'})",
+                                 d.name_span)
         if d.name == "alternating" and not any(k in roles for k in opts):
             self.err("E106", "an alternating schedule needs the steps of each phase, e.g. proposer = 10", d.name_span)
         match d.name:  # one of SCHEDULES (checked above), narrowed to the IR's literal type

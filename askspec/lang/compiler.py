@@ -154,6 +154,7 @@ class Compiler(StageChecks):
                 self.data(d)
             elif isinstance(d, A.BlockDecl) and d.kind != "schedule":
                 getattr(self, "block_" + d.kind)(d)
+        self.schedule_rewarded = self.nested_rewarded(decls)
         games = [d for d in decls if isinstance(d, A.GameDecl)]
         for g in games:
             if self.declare("game", g.name, g.name_span):
@@ -177,6 +178,20 @@ class Compiler(StageChecks):
         self.warn_unused(module)
         self.exp.templates = dict(sorted(self.templates.items()))
         return self.exp
+
+    def nested_rewarded(self, decls: list) -> set[str]:
+        """The role whose reward the schedule supplies: a nested schedule's outer role with
+        the grounded outer reward (the inner loop's accuracy gain), exempt from E402."""
+        for d in decls:
+            if isinstance(d, A.BlockDecl) and d.kind == "schedule" and d.name == "nested":
+                attrs = {a.name: a.value for a in d.attrs}
+                how = attrs.get("outer_reward")
+                value = "grounded" if how is None else (
+                    how.id if isinstance(how, A.Name) and how.id not in self.params else self.params.get(getattr(how, "id", ""), ""))
+                outer = attrs.get("outer")
+                if value == "grounded" and isinstance(outer, A.Name):
+                    return {outer.id}
+        return set()
 
     # -- params
     def param(self, p: A.Param) -> None:

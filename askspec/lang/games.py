@@ -526,6 +526,19 @@ class GameChecker:
         return None
 
     # ---------------------------------------------------------------------------------
+    def _const_truth(self, e: A.Expr) -> bool | None:
+        """The value of a condition made of parameters and constants, else None."""
+        from .consts import NotConstant, OutOfRange, const_eval
+
+        try:
+            if isinstance(e, A.Binary) and e.op in ("==", "!="):
+                left, right = const_eval(e.left, self.c.params), const_eval(e.right, self.c.params)
+                return (left == right) == (e.op == "==")
+            v = const_eval(e, self.c.params)
+        except (NotConstant, OutOfRange):
+            return None
+        return v if isinstance(v, bool) else None
+
     def flow_check(self, g: A.GameDecl) -> None:
         """E402: on every path through the session, each trained role asked on that path
         gets a reward (terminal or per-turn) or is explicitly dropped.
@@ -534,7 +547,8 @@ class GameChecker:
         and the roles already covered (`covered`); branches merge pending by union and
         covered by intersection. A loop that may run zero times merges with the state
         before it."""
-        trained = {r for r in self.asked_roles if self.roles[r].trained}
+        # the nested schedule's grounded outer reward is the schedule's, not the game's
+        trained = {r for r in self.asked_roles if self.roles[r].trained and r not in self.c.schedule_rewarded}
         if not trained:
             return
         routed = {r.role for r in self.routes}
@@ -576,8 +590,18 @@ class GameChecker:
                     report(st[0] - routed, s.span, "ends here")
                     return None
                 elif isinstance(s, A.If):
-                    outs = [run(b, st) for _, b in s.branches]
-                    outs.append(run(s.orelse, st) if s.orelse is not None else st)
+                    # a condition on parameters only is decided now (SOAR's reward variant)
+                    outs, decided = [], False
+                    for cond, b in s.branches:
+                        truth = self._const_truth(cond)
+                        if truth is False:
+                            continue
+                        outs.append(run(b, st))
+                        if truth is True:
+                            decided = True
+                            break
+                    if not decided:
+                        outs.append(run(s.orelse, st) if s.orelse is not None else st)
                     st = merge(outs)
                 elif isinstance(s, A.Repeat):
                     body = run(s.body, st)

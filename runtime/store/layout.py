@@ -153,6 +153,20 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "step": "BIGINT",  # the training step (global, schedule order), null when evaluating
         "phase": "VARCHAR",
     },
+    # the nested schedule's inner loop (runtime/train/nested.py), per outer `step`:
+    # baseline (the untrained inner role's accuracy), inner_step (a copy's update: metrics in
+    # `data`), copy (a trained copy's accuracy), dataset (the outer reward R_k = mean copy
+    # accuracy - baseline; `data` holds the dataset), decision (the moving average, the
+    # threshold, whether it promoted), promotion (the promoted copy and its dataset)
+    "nested_events": {
+        "step": "BIGINT",
+        "event": "VARCHAR",  # baseline | inner_step | copy | dataset | decision | promotion
+        "dataset": "INTEGER",  # k, 1-based
+        "copy": "INTEGER",  # j, 1-based
+        "inner_step": "INTEGER",  # 1-based
+        "value": "DOUBLE",  # accuracy, reward, loss or moving average (see event)
+        "data": "JSON",
+    },
 }
 TRAIN_STEP_COLUMNS = ("loss", "reward_mean", "reward_std", "zero_adv_share", "kl", "clip_frac", "grad_norm", "lr",
                       "tokens", "seconds")
@@ -160,7 +174,7 @@ TRAIN_STEP_COLUMNS = ("loss", "reward_mean", "reward_std", "zero_adv_share", "kl
 EVENT_NAMES: tuple[str, ...] = tuple(EVENT_SCHEMAS)
 # Event files added after runs already existed: an older run lacks them, which is no damage
 # (its views are empty; a resume creates the file).
-LATER_EVENTS = frozenset({"buffer_events"})
+LATER_EVENTS = frozenset({"buffer_events", "nested_events"})
 
 # Every event may end with ``overflow``: a list of {path, chars, file, sha256} for
 # strings the writer moved to ``events/overflow/`` (their first characters stay inline).
@@ -183,6 +197,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "matches": ("group_id",),
     "train_steps": ("role", "step"),
     "buffer_events": ("buffer", "event", "item"),
+    "nested_events": ("step", "event"),
 }
 COMMON_REQUIRED = ("seq", "ts", "run_id", "gen")
 

@@ -37,6 +37,8 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
                   phase, seq, ts, gen, overflow)   (push | rejected | replay | evict)
     buffer_items(run_id, buffer, item, value, pushed_step, replays, best, last_score)
                   (items pushed and not evicted)
+    nested_events(run_id, step, event, dataset, copy, inner_step, value, data, seq, ts, gen,
+                  overflow)   (the nested schedule's inner loop, see layout.py)
     rollouts(...)   token-level records of trained roles' turns (see rollouts.py)
 
 Sources: per event file, the NDJSON or its Parquet copy, as ``layout.copy_state``
@@ -73,7 +75,7 @@ from askspec.runtime.store import layout
 
 # Public views, in the order ``export`` writes them.
 VIEW_NAMES = ("runs", "sessions", "turns", "rewards", "groups", "matches", "train_steps", "buffer_events",
-              "buffer_items", "rollouts")
+              "buffer_items", "nested_events", "rollouts")
 
 
 class StoreError(Exception):
@@ -347,6 +349,12 @@ _VIEW_SQL = {
     "buffer_events": """
         SELECT run_id, buffer, event, item, value, reason, score, best, replays, step, phase, seq, ts, gen, overflow
         FROM events_buffer_events
+        QUALIFY gen = max(gen) OVER (PARTITION BY run_id, step)
+    """,
+    # as buffer_events: a replayed outer step's events supersede the earlier generation's
+    "nested_events": """
+        SELECT run_id, step, event, dataset, copy, inner_step, value, data, seq, ts, gen, overflow
+        FROM events_nested_events
         QUALIFY gen = max(gen) OVER (PARTITION BY run_id, step)
     """,
     # what each buffer holds now (or held when the run ended): items pushed and not evicted

@@ -75,6 +75,7 @@ _QUEUES = (
     ("groups", "groups"),
     ("train_steps", "train_steps"),
     ("buffer_events", "buffer_events"),
+    ("nested_events", "nested_events"),
 )
 
 
@@ -600,6 +601,12 @@ class RunWriter:
                 f'"value":{_j(value)},"reason":{_s(reason)},"score":{_f(score)},"best":{_f(best)},'
                 f'"replays":{_i(replays)},"step":{_i(step)},"phase":{_s(phase)}}}')
         self._emit("buffer_events", body)
+
+    def nested_event(self, *, step: int, event: str, dataset: int | None = None, copy: int | None = None,
+                     inner_step: int | None = None, value: float | None = None, data: Any = None) -> None:
+        body = (f'"ts":"{self._clock.now()}",{self._head}"step":{_i(step)},"event":{_s(event)},"dataset":{_i(dataset)},'
+                f'"copy":{_i(copy)},"inner_step":{_i(inner_step)},"value":{_f(value)},"data":{_j(data)}}}')
+        self._emit("nested_events", body)
 
     def _shrunk(self, body: str) -> str:
         # Rare path: a line over LINE_CHARS. Decode the line we built (exactly the

@@ -67,6 +67,13 @@ def config_from_ir(t: ir.Training, exp: ir.Experiment) -> TrainConfig:
         # the schedule says how often the role is updated (the lr schedule's length)
         opts = exp.schedule.options
         steps = int(opts.get(t.role) or 0) * int(opts.get("iterations") or 1) or steps
+    if exp.schedule is not None and exp.schedule.kind == "nested":
+        # outer: one update per outer step; inner: each copy's own updates (its lr schedule)
+        opts = exp.schedule.options
+        if t.role == opts.get("outer"):
+            steps = opts.get("outer_steps") or steps
+        elif t.role == opts.get("inner"):
+            steps = int(opts.get("inner_steps") or 1) + int(opts.get("extra_inner_steps") or 0)
     return TrainConfig(
         role=t.role, algorithm=t.algorithm, estimator=estimator, loss=loss,
         aggregation=hyper.get("aggregation") or aggregation,

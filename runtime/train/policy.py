@@ -67,8 +67,39 @@ class TrainedPolicy:
         self.version = 0  # optimizer steps taken
         self.lr_step0 = 0  # the version the learning-rate schedule starts at (after an sft stage's steps)
         self.autocast = (cfg.dtype == "bfloat16") or (cfg.dtype == "auto" and self.device.type == "cuda")
-        self.backend = HFBackend(weights, **{k: v for k, v in options.items() if k != "device"})
+        self.options = {k: v for k, v in options.items() if k != "device"}
+        self.backend = HFBackend(weights, **self.options)
         self.backend.adopt(self.model, self.tokenizer)
+
+    def fork(self) -> TrainedPolicy:
+        """A copy of this policy to train on its own (a nested schedule's inner copy): its
+        own weights (a copy of the current ones), a fresh AdamW and learning-rate schedule,
+        its own hf backend serving it; the frozen KL reference is shared, not copied."""
+        from askspec.runtime.backends.hf import HFBackend
+
+        new = copy.copy(self)
+        new.model = copy.deepcopy(self.model)
+        new.params = [p for p in new.model.parameters() if p.requires_grad]
+        new.optimizer = torch.optim.AdamW(new.params, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2),
+                                          weight_decay=self.cfg.weight_decay)
+        new.version = 0
+        new.backend = HFBackend(self.weights, **self.options)
+        new.backend.adopt(new.model, new.tokenizer)
+        return new
+
+    async def release(self) -> None:
+        """Stop serving (a finished copy): the backend's worker thread lets go of the weights."""
+        await self.backend.aclose()
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The weights, on the CPU (what a promotion keeps of a copy)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def take_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Replace the weights in place (the backend keeps serving this module): a promoted
+        copy's weights become this policy's."""
+        with torch.no_grad():
+            self.model.load_state_dict(state)
 
     # -- forward ---------------------------------------------------------------------------
 

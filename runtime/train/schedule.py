@@ -9,8 +9,11 @@ plays, and in which phase and iteration it lies (docs/training.md, "Schedules").
 
 Each step has one global number (1, 2, ...): checkpoints, `--resume` and `train_steps`
 count in it, so a resumed run re-plays exactly the steps after its checkpoint whatever
-phase they lie in. `nested` (SOAR) would add its own step kind here (a nested outer step
-owning inner copies' steps) — see docs/training.md.
+phase they lie in.
+- `nested` (SOAR): one phase of `outer_steps` outer steps, each playing the outer games
+  and updating only the outer role; the step owns its inner loop (copies of the inner
+  role trained on the step's datasets, evaluated, promoted or discarded: nested.py), so
+  an outer step is checkpointed, resumed and recorded as one step.
 
 Stages (`stage NAME sft|train|evaluate`, in declaration order): an `sft` stage is a phase
 of `kind` "sft" (its steps train its role on a data set, no games); the `train` stage is
@@ -79,11 +82,22 @@ def phases(exp: ir.Experiment, configs: list) -> tuple[list[Phase], int]:
             plain, replay = split(names)
             out.append(Phase(role, (role,), plain, replay, int(opts[role])))
         return out, int(opts.get("iterations") or 1)
+    if kind == "nested":
+        outer = str(opts.get("outer"))
+        inner_games = {opts.get("practice"), opts.get("evaluate")}
+        names = opts["games"] if isinstance(opts.get("games"), list) else [
+            g.name for g in exp.games if g.name not in inner_games and outer in asked_roles(g.body)]
+        plain, replay = split(names)
+        return [Phase("outer", (outer,), plain, replay, _by_role(configs, outer).steps)], 1
     held = {g for s in exp.stages if s.kind == "evaluate" for g in s.options["games"]}  # evaluated: never trained on
     names = opts["games"] if isinstance(opts.get("games"), list) else [
         g.name for g in exp.games if replays_buffer(g) is None and g.name not in held]
     plain, replay = split(names)
     return [Phase("online", tuple(roles), plain, replay, max(c.steps for c in configs))], 1
+
+
+def _by_role(configs: list, role: str):
+    return next(c for c in configs if c.role == role)
 
 
 def slots(exp: ir.Experiment, configs: list) -> list[Slot]:

@@ -33,6 +33,7 @@ from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
 from askspec.runtime.train.batch import SessionRecord, build_batch
 from askspec.runtime.train import schedule
 from askspec.runtime.train.config import config_from_ir
+from askspec.runtime.train.nested import InnerLoop
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
@@ -172,12 +173,19 @@ class StepLog:
         self._writer = writer
         self.sessions: dict[str, SessionRecord] = {}
         self.routes: dict[tuple[str, str], str] = {}
+        self.parsed: dict[tuple[str, int], Any] = {}  # (session, turn index) -> the reply's fields (nested datasets)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._writer, name)
 
     def reset(self) -> None:
-        self.sessions, self.routes = {}, {}
+        self.sessions, self.routes, self.parsed = {}, {}, {}
+
+    def turn(self, session_id: str, attempt: int, **fields: Any) -> None:
+        self._writer.turn(session_id, attempt, **fields)
+        parsed = fields.get("parsed")
+        if session_id in self.sessions and isinstance(parsed, dict):
+            self.parsed[(session_id, int(fields["turn_index"]))] = {"text": fields.get("text"), **parsed}
 
     def session_started(self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int) -> int:
         attempt = self._writer.session_started(session_id, game=game, group_id=group_id, params=params, index=index)
@@ -224,15 +232,21 @@ class LocalTrainer:
                  resolver, run_dir: str | os.PathLike[str] | None) -> None:
         self.exp = exp
         self.seed = seed
+        self.params = params
         self.resolver = resolver  # commands.run.ModelResolver
         self.run_dir = Path(run_dir or ".")  # set by the run command once the run directory exists
         self.configs = [config_from_ir(t, exp) for t in exp.training]
         self.by_role = {c.role: c for c in self.configs}
         self.gates = {t.role: t.update_when for t in exp.training if t.update_when is not None}
+        self.inner: InnerLoop | None = None  # the nested schedule's inner loop
+        if exp.schedule is not None and exp.schedule.kind == "nested":
+            self.inner = InnerLoop(self, params, dict(datasets))
         self.check(exp)
         self.slots = schedule.slots(exp, self.configs)
         self.steps = len(self.slots)
-        self.games = [g for g in exp.games if any(g.name in s.phase.plain + s.phase.replay for s in self.slots)]
+        inner_games = self.inner.games() if self.inner is not None else []
+        self.games = [g for g in exp.games
+                      if g.name in inner_games or any(g.name in s.phase.plain + s.phase.replay for s in self.slots)]
         self.planners: dict[str, StepPlanner] = {}
         self.evaluated: dict[str, list[_Element]] = {}  # an evaluate stage's elements
         for ph in {s.phase.name: s.phase for s in self.slots}.values():
@@ -265,6 +279,15 @@ class LocalTrainer:
         size = game.group_size if game.group_size > 1 else (group or 1)
         return max(1, -(-(batch or size) // size)), size
 
+    def planner_over(self, games: list[ir.Game], collections: dict[str, list], seed: int, group: int | None,
+                     batch: int | None) -> StepPlanner:
+        """A StepPlanner for games over other items than the spec's (the nested inner loop's)."""
+        return StepPlanner(self.exp, games, self.params, collections, seed, group, batch)
+
+    @staticmethod
+    def jsonable(v: Any) -> Any:
+        return _jsonable(v)
+
     def _game(self, name: str) -> ir.Game:
         return next(g for g in self.exp.games if g.name == name)
 
@@ -278,16 +301,14 @@ class LocalTrainer:
         for name in sl.phase.replay:
             items, size = self._replay_shape(sl.phase, self._game(name))
             n += items * size
-        return n
+        return n + (self.inner.max_sessions() if self.inner is not None else 0)
 
     # -- what cannot run -------------------------------------------------------------------
 
     def check(self, exp: ir.Experiment) -> None:
         problems: list[tuple[str, ir.Span | None]] = []
-        if exp.schedule is not None and exp.schedule.kind not in ("online", "alternating"):
-            problems.append((f"the '{exp.schedule.kind}' schedule is not carried out by the local trainer yet (it runs "
-                             f"'online': every trained role updated from every game); run with --eval-only to play "
-                             f"the games without training", exp.schedule.span))
+        if self.inner is not None:
+            problems += self.inner.problems()
         roles = [c.role for c in self.configs]
         for t, cfg in zip(exp.training, self.configs):
             if roles.count(cfg.role) > 1:
@@ -405,6 +426,8 @@ class LocalTrainer:
 
         if self.start_step:
             self._restore_buffers(engine)
+            if self.inner is not None:
+                self.inner.restore(self.run_dir / CHECKPOINTS, self.start_step)
             self._emit_missing(log)
         for sl in self.slots[self.start_step:]:
             step = sl.step
@@ -421,8 +444,13 @@ class LocalTrainer:
                 await engine.run_phase(plans, replay_ids)
                 if sl.phase.plain:
                     plans += await self._refill(engine, log, sl, plans)
-            played = time.perf_counter() - t0
             sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
+            nested = None
+            if self.inner is not None:  # the outer step's inner loop writes the outer rewards
+                # its sessions take the end of the step's index range (the outer games' come first)
+                nested = await self.inner.run(step, self._index0[step] - self.inner.max_sessions(), engine, log,
+                                              sessions)
+            played = time.perf_counter() - t0
             metrics: dict[str, dict[str, Any]] = {}
             keys: dict[tuple[str, int], tuple[str, str]] = {}
             for role in sl.phase.roles:
@@ -430,6 +458,9 @@ class LocalTrainer:
                 if sl.n > cfg.steps:  # online: this role's own steps are done
                     continue
                 batch = build_batch(role, sessions, log.routes, need_reward=cfg.loss != "sft")
+                if nested is not None:  # the outer role's group: every dataset of its session
+                    for tr in batch.trajectories:
+                        tr.group_key = tr.key.split("/")[0] + "/outer"
                 for tr in batch.trajectories:
                     for turn in tr.turns:
                         keys[(turn.session_id, turn.turn_index)] = (tr.key, tr.group_key)
@@ -444,6 +475,8 @@ class LocalTrainer:
                          algorithm=cfg.algorithm,
                          sessions=len(plans), seconds_play=played, seconds=time.perf_counter() - t0,
                          policy_version=versions[role], excluded=batch.excluded)
+                if nested is not None:
+                    m["nested"] = nested
                 metrics[role] = m
             rows = []
             for s in sessions:
@@ -577,6 +610,8 @@ class LocalTrainer:
             (root / BUFFERS).mkdir(parents=True, exist_ok=True)
             write_json_atomic(root / BUFFERS / f"step-{step}.json",
                               {name: b.state() for name, b in engine.buffers.items()})
+        if self.inner is not None:
+            self.inner.save(root, step)
         write_json_atomic(root / LATEST, {"step": step, "roles": {r: f"{r}/step-{step}" for r in self.policies}})
         for old in (root / BUFFERS).glob("step-*.json"):  # only the newest is resumed from
             if old.stem[5:].isdigit() and int(old.stem[5:]) < step:

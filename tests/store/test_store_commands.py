@@ -109,7 +109,7 @@ def test_export(finished_run, tmp_path, capsys):
     names = sorted(p.name for p in dest.iterdir())
     assert names == sorted(f"{v}.parquet" for v in
                            ["runs", "sessions", "turns", "rewards", "groups", "matches", "train_steps", "buffer_events",
-                                "buffer_items", "rollouts"])
+                                "buffer_items", "nested_events", "rollouts"])
     assert pq.read_table(dest / "sessions.parquet").num_rows == 4
     assert pq.read_table(dest / "turns.parquet").column("session_id").to_pylist()[0].startswith("s")
 

@@ -72,6 +72,7 @@ def test_event_lines(kit, tmp_path):
     w.match("g0", a="s0", b="s1", first_shown="a", verdict="Tie", outcome=0.5, raw="tie")
     w.train_step("questioner", 1, {"loss": 1.0, "lr": 1e-6})
     w.buffer_event(buffer="kept", event="push", item=0, value={"q": 1}, replays=0, step=1, phase="proposer")
+    w.nested_event(step=1, event="dataset", dataset=1, value=0.25, data={"pairs": [{"question": "1+1", "answer": "2"}]})
     w.finish()
     ts = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
     for name in layout.EVENT_NAMES:

@@ -57,11 +57,23 @@ def test_reasoning_arena_batch_rounds_up_to_whole_groups():
     assert len(t.planner.plans(1)) == 480
 
 
-@pytest.mark.parametrize("name, schedule", [("soar.ask", "nested")])
-def test_schedules_the_trainer_cannot_run_are_refused(name, schedule):
-    with pytest.raises(TrainingRefused) as e:
-        trainer(name)
-    assert any(f"the '{schedule}' schedule is not carried out" in m and span is not None for m, span in e.value.problems)
+def test_soar_plans_its_nested_schedule():
+    t = trainer("soar.ask")
+    # one teach session per outer step; each step owns the indices of its inner sessions
+    assert t.steps == 200 and [sl.phase.name for sl in t.slots[:2]] == ["outer", "outer"]
+    assert t.slots[0].phase.roles == ("teacher",) and t.slots[0].phase.plain == ("teach",)
+    assert {g.name for g in t.games} == {"teach", "practice", "evaluate"}
+    inner = t.inner
+    assert inner is not None and inner.grounded
+    # baseline M + g datasets x r copies x ((10 + 5) steps x 8 questions x group 32, + M), where
+    # M = 64 reward questions or the whole data set when smaller
+    m = min(64, len(inner.collections["hard"]))
+    assert inner.max_sessions() == m + 4 * 4 * ((10 + 5) * 256 + m)
+    assert t.step_sessions(t.slots[0]) == 1 + inner.max_sessions()
+    assert t.by_role["student"].steps == 15 and t.by_role["teacher"].steps == 200
+    # the learnability baseline (Intrinsic-T) plays only the teach game: no inner loop
+    t = trainer("soar.ask", {"teacher_reward": "intrinsic"})
+    assert t.inner is not None and not t.inner.grounded and t.step_sessions(t.slots[0]) == 1
 
 
 def test_gspo_clip_sets_both_sides_unless_one_is_given():

@@ -100,12 +100,12 @@ def test_eval_only_plays_without_training_and_a_checkpoint_is_a_model(resumed_ru
 
 def test_refusals_are_diagnostics_at_the_spec_line(tmp_path):
     spec = tmp_path / "alt.ask"
-    spec.write_text(SPEC.read_text() + "\nschedule nested { outer = solver; inner = solver }\n")
+    spec.write_text(SPEC.read_text() + "\nschedule nested { outer = solver; inner = solver; outer_reward = intrinsic }\n")
     proc = askspec("run", str(spec), "--out", str(tmp_path / "runs"))
     assert proc.returncode == 1
-    line = spec.read_text().splitlines().index("schedule nested { outer = solver; inner = solver }") + 1
-    assert f"alt.ask:{line}:1: error[E405]: the 'nested' schedule is not carried out by the local trainer" in proc.stderr
-    assert "--eval-only" in proc.stderr and "Traceback" not in proc.stderr
+    line = spec.read_text().splitlines().index("schedule nested { outer = solver; inner = solver; outer_reward = intrinsic }") + 1
+    assert f"alt.ask:{line}:1: error[E405]: the nested schedule's outer and inner roles are both 'solver'" in proc.stderr
+    assert "Traceback" not in proc.stderr
     proc = askspec("run", str(SPEC), "--out", str(tmp_path / "runs"), "--sessions", "2")
     assert proc.returncode == 1 and "--sessions is for --eval-only runs" in proc.stderr
     replay = tmp_path / "r.json"
