@@ -1,5 +1,6 @@
-"""SOAR's spec as the paper has it outside the nested schedule (issue 15, item 5): the
-student is only sampled while learnability is measured (soar.txt App. B.4), the teacher's
+"""SOAR's spec as the paper has it outside the nested schedule (issue 15, item 5), in the
+Intrinsic-T variant (`teacher_reward=intrinsic`; the grounded default's inner loop is
+tests/train/test_nested_*): the student is only sampled while learnability is measured (soar.txt App. B.4), the teacher's
 reward is the Intrinsic-T learnability reward over the questions its dataset holds, and
 the baseline student is graded greedily on reward questions Q_R drawn afresh from the
 train split at each outer step (§3.2), over the number actually drawn."""
@@ -29,7 +30,7 @@ HARD = [json.loads(line) for line in (SPECS / "data" / "soar_hard.jsonl").read_t
 def run(tmp_path, reward_questions: int):
     roles = ["teacher", "student", "student_greedy"]
     rc, run_dir = asyncio.run(run_spec(str(SPEC), eval_only=True, out=str(tmp_path), sessions=2, quiet=True,
-                                       set=["datasets=1", "dataset_size=2", "student_samples=2", "outer_steps=2",
+                                       set=["teacher_reward=intrinsic", "datasets=1", "dataset_size=2", "student_samples=2", "outer_steps=2",
                                             f"reward_questions={reward_questions}"],
                                        model=[f"{r}=python:fake_models:universal" for r in roles]))
     assert rc == 0
