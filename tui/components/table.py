@@ -43,31 +43,24 @@ class ArrowTable(Vertical):
     ArrowTable > .empty { color: $text-muted; padding: 0 1; }
     """
 
-    class Chosen(Message):
+    class RowMessage(Message):
+        """A message about one row: the table, the row's index and its values."""
+
+        def __init__(self, table: "ArrowTable", index: int, row: dict[str, Any]) -> None:
+            super().__init__()
+            self.table = table
+            self.index = index
+            self.row = row
+
+        @property
+        def control(self) -> "ArrowTable":
+            return self.table
+
+    class Chosen(RowMessage):
         """Enter (or a click) on a row."""
 
-        def __init__(self, table: "ArrowTable", index: int, row: dict[str, Any]) -> None:
-            super().__init__()
-            self.table = table
-            self.index = index
-            self.row = row
-
-        @property
-        def control(self) -> "ArrowTable":
-            return self.table
-
-    class Highlighted(Message):
+    class Highlighted(RowMessage):
         """The cursor moved to a row."""
-
-        def __init__(self, table: "ArrowTable", index: int, row: dict[str, Any]) -> None:
-            super().__init__()
-            self.table = table
-            self.index = index
-            self.row = row
-
-        @property
-        def control(self) -> "ArrowTable":
-            return self.table
 
     class HeaderClicked(Message):
         def __init__(self, table: "ArrowTable", column: str) -> None:
