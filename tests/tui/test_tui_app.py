@@ -34,6 +34,8 @@ async def test_runs_folder_lists_runs_with_status_counts_and_rewards(real_runs):
     app = AskspecApp(real_runs)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, shows(app, "ask_e", "reasoning_arena"), what="both runs")
+        # counts and rewards are read by a worker after the names are listed
+        await wait_until(pilot, shows(app, "3/3", "8/8", "questioner +"), what="the runs' counts")
         text = screen_text(app)
         assert "Runs in" in text and "2 runs" in text
         assert "3/3" in text and "8/8" in text  # sessions done / planned
@@ -79,6 +81,8 @@ async def test_transcript_shows_forwarded_question_rewards_and_recovery(real_run
         await wait_until(pilot, shows(app, "s000000"))
         await pilot.press("enter")  # the first session: calibrated
         await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen) and "t0" in screen_text(app))
+        # the first turns paint first; the rest and the rewards are mounted after
+        await wait_until(pilot, shows(app, "→ forwarded to", "terminal rewards:"), what="the whole transcript")
         text = screen_text(app)
         assert "outcome calibrated" in text
         assert "What is 2+2?" in text  # the #Question# the questioner wrote...
