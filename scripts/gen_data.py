@@ -27,6 +27,10 @@ DATA = Path(__file__).resolve().parents[1] / "specs" / "data"
 MATH_FILE, HARD_FILE, PASSAGES_FILE = "math_problems.jsonl", "soar_hard.jsonl", "passages.jsonl"
 N_MATH, N_HARD = 300, 120
 HARD_TEST_SHARE = 0.25  # SOAR holds out a test split of the hard set (soar.txt §4)
+# the last 60 math problems are held out (`split: test`): the evaluation stages' data
+# (Ask-E's downstream pass@8 / avg@8, Reasoning Arena's pass ratio@16); the templates are
+# drawn round robin, so the tail covers every template
+MATH_TEST = 60
 
 x = sp.Symbol("x")
 
@@ -306,6 +310,8 @@ def generate(seed: int = SEED) -> dict[str, list[dict]]:
     """File name -> rows; problem rows carry `_brute`, the brute-force answer (not written)."""
     rng = random.Random(seed)
     math_items = problems(STANDARD, N_MATH, rng, "m")
+    for i, item in enumerate(math_items):
+        item["split"] = "test" if i >= N_MATH - MATH_TEST else "train"
     hard = problems(HARD, N_HARD, random.Random(seed + 1), "h")
     test = set(random.Random(seed + 2).sample(range(len(hard)), int(len(hard) * HARD_TEST_SHARE)))
     for i, item in enumerate(hard):

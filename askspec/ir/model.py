@@ -372,10 +372,11 @@ class Schedule(Node):
 class Stage(Node):
     """One stage of `stages`, run in declaration order (docs/training.md, "Stages").
     sft: {role, data, steps, batch, lr, prompt, completion}; train: {} (the spec's train
-    blocks and schedule); evaluate: {games, samples, k, score, weights}."""
+    blocks and schedule); evaluate: {games, samples, k, score, weights}; retrain: {role,
+    game, promoted, data, steps, curriculum, warmup?, lr?}."""
 
     name: str
-    kind: Literal["sft", "train", "evaluate"]
+    kind: Literal["sft", "train", "evaluate", "retrain"]
     options: dict[str, Any] = Field(default_factory=dict)
 
 

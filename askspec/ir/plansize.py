@@ -117,8 +117,12 @@ def game_sessions(game: ir.Game, params: Mapping[str, Any], sizes: Mapping[str, 
 
 
 def first_phase(exp: ir.Experiment) -> list[ir.Game]:
-    """The games planned at the start of a run (not those replaying a buffer)."""
-    return [g for g in exp.games if replays_buffer(g) is None]
+    """The games planned at the start of a run (not those replaying a buffer), what an
+    `--eval-only` run plays: not the games of evaluate stages either (they compare trained
+    with initial weights, which needs the stages), unless nothing else is left."""
+    games = [g for g in exp.games if replays_buffer(g) is None]
+    held = {name for s in exp.stages if s.kind == "evaluate" for name in s.options.get("games", [])}
+    return [g for g in games if g.name not in held] or games
 
 
 def cut_total(counts: list[tuple[int, int]], max_sessions: int | None) -> int:

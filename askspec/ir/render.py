@@ -414,6 +414,14 @@ def stage_lines(exp: ir.Experiment) -> list[str]:
             out.append(f"  stage {st.name} train: the schedule ({exp.schedule.kind if exp.schedule else 'online'}), "
                        f"steps {step + 1}–{step + n}" if n else f"  stage {st.name} train: the schedule")
             step += n
+        elif st.kind == "retrain":
+            source = " + ".join((["the promoted datasets"] if o["promoted"] else []) + ([o["data"]] if o["data"] else []))
+            mix = (f"curriculum: the promoted datasets alone for {o['curriculum']} step(s), then {o['data']}"
+                   if o["curriculum"] else "mixed" if o["promoted"] and o["data"] else "")
+            out.append(f"  stage {st.name} retrain: a fresh {o['role']} (the spec's weights, a new optimizer) trained "
+                       f"{o['steps']} step(s) playing {o['game']} over {source}{f' ({mix})' if mix else ''}, "
+                       f"steps {step + 1}–{step + o['steps']}")
+            step += o["steps"]
         else:
             counts = [items(g) for g in o["games"]]
             known = None if None in counts else sum(c or 0 for c in counts)

@@ -1,6 +1,7 @@
 """The stage list: `stage NAME KIND { settings }` declarations, run in declaration order
 (docs/language.md, "stage"): a supervised cold start (`sft`), the RL schedule (`train`),
-and evaluation games on held-out data (`evaluate`). Checks each stage's settings and the
+evaluation games on held-out data (`evaluate`), and a fresh copy of a role trained on
+items a game plays over (`retrain`: SOAR's promoted questions, PQ). Checks each stage's settings and the
 list as a whole (E408), and fills `ir.Experiment.stages`."""
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from .blocks import BlockChecks
 from .exprs import irspan, suggest
 from .training import HYPERPARAMETERS
 
-STAGE_KINDS = ("sft", "train", "evaluate")
+STAGE_KINDS = ("sft", "train", "evaluate", "retrain")
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "sft": ("role", "data", "steps", "batch", "lr", "prompt", "completion"),
     "train": (),
     "evaluate": ("games", "samples", "k", "score", "weights"),
+    "retrain": ("role", "game", "promoted", "data", "steps", "curriculum", "warmup", "lr"),
 }
 WEIGHTS = ("trained", "initial")
 
@@ -35,6 +37,11 @@ class StageChecks(BlockChecks):
                 # the trainer names its phases after roles (and `online`): a stage must not share one
                 self.err("E408", f"stage '{d.name}' has the name of a {'role' if d.name != 'online' else 'schedule'}",
                          d.name_span, "give the stage its own name, e.g. cold_start, rl, heldout")
+                continue
+            if d.kind == "retrain" and "train" not in kinds and any(
+                    a.name == "promoted" and isinstance(a.value, A.Bool) and a.value.value for a in d.attrs):
+                self.err("E408", f"stage '{d.name}' retrains on the promoted datasets before the train stage made any",
+                         d.name_span, "put the retrain stage after the train stage")
                 continue
             if d.kind not in STAGE_KINDS:
                 self.err("E408", f"unknown stage kind '{d.kind}'", d.kind_span,
@@ -158,3 +165,65 @@ class StageChecks(BlockChecks):
         if not games or samples is None:
             return None
         return {"games": games, "samples": samples, "k": ks, "score": score.id, "weights": weights}
+
+    def stage_retrain(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
+        """A fresh copy of `role` (the spec's weights, a new AdamW) trained `steps` steps by
+        playing `game` over the nested schedule's promoted datasets and/or a data set."""
+        for need in ("role", "game"):
+            if need not in a:
+                self.err("E106", f"a retrain stage needs '{need}'", d.name_span,
+                         "e.g. role = student; game = practice; promoted = true; data = hard")
+        if "role" not in a or "game" not in a:
+            return None
+        role = self.role_ref(a["role"].value)
+        if role is None:
+            return None
+        if role not in {t.role for t in self.exp.training}:
+            self.err("E408", f"the retrain stage trains role '{role}', which has no train block", a["role"].value.span,
+                     f"add `train {role} with ...` (its algorithm, group and batch)")
+            return None
+        games = self.schedule_games(a["game"].value, "retrain")
+        if len(games) != 1:
+            return None
+        game = next(g for g in self.exp.games if g.name == games[0])
+        if len(game.pattern) != 1 or not (isinstance(game.iter, ir.Ref) and game.iter.scope == "data"):
+            self.err("E408", f"the retrain stage plays game '{game.name}' over items it chooses, so the game must be "
+                     f"written `game {game.name} for x in DATA`", a["game"].value.span)
+            return None
+        opts: dict[str, Any] = {"role": role, "game": game.name, "promoted": False, "data": None, "steps": 1,
+                                "curriculum": 0}
+        if "promoted" in a:
+            v = self.const(a["promoted"].value, "promoted")
+            if not isinstance(v, bool):
+                self.err("E107", "promoted is true or false", a["promoted"].value.span)
+                return None
+            opts["promoted"] = v
+        sched = self.exp.schedule
+        if opts["promoted"] and (sched is None or sched.kind != "nested" or sched.options.get("inner") != role):
+            self.err("E408", f"promoted datasets come from a nested schedule whose inner role is '{role}'",
+                     a["promoted"].value.span, "promoted = true needs `schedule nested { inner = " + role + "; ... }`")
+            return None
+        if "data" in a:
+            v = a["data"].value
+            if not (isinstance(v, A.Name) and any(ds.name == v.id for ds in self.exp.datasets)):
+                self.err("E110", "data names a declared data set", v.span,
+                         suggest(v.id, [ds.name for ds in self.exp.datasets]) if isinstance(v, A.Name) else None)
+                return None
+            self.used.add(("data", v.id))
+            opts["data"] = v.id
+        if not opts["promoted"] and opts["data"] is None:
+            self.err("E408", f"stage '{d.name}' has nothing to train on", d.name_span,
+                     "promoted = true (the nested schedule's promoted datasets) and/or data = DATA")
+            return None
+        for key, low in (("steps", 1), ("curriculum", 0), ("warmup", 0)):
+            if key in a:
+                opts[key] = self.const_int(a[key].value, f"retrain stage '{key}'", low)
+        if "lr" in a:
+            opts["lr"] = self.setting_value("lr", HYPERPARAMETERS["lr"], a["lr"].value, "retrain stage")
+        if None in (opts["steps"], opts["curriculum"], opts.get("warmup", 0), opts.get("lr", 1)):
+            return None
+        if opts["curriculum"] and not (opts["promoted"] and opts["data"] is not None and opts["curriculum"] < opts["steps"]):
+            self.err("E408", "curriculum (the first steps on the promoted datasets only, then the data set) needs "
+                     "promoted = true, a data set and fewer curriculum steps than steps", a["curriculum"].value.span)
+            return None
+        return opts

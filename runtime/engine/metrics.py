@@ -200,7 +200,7 @@ def run_metrics(path: str) -> tuple[list[dict], int]:
         run_id = json.loads((rd / "manifest.json").read_text())["run_id"]
         scopes, errs = session_scopes(con, run_id)
         errors += errs
-        if exp.stages:
+        if exp.stages and any(s.vars.get("stage") is not None for s in scopes):  # an --eval-only run has none
             rows.extend({"run_id": run_id, **row} for row in stage_metrics(exp, scopes, con, run_id))
             continue
         for row in evaluate_metrics(exp, scopes):

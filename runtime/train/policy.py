@@ -101,6 +101,19 @@ class TrainedPolicy:
         with torch.no_grad():
             self.model.load_state_dict(state)
 
+    def reset(self) -> None:
+        """Back to the spec's weights with a fresh AdamW (a retrain stage's fresh copy of
+        the role); the backend keeps serving this module."""
+        from transformers import AutoModelForCausalLM
+
+        from askspec.runtime.backends.hf import resolve_weights
+
+        folder = resolve_weights(self.weights, self.options.get("cache_dir"))
+        fresh = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+        self.take_weights(fresh.state_dict())
+        del fresh
+        self.optimizer.state.clear()
+
     # -- forward ---------------------------------------------------------------------------
 
     def token_logprobs(self, model: Any, turns: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:

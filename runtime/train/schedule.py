@@ -18,7 +18,9 @@ phase they lie in.
 Stages (`stage NAME sft|train|evaluate`, in declaration order): an `sft` stage is a phase
 of `kind` "sft" (its steps train its role on a data set, no games); the `train` stage is
 the cycle above; an `evaluate` stage is one step of `kind` "evaluate" that plays its
-games against the trained and the initial weights. Every phase carries its stage's name.
+games against the trained and the initial weights; a `retrain` stage is a phase of
+`kind` "retrain" (its steps train a fresh copy of its role on the items its game plays
+over: stages.py). Every phase carries its stage's name.
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ def slots(exp: ir.Experiment, configs: list) -> list[Slot]:
         for st in exp.stages:
             if st.kind == "train":
                 runs.append(([replace(ph, stage=st.name) for ph in cycle], iterations))
-            elif st.kind == "sft":
-                runs.append(([Phase(st.name, (st.options["role"],), (), (), st.options["steps"], "sft", st.name)], 1))
+            elif st.kind in ("sft", "retrain"):
+                runs.append(([Phase(st.name, (st.options["role"],), (), (), st.options["steps"], st.kind, st.name)], 1))
             else:
                 runs.append(([Phase(st.name, (), tuple(st.options["games"]), (), 1, "evaluate", st.name)], 1))
     out: list[Slot] = []

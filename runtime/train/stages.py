@@ -7,7 +7,12 @@
 - `evaluate`: every element of the stage's games, `samples` times, once per weights
   (`trained`: the weights as the stages before left them; `initial`: the spec's own);
   `askspec metrics` reports pass@k / avg@n over those samples per stage from the recorded
-  sessions (askspec.runtime.engine.passk).
+  sessions (askspec.runtime.engine.passk);
+- `retrain`: at its first step the role goes back to the spec's weights with a fresh AdamW
+  (a fresh student, SOAR's PQ evaluation); each step plays the stage's game over the items
+  (the nested schedule's promoted datasets and/or a data set, mixed, or promoted first for
+  `curriculum` steps), sized by the role's train block, and updates the role with its
+  algorithm under the stage's learning-rate schedule.
 """
 
 from __future__ import annotations
@@ -94,3 +99,26 @@ def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: in
                                          item_index=e.item_index))
                 k += 1
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# retrain
+
+
+def retrain_items(opts: dict[str, Any], promotions: list[dict], datasets: dict[str, list], n: int) -> tuple[list, int]:
+    """(the items the `n`-th step plays over, that step's number within its part): the
+    promoted datasets' items (in promotion order) and the data set's, mixed; with
+    `curriculum` C, the promoted items alone for steps 1..C, then the data set's."""
+    promoted = [dict(it) for p in promotions for it in p.get("items") or []] if opts["promoted"] else []
+    data = list(datasets.get(opts["data"]) or []) if opts["data"] else []
+    c = int(opts.get("curriculum") or 0)
+    if c:
+        return (promoted, n) if n <= c else (data, n - c)
+    return promoted + data, n
+
+
+def retrain_config(cfg: Any, opts: dict[str, Any]) -> Any:
+    """The role's train config as a retrain stage runs it: its algorithm and sizes, the
+    stage's steps (the learning-rate schedule's length), warm-up and lr (default the role's)."""
+    return dataclasses.replace(cfg, steps=int(opts["steps"]), warmup=int(opts.get("warmup", cfg.warmup)),
+                               lr=float(opts.get("lr") or cfg.lr))

@@ -245,6 +245,7 @@ class LocalTrainer:
         self.slots = schedule.slots(exp, self.configs)
         self.steps = len(self.slots)
         inner_games = self.inner.games() if self.inner is not None else []
+        inner_games += [st.options["game"] for st in exp.stages if st.kind == "retrain"]
         self.games = [g for g in exp.games
                       if g.name in inner_games or any(g.name in s.phase.plain + s.phase.replay for s in self.slots)]
         self.planners: dict[str, StepPlanner] = {}
@@ -295,6 +296,8 @@ class LocalTrainer:
         """The most sessions step `sl` plays (a replay plays fewer when its buffer is short)."""
         if sl.phase.kind != "play":
             stage = self._stage(sl)
+            if stage.kind == "retrain":
+                return self._retrain_shape(stage)[1]
             return 0 if stage.kind == "sft" else (len(self.evaluated[sl.phase.name]) * stage.options["samples"]
                                                   * len(stage.options["weights"]))
         n = self.planners[sl.phase.name].sessions_per_step(sl.n) if sl.phase.plain else 0
@@ -503,6 +506,12 @@ class LocalTrainer:
         if on_step is not None:
             on_step(step, metrics)
 
+    def _retrain_shape(self, stage: ir.Stage) -> tuple[int, int]:
+        """(group, sessions per step) of a retrain stage: its role's train block, whole groups."""
+        cfg, game = self.by_role[stage.options["role"]], self._game(stage.options["game"])
+        size = game.group_size if game.group_size > 1 else (cfg.group or 1)
+        return size, -(-(cfg.batch or size) // size) * size
+
     def _stage(self, sl: schedule.Slot) -> ir.Stage:
         return next(s for s in self.exp.stages if s.name == sl.phase.stage)
 
@@ -523,6 +532,8 @@ class LocalTrainer:
             finally:
                 self.serve_initial = False
             return {}
+        if stage.kind == "retrain":
+            return await self._retrain_step(sl, stage, engine, log)
         role = sl.phase.roles[0]
         policy, opts = self.policies[role], stage.options
         batch = stages.sft_batch(self.datasets.get(opts["data"]) or [], opts, sl.n)
@@ -538,6 +549,46 @@ class LocalTrainer:
             policy.optimizer.state.clear()  # the RL stage starts with fresh AdamW moments, as a separate run would
         m.update(step=sl.step, iteration=1, phase=sl.phase.name, stage=stage.name, algorithm="sft", sessions=0,
                  records=len(batch), seconds=time.perf_counter() - t0, policy_version=version, excluded={})
+        return {role: m}
+
+    async def _retrain_step(self, sl: schedule.Slot, stage: ir.Stage, engine, log: StepLog) -> dict[str, dict[str, Any]]:
+        """A step of a retrain stage (stages.py): the fresh role plays the stage's game over
+        the step's items and is updated on those sessions."""
+        from askspec.runtime.train import stages
+        from askspec.runtime.train.nested import data_name
+
+        t0 = time.perf_counter()
+        opts, role = stage.options, stage.options["role"]
+        policy = self.policies[role]
+        if sl.n == 1:  # a fresh copy: the spec's weights and a new AdamW (a resumed step n > 1 has its checkpoint's)
+            policy.reset()
+        policy.lr_step0 = policy.version - (sl.n - 1)  # the stage's own learning-rate schedule
+        promotions = self.inner.state.promotions if self.inner is not None else []
+        items, n = stages.retrain_items(opts, promotions, self.datasets, sl.n)
+        m: dict[str, Any]
+        plans: list[SessionPlan] = []
+        version = policy.version
+        if not items:
+            m = {"skipped": "nothing to train on (no promoted dataset and no data)", "trajectories": 0, "tokens": 0}
+        else:
+            game = self._game(opts["game"])
+            group, batch = self._retrain_shape(stage)
+            planner = self.planner_over([game], {**self.datasets, data_name(game) or "": items},
+                                        derive_seed(self.seed, "retrain", stage.name), group, batch)
+            plans = planner.plans(n, self._index0[sl.step - 1], sl.step)
+            for p in plans:
+                p.bindings["__stage__"] = stage.name
+            await engine.run_phase(plans, {})
+            sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
+            b = build_batch(role, sessions, log.routes)
+            rl_cfg, policy.cfg = policy.cfg, stages.retrain_config(policy.cfg, opts)
+            try:
+                m = policy.update(b.trajectories)
+            finally:
+                policy.cfg = rl_cfg
+            m["excluded"] = b.excluded
+        m.update(step=sl.step, iteration=1, phase=sl.phase.name, stage=stage.name, algorithm=self.by_role[role].algorithm,
+                 sessions=len(plans), items=len(items), seconds=time.perf_counter() - t0, policy_version=version)
         return {role: m}
 
     def _gate_closed(self, role: str, plans: list[SessionPlan], sessions: list[SessionRecord]) -> str | None:

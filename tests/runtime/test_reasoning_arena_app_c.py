@@ -33,7 +33,8 @@ def run(tmp_path_factory):
     (spec_dir / "data").mkdir(parents=True)
     shutil.copy(ROOT / "specs" / "reasoning_arena.ask", spec_dir)
     shutil.copytree(ROOT / "specs" / "prompts" / "reasoning_arena", spec_dir / "prompts" / "reasoning_arena")
-    rows = [{"id": g, "template": "app_c", "question": APP_C[g]["problem"], "answer": APP_C[g]["reference"]} for g in GROUPS]
+    rows = [{"id": g, "template": "app_c", "split": "train", "question": APP_C[g]["problem"], "answer": APP_C[g]["reference"]}
+            for g in GROUPS]
     (spec_dir / "data" / "math_problems.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     sessions = []
     for g in GROUPS:

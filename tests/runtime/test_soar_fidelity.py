@@ -82,6 +82,10 @@ def test_greedy_grading_and_cosine_decay_are_in_the_ir():
 
 def test_a_data_split_keeps_only_its_items():
     exp = compile_file(str(SPEC)).ir
-    (hard,) = exp.datasets
-    items = load_dataset(hard, str(SPECS), 0)
+    sets = {d.name: d for d in exp.datasets}
+    assert set(sets) == {"hard", "hard_test"}
+    items = load_dataset(sets["hard"], str(SPECS), 0)
     assert len(items) == 90 and {i["split"] for i in items} == {"train"}
+    held = load_dataset(sets["hard_test"], str(SPECS), 0)  # the PS / PQ evaluation's problems
+    assert len(held) == 30 and {i["split"] for i in held} == {"test"}
+    assert not {i["question"] for i in items} & {i["question"] for i in held}

@@ -35,7 +35,8 @@ def test_ask_e_training_plays_groups_of_g_repeats_of_one_pair():
     assert (groups[0][0].bindings["a"], groups[0][0].bindings["b"]) == ("boundary_small", "boundary_sympy")
     assert (groups[1][0].bindings["a"], groups[1][0].bindings["b"]) == ("boundary_small", "boundary_short")  # the next pair
     assert len({p.seed for p in groups[0]}) == 16
-    assert t.steps == 200 and t.planned_sessions() == 200 * 256
+    # then App. G's downstream stage: 60 held-out problems x 8 samples x (trained, initial)
+    assert t.steps == 201 and t.planned_sessions() == 200 * 256 + 60 * 8 * 2
 
 
 def test_elements_cycle_and_steps_are_deterministic():
@@ -60,9 +61,15 @@ def test_reasoning_arena_batch_rounds_up_to_whole_groups():
 def test_soar_plans_its_nested_schedule():
     t = trainer("soar.ask")
     # one teach session per outer step; each step owns the indices of its inner sessions
-    assert t.steps == 200 and [sl.phase.name for sl in t.slots[:2]] == ["outer", "outer"]
+    assert [sl.phase.name for sl in t.slots[:2]] == ["outer", "outer"]
+    # the stages: 200 outer steps, PS (1 step), a fresh student on PQ (1,500 steps), PQ (1 step)
+    assert [sl.phase.kind for sl in t.slots].count("play") == 200
+    assert [(sl.phase.stage, sl.phase.kind) for sl in t.slots[200:202]] == [("ps", "evaluate"), ("pq_student", "retrain")]
+    assert t.steps == 200 + 1 + 1500 + 1 and t.slots[-1].phase.stage == "pq"
+    assert t.step_sessions(t.slots[201]) == 256  # the student's batch: 8 questions x group 32
+    assert t.step_sessions(t.slots[200]) == 30 * 32 * 2  # 30 test problems x 32 samples x (trained, initial)
     assert t.slots[0].phase.roles == ("teacher",) and t.slots[0].phase.plain == ("teach",)
-    assert {g.name for g in t.games} == {"teach", "practice", "evaluate"}
+    assert {g.name for g in t.games} == {"teach", "practice", "evaluate", "test"}
     inner = t.inner
     assert inner is not None and inner.grounded
     # baseline M + g datasets x r copies x ((10 + 5) steps x 8 questions x group 32, + M), where

@@ -166,3 +166,67 @@ def test_stages_without_train_blocks_are_refused():
     res = compile_source("s.ask", src + "stage t evaluate { games = [test]; score = correct }")
     assert any(d.code == "E408" and "stages need train blocks" in d.message for d in res.sink.items), [
         (d.code, d.message) for d in res.sink.items]
+
+
+# -- retrain (SOAR's PQ evaluation) -------------------------------------------------------
+
+def test_retrain_items_mix_or_follow_a_curriculum():
+    from askspec.runtime.train.stages import retrain_items
+
+    promotions = [{"items": [{"question": "p1"}]}, {"items": [{"question": "p2"}]}]
+    data = {"hard": [{"question": "h1"}]}
+    mixed = {"promoted": True, "data": "hard", "curriculum": 0}
+    assert retrain_items(mixed, promotions, data, 4) == ([{"question": "p1"}, {"question": "p2"}, {"question": "h1"}], 4)
+    curriculum = {**mixed, "curriculum": 2}
+    assert retrain_items(curriculum, promotions, data, 2) == ([{"question": "p1"}, {"question": "p2"}], 2)
+    assert retrain_items(curriculum, promotions, data, 3) == ([{"question": "h1"}], 1)
+    assert retrain_items({**mixed, "promoted": False}, promotions, data, 1) == ([{"question": "h1"}], 1)
+
+
+RETRAIN_BASE = """
+experiment e { seed = 1 }
+model m = hf("smollm2-135m-instruct") { max_tokens = 8 }
+role teacher { model = m; trained; memory = none; prompt = "q" }
+role student { model = m; trained; memory = none; prompt = "{{ question }}"; reply = boxed }
+data hard = [{question: "1", answer: "1"}]
+game teach { xs = sample 2 ask teacher }
+game practice for qa in hard {
+    y = ask student with {question: qa.question}
+    reward y as student = 1
+}
+game evaluate for h in hard {
+    y = ask student with {question: h.question}
+    score = 1
+    reward y as student = 1
+}
+train teacher with rloo { lr = 0.00001 }
+train student with rloo { lr = 0.00001 }
+schedule nested { outer = teacher; inner = student; practice = practice; evaluate = evaluate }
+"""
+
+
+@pytest.mark.parametrize("stages, message", [
+    ("stage pq retrain { role = student; game = practice; promoted = true }\nstage rl train",
+     "before the train stage made any"),
+    ("stage rl train\nstage pq retrain { role = teacher; game = practice; promoted = true }",
+     "nested schedule whose inner role is 'teacher'"),
+    ("stage rl train\nstage pq retrain { role = student; game = teach; data = hard }", "game teach for x in DATA"),
+    ("stage rl train\nstage pq retrain { role = student; game = practice }", "has nothing to train on"),
+    ("stage rl train\nstage pq retrain { role = student; game = practice; data = hard; curriculum = 2 }",
+     "curriculum"),
+    ("stage rl train\nstage pq retrain { role = student; game = practice; promoted = true; data = hard; steps = 2; "
+     "curriculum = 2 }", "fewer curriculum steps"),
+])
+def test_retrain_stage_refusals_are_e408(stages, message):
+    res = compile_source("s.ask", RETRAIN_BASE + stages + "\n")
+    assert not res.ok and any(d.code == "E408" and message in d.message for d in res.sink.items), [
+        (d.code, d.message) for d in res.sink.items]
+
+
+def test_retrain_stage_compiles_with_its_defaults():
+    res = compile_source("s.ask", RETRAIN_BASE + "stage rl train\nstage pq retrain { role = student; game = practice; "
+                         "promoted = true; data = hard; steps = 3; warmup = 1 }\n")
+    assert res.ok, [(d.code, d.message) for d in res.sink.items]
+    (st,) = [s for s in res.ir.stages if s.kind == "retrain"]
+    assert st.options == {"role": "student", "game": "practice", "promoted": True, "data": "hard", "steps": 3,
+                          "curriculum": 0, "warmup": 1}
