@@ -29,7 +29,8 @@ N_MATH, N_HARD = 300, 120
 HARD_TEST_SHARE = 0.25  # SOAR holds out a test split of the hard set (soar.txt §4)
 # the last 60 math problems are held out (`split: test`): the evaluation stages' data
 # (Ask-E's downstream pass@8 / avg@8, Reasoning Arena's pass ratio@16); the templates are
-# drawn round robin, so the tail covers every template
+# drawn round robin, so the tail covers every template whose distinct problems last that long
+# (all but the 8 word arrangements)
 MATH_TEST = 60
 
 x = sp.Symbol("x")
