@@ -372,6 +372,7 @@ class BlockChecks(TrainingChecks):
         scope.define("routed", Sym("var", BOOL, None, used=True))
         scope.define("group_judge_calls", Sym("var", NUM, None, used=True))
         scope.define("nonzero_advantage", Sym("var", BOOL, None, used=True))
+        scope.define("advantage", Sym("var", NUM, None, used=True))  # the group-normalised reward
         for g in self.exp.games:
             for name, t in self.session_vars.get(g.name, {}).items():
                 scope.define(name, Sym("var", t, None, used=True))

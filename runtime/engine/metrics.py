@@ -8,7 +8,10 @@ a `sample N` group also sees its group as the route left it (Reasoning Arena's
 diagnostics, reasoning_arena.txt Table 2 and Fig. 5): `route`, `routed` (a judge or a
 tournament replaced the rewards), `group_judge_calls` and `nonzero_advantage` (its
 group-relative advantage, Eq. 2, on the rewards after routing, is not zero; a dropped or
-resampled group gives none). Sessions
+resampled group gives none), and `advantage`, that group-normalised reward itself,
+(r − μ_G) / (σ_G + ε) with the population σ of Eq. 2 and ε = 1e-4 (0 in a dropped or
+resampled group; the trainer's own estimator's values are `train_steps`'
+`metrics.abs_adv_mean`). Sessions
 that ended in error are excluded from every denominator and counted separately; a
 metric's `n` counts the sessions that gave it a value, so a `where` that keeps none gives
 n = 0 and no value ("no sessions"), never a count of sessions it did not use."""
@@ -72,6 +75,7 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], 
 
 
 ROUTED = ("tournament", "judge")  # the reward names a routed contest records
+ADVANTAGE_EPS = 1e-4  # ε of the group-normalised reward (Reasoning Arena Eq. 2; the trainer's grpo uses the same)
 
 
 def _group_scopes(con, where: str, named: dict) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -88,10 +92,13 @@ def _group_scopes(con, where: str, named: dict) -> dict[tuple[str, str, str], di
             # a routed group trains on the contest's reward, the others on the sum of theirs
             finals.append(sum(v for n, v in mine if (n in ROUTED) == routed))
         mean = sum(finals) / len(finals) if finals else 0.0
+        std = math.sqrt(sum((r - mean) ** 2 for r in finals) / len(finals)) if finals else 0.0
         trained = route not in ("drop", "resample", "error")
         for sid, r in zip(members, finals):
+            centred = r - mean if trained and abs(r - mean) > 1e-12 else 0.0
             out[(rid, gid, sid)] = {"route": route, "routed": routed, "group_judge_calls": int(calls or 0),
-                                    "nonzero_advantage": trained and abs(r - mean) > 1e-12}
+                                    "nonzero_advantage": centred != 0.0,
+                                    "advantage": centred / (std + ADVANTAGE_EPS)}
     return out
 
 
@@ -215,15 +222,21 @@ def stage_metrics(exp: ir.Experiment, scopes: list[SessionScope], con, run_id: s
     from askspec.runtime.engine.passk import evaluation_rows
 
     trained = con.execute(
-        "SELECT metrics->>'stage', role, count(*), avg(loss), avg(reward_mean) FROM train_steps "
+        "SELECT metrics->>'stage', role, count(*), avg(loss), avg(reward_mean), "
+        "avg(CAST(metrics->>'abs_adv_mean' AS DOUBLE)), avg(1 - zero_adv_share) FROM train_steps "
         "WHERE run_id = ? AND metrics->>'skipped' IS NULL GROUP BY ALL ORDER BY ALL", [run_id]).fetchall()
     out: list[dict] = []
     for st in exp.stages:
-        for stage, role, steps, loss, reward in trained:
+        for stage, role, steps, loss, reward, abs_adv, nonzero in trained:
             if stage == st.name:
                 out.append({"stage": st.name, "metric": "loss", "by": {"role": role}, "value": loss, "n": steps})
                 if st.kind != "sft":
                     out.append({"stage": st.name, "metric": "reward_mean", "by": {"role": role}, "value": reward, "n": steps})
+                    # the trainer's advantages (its estimator): Reasoning Arena's Fig. 5 diagnostics
+                    out.append({"stage": st.name, "metric": "abs_advantage_mean", "by": {"role": role}, "value": abs_adv,
+                                "n": steps})
+                    out.append({"stage": st.name, "metric": "nonzero_advantage_share", "by": {"role": role},
+                                "value": nonzero, "n": steps})
         mine = [s for s in scopes if s.vars.get("stage") == st.name]
         if st.kind == "evaluate":
             score = st.options["score"]

@@ -173,6 +173,7 @@ class TrainedPolicy:
         else:
             adv = advantages(cfg.estimator, rewards, groups, counts) if n else torch.zeros(0)
         metrics["zero_adv_share"] = float((adv.abs() < 1e-8).double().mean()) if n else None
+        metrics["abs_adv_mean"] = float(adv.abs().double().mean()) if n else None  # Reasoning Arena Fig. 5 (right)
         if n == 0 or metrics["tokens"] == 0:
             metrics.update(loss=None, kl=None, clip_frac=None, grad_norm=None, skipped="no trajectories to train on")
             self.version += 1

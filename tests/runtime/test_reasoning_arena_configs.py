@@ -82,6 +82,24 @@ def test_live_tournament_advantages_follow_the_fitted_rewards(tmp_path):
     assert max(values) == 1.0 and min(values) == 0.0  # min-max normalised (§4)
 
 
+def _eq2(rewards: list[float]) -> list[float]:
+    """Reasoning Arena Eq. 2, written out here: (r − μ) / (σ + ε), population σ, ε = 1e-4."""
+    mu = sum(rewards) / len(rewards)
+    sigma = (sum((r - mu) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    return [(r - mu) / (sigma + 1e-4) for r in rewards]
+
+
+def test_mean_absolute_advantage_is_eq_2_on_the_rewards_after_routing(tmp_path):
+    _, metrics, con = run(tmp_path, "live")
+    routed = [v for (v,) in con.execute("select value from rewards where name = 'tournament' order by session_id").fetchall()]
+    diverse = _eq2([1.0, 1.0, 0.0, 0.0])  # the kept group: the verifier's rewards
+    expected = sum(abs(a) for a in diverse + _eq2(routed)) / 8
+    assert metrics["mean_abs_advantage"] == pytest.approx(expected)
+    assert 0.9 < abs(diverse[0]) < 1.0  # 0.5 / (0.5 + 1e-4)
+    _, metrics, _ = run(tmp_path, "rlvr")  # the resampled group gives no advantage
+    assert metrics["mean_abs_advantage"] == pytest.approx(sum(abs(a) for a in diverse) / 8)
+
+
 def test_compile_text_shows_the_papers_call_bounds():
     out = subprocess.run([sys.executable, "-m", "askspec.cli", "compile", str(SPEC), "--format", "text"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -120,3 +120,12 @@ def test_checkpoint_round_trip_restores_weights_and_optimizer(tiny_model, tmp_pa
     for p, q in zip(policy.params, again.params):
         assert torch.allclose(p, q, atol=1e-7)
     shutil.rmtree(ckpt)
+
+
+def test_a_step_records_its_advantage_diagnostics(tiny_model):
+    """Reasoning Arena Fig. 5: the step's mean |advantage| and share of zero advantages, from
+    the advantages the update used (grpo: (r − mean) / (Bessel std + 1e-4) per group)."""
+    policy = policy_for(tiny_model, "grpo")
+    m = policy.update(trajectories())  # two groups of rewards 0, 1, 2: advantages ±1/(1 + 1e-4) and 0
+    assert m["abs_adv_mean"] == pytest.approx((4 / (1 + 1e-4)) / 6)
+    assert m["zero_adv_share"] == pytest.approx(2 / 6)

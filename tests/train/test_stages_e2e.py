@@ -78,6 +78,11 @@ def test_metrics_per_stage_with_pass_at_k_from_the_sessions(run_dir):
     keyed = {(r["stage"], r["metric"], tuple(sorted(r["by"].items()))): r for r in rows}
     assert keyed[("cold_start", "loss", (("role", "solver"),))]["n"] == 2
     assert keyed[("rl", "reward_mean", (("role", "solver"),))]["n"] == 1
+    # the trainer's advantage diagnostics (Reasoning Arena Fig. 5), from the step's record
+    (abs_adv, zero) = open_store(run_dir).execute(
+        "SELECT CAST(metrics->>'abs_adv_mean' AS DOUBLE), zero_adv_share FROM train_steps WHERE stage = 'rl'").fetchone()
+    assert keyed[("rl", "abs_advantage_mean", (("role", "solver"),))]["value"] == pytest.approx(abs_adv)
+    assert keyed[("rl", "nonzero_advantage_share", (("role", "solver"),))]["value"] == pytest.approx(1 - zero)
     con = open_store(run_dir)
     for weights in ("trained", "initial"):
         per_item = con.execute("SELECT group_id, list((vars->>'correct')::BOOLEAN) FROM sessions WHERE stage = 'heldout' "
