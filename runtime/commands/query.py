@@ -101,7 +101,7 @@ def _write_csv(table: pa.Table, out: TextIO) -> None:
                     for v in row.values()])
 
 
-def _write_json(table: pa.Table, types: list[str], out: TextIO) -> None:
+def _json_rows(table: pa.Table, types: list[str]) -> list[dict]:
     # JSON-typed columns arrive as strings; embed them as JSON, not as quoted text.
     json_cols = {n for n, t in zip(table.column_names, types) if t == "JSON"}
     rows = table.to_pylist()
@@ -112,8 +112,19 @@ def _write_json(table: pa.Table, types: list[str], out: TextIO) -> None:
                     row[c] = json.loads(row[c])
                 except ValueError:
                     pass
-    json.dump(rows, out, ensure_ascii=False, indent=2, default=_json_default)
+    return rows
+
+
+def _write_json(table: pa.Table, types: list[str], out: TextIO) -> None:
+    json.dump(_json_rows(table, types), out, ensure_ascii=False, indent=2, default=_json_default)
     out.write("\n")
+
+
+def _write_jsonl(table: pa.Table, types: list[str], out: TextIO) -> None:
+    """One JSON object per line: a data set a spec's `jsonl(...)` reads (e.g. the items
+    specs/askbench_build.ask builds, exported for specs/askbench.ask)."""
+    for row in _json_rows(table, types):
+        out.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
 
 
 def _json_default(v: Any) -> Any:
@@ -181,7 +192,7 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 @_guarded
 def cmd_query(args: argparse.Namespace) -> int:
-    """askspec query RUN_DIR "SQL" [--format table|csv|json] [--max-width N]"""
+    """askspec query RUN_DIR "SQL" [--format table|csv|json|jsonl] [--max-width N]"""
     store = open_readonly_store(args.run_dir)
     _print_warnings(store)
     try:
@@ -193,6 +204,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         _write_csv(table, sys.stdout)
     elif args.format == "json":
         _write_json(table, types, sys.stdout)
+    elif args.format == "jsonl":
+        _write_jsonl(table, types, sys.stdout)
     else:
         print(format_table(table, args.max_width))
     return 0
@@ -253,7 +266,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a folder of runs")
     p.add_argument("sql", metavar="SQL")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--format", choices=("table", "csv", "json", "jsonl"), default="table",
+                   help="jsonl: one object per row, JSON columns as JSON (a data set a spec can read)")
     p.add_argument("--max-width", type=int, default=40, metavar="N",
                    help="cut table cells to N characters (0: no limit; default 40)")
     p.add_argument("--timeout", type=_seconds, default=QUERY_TIMEOUT, metavar="SECONDS",

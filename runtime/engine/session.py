@@ -278,7 +278,7 @@ class Engine:
         except Exception as e:  # a bug must not take the whole run down
             status, error = "error", f"internal error: {e.__class__.__name__}: {e}"
         res = SessionResult.of(st, status, error)
-        scalars = {k: v for k, v in st.vars.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        scalars = {k: v for k, v in st.vars.items() if recordable(v)}
         self.writer.session_finished(p.session_id, attempt, status=status, outcome=st.outcome, error=error, vars=scalars,
                                      bookkeeping=res.book.to_json())
         return res
@@ -547,3 +547,16 @@ async def _all_or_none(tasks: list[asyncio.Future]) -> None:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+RECORDED_LIST = 1000  # a list variable is recorded when it holds at most this many plain values
+
+
+def recordable(v: object) -> bool:
+    """Whether a final session variable goes into the run store's `vars`: a number, string,
+    bool or none, or a list of at most RECORDED_LIST of them (a built AskBench item's rubric,
+    exported with `askspec query --format jsonl`); replies, records and long lists are not."""
+    if v is None or isinstance(v, (int, float, str, bool)):
+        return True
+    return (isinstance(v, list) and len(v) <= RECORDED_LIST
+            and all(x is None or isinstance(x, (int, float, str, bool)) for x in v))
