@@ -84,13 +84,10 @@ class StageChecks(BlockChecks):
             self.err("E408", f"the sft stage trains role '{role}', which has no train block", a["role"].value.span,
                      f"add `train {role} with ...` (its weights, optimizer and checkpoints)")
             return None
-        v = a["data"].value
-        if not (isinstance(v, A.Name) and any(ds.name == v.id for ds in self.exp.datasets)):
-            self.err("E110", "data names a declared data set of prompt/completion records", v.span,
-                     suggest(v.id, [ds.name for ds in self.exp.datasets]) if isinstance(v, A.Name) else None)
+        data = self.data_ref(a["data"].value, "data names a declared data set of prompt/completion records")
+        if data is None:
             return None
-        self.used.add(("data", v.id))
-        opts: dict[str, Any] = {"role": role, "data": v.id, "steps": 1, "batch": 8, "prompt": "prompt",
+        opts: dict[str, Any] = {"role": role, "data": data, "steps": 1, "batch": 8, "prompt": "prompt",
                                 "completion": "completion"}
         for key in ("steps", "batch"):
             if key in a:
@@ -105,6 +102,15 @@ class StageChecks(BlockChecks):
                 else:
                     opts[key] = field
         return opts if role is not None and None not in opts.values() else None
+
+    def data_ref(self, v: A.Expr, message: str) -> str | None:
+        """The declared data set a stage's `data` names (marked used), or None after E110."""
+        if not (isinstance(v, A.Name) and any(ds.name == v.id for ds in self.exp.datasets)):
+            self.err("E110", message, v.span,
+                     suggest(v.id, [ds.name for ds in self.exp.datasets]) if isinstance(v, A.Name) else None)
+            return None
+        self.used.add(("data", v.id))
+        return v.id
 
     def stage_train(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
         return {}
@@ -204,13 +210,9 @@ class StageChecks(BlockChecks):
                      a["promoted"].value.span, "promoted = true needs `schedule nested { inner = " + role + "; ... }`")
             return None
         if "data" in a:
-            v = a["data"].value
-            if not (isinstance(v, A.Name) and any(ds.name == v.id for ds in self.exp.datasets)):
-                self.err("E110", "data names a declared data set", v.span,
-                         suggest(v.id, [ds.name for ds in self.exp.datasets]) if isinstance(v, A.Name) else None)
+            opts["data"] = self.data_ref(a["data"].value, "data names a declared data set")
+            if opts["data"] is None:
                 return None
-            self.used.add(("data", v.id))
-            opts["data"] = v.id
         if not opts["promoted"] and opts["data"] is None:
             self.err("E408", f"stage '{d.name}' has nothing to train on", d.name_span,
                      "promoted = true (the nested schedule's promoted datasets) and/or data = DATA")
