@@ -425,8 +425,9 @@ def stage_lines(exp: ir.Experiment) -> list[str]:
     for st in exp.stages:
         o = st.options
         if st.kind == "sft":
+            system = f", system '{o['system']}'" if o.get("system") else ""
             out.append(f"  stage {st.name} sft: {o['role']} on {o['data']} (prompt '{o['prompt']}', completion "
-                       f"'{o['completion']}'), {o['steps']} step(s) of {o['batch']} record(s), steps {step + 1}–{step + o['steps']}")
+                       f"'{o['completion']}'{system}), {o['steps']} step(s) of {o['batch']} record(s), steps {step + 1}–{step + o['steps']}")
             step += o["steps"]
         elif st.kind == "train":
             n = _schedule_steps(exp)
