@@ -303,6 +303,214 @@ PASSAGES = [
 ]
 
 
+# ------------------------------------------------------------------ PasoDoble cold start
+# PasoDoble App. A: before RL, both roles are fine-tuned on examples of their output format.
+# The paper's records come from a larger model and are filtered by answer agreement; ours
+# are procedural: a problem on one passage's topic, a worked solution written from the same
+# numbers, and the answer computed by SymPy and checked against a brute-force computation.
+# Each template: rng -> (question, worked solution, check sentence, sympy answer, brute force).
+
+def _sign(v: int) -> str:
+    return f"- {-v}" if v < 0 else f"+ {v}"
+
+
+def c_linear(r):
+    a, s, b = r.randint(2, 12), r.randint(-20, 20), r.choice([v for v in range(-30, 31) if v])
+    c = a * s + b
+    q = f"A number x satisfies {a}x {_sign(b)} = {c}. What is x?"
+    sol = (f"Move the constant to the right-hand side: {a}x = {c} {_sign(-b)} = {c - b}. "
+           f"Divide both sides by {a}: x = {c - b} / {a} = {s}.")
+    return q, sol, f"Check: {a} * ({s}) {_sign(b)} = {c}.", sp.Rational(c - b, a), next(v for v in range(-50, 51) if a * v + b == c)
+
+
+def c_series(r):
+    a, d, n = r.randint(-10, 20), r.randint(1, 9), r.randint(5, 40)
+    last = a + (n - 1) * d
+    q = f"An arithmetic sequence starts {a}, {a + d}, {a + 2 * d}, ... What is the sum of its first {n} terms?"
+    sol = (f"The common difference is d = {d}. Term number {n} is a_1 + (n - 1) d = {a} + {n - 1} * {d} = {last}. "
+           f"The sum of the first {n} terms is n (a_1 + a_n) / 2 = {n} * ({a} + {last}) / 2 = {n * (a + last) // 2}.")
+    return (q, sol, f"Check: the average term ({a} + {last}) / 2 times {n} terms gives the same sum.",
+            sp.Rational(n * (a + last), 2), sum(a + i * d for i in range(n)))
+
+
+def c_binomial(r):
+    n = r.randint(5, 15)
+    k = r.randint(2, n - 2)
+    top = " * ".join(str(n - i) for i in range(k))
+    num = math.prod(n - i for i in range(k))
+    q = f"A club has {n} members. In how many ways can it choose a committee of {k} members?"
+    sol = (f"The order of the members does not matter, so the count is C({n}, {k}) = {n}! / ({k}! {n - k}!) "
+           f"= ({top}) / {k}! = {num} / {math.factorial(k)} = {num // math.factorial(k)}.")
+    return (q, sol, f"Check: C({n}, {k}) = C({n}, {n - k}), the committees of the members left out.", sp.binomial(n, k),
+            sum(1 for bits in range(1 << n) if bin(bits).count("1") == k))
+
+
+def c_word(r):
+    word = r.choice(["LEVEL", "BANANA", "COOKIE", "LETTER", "SCHOOL", "PEPPER", "ATTIC", "MAMMAL", "COFFEE", "GOOGLE"])
+    counts = {c: word.count(c) for c in sorted(set(word))}
+    repeated = {c: m for c, m in counts.items() if m > 1}
+    den = math.prod(math.factorial(m) for m in repeated.values())
+    q = f"How many different strings can be made by rearranging all the letters of the word {word}?"
+    sol = (f"{word} has {len(word)} letters, with " + ", ".join(f"{c} appearing {m} times" for c, m in repeated.items())
+           + f". The arrangements are {len(word)}! / (" + " ".join(f"{m}!" for m in repeated.values())
+           + f") = {math.factorial(len(word))} / {den} = {math.factorial(len(word)) // den}.")
+    return (q, sol, "Check: dividing by the factorials removes the swaps of equal letters.",
+            sp.factorial(len(word)) / den, len(set(permutations(word))))
+
+
+def c_gcd(r):
+    a, b = r.randint(30, 400), r.randint(12, 300)
+    steps, x, y = [], max(a, b), min(a, b)
+    while y:
+        steps.append(f"gcd({x}, {y})")
+        x, y = y, x % y
+    steps.append(str(x))
+    q = f"What is the greatest common divisor of {a} and {b}?"
+    sol = "By the Euclidean algorithm, gcd(a, b) = gcd(b, a mod b): " + " = ".join(steps) + "."
+    return (q, sol, f"Check: {a} = {x} * {a // x} and {b} = {x} * {b // x}.", sp.gcd(a, b),
+            max(d for d in range(1, min(a, b) + 1) if a % d == 0 == b % d))
+
+
+def _factor_text(n: int) -> str:
+    return " * ".join(f"{p}^{e}" if e > 1 else str(p) for p, e in sorted(sp.factorint(n).items()))
+
+
+def c_divisor_count(r):
+    n = r.randint(12, 1000)
+    f = sorted(sp.factorint(n).items())
+    q = f"How many positive divisors does {n} have?"
+    sol = (f"The prime factorisation is {n} = {_factor_text(n)}. The number of divisors is the product of the exponents "
+           f"plus one: " + " * ".join(f"({e} + 1)" for _, e in f) + f" = {math.prod(e + 1 for _, e in f)}.")
+    return q, sol, "Check: each divisor picks an exponent for every prime independently.", sp.divisor_count(n), \
+        sum(1 for d in range(1, n + 1) if n % d == 0)
+
+
+def c_divisor_sum(r):
+    n = r.randint(12, 400)
+    f = sorted(sp.factorint(n).items())
+    parts = [(p ** (e + 1) - 1) // (p - 1) for p, e in f]
+    q = f"What is the sum of all positive divisors of {n}?"
+    sol = (f"The prime factorisation is {n} = {_factor_text(n)}. The divisor sum is multiplicative, with "
+           f"(p^(a+1) - 1) / (p - 1) for each prime power: " + " * ".join(str(v) for v in parts)
+           + f" = {math.prod(parts)}.")
+    return q, sol, f"Check: the divisors include 1 and {n}, so the sum exceeds {n}.", sp.divisor_sigma(n), \
+        sum(d for d in range(1, n + 1) if n % d == 0)
+
+
+def c_quadratic(r):
+    p, q_ = r.randint(-12, 12), r.randint(-12, 12)
+    b, c = -(p + q_), p * q_
+    text = f"x^2 {_sign(b)}x {_sign(c)}".replace("+ 0x ", "").replace(" + 0", "").replace(" 1x", " x")
+    which = r.choice(["sum", "product"])
+    if which == "sum":
+        q = f"What is the sum of the roots of {text} = 0?"
+        sol = f"By Vieta's formulas the sum of the roots of x^2 + bx + c is -b; here b = {b}, so the sum is {-b}."
+        return q, sol, f"Check: the roots are {p} and {q_}, and {p} + ({q_}) = {p + q_}.", sp.Integer(-b), p + q_
+    q = f"What is the product of the roots of {text} = 0?"
+    sol = f"By Vieta's formulas the product of the roots of x^2 + bx + c is c; here c = {c}."
+    return q, sol, f"Check: the roots are {p} and {q_}, and {p} * ({q_}) = {c}.", sp.Integer(c), p * q_
+
+
+def c_dice(r):
+    s = r.randint(3, 11)
+    pairs = [(i, s - i) for i in range(1, 7) if 1 <= s - i <= 6]
+    q = f"Two fair six-sided dice are rolled. What is the probability that their sum is {s}?"
+    sol = (f"There are 36 equally likely outcomes. The pairs with sum {s} are " + ", ".join(f"({i}, {j})" for i, j in pairs)
+           + f": {len(pairs)} outcomes, so the probability is {len(pairs)}/36"
+           + (f" = {sp.Rational(len(pairs), 36)}." if sp.Rational(len(pairs), 36).q != 36 else "."))
+    return (q, sol, "Check: the probability lies between 0 and 1/6, the largest being for a sum of 7.",
+            sp.Rational(len(pairs), 36), Fraction(sum(1 for i, j in product(range(1, 7), repeat=2) if i + j == s), 36))
+
+
+def c_triangle(r):
+    (x1, y1), (x2, y2), (x3, y3) = [(r.randint(-8, 8), r.randint(-8, 8)) for _ in range(3)]
+    twice = x1 * (y2 - y3) + x2 * (y3 - y1) + x3 * (y1 - y2)
+    if twice == 0:
+        return c_triangle(r)
+    q = f"What is the area of the triangle with vertices ({x1}, {y1}), ({x2}, {y2}) and ({x3}, {y3})?"
+    sol = (f"By the shoelace formula the area is |x1(y2 - y3) + x2(y3 - y1) + x3(y1 - y2)| / 2 = "
+           f"|{x1} * ({y2 - y3}) + {x2} * ({y3 - y1}) + {x3} * ({y1 - y2})| / 2 = |{twice}| / 2 = {sp.Rational(abs(twice), 2)}.")
+    area = abs(sp.Matrix([[x1, y1, 1], [x2, y2, 1], [x3, y3, 1]]).det()) / 2
+    return q, sol, "Check: the area is positive, so the points are not on one line.", area, Fraction(abs(twice), 2)
+
+
+def c_derivative(r):
+    a, b, c, n, at = r.randint(1, 5), r.randint(-6, 6), r.randint(-9, 9), r.randint(2, 4), r.randint(-3, 3)
+    f = a * x ** n + b * x + c
+    text = sp.sstr(f).replace("**", "^").replace("*", "")
+    value = a * n * at ** (n - 1) + b
+    q = f"Let f(x) = {text}. What is f'({at})?"
+    lin = f" {_sign(b)}" if b else ""
+    sol = (f"Differentiate term by term: f'(x) = {a * n}x^{n - 1}{lin}. At x = {at}: f'({at}) = {a * n} * ({at})^{n - 1}"
+           f"{lin} = {value}.").replace("^1 ", " ").replace("^1.", ".")
+    return q, sol, "Check: the constant term does not change the derivative.", sp.diff(f, x).subs(x, at), value
+
+
+def c_integral(r):
+    a, b, hi = r.randint(1, 6), r.randint(-5, 5), r.randint(1, 4)
+    f = a * x ** 2 + b * x
+    text = sp.sstr(f).replace("**", "^").replace("*", "")
+    val = Fraction(a * hi ** 3, 3) + Fraction(b * hi ** 2, 2)
+    q = f"Compute the integral of {text} from x = 0 to x = {hi}."
+    lin, lin_at = (f" {_sign(b)}x^2/2", f" {_sign(b)} * {hi ** 2}/2") if b else ("", "")
+    sol = (f"An antiderivative is {a}x^3/3{lin}. At x = {hi} it is {a} * {hi ** 3}/3{lin_at} "
+           f"= {val}; at x = 0 it is 0, so the integral is {val}.").replace(" 1x^3", " x^3")
+    return q, sol, "Check: the antiderivative's derivative is the integrand.", sp.integrate(f, (x, 0, hi)), val
+
+
+# template -> the passage (passages.jsonl id) whose fact it uses
+COLD = {c_series: "k02", c_binomial: "k04", c_word: "k06", c_gcd: "k09", c_divisor_count: "k10",
+        c_divisor_sum: "k11", c_quadratic: "k17", c_dice: "k20", c_triangle: "k23", c_derivative: "k28",
+        c_integral: "k29", c_linear: "k36"}
+COLD_FILES = {"proposer": "pasodoble_cold_proposer.jsonl", "solver": "pasodoble_cold_solver.jsonl"}
+N_COLD = 150  # records per role (the paper's 2K per role are a larger model's outputs)
+PASO_PROMPTS = DATA.parent / "prompts" / "pasodoble"
+
+
+def cold_start(rng: random.Random, exclude: set[str]) -> dict[str, list[dict]]:
+    """Per role, N_COLD records, each a prompt, the
+    role's system prompt and a completion in the role's output format; no question
+    repeats or appears in `exclude` (the evaluation's held-out problems)."""
+    from askspec.lang.sandbox import environment  # the sandbox the runtime renders prompts in
+
+    env = environment()
+    proposer = env.from_string((PASO_PROMPTS / "proposer.j2").read_text(encoding="utf-8"))
+    proposer_system = env.from_string((PASO_PROMPTS / "proposer_system.j2").read_text(encoding="utf-8")).render()
+    solver_system = env.from_string((PASO_PROMPTS / "solver_system.j2").read_text(encoding="utf-8")).render()
+    texts = {p["id"]: p for p in passages()}
+    templates = list(COLD)
+    out: dict[str, list[dict]] = {}
+    seen = set(exclude)
+    tries = 0
+    for split in ("proposer", "solver"):
+        rows = out.setdefault(split, [])
+        made = 0
+        while made < N_COLD:
+            t = templates[tries % len(templates)]
+            tries += 1
+            if tries > 100 * N_COLD:
+                raise RuntimeError("the cold-start templates cannot make that many distinct problems")
+            question, solution, check, exact, brute = t(rng)
+            if question in seen:
+                continue
+            _agree(exact, brute)
+            seen.add(question)
+            made += 1
+            answer = _ans(exact)
+            row = {"id": f"c{split[0]}{made:03d}", "template": t.__name__, "answer": answer,
+                   "_brute": str(brute), "_question": question}
+            if split == "proposer":
+                passage = texts[COLD[t]]
+                row.update(passage=passage["id"], system=proposer_system, prompt=proposer.render(passage=passage),
+                           completion=f"<problem>{question}</problem>\n<answer>{solution} {check} "
+                                      f"The answer is \\boxed{{{answer}}}.</answer>")
+            else:
+                row.update(system=solver_system, prompt=question,
+                           completion=f"{solution} The answer is \\boxed{{{answer}}}.")
+            rows.append(row)
+    return out
+
+
 def passages() -> list[dict]:
     return [{"id": f"k{i + 1:02d}", "text": t} for i, t in enumerate(PASSAGES)]
 
@@ -318,7 +526,10 @@ def generate(seed: int = SEED) -> dict[str, list[dict]]:
     for i, item in enumerate(hard):
         item["split"] = "test" if i in test else "train"
 
-    return {MATH_FILE: math_items, HARD_FILE: hard, PASSAGES_FILE: passages()}
+    # after the others, so that adding it changed none of their draws
+    cold = cold_start(random.Random(seed + 3), {m["question"] for m in math_items})
+    return {MATH_FILE: math_items, HARD_FILE: hard, PASSAGES_FILE: passages(),
+            **{COLD_FILES[role]: rows for role, rows in cold.items()}}
 
 
 def build(seed: int = SEED) -> dict[str, str]:

@@ -368,6 +368,8 @@ def schedule_lines(exp: ir.Experiment) -> list[str]:
     sched = exp.schedule
     if sched is not None and sched.kind == "nested":
         return _nested_lines(exp, sched.options)
+    if sched is not None and sched.kind == "online":
+        return _online_lines(exp, sched.options)
     if sched is None or sched.kind != "alternating":
         return []
     opts = sched.options
@@ -388,6 +390,23 @@ def schedule_lines(exp: ir.Experiment) -> list[str]:
     return out
 
 
+def _online_lines(exp: ir.Experiment, opts: dict) -> list[str]:
+    """The online schedule: its steps, the roles every step updates (and their update
+    gates), and the games' model-call bounds per session."""
+    from .plansize import replays_buffer
+
+    held = {g for s in exp.stages if s.kind == "evaluate" for g in s.options["games"]}
+    chosen = opts.get("games")
+    names = chosen if isinstance(chosen, list) else [g.name for g in exp.games
+                                                      if replays_buffer(g) is None and g.name not in held]
+    calls = "; ".join(f"{g.name}: " + ", ".join(f"{r} ≤ {c}" for r, c in g.call_bounds.items()) + " per session"
+                      for g in exp.games if g.name in names)
+    roles = ", ".join(t.role + (f" (update_when {expr_text(t.update_when)})" if t.update_when is not None else "")
+                      for t in exp.training)
+    n = _schedule_steps(exp)
+    return [f"  {n} step(s); each plays {', '.join(names) or 'no game'} and updates {roles}" + (f"; {calls}" if calls else "")]
+
+
 def stage_lines(exp: ir.Experiment) -> list[str]:
     """The stages in the order they run, with each one's steps (global, as train_steps
     counts them) and sessions."""
@@ -406,8 +425,9 @@ def stage_lines(exp: ir.Experiment) -> list[str]:
     for st in exp.stages:
         o = st.options
         if st.kind == "sft":
+            system = f", system '{o['system']}'" if o.get("system") else ""
             out.append(f"  stage {st.name} sft: {o['role']} on {o['data']} (prompt '{o['prompt']}', completion "
-                       f"'{o['completion']}'), {o['steps']} step(s) of {o['batch']} record(s), steps {step + 1}–{step + o['steps']}")
+                       f"'{o['completion']}'{system}), {o['steps']} step(s) of {o['batch']} record(s), steps {step + 1}–{step + o['steps']}")
             step += o["steps"]
         elif st.kind == "train":
             n = _schedule_steps(exp)

@@ -350,11 +350,12 @@ class ProfileTrain(Node):
 
 @dataclass(eq=False)
 class ProfileDecl(Node):
-    """`profile NAME { ... }`: a named configuration of the experiment."""
+    """`profile NAME { ... }`: a named configuration of the experiment (a `schedule`
+    item, a BlockDecl, replaces the spec's schedule)."""
 
     name: str
     name_span: Span
-    items: list[Param | ProfileModel | ProfileTrain]
+    items: list[Param | ProfileModel | ProfileTrain | BlockDecl]
 
 
 Decl = Union[Experiment, Param, ModelDecl, RoleDecl, TemplateDecl, DataDecl, BlockDecl, TrainDecl, MetricDecl, GameDecl,

@@ -38,6 +38,7 @@ class CheckerBase:
         self.loaded: dict[str, LoadedTemplate] = {}
         self.decl_spans: dict[tuple[str, str], Span] = {}
         self.used: set[tuple[str, str]] = set()
+        self.profile_names: set[str] = set()  # names the profiles mention (profiles.select)
         self.role_decls: dict[str, A.RoleDecl] = {}
         self.buffer_score_spans: dict[str, Span] = {}
         self.broken_templates: set[str] = set()  # named templates that failed to load

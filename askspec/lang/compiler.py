@@ -107,6 +107,11 @@ class Compiler(StageChecks):
     def run(self, module: A.Module) -> ir.Experiment:
         selection = profiles.select(module.decls, self.profile, self.sink)
         decls = selection.decls
+        # a parameter another configuration uses is not unused: one a profile mentions
+        # (PasoDoble's online_steps in the offline profile) or one the schedule that the
+        # selected profile replaced mentions (its T_P, T_S in the online profile)
+        self.profile_names = {n for d in module.decls if isinstance(d, A.ProfileDecl) or (
+            isinstance(d, A.BlockDecl) and d.kind == "schedule" and d not in decls) for n in A.names_in(d)}
         if selection.profile is not None:
             self.exp.options["profile"] = selection.profile  # the IR is this configuration's
         experiments = [d for d in decls if isinstance(d, A.Experiment)]
@@ -267,7 +272,7 @@ class Compiler(StageChecks):
         for (kind, name), span in self.decl_spans.items():
             if kind in ("game", "metric", "stage"):
                 continue
-            if (kind, name) in self.used:
+            if (kind, name) in self.used or (kind == "param" and name in self.profile_names):
                 continue
             if kind == "model" and any(name in _strings(v) for v in self.params.values()):
                 continue  # named by a parameter (e.g. a boundary model set)

@@ -385,6 +385,8 @@ class _Builder:
     def profile_item(self, t: Tree):
         if t.data == "param":
             return self.d_param(t)
+        if t.data == "schedule":
+            return self.d_schedule(t)
         name, value, body = t.children
         value = self.expr(value) if value is not None else None
         if t.data == "profile_model":

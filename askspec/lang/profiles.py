@@ -1,6 +1,8 @@
 """Profiles: named configurations of one experiment (`profile benchmark { ... }`).
 
-A profile overrides declared parameters, models and train blocks; one switch
+A profile overrides declared parameters, models and train blocks, and may replace the
+schedule (`schedule online { ... }` in a profile stands for the spec's schedule block, or
+is the schedule of a spec that declares none: PasoDoble's online and offline); one switch
 (`--profile NAME`, else the experiment's `profile = NAME` setting) selects it. The
 selected profile is applied to the AST before anything is checked, so the IR is that
 configuration's and every later diagnostic points at the text that produced the value
@@ -87,6 +89,8 @@ def _declared(decls: list) -> dict[str, dict[str, object]]:
 
 
 def _item_key(item) -> tuple[str, str, Span]:
+    if isinstance(item, A.BlockDecl):  # a schedule: one per profile, whatever its kind
+        return "schedule", "schedule", item.span
     if isinstance(item, A.Param):
         return "param", item.name, item.name_span
     if isinstance(item, A.ProfileModel):
@@ -100,10 +104,13 @@ def _check_names(p: A.ProfileDecl, decls: list, sink: DiagnosticSink) -> None:
     for item in p.items:
         kind, name, span = _item_key(item)
         if (kind, name) in seen:
-            d = sink.error("E104", f"profile '{p.name}' sets {kind} '{name}' twice", span)
+            what = "the schedule" if kind == "schedule" else f"{kind} '{name}'"
+            d = sink.error("E104", f"profile '{p.name}' sets {what} twice", span)
             d.notes.append(("first set here", seen[(kind, name)]))
             continue
         seen[(kind, name)] = span
+        if kind == "schedule":
+            continue  # replaces the spec's schedule or adds one; checked as a schedule when selected
         if name not in declared[kind]:
             what = {"param": "no parameter", "model": "no model", "train": "no train block for role"}[kind]
             sink.error("E113", f"profile '{p.name}' overrides {what} '{name}'", span,
@@ -124,6 +131,7 @@ def _apply(p: A.ProfileDecl, decls: list) -> list:
     params = {i.name: i for i in p.items if isinstance(i, A.Param)}
     models = {i.name: i for i in p.items if isinstance(i, A.ProfileModel)}
     trains = {i.role: i for i in p.items if isinstance(i, A.ProfileTrain)}
+    schedule = next((i for i in p.items if isinstance(i, A.BlockDecl)), None)
 
     def param(q: A.Param) -> A.Param:
         o = params.get(q.name)
@@ -142,5 +150,10 @@ def _apply(p: A.ProfileDecl, decls: list) -> list:
         elif isinstance(d, A.TrainDecl) and d.role in trains:
             t = trains[d.role]
             d = replace(d, algo=t.algo if t.algo is not None else d.algo, attrs=_merge(d.attrs, t.attrs))
+        elif isinstance(d, A.BlockDecl) and d.kind == "schedule" and schedule is not None:
+            # the whole block: another kind's settings do not mix with the spec's
+            d, schedule = schedule, None
         out.append(d)
+    if schedule is not None:  # the spec declares none (online by default)
+        out.append(schedule)
     return out

@@ -16,7 +16,7 @@ from .training import HYPERPARAMETERS
 
 STAGE_KINDS = ("sft", "train", "evaluate", "retrain")
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "sft": ("role", "data", "steps", "batch", "lr", "prompt", "completion"),
+    "sft": ("role", "data", "steps", "batch", "lr", "prompt", "completion", "system"),
     "train": (),
     "evaluate": ("games", "samples", "k", "score", "weights"),
     "retrain": ("role", "game", "promoted", "data", "steps", "curriculum", "warmup", "lr"),
@@ -94,7 +94,7 @@ class StageChecks(BlockChecks):
                 opts[key] = self.const_int(a[key].value, f"sft stage '{key}'", 1)
         if "lr" in a:
             opts["lr"] = self.setting_value("lr", HYPERPARAMETERS["lr"], a["lr"].value, "sft stage")
-        for key in ("prompt", "completion"):
+        for key in ("prompt", "completion", "system"):  # system: none unless named
             if key in a:
                 field = self.const(a[key].value, f"sft stage '{key}'")
                 if not isinstance(field, str) or not field:

@@ -48,7 +48,12 @@ def sft_trajectories(tokenizer: Any, chat_template: str | None, end_id: int, rec
                 or not isinstance(rec.get(opts["completion"]), str):
             raise ValueError(f"sft data set '{opts['data']}', record {index + 1}: needs string fields "
                              f"'{opts['prompt']}' and '{opts['completion']}'")
-        prompt_ids = chat_prompt_ids(tokenizer, chat_template, rec[opts["prompt"]])
+        system = opts.get("system")
+        if system is not None and not isinstance(rec.get(system), str):
+            raise ValueError(f"sft data set '{opts['data']}', record {index + 1}: needs a string field '{system}' "
+                             f"(the stage's system prompt field)")
+        prompt_ids = chat_prompt_ids(tokenizer, chat_template, rec[opts["prompt"]],
+                                     rec[system] if system is not None else None)
         completion_ids = list(tokenizer(rec[opts["completion"]], add_special_tokens=False)["input_ids"]) + [end_id]
         key = f"sft-t{step:06d}-r{index:06d}"
         turn = Turn(session_id=key, attempt=1, turn_index=0, prompt_ids=prompt_ids, completion_ids=completion_ids,
@@ -57,12 +62,15 @@ def sft_trajectories(tokenizer: Any, chat_template: str | None, end_id: int, rec
     return out
 
 
-def chat_prompt_ids(tokenizer: Any, chat_template: str | None, prompt: str) -> list[int]:
-    """The prompt as the hf backend encodes a one-message request (generation prompt added)."""
+def chat_prompt_ids(tokenizer: Any, chat_template: str | None, prompt: str, system: str | None = None) -> list[int]:
+    """The prompt as the hf backend encodes a request of one user message, after the
+    system prompt when there is one (the role's own, so the cold start trains the format
+    the role is called in), generation prompt added."""
     kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
     if chat_template is not None:
         kwargs["chat_template"] = chat_template
-    encoded = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], **kwargs)
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + [{"role": "user", "content": prompt}]
+    encoded = tokenizer.apply_chat_template(messages, **kwargs)
     ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
     if ids and isinstance(ids[0], list):
         ids = ids[0]

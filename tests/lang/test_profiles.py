@@ -136,3 +136,54 @@ def test_shipped_specs_keep_their_profiles_checked() -> None:
         for name in re.findall(r"^profile (\w+)", text, re.M):
             res = run_cli("check", "-q", str(path.relative_to(ROOT)), "--profile", name)
             assert res.returncode == 0, (path.name, name, res.stderr)
+
+
+TWO_ROLES = """
+experiment e { param t_a: int = 2; param steps: int = 3 }
+model m = hf("smollm2-135m-instruct") { max_tokens = 8 }
+role a { model = m; trained; memory = none }
+role b { model = m; trained; memory = none }
+data qs = [{q: "1+1"}]
+game g for item in qs {
+    x = ask a: item.q
+    y = ask b: item.q
+    valid = len(x.text) > 3
+    reward a = 1.0
+    reward b = 1.0
+}
+train a with grpo { lr = 0.000001 }
+train b with grpo { lr = 0.000001 }
+SCHEDULE
+profile off { }
+profile on {
+    schedule online { steps = steps }
+    train a { update_when = sum(valid) > 0 }
+}
+"""
+
+
+def test_a_profile_replaces_the_schedule_and_adds_an_update_gate():
+    src = TWO_ROLES.replace("SCHEDULE", "schedule alternating { a = t_a; b = 1; iterations = 2 }")
+    off, on = compiled(src, "off"), compiled(src, "on")
+    assert off.schedule.kind == "alternating" and all(t.update_when is None for t in off.training)
+    assert on.schedule.kind == "online" and on.schedule.options == {"steps": 3}
+    assert [t.update_when is not None for t in on.training] == [True, False]
+    # the same as writing the online configuration out by hand
+    inline = TWO_ROLES.replace("SCHEDULE", "schedule online { steps = steps }").replace(
+        "train a with grpo { lr = 0.000001 }", "train a with grpo { lr = 0.000001; update_when = sum(valid) > 0 }")
+    assert without_profile(on) == without_profile(compiled(inline, "off"))
+    # a spec without a schedule (online by default) gets the profile's
+    assert compiled(TWO_ROLES.replace("SCHEDULE", ""), "on").schedule.options == {"steps": 3}
+    text = render.to_text(on)
+    assert "  3 step(s); each plays g and updates a (update_when (sum(valid) > 0)), b; g: a ≤ 1, b ≤ 1 per session" in text
+
+
+def test_parameters_another_configuration_uses_are_not_reported_unused():
+    src = TWO_ROLES.replace("SCHEDULE", "schedule alternating { a = t_a; b = 1; iterations = 2 }")
+    for profile in ("off", "on"):
+        res = compile_source("e.ask", src, None, profile)
+        assert res.ok and [d.message for d in res.sink.items if d.code == "W501"] == []
+    # a parameter no configuration uses still is
+    res = compile_source("e.ask", src.replace("param steps: int = 3 }", "param steps: int = 3; param idle: int = 1 }"),
+                         None, "on")
+    assert [d.message for d in res.sink.items if d.code == "W501"] == ["param 'idle' is never used"]

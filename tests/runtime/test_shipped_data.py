@@ -62,3 +62,36 @@ def test_sizes_splits_and_passages():
     for f in DATA.iterdir():
         assert f.stat().st_size < 256 * 1024, f
     assert (DATA / "README.md").exists()
+
+
+def test_the_pasodoble_cold_start_records_parse_in_each_role_s_format_with_verified_answers(gen):
+    """App. A cold start: each completion parses with its role's reply parser in
+    specs/pasodoble.ask, its answer verifies against the brute-force one (math-verify and
+    `equiv`), the proposer's prompt is its passage's, and no question is one of the
+    held-out evaluation problems."""
+    from askspec.lang.compiler import compile_file
+    from askspec.runtime.engine.calls import parse_reply
+
+    exp = compile_file(str(ROOT / "specs" / "pasodoble.ask"), {}).ir
+    rows = gen.generate(gen.SEED)
+    held_out = {r["question"] for r in rows["math_problems.jsonl"]}
+    passages = {p["id"]: p["text"] for p in rows["passages.jsonl"]}
+    questions = []
+    for role in ("proposer", "solver"):
+        records = rows[f"pasodoble_cold_{role}.jsonl"]
+        assert len(records) == 150 and len({r["id"] for r in records}) == 150
+        assert len({r["template"] for r in records}) == 12  # every topic template
+        for r in records:
+            reply = parse_reply(exp.role(role).reply, r["completion"], "stop")
+            assert reply["ok"], r
+            got = reply["fields"]["answer"]
+            assert verify(parse(f"${r['_brute']}$"), parse(f"${got}$")), r
+            assert equiv(got, r["_brute"]) and equiv(got, r["answer"]), r
+            assert not equiv(got, f"{r['_brute']} + 1"), r
+            if role == "proposer":
+                assert reply["fields"]["problem"] == r["_question"]
+                assert r["prompt"].startswith(f"External knowledge: {passages[r['passage']]}\n"), r
+            else:
+                assert r["prompt"] == r["_question"]
+            questions.append(r["_question"])
+    assert len(set(questions)) == len(questions) and not set(questions) & held_out

@@ -7,47 +7,32 @@ outer rewards, decisions and promotions are checked against the schedule."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from askspec.runtime.store.views import open_store
 
+sys.path.insert(0, str(Path(__file__).parent))
+from killrun import askspec_cmd, kill_run_when, latest_step, only_run, resume  # noqa: E402
+
 SPEC = Path(__file__).parent / "specs" / "tiny_nested.ask"
 pytestmark = pytest.mark.slow
+
+
+def _inside_the_second_inner_loop(out: Path) -> bool | None:
+    """Outer step 1 checkpointed and a copy of step 2 trained: the kill lands inside the inner loop."""
+    work = list(out.glob("*/checkpoints/nested/work/*.safetensors")) if out.exists() else []
+    return True if latest_step(out) == 1 and work else None
 
 
 @pytest.fixture(scope="module")
 def resumed_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("nested") / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--out", str(out), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 800
-        killed = False
-        while time.monotonic() < deadline and proc.poll() is None:
-            work = list(out.glob("*/checkpoints/nested/work/*.safetensors")) if out.exists() else []
-            runs = list(out.glob("*/checkpoints/latest.json")) if out.exists() else []
-            # outer step 1 checkpointed and a copy of step 2 trained: the kill lands inside the inner loop
-            if runs and json.loads(runs[0].read_text())["step"] == 1 and work:
-                killed = True
-                break
-            time.sleep(0.2)
-        assert killed, proc.communicate(timeout=5)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
-    resumed = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "--resume", str(run_dir), "--quiet"],
-                             capture_output=True, text=True, timeout=900)
-    assert resumed.returncode == 0, resumed.stderr
+    kill_run_when(askspec_cmd("run", str(SPEC), "--out", str(out), "--quiet"), out, _inside_the_second_inner_loop, 800)
+    run_dir = only_run(out)
+    resume(run_dir)
     return run_dir
 
 

@@ -97,22 +97,25 @@ def test_gspo_clip_sets_both_sides_unless_one_is_given():
         assert (cfg.clip_low, cfg.clip_high) == pytest.approx(want), algo
 
 
-def test_pasodoble_alternating_phases_and_per_role_sizes():
+def test_pasodoble_stages_alternating_phases_and_sizes():
     t = trainer("pasodoble.ask", {"proposer_steps": "2", "solver_steps": "1", "iterations": "2", "proposals": "3",
-                                  "solutions": "2"})
-    assert [(s.step, s.phase.name, s.iteration, s.n) for s in t.slots] == [
-        (1, "proposer", 1, 1), (2, "proposer", 1, 2), (3, "solver", 1, 1),
-        (4, "proposer", 2, 3), (5, "proposer", 2, 4), (6, "solver", 2, 2)]
-    prop, solv = t.slots[0].phase, t.slots[2].phase
+                                  "solutions": "2", "cold_steps": "1", "eval_items": "2", "eval_samples": "3"})
+    assert [(s.step, s.phase.name, s.phase.stage, s.iteration, s.n) for s in t.slots] == [
+        (1, "sft_proposer", "sft_proposer", 1, 1), (2, "sft_solver", "sft_solver", 1, 1),
+        (3, "proposer", "rl", 1, 1), (4, "proposer", "rl", 1, 2), (5, "solver", "rl", 1, 1),
+        (6, "proposer", "rl", 2, 3), (7, "proposer", "rl", 2, 4), (8, "solver", "rl", 2, 2),
+        (9, "heldout", "heldout", 1, 1)]
+    prop, solv = t.slots[2].phase, t.slots[4].phase
     assert (prop.roles, prop.plain, prop.replay) == (("proposer",), ("propose",), ())
     assert (solv.roles, solv.plain, solv.replay) == (("solver",), (), ("practice",))
-    # each phase is sized by its own role's train block (group = proposals / solutions)
-    assert {p.group_size for p in t.planners["proposer"].plans(1)} == {3}
-    assert t._replay_shape(solv, t._game("practice")) == (1, 2)
+    # one passage a proposer step, one buffered question a solver step: the GRPO group is
+    # the `sample` call's siblings (the I questions, the J answers), not repeated sessions
+    assert [p.group_size for p in t.planners["proposer"].plans(1)] == [1]
+    assert t._replay_shape(solv, t._game("practice")) == (1, 1)
     # the lr schedule of each role counts its own updates
     assert t.by_role["proposer"].steps == 4 and t.by_role["solver"].steps == 2
-    # session indices of steps never overlap
-    assert t.planner_sessions_before(6) == 4 * 3 + 2 * 2
+    # session indices of steps never overlap; the evaluation: 2 items x 3 samples x 2 weights
+    assert t.planner_sessions_before(8) == 4 * 1 + 2 * 1 and t.step_sessions(t.slots[8]) == 12
 
 
 def test_online_with_two_roles_is_sized_by_every_train_block():

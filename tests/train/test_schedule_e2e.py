@@ -6,16 +6,15 @@ recorded phases, pushes, evictions and train steps are checked against the sched
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from askspec.runtime.store.views import open_store
+
+sys.path.insert(0, str(Path(__file__).parent))
+from killrun import askspec_cmd, kill_run_when, latest_step, only_run, resume  # noqa: E402
 
 SPEC = Path(__file__).parent / "specs" / "tiny_alternating.ask"
 pytestmark = pytest.mark.slow
@@ -27,28 +26,12 @@ SCHEDULE = {1: ("proposer", 1), 2: ("proposer", 1), 3: ("solver", 1), 4: ("propo
 @pytest.fixture(scope="module")
 def resumed_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("alt") / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--out", str(out), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 800
-        killed_at = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            runs = list(out.glob("*/checkpoints/latest.json")) if out.exists() else []
-            if runs and json.loads(runs[0].read_text())["step"] >= 4:
-                killed_at = json.loads(runs[0].read_text())["step"]
-                break
-            time.sleep(0.2)
-        assert killed_at is not None, proc.communicate(timeout=5)
-        os.killpg(proc.pid, signal.SIGKILL)  # step 4 checkpointed, step 5 (same phase) being played
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
+    # step 4 checkpointed, step 5 (same phase) being played
+    killed_at = kill_run_when(askspec_cmd("run", str(SPEC), "--out", str(out), "--quiet"), out,
+                              lambda o: s if (s := latest_step(o)) is not None and s >= 4 else None, 800)
+    run_dir = only_run(out)
     assert killed_at < 6, "the run finished before it could be killed"
-    resumed = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "--resume", str(run_dir), "--quiet"],
-                             capture_output=True, text=True, timeout=900)
-    assert resumed.returncode == 0, resumed.stderr
+    resume(run_dir)
     return run_dir
 
 

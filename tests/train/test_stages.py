@@ -85,6 +85,25 @@ def test_the_sft_loss_mask_covers_the_completion_and_the_end_of_turn_only():
         sft_trajectories(tok, None, end, [(0, {"question": "x"})], opts, 1)
 
 
+def test_an_sft_record_s_system_field_is_the_prompt_s_system_message():
+    from transformers import AutoTokenizer
+
+    from askspec.runtime.backends.hf import resolve_weights
+
+    tok = AutoTokenizer.from_pretrained(str(resolve_weights("smollm2-135m-instruct")))
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    opts = {"data": "cold", "prompt": "prompt", "completion": "completion", "system": "sys"}
+    rec = {"prompt": "What is 1 + 1?", "completion": "\\boxed{2}", "sys": "Put the answer in \\boxed{}."}
+    (tr,) = sft_trajectories(tok, None, end, [(0, rec)], opts, 1)
+    want = tok.apply_chat_template([{"role": "system", "content": rec["sys"]}, {"role": "user", "content": rec["prompt"]}],
+                                   add_generation_prompt=True, tokenize=False)
+    assert tok.decode(tr.turns[0].prompt_ids) == want  # as the hf backend sends a role's system prompt
+    (plain,) = sft_trajectories(tok, None, end, [(0, rec)], {**opts, "system": None}, 1)
+    assert "Put the answer" not in tok.decode(plain.turns[0].prompt_ids)
+    with pytest.raises(ValueError, match="needs a string field 'sys'"):
+        sft_trajectories(tok, None, end, [(0, {"prompt": "x", "completion": "y"})], opts, 1)
+
+
 def test_the_schedule_runs_the_stages_in_order():
     exp = compile_file(str(SPEC), {}).ir
     slots = schedule.slots(exp, [config_from_ir(t, exp) for t in exp.training])

@@ -4,55 +4,34 @@ settings), and survives `kill -9` + `--resume` with every step exactly once."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from askspec.runtime.store.views import open_store
 
+sys.path.insert(0, str(Path(__file__).parent))
+from killrun import askspec_cmd, kill_run_when, latest_step, only_run, resume  # noqa: E402
+
 SPEC = Path(__file__).parent / "specs" / "tiny_train.ask"
 pytestmark = pytest.mark.slow
 
 
 def askspec(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "askspec.cli", *args], capture_output=True, text=True, timeout=900, **kw)
-
-
-def only_run(out: Path) -> Path:
-    runs = [p for p in out.iterdir() if not p.name.startswith(".")]
-    assert len(runs) == 1, runs
-    return runs[0]
+    return subprocess.run(askspec_cmd(*args), capture_output=True, text=True, timeout=900, **kw)
 
 
 @pytest.fixture(scope="module")
 def resumed_run(tmp_path_factory) -> Path:
     """A training run killed with SIGKILL after its first checkpoint, then resumed."""
     out = tmp_path_factory.mktemp("train") / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--out", str(out), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 600
-        latest = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            runs = list(out.glob("*/checkpoints/latest.json")) if out.exists() else []
-            if runs and json.loads(runs[0].read_text())["step"] >= 1:
-                latest = runs[0]
-                break
-            time.sleep(0.2)
-        assert latest is not None, proc.communicate(timeout=5)
-        os.killpg(proc.pid, signal.SIGKILL)  # mid-run: step 1 is checkpointed, step 2 is being played
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    # mid-run: step 1 is checkpointed, step 2 is being played
+    kill_run_when(askspec_cmd("run", str(SPEC), "--out", str(out), "--quiet"), out,
+                  lambda o: s if (s := latest_step(o)) is not None and s >= 1 else None, 600)
     run_dir = only_run(out)
-    resumed = askspec("run", "--resume", str(run_dir), "--quiet")
-    assert resumed.returncode == 0, resumed.stderr
+    resume(run_dir)
     return run_dir
 
 

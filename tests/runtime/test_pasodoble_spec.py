@@ -1,0 +1,114 @@
+"""specs/pasodoble.ask as compiled (issue 11, issue 15 item 4): the offline and online
+configurations are profiles (the schedule, the update gates), the cold start is 5 epochs
+at the paper's lr, the evaluation's sampling (temperature 0.6, top_p 0.95) is what the
+engine sends for the evaluated role under both weights, and no parameter of either
+configuration is reported unused. No model is loaded (the trained policy is a fake with
+only a backend, named as such)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from askspec.lang.compiler import compile_file
+
+SPEC = Path(__file__).resolve().parents[2] / "specs" / "pasodoble.ask"
+DATA = SPEC.parent / "data"
+
+
+def compiled(profile: str | None = None, sets: dict[str, str] | None = None):
+    res = compile_file(str(SPEC), sets or {}, profile)
+    assert res.ok, [d.message for d in res.sink.items]
+    return res
+
+
+@pytest.mark.parametrize("profile", [None, "offline", "online"])
+def test_each_configuration_compiles_without_an_unused_parameter(profile):
+    res = compiled(profile)
+    assert [d.message for d in res.sink.items if d.code == "W501"] == []
+    assert res.ir.options["profile"] == (profile or "offline")
+
+
+def test_offline_is_the_alternating_schedule_and_online_the_gated_one():
+    off = compiled().ir
+    assert off.schedule.kind == "alternating"
+    assert {k: off.schedule.options[k] for k in ("proposer", "solver", "iterations")} == {
+        "proposer": 10, "solver": 5, "iterations": 60}  # Table 5 "Offline"
+    assert all(t.update_when is None for t in off.training)
+    on = compiled("online").ir
+    assert on.schedule.kind == "online" and on.schedule.options == {"steps": 600, "games": ["propose"]}
+    assert {t.role: t.update_when is not None for t in on.training} == {"proposer": True, "solver": True}
+    # both share the rest: stages, models, rewards
+    assert [(s.name, s.kind) for s in on.stages] == [(s.name, s.kind) for s in off.stages] == [
+        ("sft_proposer", "sft"), ("sft_solver", "sft"), ("rl", "train"), ("heldout", "evaluate")]
+
+
+def test_compile_text_shows_each_configuration_s_schedule_with_its_bounds():
+    def text(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "askspec.cli", "compile", str(SPEC), "--format", "text", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    off = text()
+    assert "profile: offline" in off and "900 step(s) = 60 iteration(s) × (proposer 10 + solver 5)" in off
+    assert "phase proposer: 10 step(s) per iteration, 600 in all; updates proposer, solver frozen; " \
+           "propose: proposer ≤ 6, solver ≤ 36 per session" in off
+    assert "stage rl train: the schedule (alternating), steps 151–1050" in off
+    on = text("--profile", "online")
+    assert "profile: online" in on
+    assert ("600 step(s); each plays propose and updates proposer (update_when (sum(valid) > 0)), "
+            "solver (update_when (sum(valid) > 0)); propose: proposer ≤ 6, solver ≤ 36 per session") in on
+    assert "stage rl train: the schedule (online), steps 151–750" in on
+    assert ("stage heldout evaluate: test against trained and initial weights, 6 sample(s) per item × 2 weights; "
+            "pass@1, avg@6 of 'correct'; step 751") in on
+
+
+def test_the_cold_start_is_five_epochs_of_each_role_s_records_at_lr_1e_5():
+    exp = compiled().ir
+    for stage, role in (("sft_proposer", "proposer"), ("sft_solver", "solver")):
+        opts = next(s for s in exp.stages if s.name == stage).options
+        records = (DATA / f"pasodoble_cold_{role}.jsonl").read_text().splitlines()
+        assert opts["role"] == role and opts["lr"] == pytest.approx(1e-5)  # App. A
+        assert opts["steps"] * opts["batch"] == 5 * len(records)  # App. A: 5 epochs
+        assert opts["system"] == "system"  # trained in the system prompt the role is called with
+        system = (SPEC.parent / "prompts" / "pasodoble" / f"{role}_system.j2").read_text()  # the role's `system`
+        assert {json.loads(r)["system"] for r in records} == {system}
+
+
+class FakePolicy:
+    """Stands in for the solver's trained policy: only the backend that serves its weights."""
+
+    backend = "trained-solver-backend"
+
+
+def test_the_evaluation_sampling_reaches_the_engine_under_both_weights():
+    from askspec.runtime.commands.options import RunOptions
+    from askspec.runtime.commands.resolver import ModelResolver
+    from askspec.runtime.engine.calls import ModelCalls
+    from askspec.runtime.engine.plan import load_dataset
+    from askspec.runtime.train.trainer import LocalTrainer
+
+    exp = compiled(sets={"eval_items": "2"}).ir
+    heldout = next(s for s in exp.stages if s.name == "heldout")
+    assert heldout.options["samples"] == 6 and heldout.options["k"] == [1]  # §4: pass@1 over 6 samples
+    datasets = {d.name: load_dataset(d, str(SPEC.parent), 0) for d in exp.datasets}
+    trainer = LocalTrainer(exp, params=exp.param_values(), datasets=datasets, seed=0,
+                           resolver=ModelResolver(exp, RunOptions(file=str(SPEC)), str(SPEC.parent)), run_dir=None)
+    trainer.policies["solver"] = FakePolicy()
+    role = exp.role("examinee")
+    for initial in (False, True):
+        trainer.serve_initial = initial
+        binding = trainer.resolve("examinee", role.model)  # as the engine asks (session.binding)
+        # trained turn: the solver's trained weights; initial turn: the spec's own weights
+        assert (binding.backend == "trained-solver-backend") is not initial
+        sampling, _ = ModelCalls(recorder=None).sampling("examinee", role, binding)  # what the engine sends
+        assert (sampling["temperature"], sampling["top_p"], sampling["max_tokens"]) == (0.6, 0.95, 8192)
+    # the roles trained keep the paper's training sampling (Table 5: temperature 0.6, top_p 1.0)
+    trainer.serve_initial = False
+    sampling, _ = ModelCalls(recorder=None).sampling("solver", exp.role("solver"), trainer.resolve("solver", "base"))
+    assert (sampling["temperature"], sampling["top_p"], sampling["max_tokens"]) == (0.6, 1.0, 6144)

@@ -1,0 +1,60 @@
+"""The kill-and-resume harness of the end-to-end training tests: start `askspec run` in a
+process group of its own, SIGKILL the whole group when a condition on its output folder
+holds (e.g. a checkpoint of some step exists), then `--resume` the run. Imported by the
+test modules beside it (they put this folder on sys.path)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def askspec_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "askspec.cli", *args]
+
+
+def latest_step(out: Path) -> int | None:
+    """The step of the newest complete checkpoint of the one run under `out` (None: none yet)."""
+    found = list(out.glob("*/checkpoints/latest.json")) if out.exists() else []
+    return int(json.loads(found[0].read_text())["step"]) if found else None
+
+
+def kill_run_when(cmd: list[str], out: Path, condition: Callable[[Path], T | None], timeout: float) -> T:
+    """Run `cmd`; as soon as `condition(out)` returns something other than None, SIGKILL the
+    run's process group and return that value. Fails the test, with the run's output, when
+    the run ends (or `timeout` seconds pass) before the condition held."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            got = condition(out)
+            if got is not None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                return got
+            time.sleep(0.2)
+        raise AssertionError(f"the run ended or timed out before it could be killed: "
+                             f"{proc.communicate(timeout=5) if proc.poll() is not None else 'still running'}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def only_run(out: Path) -> Path:
+    runs = [p for p in out.iterdir() if not p.name.startswith(".")]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def resume(run_dir: Path, timeout: float = 900) -> None:
+    done = subprocess.run(askspec_cmd("run", "--resume", str(run_dir), "--quiet"), capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr
