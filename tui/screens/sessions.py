@@ -22,11 +22,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, Static
-from textual_fastdatatable import ArrowBackend
 
 from askspec.tui import data
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable, prepare
+from askspec.tui.components.vtable import TableLayout
 from askspec.tui.filters import Filter, FilterError, parse_filter
 from askspec.tui.messages import Loaded, LoadFailed, OpenSession, StoreChanged
 
@@ -41,11 +41,11 @@ FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward
 @dataclass
 class Rows:
     """One fetch of the sessions: the rows in plan order, as shown (sorted), and the
-    shown rows' table backend, measured in the worker."""
+    shown rows' column layout, measured in the worker."""
 
     full: pa.Table
     shown: pa.Table
-    backend: ArrowBackend
+    layout: TableLayout
     rewards: bool
 
 
@@ -162,7 +162,7 @@ class SessionsPane(Loader, Vertical):
         self.full, self.pending, self._force = rows.full, None, False
         self._shown_rewards = rows.rewards
         view = self.query_one("#sessions", ArrowTable)
-        await view.update(rows.shown, rows.backend, key="session", to_end=to_end,
+        await view.update(rows.shown, rows.layout, key="session", to_end=to_end,
                           empty="no sessions" + (" match the filter" if self.filter_text.strip() else " yet"))
         if focus or self.screen.focused is None:
             view.focus_table()
@@ -176,7 +176,7 @@ class SessionsPane(Loader, Vertical):
 
     @on(ArrowTable.Highlighted, "#sessions")
     async def _highlighted(self, event: ArrowTable.Highlighted) -> None:
-        if not self.screen.live or event.table.pending_row is not None:
+        if not self.screen.live:
             return
         at_end = event.table.at_end
         if at_end and not self.following:
