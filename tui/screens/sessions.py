@@ -1,7 +1,8 @@
 """The sessions tab: a run's sessions in a virtual table, filterable (see
 ``askspec.tui.filters``) and sortable, following a live run.
 
-A large run paints its sessions first and adds the reward columns when the run's
+A large run paints its first sessions (from the head of its sessions file) while the
+whole file is read, then all its sessions, and adds the reward columns when the run's
 rewards have been read; then the turns are indexed (in a worker) so that transcripts
 open at once. Updates go into the table in place: focus, scroll position and the row
 under the cursor stay.
@@ -59,6 +60,12 @@ def fetch(source: data.Source, run_id: str, flt: Filter, rewards: bool, sort: st
     return Rows(full, shown, prepare(shown), rewards)
 
 
+def first_page(source: data.Source, run_id: str) -> Rows | None:
+    """Worker side of the first paint of a large run (``data.first_sessions``)."""
+    table = data.first_sessions(source, run_id)
+    return None if table is None else Rows(table, table, prepare(table), False)
+
+
 class SessionsPane(Loader, Vertical):
     app: AskspecApp  # the app this runs in (textual types it App[Any])
     screen: RunScreen  # the run screen holding this pane (textual types it Screen[object])
@@ -91,7 +98,9 @@ class SessionsPane(Loader, Vertical):
         yield ArrowTable(id="sessions", empty="loading sessions…")
 
     def on_mount(self) -> None:
-        self.reload()
+        # a large run: its first sessions, from the head of its file, paint first; then
+        # the whole file is read (after: both at once slowed the first page down)
+        self.load("first-page", first_page, self.app.source, self.run_id)
 
     def reload(self, user: bool = True) -> None:
         self._force = self._force or user
@@ -133,6 +142,17 @@ class SessionsPane(Loader, Vertical):
         if msg.key == "turn-index":
             msg.stop()
             return
+        if msg.key == "first-page":
+            msg.stop()
+            page: Rows | None = msg.result
+            if page is not None and not self._loaded_once and not self.filter_text.strip() and not self.sort_col:
+                view = self.query_one("#sessions", ArrowTable)
+                await view.update(page.shown, page.layout, key="session")
+                view.focus_table()
+                self._status(f"the first {page.shown.num_rows} sessions  ·  reading all sessions…")
+            if not self._loaded_once:
+                self.reload(user=False)
+            return
         if msg.key != "sessions":
             return
         msg.stop()
@@ -169,6 +189,11 @@ class SessionsPane(Loader, Vertical):
         self._status(self._describe(rows.shown.num_rows))
 
     def on_load_failed(self, msg: LoadFailed) -> None:
+        if msg.key == "first-page":
+            msg.stop()
+            if not self._loaded_once:
+                self.reload(user=False)  # the whole table (says what is wrong, if anything)
+            return
         if msg.key not in ("sessions", "turn-index"):
             return
         msg.stop()
