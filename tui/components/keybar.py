@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.screen import Screen
@@ -31,6 +32,7 @@ class KeyBar(Widget):
     def __init__(self) -> None:
         super().__init__()
         self._keys: list[tuple[str, str, str, bool]] = []  # key, shown as, description, enabled
+        self._palette: tuple[str, str, str, bool] | None = None  # the command palette's key
         self._spans: list[tuple[int, int, str]] = []  # cells of each key on the line
 
     def on_mount(self) -> None:
@@ -51,24 +53,36 @@ class KeyBar(Widget):
                 continue
             seen.add(binding.action)
             keys.append((binding.key, self.app.get_key_display(binding), binding.description, enabled))
-        if palette is not None:
-            keys.append(palette)
-        if keys != self._keys:
-            self._keys = keys
+        if (keys, palette) != (self._keys, self._palette):
+            self._keys, self._palette = keys, palette
             self.refresh()
 
+    def _append(self, text: Text, key: tuple[str, str, str, bool]) -> None:
+        code, shown, description, enabled = key
+        dim = Style() if enabled else self.get_component_rich_style("keybar--disabled")
+        start = text.cell_len
+        text.append(f" {shown} ", self.get_component_rich_style("keybar--key") + dim)
+        if description:
+            text.append(f"{description} ", self.get_component_rich_style("keybar--description") + dim)
+        self._spans.append((start, text.cell_len, code))
+
     def render(self) -> Text:
-        key_style = self.get_component_rich_style("keybar--key")
-        desc_style = self.get_component_rich_style("keybar--description")
-        dim = self.get_component_rich_style("keybar--disabled")
-        text = Text(no_wrap=True, overflow="crop")
         self._spans = []
-        for key, shown, description, enabled in self._keys:
-            start = text.cell_len
-            text.append(f" {shown} ", key_style + dim if not enabled else key_style)
-            if description:
-                text.append(f"{description} ", desc_style + dim if not enabled else desc_style)
-            self._spans.append((start, text.cell_len, key))
+        text = Text(no_wrap=True, overflow="crop")
+        for key in self._keys:
+            self._append(text, key)
+        if self._palette is not None:  # at the right edge, over what does not fit
+            palette = Text(no_wrap=True)
+            spans, self._spans = self._spans, []
+            self._append(palette, self._palette)
+            palette = Text("▏") + palette
+            left = max(0, self.size.width - palette.cell_len)
+            text.truncate(left)
+            text.pad_right(left - text.cell_len)
+            (code_span,) = self._spans
+            self._spans = [s for s in spans if s[1] <= left] + [(left + code_span[0] + 1, left + palette.cell_len,
+                                                                 code_span[2])]
+            text.append_text(palette)
         return text
 
     def on_click(self, event: events.Click) -> None:

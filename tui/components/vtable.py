@@ -36,10 +36,11 @@ NULL = "-"
 ELLIPSIS = "…"
 
 
-def cell_text(value: Any) -> str:
-    """How a cell shows ``value`` (one line; strings come escaped from the data layer)."""
+def cell_text(value: Any) -> str | None:
+    """How a cell shows ``value`` (one line; strings come escaped from the data layer);
+    None for a null (drawn as ``NULL``, centred)."""
     if value is None:
-        return NULL
+        return None
     if isinstance(value, str):
         if "\n" in value or "\r" in value:  # a row is one line (the data layer escapes these)
             return value.splitlines()[0] + ELLIPSIS if value.strip() else ""
@@ -82,7 +83,7 @@ def _content_width(col: pa.ChunkedArray) -> int:
         return max(width, 5)
     # floats ("n" format: its length is not monotonic in the value) and the rest: each
     # distinct value as shown
-    return max(width, *(len(cell_text(v)) for v in pc.unique(col).to_pylist() if v is not None))
+    return max(width, *(len(str(cell_text(v))) for v in pc.unique(col).to_pylist() if v is not None))
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,9 @@ def measure(table: pa.Table) -> TableLayout:
                        tuple(_right_aligned(c.type) for c in table.columns))
 
 
-def _fit(text: str, width: int, right: bool) -> str:
+def _fit(text: str | None, width: int, right: bool) -> str:
+    if text is None:
+        return NULL.center(width)
     n = cell_len(text)
     if n > width:
         return set_cell_size(text, width - 1) + ELLIPSIS if width > 1 else set_cell_size(text, width)
@@ -160,7 +163,7 @@ class VirtualTable(ScrollView, can_focus=True):
         self.cursor_row = cursor_row
         self.hover_row: int | None = None
         self._data = table
-        self._rows: dict[int, list[tuple[str, ...]]] = {}  # block -> formatted rows
+        self._rows: dict[int, list[tuple[str | None, ...]]] = {}  # block -> formatted rows
         self._strips: dict[tuple, Strip] = {}
         self._styles: dict[str, Style] = {}
         self._follow_cursor = cursor_row > 0  # scroll the cursor into view once laid out
@@ -177,7 +180,7 @@ class VirtualTable(ScrollView, can_focus=True):
         its index, clamped."""
         layout = layout or measure(table)
         self._data = table
-        names = [cell_text(n) for n in table.column_names]
+        names = [str(cell_text(n)) for n in table.column_names]
         self._names = names
         self._right = layout.right
         self._widths = [min(max(w, cell_len(n)), self.max_width) for w, n in zip(layout.widths, names)]
@@ -187,7 +190,7 @@ class VirtualTable(ScrollView, can_focus=True):
         self.cursor_row = max(0, min(self.cursor_row, table.num_rows - 1))
         self.refresh()
 
-    def _cells(self, row: int) -> tuple[str, ...]:
+    def _cells(self, row: int) -> tuple[str | None, ...]:
         block = row // BLOCK
         rows = self._rows.get(block)
         if rows is None:
@@ -205,8 +208,9 @@ class VirtualTable(ScrollView, can_focus=True):
         self._styles = {}
         self.refresh()
 
-    def _line(self, texts: tuple[str, ...], style: Style) -> Strip:
-        text = "".join(" " + _fit(t, w, r) + " " for t, w, r in zip(texts, self._widths, self._right))
+    def _line(self, texts: tuple[str | None, ...], style: Style, header: bool = False) -> Strip:
+        right = (False,) * len(texts) if header else self._right  # headers read from the left
+        text = "".join(" " + _fit(t, w, r) + " " for t, w, r in zip(texts, self._widths, right))
         return Strip([Segment(text, style)], cell_len(text))
 
     def render_lines(self, crop: Region) -> list[Strip]:
@@ -234,7 +238,7 @@ class VirtualTable(ScrollView, can_focus=True):
             kind: str = "header"
             strip = self._strips.get(("header",))
             if strip is None:
-                strip = self._strips[("header",)] = self._line(tuple(self._names), styles["header"])
+                strip = self._strips[("header",)] = self._line(tuple(self._names), styles["header"], header=True)
         else:
             row = scroll_y + y - 1
             if row >= self.row_count:
