@@ -32,7 +32,7 @@ from askspec.tui.source import DataError, Source, check_path, fingerprint, one_l
 
 
 @contextlib.contextmanager
-def _reading(db: Source | RunMirror) -> Iterator[duckdb.DuckDBPyConnection]:
+def _reading(db: Source | RunMirror | duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
     """A cursor of the store or a mirror for this thread; DuckDB's errors become one-line
     DataErrors (an interrupt is passed on, for ``Source.background`` to report)."""
     cur = db.cursor()
@@ -315,6 +315,42 @@ def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewar
     return table
 
 
+FIRST_PAGE = 200  # sessions shown before a large run's sessions file has been read
+HEAD_BYTES = 1 << 19  # bytes of sessions.ndjson they are read from (~1,000 sessions' events)
+HEAD_ROWS = 4096  # events of a compacted run's sessions.parquet, likewise
+
+
+def first_sessions(source: Source, run_id: str, rows: int = FIRST_PAGE) -> pa.Table | None:
+    """The first ``rows`` sessions of a large run in plan order, read from the head of
+    its sessions file alone, for the table's first paint while ``sessions_table`` reads
+    the whole file (the columns of ``sessions_table(rewards=False)``); None for a run
+    small enough to read whole at once, or already read.
+
+    A session whose end lies beyond the head shows as still running until the whole
+    table replaces this one (a second or two later)."""
+    mirror = source.mirror(run_id)
+    src = mirror.sources.get("sessions")
+    if src is None or "sessions" in mirror.loaded:
+        return None
+    try:
+        # (a Parquet copy is some 30 times smaller than its NDJSON)
+        if src.path.stat().st_size <= (HEAD_BYTES if src.path.suffix == ".ndjson" else HEAD_BYTES // 32):
+            return None
+    except OSError:
+        return None
+    try:
+        con = mirror.head_store("sessions", HEAD_BYTES, HEAD_ROWS)
+    except (OSError, duckdb.Error) as e:
+        raise DataError(one_line(e)) from None
+    try:
+        with _reading(con) as cur:
+            sql, params = _sessions_sql(run_id, Filter(), [], False)
+            table = cur.sql(sql + f" LIMIT {int(rows)}", params=params).to_arrow_table()
+    finally:
+        con.close()
+    return displayable(drop_null_columns(table, keep=SESSION_COLUMNS))
+
+
 def _sessions_sql(run_id: str, flt: Filter, roles: list[str], rewards: bool) -> tuple[str, list[Any]]:
     """The sessions table's query over a mirror: one row per session, a final-reward
     column per role in ``roles`` (``rewards``), the filter's conditions."""
@@ -576,6 +612,6 @@ def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> pa.Ta
 
 __all__ = [
     "DataError", "Source", "RunInfo", "check_path", "fingerprint", "list_runs", "summarize_runs", "run_info",
-    "sessions_table", "rewards_are_cheap", "warm_run", "transcript", "groups_table", "group_detail", "metrics",
+    "sessions_table", "first_sessions", "rewards_are_cheap", "warm_run", "transcript", "groups_table", "group_detail", "metrics",
     "run_sql", "compare", "displayable", "FINAL_REWARDS", "MEAN_REWARDS",
 ]

@@ -204,6 +204,27 @@ class RunMirror:
                              "WHERE run_id = ? AND session_id = ?", [self.run_id, session_id])
             yield mini
 
+    def head_store(self, name: str, nbytes: int, rows: int) -> duckdb.DuckDBPyConnection:
+        """A new database (the caller closes it) with the store's views over the first
+        events of file ``name``: its first ``nbytes`` of whole lines, or the first
+        ``rows`` of its Parquet copy. For a first paint of a large run before its whole
+        file has been read (``data.first_sessions``)."""
+        con = duckdb.connect(":memory:")
+        _empty_tables(con, (name,))
+        define_views(con)
+        src = self.sources.get(name)
+        if src is None:
+            return con
+        if src.path.suffix == ".parquet":
+            con.execute(f"INSERT INTO events_{name} SELECT * FROM ({src.sql(name)}) LIMIT {int(rows)}")
+            return con
+        with open(src.path, "rb") as f:
+            head = f.read(nbytes)
+        cut = head.rfind(b"\n") + 1
+        if cut:
+            _insert_lines(con, name, head[:cut])
+        return con
+
     def _session_db(self) -> duckdb.DuckDBPyConnection:
         if self._mini is None:
             self._mini = duckdb.connect(":memory:")

@@ -41,6 +41,11 @@ from askspec.runtime.store.views import _parquet_missing, raw_events_sql
 # row groups by their min/max statistics. The views do not depend on row order, and
 # restore_ndjson writes lines back in seq order.
 SORTED_BY = {"turns": "run_id, session_id, attempt, seq"}
+# ...in row groups small enough that the one holding a session is cheap to read: with
+# DuckDB's default (122,880 rows) a 1M-turn run has 9 groups, and reading one session's
+# turns decompressed a ninth of the file (~0.2 s); 8,192-row groups cut it to ~0.04 s
+# for a 6% larger file (smaller groups cost more in metadata than they save).
+ROW_GROUP_ROWS = {"turns": 8192}
 
 
 class CompactError(Exception):
@@ -98,9 +103,10 @@ def compact_run(run_dir: str | os.PathLike[str], *, force: bool = False) -> dict
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             try:
                 order = f" ORDER BY {SORTED_BY[name]}" if name in SORTED_BY else ""
+                groups = f", ROW_GROUP_SIZE {ROW_GROUP_ROWS[name]}" if name in ROW_GROUP_ROWS else ""
                 (count,) = con.execute(
                     f"COPY (SELECT * FROM ({raw_events_sql(name, [nd.resolve()], [])}){order}) TO '{_q(tmp)}' "
-                    "(FORMAT parquet, COMPRESSION zstd)"
+                    f"(FORMAT parquet, COMPRESSION zstd{groups})"
                 ).fetchone()
                 os.replace(tmp, target)
             finally:

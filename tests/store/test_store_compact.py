@@ -152,3 +152,28 @@ def test_turns_copy_is_sorted_by_session_for_row_group_pruning(kit, tmp_path):
                        ).fetchall()
     assert order == [(s, t) for s in ("s0", "s1", "s2") for t in range(3)]
     assert snapshot(w.run_dir) == before
+
+
+def test_turns_copy_has_small_row_groups(kit, tmp_path):
+    """A session's turns are read from the copy by row group (the TUI's transcript): the
+    groups are small (``ROW_GROUP_ROWS``), not DuckDB's default of 122,880 rows, so that
+    the one holding a session is cheap to decompress."""
+    import duckdb
+
+    from askspec.runtime.store.compact import ROW_GROUP_ROWS
+
+    w = kit.new_writer(tmp_path, flush_interval=0)
+    for i in range(30):
+        sid = f"s{i:03d}"
+        att = w.session_started(sid, game="calibrate", group_id=None, params={}, index=i)
+        for t in range(400):
+            w.turn(sid, att, turn_index=t, role="questioner", model="m", prompt=[], text=f"{sid} {t}",
+                   parsed={}, finish_reason="stop", tokens_in=1, tokens_out=1, latency_ms=1.0)
+        w.session_finished(sid, att, status="ok", outcome="done", error=None, vars={})
+    w.finish()
+    compact_run(w.run_dir)
+    path = layout.parquet_path(w.run_dir, "turns")
+    ((groups, largest),) = duckdb.connect().execute(
+        f"SELECT count(DISTINCT row_group_id), max(row_group_num_rows) FROM parquet_metadata('{path}')").fetchall()
+    assert largest <= ROW_GROUP_ROWS["turns"] and groups >= 12000 // ROW_GROUP_ROWS["turns"]
+    assert connect(w.run_dir).con.execute("SELECT count(*) FROM turns").fetchone() == (12000,)

@@ -212,3 +212,45 @@ async def test_theme_toggle_and_key_help(real_runs):
         await pilot.press("question_mark")
         await pilot.pause(0.2)
         assert app.screen.query("HelpPanel")
+
+
+async def test_a_large_run_paints_its_first_sessions_before_reading_them_all(tmp_path, monkeypatch):
+    """The first sessions (from the head of the sessions file) are on screen, and can be
+    opened, while the whole file is still being read; then every session is shown."""
+    import threading
+
+    from askspec.tui import data
+
+    from tui_helpers import _writer
+
+    w = _writer(tmp_path / "runs", "big", planned_sessions=400)
+    for i in range(400):
+        sid = f"s{i:04d}"
+        a = w.session_started(sid, game="g", group_id=None, params={}, index=i)
+        w.turn(sid, a, turn_index=0, role="questioner", model="m", prompt=[], text=f"reply {i}", parsed={},
+               finish_reason="stop", tokens_in=1, tokens_out=1, latency_ms=1.0)
+        w.session_finished(sid, a, status="ok", outcome="done", error=None, vars={})
+    w.finish()
+    monkeypatch.setattr(data, "HEAD_BYTES", 16 << 10)
+    release = threading.Event()
+    whole = data.sessions_table
+
+    def held_sessions_table(*args, **kw):  # (a stand-in: the whole read waits for the test)
+        release.wait(30)
+        return whole(*args, **kw)
+
+    monkeypatch.setattr(data, "sessions_table", held_sessions_table)
+    app = AskspecApp(tmp_path / "runs", follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, shows(app, "big"), what="the run")
+        await pilot.press("enter")
+        await wait_until(pilot, shows(app, "the first ", " sessions  ·  reading all sessions", "s0000"),
+                         what="the first page")
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen) and "reply 1" in screen_text(app),
+                         what="a session of the first page")
+        await pilot.press("escape")
+        release.set()
+        await wait_until(pilot, shows(app, "400 sessions"), what="every session")
+        table = app.screen.query_one("#sessions")
+        assert table.row_count == 400 and table.cursor_row == 1

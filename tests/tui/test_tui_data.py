@@ -156,3 +156,32 @@ def test_a_reply_too_long_to_store_inline_is_marked_in_the_transcript(tmp_path):
     ((path, chars, file),) = turn.stored_aside
     assert (path, chars) == ("$.text", len(huge)) and (w.run_dir / "events" / file).stat().st_size == len(huge)
     assert f"✂ $.text is cut here: {len(huge):,} characters, whole in events/{file}" in body(turn).plain
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_a_large_runs_first_sessions_come_from_the_head_of_its_file(tmp_path, compacted, monkeypatch):
+    """The sessions table's first paint: the first sessions in plan order, read from the
+    head of the sessions file alone, are the first rows of the whole table; a small run
+    (read whole at once) has no first page, nor a run whose sessions were read."""
+    w = _writer(tmp_path / "runs", "big", planned_sessions=300)
+    for i in range(300):
+        sid = f"s{i:03d}"
+        a = w.session_started(sid, game="g", group_id=None, params={"i": i}, index=i)
+        if i % 50 != 7:  # a few still running when the head was written
+            w.session_finished(sid, a, status="ok" if i % 3 else "error", outcome="done" if i % 3 else None,
+                               error=None if i % 3 else "boom", vars={})
+    w.finish()
+    if compacted:
+        compact_run(w.run_dir)
+    source = data.Source(tmp_path / "runs")
+    run_id = data.list_runs(source)[0].run_id
+    size = layout.ndjson_path(w.run_dir, "sessions").stat().st_size
+    assert data.first_sessions(source, run_id) is None  # small: no first page
+    monkeypatch.setattr(data, "HEAD_BYTES", size // 3)  # the head: about 100 sessions' events
+    monkeypatch.setattr(data, "HEAD_ROWS", 200)
+    page = data.first_sessions(source, run_id, rows=50)
+    assert page is not None and page.num_rows == 50
+    whole = data.sessions_table(source, run_id, rewards=False)
+    assert whole.num_rows == 300
+    assert page.equals(whole.slice(0, 50))
+    assert data.first_sessions(source, run_id) is None  # read whole now: no first page

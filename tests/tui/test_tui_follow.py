@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import askspec
-from textual_fastdatatable import DataTable
 
 from askspec.tui.app import AskspecApp
 from askspec.tui.components.table import ArrowTable
+from askspec.tui.components.vtable import VirtualTable
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.transcript import TranscriptScreen
 
@@ -64,7 +64,7 @@ def _newest_in_view(app) -> int:
 
 
 def _table_focused(app) -> bool:
-    return isinstance(app.focused, DataTable) and app.focused.parent.id == "sessions"
+    return isinstance(app.focused, VirtualTable) and app.focused.parent.id == "sessions"
 
 
 async def test_follow_a_run_another_process_writes(tmp_path):

@@ -1,6 +1,6 @@
-"""``ArrowTable``: an Arrow table shown by textual-fastdatatable (Harlequin's table).
+"""``ArrowTable``: an Arrow table in a ``VirtualTable`` (only the visible rows are drawn),
+or a line saying why there are no rows.
 
-Only the visible rows are rendered, so a 100k-row table scrolls like a 10-row one.
 ``set_table`` mounts a new inner table (a new result: the SQL console, a new filter);
 ``update`` gives the mounted one new rows in place (follow mode, reward columns
 arriving): the widget stays, and with it focus, the scroll position and the cursor,
@@ -18,28 +18,19 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static
-from textual_fastdatatable import ArrowBackend, DataTable
+
+from askspec.tui.components.vtable import TableLayout, VirtualTable, measure
 
 
-def prepare(table: pa.Table) -> ArrowBackend:
-    """A table backend with its column widths measured (call it in a worker thread)."""
-    backend = ArrowBackend(table)
-    backend.render_markup = False
-    widths = backend.column_content_widths  # measured here, cached on the backend
-    for i, col in enumerate(table.columns):
-        # fastdatatable measures a float column by its largest and smallest value, so
-        # 0.3238 between 0 and 1 was cut to "0.3…": measure each distinct value as it
-        # shows it (format "n")
-        if pa.types.is_floating(col.type) and col.null_count < len(col):
-            shown = (len(f"{v:n}") for v in pc.unique(col).to_pylist() if v is not None)
-            widths[i] = max(widths[i], *shown)
-    return backend
+def prepare(table: pa.Table) -> TableLayout:
+    """The table's column widths and alignments (call it in a worker thread)."""
+    return measure(table)
 
 
 class ArrowTable(Vertical):
     DEFAULT_CSS = """
     ArrowTable { height: 1fr; }
-    ArrowTable > DataTable { height: 1fr; }
+    ArrowTable > VirtualTable { height: 1fr; }
     ArrowTable > .empty { color: $text-muted; padding: 0 1; }
     """
 
@@ -78,8 +69,7 @@ class ArrowTable(Vertical):
         self.data: pa.Table | None = None
         self.empty_text = empty
         self.max_width = max_width
-        self._table: DataTable | None = None
-        self.pending_row: int | None = None  # a cursor move waiting for the table's layout
+        self._table: VirtualTable | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(self.empty_text, classes="empty")
@@ -97,7 +87,7 @@ class ArrowTable(Vertical):
         return self.data.slice(index, 1).to_pylist()[0]
 
     async def set_table(self, table: pa.Table, cursor_row: int | None = None, empty: str | None = None,
-                        backend: ArrowBackend | None = None) -> None:
+                        layout: TableLayout | None = None) -> None:
         """Show ``table`` in a new inner table; the cursor goes to ``cursor_row``
         (default: where it was)."""
         had_focus = self._table is not None and self._table.has_focus
@@ -107,23 +97,19 @@ class ArrowTable(Vertical):
             self.empty_text = empty
         await self.remove_children()
         self._table = None
-        self.pending_row = None
         if table.num_rows == 0 or table.num_columns == 0:
             await self.mount(Static(self.empty_text, classes="empty"))
             return
-        dt = DataTable(backend=backend or prepare(table), cursor_type="row", show_row_labels=False,
-                       render_markup=False, null_rep="-", max_column_content_width=self.max_width)
-        self._table = dt
-        await self.mount(dt)
         row = keep if cursor_row is None else cursor_row
-        row = max(0, min(row, table.num_rows - 1))
-        self.pending_row = row or None
-        if row:
-            dt.call_after_refresh(self._place_cursor, dt, row, 25)
+        # (the cursor's row is scrolled into view once the table is laid out)
+        vt = VirtualTable(table, layout or prepare(table), max_width=self.max_width,
+                          cursor_row=max(0, min(row, table.num_rows - 1)))
+        self._table = vt
+        await self.mount(vt)
         if had_focus:
-            dt.focus()
+            vt.focus()
 
-    async def update(self, table: pa.Table, backend: ArrowBackend | None = None, *, key: str | None = None,
+    async def update(self, table: pa.Table, layout: TableLayout | None = None, *, key: str | None = None,
                      to_end: bool = False, empty: str | None = None) -> None:
         """Show ``table`` in the inner table already mounted (``set_table`` if there is
         none, or the table is or becomes empty). The cursor stays on the row with the
@@ -131,14 +117,14 @@ class ArrowTable(Vertical):
         the view does not move unless the cursor has to."""
         if empty is not None:
             self.empty_text = empty
-        dt = self._table
-        if dt is None or not table.num_rows or not table.num_columns:
-            await self.set_table(table, cursor_row=table.num_rows - 1 if to_end else None, backend=backend)
+        vt = self._table
+        if vt is None or not table.num_rows or not table.num_columns:
+            await self.set_table(table, cursor_row=table.num_rows - 1 if to_end else None, layout=layout)
             return
         old = self.data
         if old is not None and not to_end and table.equals(old):
             return  # nothing new (a follow-mode tick that changed other files)
-        row = self.pending_row if self.pending_row is not None else dt.cursor_row
+        row = vt.cursor_row
         if to_end:
             row = table.num_rows - 1
         elif key and old is not None and key in old.column_names and key in table.column_names \
@@ -148,63 +134,34 @@ class ArrowTable(Vertical):
             if len(hits):
                 row = hits[0].as_py()
         self.data = table
-        self.pending_row = None  # (a placement still waiting gives up: see _place_cursor)
-        backend = backend or prepare(table)
-        # fastdatatable has no "replace the data" call: swap the backend and drop what
-        # the table derived from the old one (column objects, render caches, size).
-        dt.backend = backend
-        dt._ordered_columns = None
-        dt._clear_caches()
-        dt._update_count += 1
-        dt._update_dimensions([])
-        dt.cursor_coordinate = dt.cursor_coordinate  # clamped to the new row count
-        dt.refresh(layout=True)
-        row = max(0, min(row, table.num_rows - 1))
-        if not dt.size.height:  # not laid out yet: it cannot scroll to the row before that
-            self.pending_row = row or None
-            if row:
-                dt.call_after_refresh(self._place_cursor, dt, row, 25)
-        elif row != dt.cursor_row or to_end:
-            dt.move_cursor(row=row, animate=False)
-
-    def _place_cursor(self, dt: DataTable, row: int, tries: int) -> None:
-        """Move the cursor to ``row`` once the table has measured itself (it does so when
-        idle); before that it cannot scroll to a row below the first screen."""
-        if dt is not self._table or self.pending_row != row:
-            return  # replaced or updated meanwhile: that placed the cursor
-        if dt.virtual_size.height <= row + 1 and tries > 0:
-            self.set_timer(0.02, lambda: self._place_cursor(dt, row, tries - 1))
-            return
-        dt.move_cursor(row=row, animate=False)
-        self.pending_row = None
+        vt.set_data(table, layout or prepare(table))
+        if row != vt.cursor_row or to_end:
+            vt.move_cursor(row)
 
     @property
     def at_end(self) -> bool:
-        """Whether the cursor is (or is about to be) on the last row."""
-        if not self.row_count:
-            return True
-        row = self.pending_row if self.pending_row is not None else self.cursor_row
-        return row >= self.row_count - 1
+        """Whether the cursor is on the last row."""
+        return not self.row_count or self.cursor_row >= self.row_count - 1
 
     def move_to(self, row: int) -> None:
         if self._table is not None and self.row_count:
-            self._table.move_cursor(row=max(0, min(row, self.row_count - 1)), animate=False)
+            self._table.move_cursor(row)
 
     def focus_table(self) -> None:
         if self._table is not None:
             self._table.focus()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_virtual_table_row_selected(self, event: VirtualTable.RowSelected) -> None:
         event.stop()
-        if self.data is not None and 0 <= event.cursor_row < self.row_count:
-            self.post_message(self.Chosen(self, event.cursor_row, self.row(event.cursor_row)))
+        if self.data is not None and 0 <= event.row < self.row_count:
+            self.post_message(self.Chosen(self, event.row, self.row(event.row)))
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_virtual_table_row_highlighted(self, event: VirtualTable.RowHighlighted) -> None:
         event.stop()
-        if self.data is not None and 0 <= event.cursor_row < self.row_count:
-            self.post_message(self.Highlighted(self, event.cursor_row, self.row(event.cursor_row)))
+        if self.data is not None and 0 <= event.row < self.row_count:
+            self.post_message(self.Highlighted(self, event.row, self.row(event.row)))
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+    def on_virtual_table_header_selected(self, event: VirtualTable.HeaderSelected) -> None:
         event.stop()
-        if self.data is not None and 0 <= event.column_index < self.data.num_columns:
-            self.post_message(self.HeaderClicked(self, self.data.column_names[event.column_index]))
+        if self.data is not None and 0 <= event.column < self.data.num_columns:
+            self.post_message(self.HeaderClicked(self, self.data.column_names[event.column]))

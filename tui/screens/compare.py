@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from askspec.terminal import printable
 from askspec.tui import data
+from askspec.tui.components.keybar import KeyBar
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed
@@ -34,7 +35,7 @@ class CompareScreen(Loader, Screen):
         yield Static(f"A: {printable(self.run_a, single_line=True)}\nB: {printable(self.run_b, single_line=True)}",
                      id="compare-head", classes="bar")
         yield ArrowTable(id="compare", empty="comparing…", max_width=70)
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         src = self.app.source

@@ -7,9 +7,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Center, Middle
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from askspec.terminal import printable
+from askspec.tui.components.keybar import KeyBar
 
 
 class MessageScreen(Screen):
@@ -26,4 +27,4 @@ class MessageScreen(Screen):
                 text = Text(f"⚠ {printable(self.message, single_line=True)}\n", style="bold")
                 text.append(self.hint, style="")
                 yield Static(text, id="message")
-        yield Footer()
+        yield KeyBar()

@@ -10,10 +10,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.widgets import Header, Input, Static, TabbedContent, TabPane
 
 from askspec.terminal import printable
 from askspec.tui import data
+from askspec.tui.components.keybar import KeyBar
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
@@ -61,7 +62,7 @@ class RunScreen(Loader, Screen):
             yield TabPane("Groups [2]", id="tab-groups")
             yield TabPane("Metrics [3]", id="tab-metrics")
             yield TabPane("SQL [4]", id="tab-sql")
-        yield Footer()
+        yield KeyBar()
 
     def _bar(self) -> Text:
         r = self.run

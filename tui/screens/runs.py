@@ -12,10 +12,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from askspec.terminal import printable
 from askspec.tui import data
+from askspec.tui.components.keybar import KeyBar
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed, OpenRun, StoreChanged
@@ -89,7 +90,7 @@ class RunsScreen(Loader, Screen):
         yield Static("", id="runs-title", classes="bar")
         yield ArrowTable(id="runs", empty="loading runs…")
         yield Static("", id="runs-status", classes="status")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#runs-title", Static).update(

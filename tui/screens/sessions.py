@@ -1,7 +1,8 @@
 """The sessions tab: a run's sessions in a virtual table, filterable (see
 ``askspec.tui.filters``) and sortable, following a live run.
 
-A large run paints its sessions first and adds the reward columns when the run's
+A large run paints its first sessions (from the head of its sessions file) while the
+whole file is read, then all its sessions, and adds the reward columns when the run's
 rewards have been read; then the turns are indexed (in a worker) so that transcripts
 open at once. Updates go into the table in place: focus, scroll position and the row
 under the cursor stay.
@@ -22,11 +23,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, Static
-from textual_fastdatatable import ArrowBackend
 
 from askspec.tui import data
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable, prepare
+from askspec.tui.components.vtable import TableLayout
 from askspec.tui.filters import Filter, FilterError, parse_filter
 from askspec.tui.messages import Loaded, LoadFailed, OpenSession, StoreChanged
 
@@ -41,11 +42,11 @@ FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward
 @dataclass
 class Rows:
     """One fetch of the sessions: the rows in plan order, as shown (sorted), and the
-    shown rows' table backend, measured in the worker."""
+    shown rows' column layout, measured in the worker."""
 
     full: pa.Table
     shown: pa.Table
-    backend: ArrowBackend
+    layout: TableLayout
     rewards: bool
 
 
@@ -57,6 +58,12 @@ def fetch(source: data.Source, run_id: str, flt: Filter, rewards: bool, sort: st
     if sort and sort in full.column_names:
         shown = full.sort_by([(sort, "descending" if desc else "ascending")])
     return Rows(full, shown, prepare(shown), rewards)
+
+
+def first_page(source: data.Source, run_id: str) -> Rows | None:
+    """Worker side of the first paint of a large run (``data.first_sessions``)."""
+    table = data.first_sessions(source, run_id)
+    return None if table is None else Rows(table, table, prepare(table), False)
 
 
 class SessionsPane(Loader, Vertical):
@@ -91,7 +98,9 @@ class SessionsPane(Loader, Vertical):
         yield ArrowTable(id="sessions", empty="loading sessions…")
 
     def on_mount(self) -> None:
-        self.reload()
+        # a large run: its first sessions, from the head of its file, paint first; then
+        # the whole file is read (after: both at once slowed the first page down)
+        self.load("first-page", first_page, self.app.source, self.run_id)
 
     def reload(self, user: bool = True) -> None:
         self._force = self._force or user
@@ -133,6 +142,17 @@ class SessionsPane(Loader, Vertical):
         if msg.key == "turn-index":
             msg.stop()
             return
+        if msg.key == "first-page":
+            msg.stop()
+            page: Rows | None = msg.result
+            if page is not None and not self._loaded_once and not self.filter_text.strip() and not self.sort_col:
+                view = self.query_one("#sessions", ArrowTable)
+                await view.update(page.shown, page.layout, key="session")
+                view.focus_table()
+                self._status(f"the first {page.shown.num_rows} sessions  ·  reading all sessions…")
+            if not self._loaded_once:
+                self.reload(user=False)
+            return
         if msg.key != "sessions":
             return
         msg.stop()
@@ -162,13 +182,18 @@ class SessionsPane(Loader, Vertical):
         self.full, self.pending, self._force = rows.full, None, False
         self._shown_rewards = rows.rewards
         view = self.query_one("#sessions", ArrowTable)
-        await view.update(rows.shown, rows.backend, key="session", to_end=to_end,
+        await view.update(rows.shown, rows.layout, key="session", to_end=to_end,
                           empty="no sessions" + (" match the filter" if self.filter_text.strip() else " yet"))
         if focus or self.screen.focused is None:
             view.focus_table()
         self._status(self._describe(rows.shown.num_rows))
 
     def on_load_failed(self, msg: LoadFailed) -> None:
+        if msg.key == "first-page":
+            msg.stop()
+            if not self._loaded_once:
+                self.reload(user=False)  # the whole table (says what is wrong, if anything)
+            return
         if msg.key not in ("sessions", "turn-index"):
             return
         msg.stop()
@@ -176,7 +201,7 @@ class SessionsPane(Loader, Vertical):
 
     @on(ArrowTable.Highlighted, "#sessions")
     async def _highlighted(self, event: ArrowTable.Highlighted) -> None:
-        if not self.screen.live or event.table.pending_row is not None:
+        if not self.screen.live:
             return
         at_end = event.table.at_end
         if at_end and not self.following:

@@ -12,10 +12,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from askspec.terminal import printable
 from askspec.tui import data
+from askspec.tui.components.keybar import KeyBar
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.turn import PromptView, TurnView
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
@@ -99,7 +100,7 @@ class TranscriptScreen(Loader, Screen):
         yield Header()
         yield Static(f"loading {printable(self.session_id, single_line=True)}…", id="session-head", classes="bar")
         yield VerticalScroll(id="turns")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = f"{self.run_id} / {self.session_id}"
