@@ -480,6 +480,7 @@ class RunWriter:
         latency_ms: float | None,
         error: str | None = None,
         group_id: str | None = None,
+        ttft_ms: float | None = None,
     ) -> None:
         """Record one model call. ``prompt`` is the full message list sent; only its
         difference from this role's previous prompt in the session is stored. A group
@@ -509,6 +510,8 @@ class RunWriter:
         # than encoding the field itself.
         es = _enc_str
         judged = "" if group_id is None else f',"group_id":{_s(group_id)}'
+        if ttft_ms is not None:  # absent (null) on backends that cannot tell
+            judged += f',"ttft_ms":{_f(ttft_ms)}'
         body = (f'"ts":"{self._clock.now()}",{self._head}'
                 f'"session_id":{es(session_id) if type(session_id) is str else _s(session_id)},'
                 f'"attempt":{attempt if type(attempt) is int else _i(attempt)},'
