@@ -298,6 +298,21 @@ class Server:
         self._log.close()
 
 
+def patient_server_calls(timeout: float = 900.0, deadline: float = 3600.0) -> None:
+    """A one-at-a-time server holds 8 concurrent calls in its queue: on a loaded machine
+    the last one waits minutes, past the openai backend's default 120 s per attempt (a
+    retry would only queue it again). Give calls to the server the time a user would set
+    with `timeout` / `deadline` on the model; models that set their own keep them."""
+    from askspec.runtime.backends.openai_backend import OpenAIBackend
+
+    original = OpenAIBackend.spec_options.__func__
+
+    def spec_options(cls, model, options, context):
+        return original(cls, model, {"timeout": timeout, "deadline": deadline, **options}, context)
+
+    OpenAIBackend.spec_options = classmethod(spec_options)
+
+
 def measure_store(run_dir: str) -> dict:
     from askspec.runtime.store.views import open_store
 
@@ -358,6 +373,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if server is not None:
                 server.wait_ready()
+                patient_server_calls()
             configs = configurations(args.concurrency, server is not None)
             for config in configs:
                 print(f"  {config.label}: {cli_line(args, config)}")

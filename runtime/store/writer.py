@@ -125,9 +125,33 @@ try:
 except (ImportError, TypeError):  # pragma: no cover - no C accelerator (e.g. PyPy)
     from json.encoder import py_encode_basestring as _enc_str
 
+# Free-form values (a turn's prompt delta and parsed fields above all) go through orjson
+# first: 5-10x faster than the C encoder on the small values of a turn. Its output is used
+# only where it equals what the encoder above would write (as JSON values): orjson writes
+# NaN and Infinity as null, so any output holding a null is encoded again the old way (a
+# real None pays twice, the rarer case); what orjson refuses (non-string keys, integers
+# beyond 64 bits, lone surrogates, nesting past 254 levels) falls back too. Dataclasses
+# and datetimes go to _json_default as before (orjson's own forms differ).
+try:
+    import orjson as _orjson
+
+    _orjson_dumps = _orjson.dumps
+    _ORJSON_OPTIONS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
+except ImportError:  # pragma: no cover - orjson is a dependency; without it, the C encoder alone
+    _orjson_dumps = None
+
 
 def _j(x: Any) -> str:  # a JSON-typed column
-    return "null" if x is None else _encode(x)
+    if x is None:
+        return "null"
+    if _orjson_dumps is not None:
+        try:
+            out = _orjson_dumps(x, default=_json_default, option=_ORJSON_OPTIONS)
+        except Exception:  # refused (see above): the C encoder decides, and raises what it raises
+            return _encode(x)
+        if b"null" not in out:
+            return out.decode()
+    return _encode(x)
 
 
 def _s(x: Any) -> str:  # a VARCHAR column
@@ -189,12 +213,11 @@ class _Clock:
         self._prefix = ""
 
     def now(self) -> str:
-        t = time.time()
-        sec = int(t)
+        sec, ns = divmod(time.time_ns(), 1_000_000_000)  # integers: cheaper than float arithmetic
         if sec != self._sec:
             self._sec = sec
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        return f"{self._prefix}.{int((t - sec) * 1_000_000):06}Z"
+        return f"{self._prefix}.{ns // 1000:06}Z"
 
 
 def _last_seq(path: Path) -> int:
