@@ -105,7 +105,8 @@ def _json_default(o: Any) -> Any:
 # Encoding is most of the cost of an event, so events are encoded by hand for
 # their fixed schema: each method formats its line's fields straight into one
 # f-string (no event dict, no generic walk over it). Free-form values (params,
-# parsed fields, vars, prompt deltas ...) go through CPython's C encoder, called
+# parsed fields, vars, prompt deltas ...) go through orjson where it writes the same
+# (see _j), else through CPython's C encoder, called
 # directly (skips building a JSONEncoder per call) with check_circular=False
 # (engine values are trees; a cycle still fails loudly with RecursionError).
 # Non-finite floats are written as NaN / Infinity, as json.dumps does; DuckDB
