@@ -82,6 +82,9 @@ class ChatResult:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
+    # from the call to its first generated token (prefill, and any wait for a batch slot),
+    # on backends that can tell; None elsewhere
+    ttft_ms: float | None = None
     # with ChatRequest.rollout, on backends that can: the prompt's token ids after the chat
     # template, the completion's ids (the end-of-sequence token included when it ended the
     # reply) and each completion token's log-probability under the sampling weights at the

@@ -239,6 +239,7 @@ class _Row:
     finish: FinishReason | None = None
     prompt_ids: list[int] | None = None  # kept for a rollout request (ChatRequest.rollout)
     logprobs: list[float] | None = None  # per generated token, for a rollout request
+    first_token: float | None = None  # perf_counter() when the first token was picked
 
 
 # ---------------------------------------------------------------------------------------
@@ -683,7 +684,10 @@ class HFBackend(Backend):
 
     def _advance(self, rows: list[_Row], tokens: list[int]) -> None:
         """Record each row's new token, finish rows that are done, shrink the batch."""
+        now = time.perf_counter()
         for row, token in zip(rows, tokens):
+            if not row.generated:
+                row.first_token = now
             row.generated.append(token)
             stream = row.job.request.on_tokens
             if stream is not None:  # the progress line counts tokens as they come
@@ -734,6 +738,7 @@ class HFBackend(Backend):
                 tokens_in=row.prompt_len,
                 tokens_out=len(row.generated),
                 latency_ms=(time.perf_counter() - row.job.started) * 1000.0,
+                ttft_ms=(row.first_token - row.job.started) * 1000.0 if row.first_token is not None else None,
                 prompt_ids=tuple(row.prompt_ids) if row.prompt_ids is not None else None,
                 completion_ids=tuple(row.generated) if row.logprobs is not None else None,
                 logprobs=tuple(row.logprobs) if row.logprobs is not None else None,

@@ -146,6 +146,8 @@ class PythonBackend(Backend):
             else "tokens_in and tokens_out must be ints >= 0"
             if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)
             else "latency_ms must be a number" if not isinstance(out.latency_ms, (int, float))
+            else "ttft_ms must be a number or None"
+            if out.ttft_ms is not None and (isinstance(out.ttft_ms, bool) or not isinstance(out.ttft_ms, (int, float)))
             else None
         )
         if problem:

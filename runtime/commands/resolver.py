@@ -67,6 +67,10 @@ class ModelResolver:
         else:
             declared, weights, sampling, spec_options = str(self.exp.options.get("backend", "hf")), name, {}, {}
         kind = "replay" if self.options.replay else (self.options.backend or declared)
+        if declared == "python" and kind != "replay":
+            # a python model is code, not weights: no server or hf can load it, so
+            # --backend moves only the models that have weights (--replay answers all)
+            kind = "python"
         if self.options.max_tokens:
             cap = self.options.max_tokens
             sampling["max_tokens"] = min(int(sampling.get("max_tokens", cap)), cap)

@@ -24,7 +24,7 @@ def register(sub) -> None:
                                    "finished and a session succeeded, 1 an error (flags, spec, configuration, a run "
                                    "that failed), 3 no session succeeded, 130 interrupted.")
     p.add_argument("file", nargs="?", help="the .ask spec (optional with --resume)")
-    p.add_argument("--backend", choices=BACKEND_KINDS, help="run every model on this backend")
+    p.add_argument("--backend", choices=BACKEND_KINDS, help="run every model on this backend (python callables stay in process)")
     p.add_argument("--model", action="append", metavar="ROLE=SPEC", help="model for a role: a declared model or backend:weights")
     p.add_argument("--base-url", metavar="URL",
                    help="endpoint of the openai models, e.g. http://localhost:8000/v1 (a local vLLM or llama.cpp server)")

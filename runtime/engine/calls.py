@@ -82,7 +82,7 @@ class ModelCalls:
         self.recorder.turn(session_id, attempt, turn_index=turn_index, role=role, model=binding.label or binding.name, prompt=messages,
                            text=result.text, parsed=parsed, finish_reason=result.finish_reason,
                            tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency_ms, 3),
-                           group_id=group_id)
+                           group_id=group_id, ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3))
         if self.on_turn:
             self.on_turn(role, result.tokens_in or 0, result.tokens_out or 0, streamed)
 

@@ -14,9 +14,9 @@ class Recorder(Protocol):
     def turn(self, session_id: str, attempt: int, *, turn_index: int, role: str, model: str | None, prompt: Any,
              text: str | None, parsed: dict | None, finish_reason: str | None, tokens_in: int | None,
              tokens_out: int | None, latency_ms: float | None, error: str | None = None,
-             group_id: str | None = None) -> None:
+             group_id: str | None = None, ttft_ms: float | None = None) -> None:
         """A model call. A group's judge call has `group_id` set and the group's id as its
-        session id."""
+        session id; `ttft_ms` is the time to the first token where the backend reports it."""
         ...
 
     def reward(self, session_id: str, attempt: int, *, role: str, turn_index: int | None, name: str, value: float,

@@ -94,6 +94,7 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "latency_ms": "DOUBLE",
         "error": "VARCHAR",
         "group_id": "VARCHAR",  # a group route's judge call (its session_id is the group id)
+        "ttft_ms": "DOUBLE",  # time to the first token, where the backend reports it (hf)
     },
     "rewards": {
         "session_id": "VARCHAR",
@@ -182,7 +183,7 @@ OVERFLOW_COLUMN: dict[str, str] = {"overflow": "JSON"}
 
 # Columns added after format 1 (absent from Parquet copies compacted by format 1).
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    name: {"turns": ("prompt_chain", "prompt_link", "group_id"), "sessions": ("bookkeeping",),
+    name: {"turns": ("prompt_chain", "prompt_link", "group_id", "ttft_ms"), "sessions": ("bookkeeping",),
            "groups": ("judge_calls", "unparsed")}.get(name, ()) + ("overflow",)
     for name in EVENT_SCHEMAS
 }

@@ -25,7 +25,8 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
     sessions(run_id, session_id, game, group_id, status, outcome, error,
              started_at, ended_at, params, vars, attempt, index, bookkeeping, overflow, stage)
     turns(run_id, session_id, turn_index, role, model, prompt, text, parsed,
-          finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts, group_id, overflow)
+          finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts, group_id, overflow,
+          ttft_ms)
           (``prompt`` is rebuilt from the stored deltas, see _VIEW_SQL["turns"])
     rewards(run_id, session_id, role, turn_index, name, value, kind, attempt, ts, overflow)
     groups(run_id, group_id, route, stats, members, ts, judge_calls, unparsed, overflow)
@@ -303,7 +304,7 @@ _VIEW_SQL = {
                END AS prompt,
                t.text, t.parsed,
                t.finish_reason, t.tokens_in, t.tokens_out, t.latency_ms, t.error, t.attempt, t.ts, t.group_id,
-               t.overflow
+               t.overflow, t.ttft_ms
         FROM events_turns t
         ANTI JOIN retried_sessions r
           ON r.run_id = t.run_id AND r.session_id = t.session_id AND r.attempt <> t.attempt

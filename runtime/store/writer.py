@@ -105,7 +105,8 @@ def _json_default(o: Any) -> Any:
 # Encoding is most of the cost of an event, so events are encoded by hand for
 # their fixed schema: each method formats its line's fields straight into one
 # f-string (no event dict, no generic walk over it). Free-form values (params,
-# parsed fields, vars, prompt deltas ...) go through CPython's C encoder, called
+# parsed fields, vars, prompt deltas ...) go through orjson where it writes the same
+# (see _j), else through CPython's C encoder, called
 # directly (skips building a JSONEncoder per call) with check_circular=False
 # (engine values are trees; a cycle still fails loudly with RecursionError).
 # Non-finite floats are written as NaN / Infinity, as json.dumps does; DuckDB
@@ -125,9 +126,33 @@ try:
 except (ImportError, TypeError):  # pragma: no cover - no C accelerator (e.g. PyPy)
     from json.encoder import py_encode_basestring as _enc_str
 
+# Free-form values (a turn's prompt delta and parsed fields above all) go through orjson
+# first: 5-10x faster than the C encoder on the small values of a turn. Its output is used
+# only where it equals what the encoder above would write (as JSON values): orjson writes
+# NaN and Infinity as null, so any output holding a null is encoded again the old way (a
+# real None pays twice, the rarer case); what orjson refuses (non-string keys, integers
+# beyond 64 bits, lone surrogates, nesting past 254 levels) falls back too. Dataclasses
+# and datetimes go to _json_default as before (orjson's own forms differ).
+try:
+    import orjson as _orjson
+
+    _orjson_dumps = _orjson.dumps
+    _ORJSON_OPTIONS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
+except ImportError:  # pragma: no cover - orjson is a dependency; without it, the C encoder alone
+    _orjson_dumps = None
+
 
 def _j(x: Any) -> str:  # a JSON-typed column
-    return "null" if x is None else _encode(x)
+    if x is None:
+        return "null"
+    if _orjson_dumps is not None:
+        try:
+            out = _orjson_dumps(x, default=_json_default, option=_ORJSON_OPTIONS)
+        except Exception:  # refused (see above): the C encoder decides, and raises what it raises
+            return _encode(x)
+        if b"null" not in out:
+            return out.decode()
+    return _encode(x)
 
 
 def _s(x: Any) -> str:  # a VARCHAR column
@@ -189,12 +214,11 @@ class _Clock:
         self._prefix = ""
 
     def now(self) -> str:
-        t = time.time()
-        sec = int(t)
+        sec, ns = divmod(time.time_ns(), 1_000_000_000)  # integers: cheaper than float arithmetic
         if sec != self._sec:
             self._sec = sec
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        return f"{self._prefix}.{int((t - sec) * 1_000_000):06}Z"
+        return f"{self._prefix}.{ns // 1000:06}Z"
 
 
 def _last_seq(path: Path) -> int:
@@ -480,6 +504,7 @@ class RunWriter:
         latency_ms: float | None,
         error: str | None = None,
         group_id: str | None = None,
+        ttft_ms: float | None = None,
     ) -> None:
         """Record one model call. ``prompt`` is the full message list sent; only its
         difference from this role's previous prompt in the session is stored. A group
@@ -509,6 +534,8 @@ class RunWriter:
         # than encoding the field itself.
         es = _enc_str
         judged = "" if group_id is None else f',"group_id":{_s(group_id)}'
+        if ttft_ms is not None:  # absent (null) on backends that cannot tell
+            judged += f',"ttft_ms":{_f(ttft_ms)}'
         body = (f'"ts":"{self._clock.now()}",{self._head}'
                 f'"session_id":{es(session_id) if type(session_id) is str else _s(session_id)},'
                 f'"attempt":{attempt if type(attempt) is int else _i(attempt)},'

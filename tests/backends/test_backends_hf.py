@@ -53,6 +53,8 @@ async def test_chat_template_and_token_counts(backend):
     assert result.tokens_in == len(expected_in)
     assert 0 < result.tokens_out <= 16
     assert result.latency_ms > 0
+    # the first token comes after the call starts and no later than the whole reply
+    assert result.ttft_ms is not None and 0 < result.ttft_ms <= result.latency_ms
     if result.finish_reason == "stop":  # ended on <|im_end|>, which is counted but not shown
         assert "<|im_end|>" not in result.text
 

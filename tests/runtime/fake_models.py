@@ -101,3 +101,10 @@ def interrupts(messages, request):
     if request.session_index == 2:
         raise KeyboardInterrupt
     return "fine"
+
+
+def with_ttft(messages, request):
+    """A reply whose result says when its first token came (as the hf backend's does)."""
+    from askspec.runtime.backends.base import ChatResult
+
+    return ChatResult(text="#Answer# ok", tokens_in=4, tokens_out=2, latency_ms=9.0, ttft_ms=7.5)

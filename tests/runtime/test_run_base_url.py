@@ -162,3 +162,41 @@ def test_base_url_is_checked(spec, tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 1 and run_dir is None and message in err, (options, err)
     assert not (tmp_path / "runs").exists()
+
+
+# Ask-E's shape: one model with weights, one python callable (the SymPy boundary).
+MIXED = """
+experiment mixed { param n: int = 2 }
+model policy = hf("smollm2-135m-instruct") { temperature = 0.5; retries = 0 }
+model solver = python("askspec.runtime.backends.solvers:sympy_math")
+role asker { model = policy; memory = none; prompt = "question {{ i }}" }
+role calc { model = solver; memory = none; prompt = "What is 6 * 7?" }
+game g for i in range(0, n) {
+    x = ask asker
+    y = ask calc
+}
+"""
+
+
+def test_backend_openai_moves_the_models_with_weights_and_leaves_python_ones(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    path = tmp_path / "mixed.ask"
+    path.write_text(MIXED)
+
+    async def go():
+        async with FakeOpenAIServer(served=["Qwen/Qwen3-0.6B"]) as server:
+            rc, run_dir = await run_spec(str(path), out=str(tmp_path / "runs"), backend="openai",
+                                         base_url=server.base_url)
+            return rc, run_dir, server
+
+    rc, run_dir, server = asyncio.run(go())
+    assert rc == 0
+    assert len(server.bodies) == 2  # the asker's two calls; the solver never reached the server
+    con = open_store(run_dir)
+    by_role = dict(con.execute("select role, any_value(model) from turns group by role").fetchall())
+    assert by_role == {"asker": f"Qwen/Qwen3-0.6B@{server.base_url}", "calc": "solver"}
+    texts = {r[0] for r in con.execute("select text from turns where role = 'calc'").fetchall()}
+    assert len(texts) == 1 and texts.pop().endswith("\\boxed{42}")  # SymPy's answer, not the server's
+    roles = _manifest(run_dir)["roles"]
+    assert roles["calc"]["models"] == [{"name": "solver", "backend": "python",
+                                        "model": "askspec.runtime.backends.solvers:sympy_math", "endpoint": None}]

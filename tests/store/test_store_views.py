@@ -156,3 +156,21 @@ def test_not_a_store(tmp_path):
     (tmp_path / "f.txt").write_text("x")
     with pytest.raises(StoreError, match="not a directory"):
         connect(tmp_path / "f.txt")
+
+
+def test_time_to_first_token_round_trips_and_is_null_where_not_reported(kit, tmp_path):
+    from askspec.runtime.store.compact import compact_run
+
+    w = kit.new_writer(tmp_path / "runs")
+    attempt = w.session_started("s0", game="g", group_id=None, params={}, index=0)
+    for t, ttft in enumerate((12.25, None)):
+        w.turn("s0", attempt, turn_index=t, role="q", model="m", prompt=[{"role": "user", "content": f"p{t}"}],
+               text="x", parsed={}, finish_reason="stop", tokens_in=3, tokens_out=1, latency_ms=20.0, ttft_ms=ttft)
+    w.session_finished("s0", attempt, status="ok", outcome=None, error=None, vars={})
+    w.finish("finished")
+    lines = [json.loads(x) for x in layout.ndjson_path(w.run_dir, "turns").read_text().splitlines()]
+    assert lines[0]["ttft_ms"] == 12.25 and "ttft_ms" not in lines[1]  # absent, not null, when not reported
+    sql = "SELECT turn_index, ttft_ms FROM turns ORDER BY turn_index"
+    assert rows(open_store(w.run_dir), sql) == [{"turn_index": 0, "ttft_ms": 12.25}, {"turn_index": 1, "ttft_ms": None}]
+    compact_run(w.run_dir)
+    assert rows(open_store(w.run_dir), sql) == [{"turn_index": 0, "ttft_ms": 12.25}, {"turn_index": 1, "ttft_ms": None}]

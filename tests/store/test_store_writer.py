@@ -251,3 +251,48 @@ def test_failed_write_leaves_a_consistent_prefix(kit, tmp_path, monkeypatch):
     assert [c for c, _ in store.warnings] == [DamagedRunWarning]
     assert store.con.execute("SELECT list(status) FROM sessions").fetchone() == (["ok"],)
     assert store.con.execute("SELECT count(*) FROM turns").fetchone() == (2,)
+
+
+def test_free_form_values_read_back_as_the_c_encoder_wrote_them(kit, tmp_path):
+    """The fast encoder of JSON columns (orjson, writer._j) stores what the C encoder did,
+    value for value, including where orjson alone would differ (NaN as null, non-string
+    keys, huge integers, dataclasses, datetimes, lone surrogates, deep nesting)."""
+    import dataclasses
+    import datetime
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+        y: float
+
+    deep: list = []
+    node = deep
+    for _ in range(300):  # past orjson's nesting limit
+        node.append([])
+        node = node[0]
+    values = [
+        {"question": "Wie viel ist 6·7? ✓", "parsed": True, "truncated": False},
+        [{"role": "user", "content": "a \"quoted\" line\nand a tab\t"}],
+        {"score": float("nan"), "best": float("inf"), "worst": float("-inf"), "none": None},
+        {1: "int key", "s": "str key"},
+        {"big": 2 ** 70, "neg": -(2 ** 65)},
+        {"point": Point(1, 2.5), "when": datetime.datetime(2026, 11, 23, 9, 0, 0, 123456),
+         "day": datetime.date(2026, 11, 23), "set": {3, 1, 2}, "tuple": (1, "a")},
+        {"lone": "x \ud800 y"},
+        {"floats": [0.1, 1e-07, 1e16, 123456789.125, -0.0]},
+        deep,
+    ]
+    for value in values:
+        fast = writer_mod._j(value)
+        slow = writer_mod._encode(value)
+        assert json.loads(fast) == json.loads(slow) or (fast == slow), value
+        if "nan" in slow.lower() or "infinity" in slow.lower():
+            assert fast == slow  # NaN and Infinity survive, not as null
+    w = kit.new_writer(tmp_path, flush_interval=0)
+    a = w.session_started("s", game="g", group_id=None, params={}, index=0)
+    w.turn("s", a, turn_index=0, role="r", model="m", prompt=[{"role": "user", "content": "hi"}], text="t",
+           parsed={"value": float("nan"), "answer": "42"}, finish_reason="stop", tokens_in=1, tokens_out=1,
+           latency_ms=1.0)
+    (line,) = read_lines(w.run_dir, "turns")
+    assert math.isnan(line["parsed"]["value"]) and line["parsed"]["answer"] == "42"
+    w.close()
