@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason
+from askspec.runtime.backends.hf_prefix import DEFAULT_ENTRIES, DEFAULT_MB, PrefixCache, weights_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +239,8 @@ class _Row:
     cut: str | None = None  # the text up to the first stop string, once one is hit
     finish: FinishReason | None = None
     prompt_ids: list[int] | None = None  # kept for a rollout request (ChatRequest.rollout)
+    fed: list[int] | None = None  # the prompt ids, kept when the row's keys/values are to be cached
+    weights: tuple[int, ...] | None = None  # the weights' fingerprint at admission (prefix cache)
     logprobs: list[float] | None = None  # per generated token, for a rollout request
 
 
@@ -257,6 +260,10 @@ class HFBackend(Backend):
       batch_wait_ms  how long an idle worker waits for more requests before it starts a
                      batch (default 5): concurrent callers then share one prefill
       chat_template  a Jinja chat template replacing the tokenizer's own
+      prefix_cache   reuse the keys/values of earlier sequences whose token ids a new prompt
+                     extends (a conversation's history), prefilling only the rest (default
+                     true; see hf_prefix). A request opts out with options={"prefix_cache": False}
+      prefix_cache_entries, prefix_cache_mb   its bounds (default 64 entries, 512 MiB)
     """
 
     name = "hf"
@@ -272,6 +279,9 @@ class HFBackend(Backend):
         cache_dir: str | None = None,
         batch_wait_ms: float = 5.0,
         chat_template: str | None = None,
+        prefix_cache: bool = True,
+        prefix_cache_entries: int = DEFAULT_ENTRIES,
+        prefix_cache_mb: float = DEFAULT_MB,
     ) -> None:
         if int(max_batch) < 1:
             raise BackendError(f"hf backend: max_batch must be >= 1, got {max_batch}")
@@ -283,6 +293,10 @@ class HFBackend(Backend):
         self.cache_dir = cache_dir
         self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
         self.chat_template = chat_template
+        self._prefixes = (PrefixCache(prefix_cache_entries, int(float(prefix_cache_mb) * (1 << 20)))
+                          if prefix_cache else None)
+        self._prefilled = 0  # prompt tokens run through the model (worker thread only)
+        self._reused = 0  # prompt tokens taken from the prefix cache instead
 
         self._load_lock = threading.Lock()
         self._loaded = False
@@ -393,6 +407,21 @@ class HFBackend(Backend):
             self._context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
             self._tokenizer, self._model, self._device = tokenizer, model, device
             self._loaded = True
+            self.forget_prefixes()  # computed under other weights
+
+    def forget_prefixes(self) -> None:
+        """Drop every cached prefix. Weight updates through the optimizer or
+        `load_state_dict` are noticed without this (see hf_prefix.weights_fingerprint);
+        call it after writing weights some other way (through `.data`)."""
+        if self._prefixes is not None:
+            self._prefixes.clear()
+
+    def prefix_stats(self) -> dict[str, int]:
+        """Prompt tokens prefilled and reused so far, and the prefix cache's size."""
+        cache = self._prefixes
+        return {"prefilled": self._prefilled, "reused": self._reused,
+                "entries": len(cache) if cache is not None else 0, "bytes": cache.nbytes if cache is not None else 0,
+                "hits": cache.hits if cache is not None else 0, "evictions": cache.evictions if cache is not None else 0}
 
     def _pick_device(self, torch: Any) -> Any:
         option = (self.device_option or "auto").lower()
@@ -453,6 +482,7 @@ class HFBackend(Backend):
             thread = self._thread
         if thread is not None:
             await asyncio.to_thread(thread.join)
+        self.forget_prefixes()
 
     # -- the worker thread ----------------------------------------------------------------
 
@@ -566,13 +596,27 @@ class HFBackend(Backend):
         )
 
     def _admit(self, jobs: list[_Job]) -> None:
+        """Prefill new rows in one forward pass and merge them into the running batch.
+
+        Rows whose prompt extends a cached prefix (hf_prefix) start from its keys/values.
+        The forward takes the same number of new columns `width` for every row (the longest
+        uncached suffix): row i takes max(0, len_i - width) tokens from its cache entry and
+        feeds the rest, left-padded. A row needing fewer new tokens than `width` so feeds a
+        few cached tokens again, at no extra cost (the batch computes `width` columns per
+        row anyway), and each row's sequence stays contiguous, left-padded, as _merge and
+        the decode steps expect.
+        """
         import torch
 
-        from askspec.runtime.backends.hf_ops import new_cache
+        from askspec.runtime.backends.hf_ops import cache_from, new_cache
 
         vocab = int(self._model.get_output_embeddings().weight.shape[0])
+        fingerprint = weights_fingerprint(self._model) if self._prefixes is not None else None
+        if self._prefixes is not None:
+            self._prefixes.check_weights(fingerprint)
         rows: list[_Row] = []
         prompts: list[list[int]] = []
+        hits: list[tuple[Any, int]] = []
         for job in jobs:
             try:
                 ids = self._encode(job)
@@ -596,22 +640,35 @@ class HFBackend(Backend):
                 row.seen_all[torch.tensor(ids, device=self._device)] = True
             if row.params.presence != 0.0:
                 row.seen_gen = torch.zeros(vocab, dtype=torch.bool, device=self._device)
+            hit: tuple[Any, int] = (None, 0)
+            if self._prefixes is not None and job.request.options.get("prefix_cache", True):
+                row.fed, row.weights = ids, fingerprint
+                hit = self._prefixes.lookup(ids)
             rows.append(row)
             prompts.append(ids)
+            hits.append(hit)
         if not rows:
             return
 
-        # Left-pad so every row's last prompt token sits in the last column.
-        width = max(len(p) for p in prompts)
+        width = max(len(p) - n for p, (_, n) in zip(prompts, hits))
+        taken = [max(0, len(p) - width) for p in prompts]  # tokens each row takes from its entry
+        past = max(taken)
         pad = _pad_id(self._tokenizer, self._eos)
         ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
+        mask = torch.zeros((len(rows), past + width), dtype=torch.long)
+        for i, (p, k) in enumerate(zip(prompts, taken)):
+            fed = p[k:]
+            ids[i, width - len(fed) :] = torch.tensor(fed, dtype=torch.long)
+            mask[i, past - k : past] = 1
+            mask[i, past + width - len(fed) :] = 1
         ids, mask = ids.to(self._device), mask.to(self._device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = new_cache()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
+        if past:
+            cache = cache_from(*self._cached_columns(hits, taken, past))
+        else:
+            cache = new_cache()
+        self._prefilled += sum(len(p) - k for p, k in zip(prompts, taken))
+        self._reused += sum(taken)
         out = self._model(
             input_ids=ids,
             attention_mask=mask,
@@ -623,6 +680,40 @@ class HFBackend(Backend):
         first = self._sample(rows, out.logits[:, -1, :])
         self._merge(rows, cache, mask, positions[:, -1] + 1)
         self._advance(rows, first)
+
+    def _cached_columns(self, hits: list[tuple[Any, int]], taken: list[int], past: int) -> tuple[list[Any], list[Any]]:
+        """Per layer, keys and values [rows, heads, past, dim]: row i's first taken[i]
+        tokens from its cache entry, right-aligned, zeros (masked out) before them."""
+        entry = next(e for (e, _), k in zip(hits, taken) if k)
+        keys, values = [], []
+        for layer in range(len(entry.keys)):
+            k0, v0 = entry.keys[layer], entry.values[layer]
+            k_out = k0.new_zeros((len(taken), k0.shape[0], past, k0.shape[-1]))
+            v_out = v0.new_zeros((len(taken), v0.shape[0], past, v0.shape[-1]))
+            for i, ((e, _), k) in enumerate(zip(hits, taken)):
+                if k:
+                    k_out[i, :, past - k :] = e.keys[layer][:, :k]
+                    v_out[i, :, past - k :] = e.values[layer][:, :k]
+            keys.append(k_out)
+            values.append(v_out)
+        return keys, values
+
+    def _remember(self, index: int, row: _Row) -> None:
+        """Store a finished row's keys/values under the ids it fed (its prompt and all its
+        tokens but the last, which was sampled and never fed)."""
+        if row.fed is None or self._prefixes is None or not row.generated:
+            return
+        if row.weights != weights_fingerprint(self._model):
+            return  # the weights changed while it ran: its keys/values match neither
+        ids = row.fed + row.generated[:-1]
+        real = int(self._mask[index].sum())
+        if real != len(ids):  # a contiguous, left-padded row is what the batch keeps
+            log.warning("hf prefix cache: row holds %d tokens, expected %d; not cached", real, len(ids))
+            return
+        start = self._mask.shape[1] - real
+        keys = [layer.keys[index, :, start:].clone() for layer in self._cache.layers]
+        values = [layer.values[index, :, start:].clone() for layer in self._cache.layers]
+        self._prefixes.store(ids, keys, values)
 
     def _merge(self, rows: list[_Row], cache: Any, mask: Any, next_pos: Any) -> None:
         """Append freshly prefilled rows to the running batch, left-padding the shorter side."""
@@ -701,8 +792,9 @@ class HFBackend(Backend):
         index = {id(r): i for i, r in enumerate(self._rows)}
         for row, token in zip(rows, tokens):
             self._next_ids[index[id(row)]] = token
-        done = [r for r in self._rows if r.finish is not None]
-        for row in done:
+        done = [(i, r) for i, r in enumerate(self._rows) if r.finish is not None]
+        for i, row in done:
+            self._remember(i, row)
             self._finish(row)
         if done:
             self._keep([i for i, r in enumerate(self._rows) if r.finish is None])
