@@ -5,7 +5,7 @@
                                        [--modes c1-off,c1-on,c8-off,c8-on] [--profile FILE]
 
 Each conversation is what the engine sends a role with `memory = full`: a system prompt, a
-~350-token first user message (a passage to discuss), then per turn the whole history so far
+~400-token first user message (a passage to discuss), then per turn the whole history so far
 (every earlier user turn and reply) plus a new ~40-token question, so prompts grow from
 ~400 to ~800 tokens. One backend per reuse setting (`prefix_cache` on / off), both loaded
 once; the modes run interleaved, round after round, alternating their order, so a change
@@ -66,7 +66,7 @@ QUESTIONS = [
 def _first_message(conv: int) -> str:
     # ~350 tokens: a passage repeated with a varying lead, different per conversation
     base = PASSAGES[conv % len(PASSAGES)]
-    return f"Passage {conv + 1}:\n" + base * 4 + "\n\n" + QUESTIONS[conv % len(QUESTIONS)]
+    return f"Passage {conv + 1}:\n" + base * 5 + "\n\n" + QUESTIONS[conv % len(QUESTIONS)]
 
 
 async def _conversation(backend: HFBackend, conv: int, turns: int, max_tokens: int, stats: dict) -> None:
