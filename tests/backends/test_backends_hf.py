@@ -324,3 +324,25 @@ async def test_the_cache_is_bounded():
         assert tiny.prefix_stats()["entries"] == 0 and tiny.prefix_stats()["bytes"] == 0
     finally:
         await tiny.aclose()
+
+
+def test_prefix_cache_is_a_spec_model_setting(tmp_path):
+    """`prefix_cache = false` on a spec's hf model reaches the backend; a non-boolean is a
+    clear error, not a silently truthy string."""
+    from askspec.lang.compiler import compile_source
+    from askspec.runtime.backends.base import SpecContext
+    from askspec.runtime.backends.registry import backend_for_spec
+
+    text = ('experiment e { param n: int = 1 }\n'
+            'model m = hf("smollm2-135m-instruct") { prefix_cache = false; max_batch = 3 }\n'
+            'role r { model = m; memory = full; prompt = "Hi." }\n'
+            'game g for i in range(0, n) { x = ask r }\n')
+    res = compile_source(str(tmp_path / "e.ask"), text)
+    assert res.ok, res.sink
+    model = next(m for m in res.ir.models if m.name == "m")
+    assert model.options["prefix_cache"] is False
+    backend = backend_for_spec("hf", model.weights, model.options, SpecContext(spec_dir=str(tmp_path)))
+    assert backend.prefix_cache is False and backend._prefixes is None
+    assert HFBackend(max_batch=3)._prefixes is not None  # on by default
+    with pytest.raises(BackendError, match="prefix_cache must be true or false"):
+        HFBackend(prefix_cache="no")
