@@ -8,6 +8,10 @@ Times the two forward passes the backend runs: a prefill of one `--prompt`-token
 `--context`-token cache, for each attention implementation and thread count, interleaved
 round after round (so a change in machine load hits all of them); medians over `--reps`
 rounds. The model is SmolLM2-135M-Instruct in float32, as the backend serves it on CPU.
+
+`--prefill-batch N` instead compares prefilling N prompts of `--prompt` tokens (varied
+lengths, left-padded as the backend does) in one forward pass against one pass each, with
+the backend's kernel and thread count.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--attn", default="askspec_gqa_sdpa,sdpa,eager")
+    ap.add_argument("--prefill-batch", type=int, default=0)
     args = ap.parse_args()
 
     from transformers import AutoModelForCausalLM
@@ -52,6 +57,10 @@ def main() -> None:
         mask = torch.ones_like(context)
         model(input_ids=context, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
         return cache, mask
+
+    if args.prefill_batch:
+        _prefill_batch(model, args, vocab, gen)
+        return
 
     caches = {}
     threads = [int(t) for t in args.threads.split(",")]
@@ -84,6 +93,44 @@ def main() -> None:
     for (attn, nthreads), t in times.items():
         print(f"| {attn} | {nthreads} | {statistics.median(t['prefill']) * 1000:.0f} | "
               f"{statistics.median(t['decode']) * 1000:.0f} |")
+    print(f"load average {os.getloadavg()[0]:.1f} at end")
+
+
+def _prefill_batch(model, args, vocab: int, gen: torch.Generator) -> None:
+    from askspec.runtime.backends.hf import default_threads
+    from askspec.runtime.backends.hf_ops import new_cache
+
+    torch.set_num_threads(default_threads())
+    lengths = [args.prompt - 15 * i for i in range(args.prefill_batch)]
+    prompts = [torch.randint(0, vocab, (n,), generator=gen) for n in lengths]
+    width = max(lengths)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = p
+        mask[i, width - len(p):] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    times: dict[str, list[float]] = {"one pass": [], "one pass each": []}
+    print(f"load average {os.getloadavg()[0]:.1f} at start; {torch.get_num_threads()} thread(s)")
+    with torch.inference_mode():
+        for rep in range(args.reps):
+            for mode in (("one pass", "one pass each") if rep % 2 == 0 else ("one pass each", "one pass")):
+                t = time.perf_counter()
+                if mode == "one pass":
+                    model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=new_cache(),
+                          use_cache=True, logits_to_keep=1)
+                else:
+                    for p in prompts:
+                        model(input_ids=p[None], attention_mask=torch.ones_like(p[None]), past_key_values=new_cache(),
+                              use_cache=True, logits_to_keep=1)
+                times[mode].append(time.perf_counter() - t)
+    total = sum(lengths)
+    print(f"\n| prefill of {len(prompts)} prompts ({min(lengths)}-{max(lengths)} tokens, {total} in all) | s | "
+          f"prompt tok/s |")
+    print("|---|---:|---:|")
+    for mode, t in times.items():
+        med = statistics.median(t)
+        print(f"| {mode} | {med:.2f} | {total / med:.0f} |")
     print(f"load average {os.getloadavg()[0]:.1f} at end")
 
 
