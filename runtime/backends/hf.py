@@ -612,19 +612,23 @@ class HFBackend(Backend):
         )
 
     def _admit(self, jobs: list[_Job]) -> None:
-        """Prefill new rows in one forward pass and merge them into the running batch.
+        """Prefill new rows and merge them into the running batch.
+
+        On CPU, rows are prefilled in groups of at most PREFILL_TOKENS padded tokens (one
+        row alone when its prompt is long): a long prompt's forward is compute-bound
+        already, so batching it with others only adds padding (measured:
+        bench/bench_hf_kernels.py --prefill-batch), while short prompts share one pass and
+        its fixed per-call cost. On GPU all are prefilled in one pass.
 
         Rows whose prompt extends a cached prefix (hf_prefix) start from its keys/values.
-        The forward takes the same number of new columns `width` for every row (the longest
-        uncached suffix): row i takes max(0, len_i - width) tokens from its cache entry and
-        feeds the rest, left-padded. A row needing fewer new tokens than `width` so feeds a
-        few cached tokens again, at no extra cost (the batch computes `width` columns per
-        row anyway), and each row's sequence stays contiguous, left-padded, as _merge and
-        the decode steps expect.
+        A group's forward takes the same number of new columns `width` for every row (the
+        longest uncached suffix): row i takes max(0, len_i - width) tokens from its cache
+        entry and feeds the rest, left-padded. A row needing fewer new tokens than `width`
+        so feeds a few cached tokens again, at no extra cost (the pass computes `width`
+        columns per row anyway), and each row's sequence stays contiguous, left-padded, as
+        _merge and the decode steps expect.
         """
         import torch
-
-        from askspec.runtime.backends.hf_ops import cache_from, new_cache
 
         vocab = int(self._model.get_output_embeddings().weight.shape[0])
         fingerprint = weights_fingerprint(self._model) if self._prefixes is not None else None
@@ -663,8 +667,14 @@ class HFBackend(Backend):
             rows.append(row)
             prompts.append(ids)
             hits.append(hit)
-        if not rows:
-            return
+        for group in _prefill_groups([len(p) - n for p, (_, n) in zip(prompts, hits)],
+                                     PREFILL_TOKENS if self._device.type == "cpu" else None):
+            self._prefill([rows[i] for i in group], [prompts[i] for i in group], [hits[i] for i in group])
+
+    def _prefill(self, rows: list[_Row], prompts: list[list[int]], hits: list[tuple[Any, int]]) -> None:
+        import torch
+
+        from askspec.runtime.backends.hf_ops import cache_from, new_cache
 
         width = max(len(p) - n for p, (_, n) in zip(prompts, hits))
         taken = [max(0, len(p) - width) for p in prompts]  # tokens each row takes from its entry
@@ -916,6 +926,24 @@ def default_threads() -> int:
     except AttributeError:  # pragma: no cover - not on Linux
         cpus = os.cpu_count() or 1
     return max(1, cpus - 1)
+
+
+PREFILL_TOKENS = 512  # CPU: padded tokens one prefill pass takes at most (a longer prompt goes alone)
+
+
+def _prefill_groups(lengths: list[int], budget: int | None) -> list[list[int]]:
+    """Indices of rows to prefill together: by ascending new-token count, each group
+    growing while its padded size (rows x longest) stays within `budget` (None: one group)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if budget is None:
+        return [order] if order else []
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[i] * (len(groups[-1]) + 1) <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -346,3 +346,13 @@ def test_prefix_cache_is_a_spec_model_setting(tmp_path):
     assert HFBackend(max_batch=3)._prefixes is not None  # on by default
     with pytest.raises(BackendError, match="prefix_cache must be true or false"):
         HFBackend(prefix_cache="no")
+
+
+def test_prefill_groups_keep_long_prompts_apart_and_short_ones_together():
+    from askspec.runtime.backends.hf import _prefill_groups
+
+    assert _prefill_groups([], 512) == []
+    assert _prefill_groups([20] * 8, 512) == [list(range(8))]  # 8 x 20 padded tokens: one pass
+    assert _prefill_groups([400, 30, 450, 20], 512) == [[3, 1], [0], [2]]  # by length; long ones alone
+    assert _prefill_groups([100, 200, 300], 512) == [[0, 1], [2]]  # 2 x 200 fits, 3 x 300 does not
+    assert _prefill_groups([400, 30, 450], None) == [[1, 0, 2]]  # no budget (GPU): one pass
