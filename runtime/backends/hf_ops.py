@@ -8,6 +8,7 @@
 - `gqa_sdpa_attention`: SDPA with `enable_gqa` even when a padding mask is present
   (transformers' sdpa path then repeats keys/values per query head: a 3x copy of the
   cache per layer per step for SmolLM2).
+- `cache_from`: a cache pre-filled with given keys/values (a reused prompt prefix).
 """
 
 from __future__ import annotations
@@ -245,3 +246,14 @@ def use_gqa_attention(model: Any) -> bool:
     AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
     model.set_attn_implementation(ATTENTION_NAME)
     return True
+
+
+def cache_from(keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
+    """A cache like new_cache()'s, holding the given per-layer keys/values [B, heads, T, dim]."""
+    cache = new_cache()
+    for k, v in zip(keys, values):
+        layer = GrowingLayer()
+        layer.lazy_initialization(k, v)
+        layer.assign(k, v)
+        cache.layers.append(layer)
+    return cache

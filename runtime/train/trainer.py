@@ -361,7 +361,8 @@ class LocalTrainer:
                 continue
             b = binding.backend
             options = {"max_batch": b.max_batch, "device": b.device_option, "dtype": b.dtype_option,
-                       "num_threads": b.num_threads, "cache_dir": b.cache_dir, "chat_template": b.chat_template}
+                       "num_threads": b.num_threads, "cache_dir": b.cache_dir, "chat_template": b.chat_template,
+                       "prefix_cache": b.prefix_cache}
             init = None
             if resume_from is not None:
                 init = self.run_dir / CHECKPOINTS / cfg.role / f"step-{self.start_step}"

@@ -203,3 +203,158 @@ async def test_tokens_are_reported_as_they_are_generated(backend):
     result = await task
     assert sum(n for n, _ in seen) == result.tokens_out == len(seen)
     assert not any(done for _, done in seen)
+
+
+# -- prefix cache: a conversation's turns reuse the keys/values of its history ----------
+
+TURNS = ["Tell me a short fact about the moon.", "Why is that?", "Say it again in one sentence."]
+OPENERS = ["Tell me a short fact about the moon.", "Name three rivers in Europe and one thing about each.",
+           "What is a prime number? Give two examples, then explain why 1 is not prime."]
+
+
+async def _conversation(backend: HFBackend, opener: str, turns: int = 3, **options) -> list[tuple[int, str]]:
+    """A `memory = full` role's calls: each prompt is the history so far plus a new user turn."""
+    history: list[dict[str, str]] = []
+    out = []
+    for user in [opener, *TURNS[1:turns]]:
+        messages = ({"role": "system", "content": "You answer briefly."}, *history, {"role": "user", "content": user})
+        r = await backend.complete(ChatRequest(messages=messages, sampling=Sampling(max_tokens=16, **GREEDY),
+                                               role="solver", options=options))
+        out.append((r.tokens_out, r.text))
+        history += [{"role": "user", "content": user}, {"role": "assistant", "content": r.text}]
+    return out
+
+
+@pytest.fixture(scope="module")
+def no_reuse():
+    b = HFBackend("smollm2-135m-instruct", max_batch=8, prefix_cache=False)
+    b.load()
+    yield b
+    asyncio.run(b.aclose())
+
+
+@pytest.mark.slow
+async def test_reuse_gives_the_same_greedy_tokens_one_conversation_at_a_time(backend, no_reuse):
+    backend.forget_prefixes()
+    before = backend.prefix_stats()
+    with_reuse = [await _conversation(backend, o) for o in OPENERS]
+    after = backend.prefix_stats()
+    without = [await _conversation(no_reuse, o) for o in OPENERS]
+    assert with_reuse == without
+    # the later turns really started from the cache: most of their prompt was not re-encoded
+    assert after["reused"] - before["reused"] > after["prefilled"] - before["prefilled"]
+    assert no_reuse.prefix_stats()["reused"] == 0
+
+
+@pytest.mark.slow
+async def test_reuse_gives_the_same_greedy_tokens_with_conversations_in_flight(backend, no_reuse):
+    """Rows with different cached lengths (and rows with none) prefill together and join a
+    running batch: left padding, positions and the mask must line up for each."""
+    backend.forget_prefixes()
+    before = backend.prefix_stats()["reused"]
+    together = await asyncio.gather(*(_conversation(backend, o) for o in OPENERS),
+                                     _conversation(backend, OPENERS[0], turns=2))
+    assert backend.prefix_stats()["reused"] > before
+    alone = [await _conversation(no_reuse, o) for o in OPENERS] + [await _conversation(no_reuse, OPENERS[0], turns=2)]
+    assert list(together) == alone
+    # a cached row and a fresh one admitted in the same prefill
+    first = await _conversation(backend, OPENERS[1], turns=1)
+    history = ({"role": "system", "content": "You answer briefly."}, {"role": "user", "content": OPENERS[1]},
+               {"role": "assistant", "content": first[0][1]}, {"role": "user", "content": TURNS[1]})
+    fresh = ({"role": "user", "content": "Write one line about autumn leaves falling in a quiet park at dusk."},)
+    reqs = [ChatRequest(messages=m, sampling=Sampling(max_tokens=16, **GREEDY)) for m in (history, fresh)]
+    mixed = await asyncio.gather(*(backend.complete(r) for r in reqs))
+    plain = [await no_reuse.complete(r) for r in reqs]
+    assert [r.text for r in mixed] == [r.text for r in plain]
+
+
+@pytest.mark.slow
+async def test_a_request_can_opt_out_of_reuse(backend):
+    await _conversation(backend, OPENERS[2], turns=1)
+    before = backend.prefix_stats()
+    await _conversation(backend, OPENERS[2], turns=2, prefix_cache=False)
+    after = backend.prefix_stats()
+    assert after["reused"] == before["reused"] and after["prefilled"] > before["prefilled"]
+
+
+@pytest.mark.slow
+async def test_a_weight_update_invalidates_the_cache():
+    import torch
+
+    b = HFBackend("smollm2-135m-instruct", max_batch=4)
+    b.load()
+    try:
+        await _conversation(b, OPENERS[0], turns=1)
+        assert b.prefix_stats()["entries"] == 1
+        # an optimizer-style in-place update (what the local trainer does between steps)
+        with torch.no_grad():
+            b._model.model.norm.weight.mul_(1.5)
+        reused = b.prefix_stats()["reused"]
+        await _conversation(b, OPENERS[0], turns=1)  # the very prompt whose keys/values were cached
+        assert b.prefix_stats()["reused"] == reused  # prefilled in full under the new weights
+        changed = await _conversation(b, OPENERS[0], turns=2)
+        # the same conversation on a fresh backend with the same weights, no cache at all
+        fresh = HFBackend("smollm2-135m-instruct", max_batch=4, prefix_cache=False)
+        fresh.adopt(b._model, b._tokenizer)
+        try:
+            assert changed == await _conversation(fresh, OPENERS[0], turns=2)
+        finally:
+            await fresh.aclose()
+        # adopting weights empties it too
+        assert b.prefix_stats()["entries"] >= 1
+        b.adopt(b._model, b._tokenizer)
+        assert b.prefix_stats()["entries"] == 0
+    finally:
+        await b.aclose()
+    assert b.prefix_stats()["entries"] == 0  # dropped on close
+
+
+@pytest.mark.slow
+async def test_the_cache_is_bounded():
+    b = HFBackend("smollm2-135m-instruct", max_batch=4, prefix_cache_entries=2)
+    b.load()
+    try:
+        for opener in OPENERS:
+            await _conversation(b, opener, turns=1)
+        assert b.prefix_stats()["entries"] == 2 and b.prefix_stats()["evictions"] == 1
+    finally:
+        await b.aclose()
+    tiny = HFBackend("smollm2-135m-instruct", max_batch=4, prefix_cache_mb=0.5)  # < one entry (~46 KB a token)
+    tiny.load()
+    try:
+        await _conversation(tiny, OPENERS[0], turns=1)
+        assert tiny.prefix_stats()["entries"] == 0 and tiny.prefix_stats()["bytes"] == 0
+    finally:
+        await tiny.aclose()
+
+
+def test_prefix_cache_is_a_spec_model_setting(tmp_path):
+    """`prefix_cache = false` on a spec's hf model reaches the backend; a non-boolean is a
+    clear error, not a silently truthy string."""
+    from askspec.lang.compiler import compile_source
+    from askspec.runtime.backends.base import SpecContext
+    from askspec.runtime.backends.registry import backend_for_spec
+
+    text = ('experiment e { param n: int = 1 }\n'
+            'model m = hf("smollm2-135m-instruct") { prefix_cache = false; max_batch = 3 }\n'
+            'role r { model = m; memory = full; prompt = "Hi." }\n'
+            'game g for i in range(0, n) { x = ask r }\n')
+    res = compile_source(str(tmp_path / "e.ask"), text)
+    assert res.ok, res.sink
+    model = next(m for m in res.ir.models if m.name == "m")
+    assert model.options["prefix_cache"] is False
+    backend = backend_for_spec("hf", model.weights, model.options, SpecContext(spec_dir=str(tmp_path)))
+    assert backend.prefix_cache is False and backend._prefixes is None
+    assert HFBackend(max_batch=3)._prefixes is not None  # on by default
+    with pytest.raises(BackendError, match="prefix_cache must be true or false"):
+        HFBackend(prefix_cache="no")
+
+
+def test_prefill_groups_keep_long_prompts_apart_and_short_ones_together():
+    from askspec.runtime.backends.hf import _prefill_groups
+
+    assert _prefill_groups([], 512) == []
+    assert _prefill_groups([20] * 8, 512) == [list(range(8))]  # 8 x 20 padded tokens: one pass
+    assert _prefill_groups([400, 30, 450, 20], 512) == [[3, 1], [0], [2]]  # by length; long ones alone
+    assert _prefill_groups([100, 200, 300], 512) == [[0, 1], [2]]  # 2 x 200 fits, 3 x 300 does not
+    assert _prefill_groups([400, 30, 450], None) == [[1, 0, 2]]  # no budget (GPU): one pass
