@@ -139,7 +139,9 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
     log = tmp / "calls.log"
     log.unlink(missing_ok=True)
     stub = ('#!/usr/bin/env bash\n'
-            'printf "%s\\0" "$(basename "$0")" "$@" >> "$STUB_LOG"; printf "\\n" >> "$STUB_LOG"\n'
+            # a backgrounded vllm stub logs while ray runs: one lock around both writes, or two
+            # records interleave and merge (a call goes missing from the parsed log)
+            '{ flock 9; printf "%s\\0" "$(basename "$0")" "$@" >> "$STUB_LOG"; printf "\\n" >> "$STUB_LOG"; } 9>>"$STUB_LOG.lock"\n'
             'if [ "$(basename "$0")" = ray ]; then\n'
             '  prev=""; for a in "$@"; do if [ "$prev" = --ckpt.output_dir ]; then mkdir -p "$a"; '
             'echo "{}" > "$a/config.json"; fi; prev="$a"; done\n'
