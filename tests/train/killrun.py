@@ -54,6 +54,14 @@ def only_run(out: Path) -> Path:
     return runs[0]
 
 
+def run_to_end(spec: Path, out: Path, timeout: float = 850) -> Path:
+    """`askspec run SPEC --out OUT --quiet` to its end; the run's folder."""
+    done = subprocess.run(askspec_cmd("run", str(spec), "--out", str(out), "--quiet"), capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return only_run(out)
+
+
 def resume(run_dir: Path, timeout: float = 900) -> None:
     done = subprocess.run(askspec_cmd("run", "--resume", str(run_dir), "--quiet"), capture_output=True, text=True,
                           timeout=timeout)

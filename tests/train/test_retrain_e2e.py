@@ -9,7 +9,6 @@ the retrained student started from the spec's weights, not the promoted ones."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,18 +16,16 @@ import pytest
 
 from askspec.runtime.store.views import open_store
 
+sys.path.insert(0, str(Path(__file__).parent))
+from killrun import run_to_end  # noqa: E402
+
 SPEC = Path(__file__).parent / "specs" / "tiny_pq.ask"
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pq") / "runs"
-    done = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(SPEC), "--out", str(out), "--quiet"],
-                          capture_output=True, text=True, timeout=850)
-    assert done.returncode == 0, done.stderr
-    (rd,) = [p for p in out.iterdir() if not p.name.startswith(".")]
-    return rd
+    return run_to_end(SPEC, tmp_path_factory.mktemp("pq") / "runs")
 
 
 def test_stages_train_and_play_in_order(run_dir):
