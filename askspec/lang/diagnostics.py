@@ -61,6 +61,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E605": ("error", "buffer replayed across a run"),
     "E606": ("error", "trained role without trainable weights"),
     "E607": ("error", "nothing to train"),
+    "W601": ("warning", "stage the target's job leaves out"),
     "W501": ("warning", "unused declaration"),
     "W502": ("warning", "unreachable statement"),
     "W503": ("warning", "more planned sessions than the limit (1,000,000)"),

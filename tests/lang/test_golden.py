@@ -25,8 +25,8 @@ from askspec.lang.diagnostics import CODES, format_diagnostic
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(GOLDEN.glob("*.ask"))
 UNTESTABLE = {"E999"}
-# E6xx come from `compile --target openrlhf`; their goldens are tests/targets/golden
-TARGET_CODES = {c for c in CODES if c.startswith("E6")}
+# E6xx and W6xx come from `compile --target openrlhf`; their goldens are tests/targets/golden
+TARGET_CODES = {c for c in CODES if c.startswith(("E6", "W6"))}
 
 
 def overrides(case: Path) -> dict[str, str]:

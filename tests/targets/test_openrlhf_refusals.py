@@ -23,7 +23,7 @@ HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
 CASES = sorted(GOLDEN.glob("*.ask"))
 ROOT = HERE.parents[1]
-TARGET_CODES = {c for c in CODES if c.startswith("E6")}
+TARGET_CODES = {c for c in CODES if c.startswith(("E6", "W6"))}
 
 
 def refusals(spec: Path, cwd: Path, substitutes: dict | None = None) -> str:

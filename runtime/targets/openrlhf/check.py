@@ -1,5 +1,5 @@
 """Which parts of a compiled spec an OpenRLHF 0.11.2 job can express, as a plan of
-phase jobs, and diagnostics (E601-E607, with spans) for everything it cannot.
+phase jobs, and diagnostics (E601-E607, W601, with spans) for everything it cannot.
 
 Every refusal says what cannot be mapped, why, and the alternative; the checks run to
 the end so one compile lists every problem (docs/cluster.md lists them per spec)."""
@@ -99,6 +99,13 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
                            "trains one policy per job", span_of(where, spec_file),
                    "declare `schedule alternating { ROLE = STEPS ... }`: each phase becomes a job that starts from "
                    "the previous phase's checkpoints")
+
+    for stage in exp.stages:
+        if stage.kind != "train":  # the job is the RL schedule: say what it leaves out, not silently
+            sink.warn("W601", f"stage '{stage.name}' ({stage.kind}) is not part of the OpenRLHF job, which runs "
+                              "the RL schedule (the `train` stage) only", span_of(stage.span, spec_file),
+                      "run it with askspec's own trainer (`askspec run`), before the job (sft) or against its "
+                      "checkpoint (evaluate)")
 
     phases: list[Phase] = []
     for t in exp.training:
