@@ -12,8 +12,12 @@ driven headless (``App.run_test``), each repeat a fresh app (nothing cached):
 - turns indexed: from the same Enter to the turn index being built (a worker does it
   after the reward columns; NDJSON only, a compacted run needs none);
 - 20 page-downs;
-- open a transcript: from Enter on a session (the first, then the last) to its first
-  turns on screen (the rest are mounted right after), once the index is built;
+- open a transcript: from Enter on a session (the first, then the last) to its turns
+  on screen, once the index is built, Enter pressed as soon as the cursor is on the
+  row: the whole read after Enter ("cold"); then the row above the last, Enter pressed
+  after the cursor has rested on it for half a second ("rested": the app reads the
+  transcript of the row the cursor rests on ahead, see ``askspec.tui.prefetch``; off
+  for the cold ones);
 
 and the same steps through the data layer alone (``measure_data``: what the app's
 workers run), to tell the store's cost from the cost of drawing the screen.
@@ -118,10 +122,13 @@ async def measure(runs: Path, sessions: int, turns: int) -> dict[str, float]:
     def transcript_shown() -> bool:
         return isinstance(app.screen, TranscriptScreen) and app.screen.shown == turns
 
-    async def open_transcript(key: str, sid: str) -> None:
+    async def open_transcript(key: str, sid: str, label: str, rest: float = 0.0) -> None:
+        app.prefetch = bool(rest)  # (cold: none read ahead even if Enter came late on a loaded machine)
         await pilot.press(key)
         await _until(pilot, lambda: table().row(table().cursor_row)["session"] == sid)
-        out[f"open transcript ({'first' if key == 'home' else 'last'})"] = await _press_until(
+        if rest:
+            await pilot.pause(rest)
+        out[f"open transcript ({label})"] = await _press_until(
             pilot, "enter", lambda: isinstance(app.screen, TranscriptScreen) and app.screen.shown > 0, "t0 ")
         await _until(pilot, transcript_shown, shown="t0 ")  # (all its turns, before going back)
         await pilot.press("escape")
@@ -143,8 +150,9 @@ async def measure(runs: Path, sessions: int, turns: int) -> dict[str, float]:
         await _until(pilot, lambda: table().cursor_row > 20 * 30,
                      shown=lambda: table().row(table().cursor_row)["session"])
         out["20 page-downs"] = time.perf_counter() - t1
-        await open_transcript("home", "s0000000")
-        await open_transcript("end", last)
+        await open_transcript("home", "s0000000", "first, cold")
+        await open_transcript("end", last, "last, cold")
+        await open_transcript("up", f"s{sessions - 2:07d}", "rested", rest=0.5)
     return out
 
 

@@ -9,6 +9,7 @@ checks the runs' file sizes in a worker and tells the active screen when they gr
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 from textual import on
@@ -20,14 +21,18 @@ from askspec.runtime.store import layout
 from askspec.tui import data
 from askspec.tui.commands import RunsProvider
 from askspec.tui.components.loader import Loader
+from askspec.tui.components.transcript_view import text_width
 from askspec.tui.messages import Loaded, LoadFailed, OpenRun, OpenSession, StoreChanged
+from askspec.tui.prefetch import TranscriptCache
 from askspec.tui.screens.compare import CompareScreen
 from askspec.tui.screens.message import MessageScreen
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.runs import RunsScreen
+from askspec.tui.screens import transcript
 from askspec.tui.screens.transcript import TranscriptScreen
 
 THEMES = ("textual-dark", "textual-light")
+OPEN_WAIT = 0.25  # seconds a transcript's read may take before its screen shows "loading…"
 
 
 class AskspecApp(Loader, App):
@@ -43,7 +48,7 @@ class AskspecApp(Loader, App):
     ]
 
     def __init__(self, path: str | os.PathLike[str] = "runs", *, follow_interval: float = 1.0,
-                 theme: str = "textual-dark") -> None:
+                 theme: str = "textual-dark", prefetch: bool = True) -> None:
         super().__init__()
         self.source = data.Source(path)
         self.follow_interval = follow_interval
@@ -51,6 +56,10 @@ class AskspecApp(Loader, App):
         self.sql_history: list[str] = []
         self.known_runs: list[data.RunInfo] = []
         self._fingerprint: tuple | None = None
+        self.transcripts = TranscriptCache()  # fetched ahead while a session's row has the cursor
+        self.prefetch = prefetch  # (off: each transcript is read when opened; the benchmark times both)
+        self._transcript_screen: TranscriptScreen | None = None
+        self._opening: tuple[str, str] | None = None  # (run, session) whose transcript is being read to open
 
     def on_mount(self) -> None:
         self.theme = self.initial_theme
@@ -84,7 +93,38 @@ class AskspecApp(Loader, App):
 
     @on(OpenSession)
     def _open_session(self, msg: OpenSession) -> None:
-        self.push_screen(TranscriptScreen(msg.run_id, msg.session_id))
+        """Read the transcript first, then push its screen with the turns in place (one
+        paint, not a "loading" screen and then the turns); a read slower than
+        ``OPEN_WAIT`` (the run's turns still being indexed) shows the screen meanwhile."""
+        key = (msg.run_id, msg.session_id)
+        if self.transcripts.get(key) is not None:  # read ahead while the cursor rested on it
+            self._push_transcript(key)
+            return
+        self._opening = key
+        self.load("open-session", transcript.fetch, self.transcripts, False, self.source, *key,
+                  text_width(self.size.width))
+        self.set_timer(OPEN_WAIT, partial(self._opened, key))
+
+    def _opened(self, key: tuple[str, str]) -> None:
+        """The transcript of ``key`` was read (or is taking long): show it, unless the user
+        opened another one or left the run meanwhile."""
+        if self._opening != key:
+            return
+        self._opening = None
+        if isinstance(self.screen, RunScreen) and self.screen.run.run_id == key[0]:
+            self._push_transcript(key)
+
+    def _push_transcript(self, key: tuple[str, str]) -> None:
+        # one transcript screen, installed (so kept when popped) and given each session
+        screen = self._transcript_screen
+        if screen is None:
+            screen = self._transcript_screen = TranscriptScreen(*key)
+            self.install_screen(screen, name="transcript")
+        elif screen in self.screen_stack:
+            return
+        else:
+            screen.open(*key)
+        self.push_screen(screen)
 
     def open_compare(self, run_a: str, run_b: str) -> None:
         self.push_screen(CompareScreen(run_a, run_b))
@@ -106,10 +146,15 @@ class AskspecApp(Loader, App):
                 self.screen.post_message(StoreChanged())
         elif msg.key == "open-run" and self.screen_stack:
             self.push_screen(RunScreen(msg.result))
+        elif (msg.key == "open-session" and self._opening is not None
+              and self.transcripts.get(self._opening) is not None):  # (not an earlier Enter's)
+            self._opened(self._opening)
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "open-run":
             self.notify(msg.error, severity="error")
+        elif msg.key == "open-session" and self._opening is not None:
+            self._opened(self._opening)  # the transcript screen reads it again and says what is wrong
 
     # ------------------------------------------------------------------ looks, help
 

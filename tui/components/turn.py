@@ -1,15 +1,18 @@
-"""``TurnView``: one turn of a transcript — who, which model, tokens, latency, finish
-reason; what it was sent and from whom; the reply with its parsed sections highlighted
-(forwarded sections, the graded ``\\boxed{}``); its rewards; the prompt, collapsed."""
+"""One turn of a transcript as text — who, which model, tokens, latency, finish reason;
+what it was sent and from whom; the reply with its parsed sections highlighted
+(forwarded sections, the graded ``\\boxed{}``); its rewards; the prompt as sent — and
+``TurnBlock``: a turn's texts wrapped into lines for a width, which the worker that reads
+the transcript builds so that the UI thread only draws them (``TranscriptView``)."""
 
 from __future__ import annotations
 
+import io
 import json
+from dataclasses import dataclass, field
 
+from rich.console import Console
+from rich.segment import Segment
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import Static
 
 from askspec.terminal import printable
 from askspec.tui.shaping import Highlight, Turn
@@ -84,8 +87,7 @@ def prompt_text(turn: Turn) -> Text:
 
 
 def body(turn: Turn) -> Text:
-    """Everything about the turn but its prompt, as one text (one widget per turn keeps
-    a long transcript quick to mount)."""
+    """Everything about the turn but its prompt, as one text."""
     parts = [header(turn)]
     if turn.sent is not None:
         sent = Text("← sent", style="bold")
@@ -117,48 +119,54 @@ def body(turn: Turn) -> Text:
     return Text("\n").join(parts)
 
 
-class PromptView(Static):
-    """The prompt as sent, collapsed to one line until clicked (or ``p`` on the screen).
-
-    One widget (a Collapsible is four), so that a long transcript mounts quickly."""
-
-    DEFAULT_CSS = """
-    PromptView { color: $text-muted; }
-    PromptView:hover { color: $text; }
-    """
-
-    def __init__(self, turn: Turn) -> None:
-        self.turn = turn
-        self.collapsed = True
-        super().__init__(self._text(), classes="prompt")
-
-    def _text(self) -> Text:
-        head = Text(f"{'▶' if self.collapsed else '▼'} prompt ({len(self.turn.prompt)} messages)", style="bold")
-        if self.collapsed:
-            return head
-        return Text("\n").join([head, prompt_text(self.turn)])
-
-    def set_collapsed(self, collapsed: bool) -> None:
-        if collapsed != self.collapsed:
-            self.collapsed = collapsed
-            self.update(self._text())
-
-    def on_click(self) -> None:
-        self.set_collapsed(not self.collapsed)
+def prompt_line(turn: Turn, open_: bool) -> Text:
+    """The prompt's first line: a marker that says whether it is open, and its size."""
+    return Text(f"{'▼' if open_ else '▶'} prompt ({len(turn.prompt)} messages)", style="bold")
 
 
-class TurnView(Vertical):
-    DEFAULT_CSS = """
-    TurnView { height: auto; margin: 0 0 1 0; padding: 0 1; border-left: wide $primary; }
-    TurnView.recovery { border-left: wide $warning; }
-    TurnView.failed { border-left: wide $error; }
-    """
+Lines = list[list[Segment]]
 
-    def __init__(self, turn: Turn) -> None:
-        classes = "recovery" if turn.recovery else "failed" if (turn.error or not turn.ok) else ""
-        super().__init__(id=f"turn-{turn.index}", classes=classes)
-        self.turn = turn
 
-    def compose(self) -> ComposeResult:
-        yield Static(body(self.turn), classes="body")
-        yield PromptView(self.turn)
+def wrap(text: Text, width: int) -> Lines:
+    """``text`` wrapped to ``width`` cells, as lines of segments. Safe in a worker thread:
+    each call renders on a console of its own (the app's belongs to the UI thread)."""
+    console = Console(width=max(width, 1), file=io.StringIO(), color_system="truecolor", force_terminal=True,
+                      legacy_windows=False, highlight=False, markup=False, emoji=False)
+    return console.render_lines(text, console.options.update_width(max(width, 1)), pad=False)
+
+
+@dataclass
+class TurnBlock:
+    """A turn as the transcript view draws it: its texts and, per width, their lines
+    (the body; the prompt closed and open). The prompt's open lines are wrapped when it is
+    first opened."""
+
+    turn: Turn
+    kind: str  # "", "recovery" or "failed": the colour of the turn's left border
+    body: Text
+    _lines: dict[tuple[str, int], Lines] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, turn: Turn) -> "TurnBlock":
+        kind = "recovery" if turn.recovery else "failed" if (turn.error or not turn.ok) else ""
+        return cls(turn, kind, body(turn))
+
+    def lines(self, part: str, width: int) -> Lines:
+        """The lines of ``part`` ("body", "prompt" closed, "prompt-open") at ``width``."""
+        key = (part, width)
+        got = self._lines.get(key)
+        if got is None:
+            if part == "body":
+                text = self.body
+            elif part == "prompt":
+                text = prompt_line(self.turn, False)
+            else:
+                text = Text("\n").join([prompt_line(self.turn, True), prompt_text(self.turn)])
+            got = self._lines[key] = wrap(text, width)
+        return got
+
+    def prepare(self, width: int) -> "TurnBlock":
+        """Wrap what is shown first (the body and the closed prompt) at ``width``."""
+        self.lines("body", width)
+        self.lines("prompt", width)
+        return self

@@ -15,6 +15,7 @@ row) catches up."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -22,18 +23,23 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from askspec.tui import data
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable, prepare
+from askspec.tui.components.transcript_view import text_width
 from askspec.tui.components.vtable import TableLayout
 from askspec.tui.filters import Filter, FilterError, parse_filter
 from askspec.tui.messages import Loaded, LoadFailed, OpenSession, StoreChanged
+from askspec.tui.screens import transcript
 
 if TYPE_CHECKING:
     from askspec.tui.app import AskspecApp
     from askspec.tui.screens.run import RunScreen
+
+PREFETCH_REST = 0.15  # seconds on a row before its transcript is read ahead
 
 FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward:0.5..1 "text in a turn"'
                "  (Enter applies)")
@@ -91,6 +97,7 @@ class SessionsPane(Loader, Vertical):
         self._shown_rewards = False  # whether the rows shown have them
         self._indexing = False
         self._force = True  # the user asked for this reload: show it even when paused
+        self._rest: Timer | None = None  # the cursor resting on a row: then its transcript is read ahead
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder=FILTER_HINT, id="filter")
@@ -139,7 +146,7 @@ class SessionsPane(Loader, Vertical):
         return "  ·  ".join(parts)
 
     async def on_loaded(self, msg: Loaded) -> None:
-        if msg.key == "turn-index":
+        if msg.key in ("turn-index", "prefetch"):  # (a prefetched transcript waits in the app's cache)
             msg.stop()
             return
         if msg.key == "first-page":
@@ -189,6 +196,9 @@ class SessionsPane(Loader, Vertical):
         self._status(self._describe(rows.shown.num_rows))
 
     def on_load_failed(self, msg: LoadFailed) -> None:
+        if msg.key == "prefetch":  # said when the transcript is opened (and read again)
+            msg.stop()
+            return
         if msg.key == "first-page":
             msg.stop()
             if not self._loaded_once:
@@ -201,6 +211,9 @@ class SessionsPane(Loader, Vertical):
 
     @on(ArrowTable.Highlighted, "#sessions")
     async def _highlighted(self, event: ArrowTable.Highlighted) -> None:
+        if self._rest is not None:
+            self._rest.stop()
+        self._rest = self.set_timer(PREFETCH_REST, partial(self._prefetch, event.row.get("session")))
         if not self.screen.live:
             return
         at_end = event.table.at_end
@@ -212,6 +225,16 @@ class SessionsPane(Loader, Vertical):
         elif not at_end:
             self.following = False
         self._status(self._describe(event.table.row_count))
+
+    def _prefetch(self, session_id: str | None) -> None:
+        """Read the transcript of the session the cursor rests on ahead of Enter (once it
+        has rested ``PREFETCH_REST``: scrolling through rows reads none; one fetch at a
+        time; see ``askspec.tui.prefetch``)."""
+        if (not self.app.prefetch or session_id is None
+                or self.app.transcripts.get((self.run_id, session_id)) is not None):
+            return
+        self.load("prefetch", transcript.fetch, self.app.transcripts, False, self.app.source, self.run_id,
+                  session_id, text_width(self.app.size.width))
 
     @on(ArrowTable.Chosen, "#sessions")
     def _chosen(self, event: ArrowTable.Chosen) -> None:

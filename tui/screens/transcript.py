@@ -1,16 +1,16 @@
 """A session's transcript: its outcome, parameters and rewards, then every turn in order
-(``TurnView``). A running session grows as its turns arrive."""
+(``TranscriptView``). A running session grows as its turns arrive."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header, Static
 
@@ -18,8 +18,10 @@ from askspec.terminal import printable
 from askspec.tui import data
 from askspec.tui.components.keybar import KeyBar
 from askspec.tui.components.loader import Loader
-from askspec.tui.components.turn import PromptView, TurnView
+from askspec.tui.components.transcript_view import TranscriptView
+from askspec.tui.components.turn import TurnBlock
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
+from askspec.tui.prefetch import TranscriptCache
 from askspec.tui.shaping import Transcript
 
 if TYPE_CHECKING:
@@ -69,10 +71,37 @@ def session_head(tr: Transcript) -> Text:
     return t
 
 
-FIRST_TURNS = 3  # turns mounted before the transcript's first paint
+@dataclass
+class Prepared:
+    """A transcript as the screen shows it, built in a worker: the session's head line and
+    each turn's block, wrapped to the width it was asked for."""
+
+    transcript: Transcript
+    head: Text
+    blocks: list[TurnBlock]
+
+
+def prepare(source: data.Source, run_id: str, session_id: str, width: int) -> Prepared:
+    tr = data.transcript(source, run_id, session_id)
+    return Prepared(tr, session_head(tr), [TurnBlock.of(t).prepare(width) for t in tr.turns])
+
+
+def fetch(cache: TranscriptCache, fresh: bool, source: data.Source, run_id: str, session_id: str,
+          width: int) -> Prepared:
+    """Worker side of opening (or refreshing) a transcript, through the app's cache of
+    transcripts fetched ahead (``askspec.tui.prefetch``)."""
+    return cache.fetch((run_id, session_id), prepare, source, run_id, session_id, width, fresh=fresh)
+
+
+# sessions whose transcript may still change: one fetched ahead is shown, then read again
+UNSETTLED = (None, "running", "error")
 
 
 class TranscriptScreen(Loader, Screen):
+    """One screen for every transcript: the app installs it once and ``open`` swaps the
+    session it shows (composing the screen and styling its widgets again for each
+    transcript was most of the time to open one)."""
+
     app: AskspecApp  # the app this runs in (textual types it App[Any])
 
     # focused from the start: a focus change once the turns arrive made the footer
@@ -90,23 +119,51 @@ class TranscriptScreen(Loader, Screen):
         super().__init__()
         self.run_id = run_id
         self.session_id = session_id
+        self._reset()
+
+    def _reset(self) -> None:
         self.transcript: Transcript | None = None
         self.shown = 0
         self._turn_cursor = -1
         self._prompts_open = False
         self._stick_to_end = False  # new turns keep the view at the end (see _scrolled)
 
+    @property
+    def _key(self) -> str:  # loads of another session (this screen showed before) are dropped
+        return f"transcript {self.run_id} {self.session_id}"
+
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"loading {printable(self.session_id, single_line=True)}…", id="session-head", classes="bar")
-        yield VerticalScroll(id="turns")
+        yield Static("", id="session-head", classes="bar")
+        yield TranscriptView(id="turns")
         yield KeyBar()
 
     def on_mount(self) -> None:
+        self._progress = self.set_interval(0.25, self._indexing, pause=True)
+        self.watch(self.query_one("#turns", TranscriptView), "scroll_y", self._scrolled, init=False)
+        self._start()
+
+    def open(self, run_id: str, session_id: str) -> None:
+        """Show another session (before the screen is pushed again)."""
+        self.run_id, self.session_id = run_id, session_id
+        self._reset()
+        if self.is_mounted:
+            self._start()
+
+    def _start(self) -> None:
         self.sub_title = f"{self.run_id} / {self.session_id}"
-        self.reload()
-        self._progress = self.set_interval(0.25, self._indexing)
-        self.watch(self.query_one("#turns", VerticalScroll), "scroll_y", self._scrolled, init=False)
+        view = self.query_one("#turns", TranscriptView)
+        view.clear()
+        cached = self.app.transcripts.get((self.run_id, self.session_id))
+        if cached is not None:  # fetched while the cursor rested on its row
+            self._show(cached)
+            if cached.transcript.session.get("status") in UNSETTLED:
+                self.reload()
+        else:
+            self.query_one("#session-head", Static).update(f"loading {printable(self.session_id, single_line=True)}…")
+            self._progress.resume()
+            self.load(self._key, fetch, self.app.transcripts, False, self.app.source, self.run_id,
+                      self.session_id, view.wrap_width)
 
     def _scrolled(self, old: float, new: float) -> None:
         """Reaching the end keeps the view there as turns arrive; scrolling up stops it.
@@ -115,7 +172,7 @@ class TranscriptScreen(Loader, Screen):
         view was not at the end and stayed where it was from then on.)"""
         if new < old:
             self._stick_to_end = False
-        elif new >= self.query_one("#turns", VerticalScroll).max_scroll_y - 1:
+        elif new >= self.query_one("#turns", TranscriptView).max_scroll_y - 1:
             self._stick_to_end = True
 
     def _indexing(self) -> None:
@@ -126,10 +183,11 @@ class TranscriptScreen(Loader, Screen):
                 f"loading {printable(self.session_id, single_line=True)}… (indexing the run's turns by "
                 f"session, once: {done:.0%})")
         elif self.transcript is not None:
-            self._progress.stop()
+            self._progress.pause()
 
     def reload(self) -> None:
-        self.load("transcript", data.transcript, self.app.source, self.run_id, self.session_id)
+        self.load(self._key, fetch, self.app.transcripts, True, self.app.source, self.run_id, self.session_id,
+                  self.query_one("#turns", TranscriptView).wrap_width)
 
     @on(StoreChanged)
     def _changed(self, event: StoreChanged) -> None:
@@ -137,57 +195,48 @@ class TranscriptScreen(Loader, Screen):
         if self.transcript is None or self.transcript.session.get("status") == "running":
             self.reload()
 
-    async def on_loaded(self, msg: Loaded) -> None:
-        if msg.key != "transcript":
+    def on_loaded(self, msg: Loaded) -> None:
+        if not msg.key.startswith("transcript "):
             return
         msg.stop()
-        tr: Transcript = msg.result
-        self.transcript = tr
-        self.query_one("#session-head", Static).update(session_head(tr))
-        box = self.query_one("#turns", VerticalScroll)
-        at_bottom = self._stick_to_end or box.scroll_y >= box.max_scroll_y - 1
-        new = tr.turns[self.shown:]
-        if not tr.turns and not self.shown:
-            await box.mount(Static("no turns recorded for this session"
-                                   + (" yet" if tr.session.get("status") == "running" else ""), id="no-turns"))
-        elif new:
-            for w in box.query("#no-turns"):
-                await w.remove()
-            if self.shown:
-                await box.mount_all([TurnView(t) for t in new])
-                if at_bottom:  # a growing session: keep the newest turn in view
-                    box.scroll_end(animate=False)
-            else:
-                # the first turns fill the screen: paint them, then mount the rest
-                # (laying out a long session's every turn first delayed the first paint)
-                first = [TurnView(t) for t in new[:FIRST_TURNS]]
-                await box.mount_all(first)
-                if new[FIRST_TURNS:]:
-                    self.call_after_refresh(self._mount_rest, [TurnView(t) for t in new[FIRST_TURNS:]], first[-1])
-        self.shown = len(tr.turns)
-        if self.focused is None:
-            box.focus()
+        if msg.key == self._key:
+            self._show(msg.result)
 
-    async def _mount_rest(self, views: list[TurnView], after: TurnView) -> None:
-        await self.query_one("#turns", VerticalScroll).mount_all(views, after=after)
+    def _show(self, prepared: Prepared) -> None:
+        tr = prepared.transcript
+        self.transcript = tr
+        self.query_one("#session-head", Static).update(prepared.head)
+        view = self.query_one("#turns", TranscriptView)
+        at_bottom = self._stick_to_end or view.scroll_y >= view.max_scroll_y - 1
+        if not tr.turns and not self.shown:
+            view.set_note("no turns recorded for this session" + (" yet" if tr.session.get("status") == "running"
+                                                                    else ""))
+        elif len(tr.turns) > self.shown:
+            grows = self.shown > 0
+            view.add(prepared.blocks[self.shown:])
+            if self._prompts_open:
+                view.toggle_prompts(True)
+            if grows and at_bottom:  # a growing session: keep the newest turn in view
+                view.scroll_end(animate=False)
+        self.shown = len(tr.turns)
 
     def on_load_failed(self, msg: LoadFailed) -> None:
-        if msg.key == "transcript":
+        if msg.key.startswith("transcript "):
             msg.stop()
-            self.query_one("#session-head", Static).update(Text(f"⚠ {msg.error}", style="bold red"))
+            if msg.key == self._key:
+                self.query_one("#session-head", Static).update(Text(f"⚠ {msg.error}", style="bold red"))
 
     def action_prompts(self) -> None:
         self._prompts_open = not self._prompts_open
-        for c in self.query(PromptView):
-            c.set_collapsed(not self._prompts_open)
+        self.query_one("#turns", TranscriptView).toggle_prompts(self._prompts_open)
 
     def action_turn(self, step: int) -> None:
-        views = list(self.query(TurnView))
-        if not views:
+        view = self.query_one("#turns", TranscriptView)
+        if not view.blocks:
             return
-        self._turn_cursor = max(0, min(len(views) - 1, self._turn_cursor + step))
-        self.query_one("#turns", VerticalScroll).scroll_to_widget(views[self._turn_cursor], top=True, animate=False)
+        self._turn_cursor = max(0, min(len(view.blocks) - 1, self._turn_cursor + step))
+        view.scroll_to(y=view.turn_top(self._turn_cursor), animate=False)
 
     def action_end(self) -> None:
         self._stick_to_end = True
-        self.query_one("#turns", VerticalScroll).scroll_end(animate=False)
+        self.query_one("#turns", TranscriptView).scroll_end(animate=False)
