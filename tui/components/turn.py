@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -127,11 +128,16 @@ def prompt_line(turn: Turn, open_: bool) -> Text:
 Lines = list[list[Segment]]
 
 
+_local = threading.local()
+
+
 def wrap(text: Text, width: int) -> Lines:
     """``text`` wrapped to ``width`` cells, as lines of segments. Safe in a worker thread:
-    each call renders on a console of its own (the app's belongs to the UI thread)."""
-    console = Console(width=max(width, 1), file=io.StringIO(), color_system="truecolor", force_terminal=True,
-                      legacy_windows=False, highlight=False, markup=False, emoji=False)
+    each thread renders on a console of its own (the app's belongs to the UI thread)."""
+    console = getattr(_local, "console", None)
+    if console is None:
+        console = _local.console = Console(file=io.StringIO(), color_system="truecolor", force_terminal=True,
+                                           legacy_windows=False, highlight=False, markup=False, emoji=False)
     return console.render_lines(text, console.options.update_width(max(width, 1)), pad=False)
 
 

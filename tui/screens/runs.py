@@ -70,6 +70,15 @@ def runs_table(runs: list[data.RunInfo], marked: set[str]) -> pa.Table:
     })
 
 
+def list_runs(source: data.Source) -> list[data.RunInfo]:
+    """Worker side of listing the runs. Also converts a Python list to Arrow once: the
+    first such conversion imports pandas (pyarrow checks for its types; ~0.8 s), which
+    then happened on the UI thread when it built the runs table."""
+    runs = data.list_runs(source)
+    pa.array([""])
+    return runs
+
+
 class RunsScreen(Loader, Screen):
     app: AskspecApp  # the app this screen runs in (textual types it App[Any])
 
@@ -98,7 +107,7 @@ class RunsScreen(Loader, Screen):
 
     def action_reload(self) -> None:
         # the manifests first (at once), then counts and rewards (a scan of every run)
-        self.load("runs", data.list_runs, self.app.source)
+        self.load("runs", list_runs, self.app.source)
         self.load("summaries", data.summarize_runs, self.app.source)
 
     def on_screen_resume(self) -> None:  # (also when first shown)
