@@ -116,15 +116,23 @@ class AskspecApp(Loader, App):
 
     def _push_transcript(self, key: tuple[str, str]) -> None:
         # one transcript screen, installed (so kept when popped) and given each session
-        screen = self._transcript_screen
-        if screen is None:
-            screen = self._transcript_screen = TranscriptScreen(*key)
-            self.install_screen(screen, name="transcript")
-        elif screen in self.screen_stack:
+        screen = self.transcript_screen()
+        if screen in self.screen_stack:
             return
-        else:
-            screen.open(*key)
+        screen.open(*key)
         self.push_screen(screen)
+
+    def transcript_screen(self) -> TranscriptScreen:
+        """The transcript screen, made and composed once, off screen. Called ahead by the
+        sessions tab once its table is up, so the first transcript opened does not wait
+        for the screen's widgets to be composed and styled."""
+        if self._transcript_screen is None:
+            screen = self._transcript_screen = TranscriptScreen("", "")
+            self.install_screen(screen, name="transcript")
+            # registered (composed, mounted, styled) without being shown: Textual does
+            # this on the first push otherwise, which put it in the time to open
+            self._get_screen(screen)
+        return self._transcript_screen
 
     def open_compare(self, run_a: str, run_b: str) -> None:
         self.push_screen(CompareScreen(run_a, run_b))

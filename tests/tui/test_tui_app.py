@@ -89,11 +89,31 @@ async def test_transcript_shows_forwarded_question_rewards_and_recovery(real_run
         assert "→ forwarded to boundary_a t1 (question), boundary_b t2 (question)" in text
         assert "← sent (questioner t0 question): What is 2+2?" in text  # ...and what the boundary got
         assert "terminal rewards: questioner calibration=+1" in text
-        assert "prompt (" in text  # collapsed prompt
+        assert "▶ prompt (" in text  # collapsed prompt
+        assert "[system]" not in text
+        # p opens every prompt as sent (its messages, by role), p again closes them
+        await pilot.press("p")
+        await wait_until(pilot, shows(app, "▼ prompt (", "[system]"), what="the prompts opened")
+        assert "▶ prompt (" not in screen_text(app)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: "[system]" not in screen_text(app), what="the prompts closed")
+        # a click on a prompt line opens that prompt alone
+        view = app.screen.query_one("#turns")
+        line = next(y for y in range(view.size.height) if "▶ prompt (" in view.render_line(y).text)
+        await pilot.click("#turns", offset=(6, line))
+        await wait_until(pilot, shows(app, "▼ prompt (", "[system]"), what="one prompt opened")
+        await pilot.press("G")  # the last turn's prompt stays closed
+        await wait_until(pilot, shows(app, "▶ prompt ("), what="the other prompts closed")
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
-        await pilot.press("down", "enter")  # s000001: the recovery prompt
+        # the next session in the same (reused) screen: its own turns, none of the first's
+        await pilot.press("down")
+        await wait_until(pilot, lambda: app.transcripts.get((app.screen.run.run_id, "s000001")) is not None,
+                         what="the transcript of the row the cursor rests on, read ahead")
+        await pilot.press("enter")  # s000001: the recovery prompt
         await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen) and "t0" in screen_text(app))
+        text = screen_text(app)
+        assert "s000001" in text and "What is 2+2?" not in text and "▼ prompt (" not in text
         await pilot.press("G")
         await wait_until(pilot, shows(app, "⟲ recovery"), what="the recovery turn")
         assert "✗ unparsed" in screen_text(app)

@@ -184,6 +184,7 @@ class SessionsPane(Loader, Vertical):
         if not self._indexing:
             self._indexing = True  # third step: index the turns so transcripts open at once
             self.load("turn-index", data.warm_run, self.app.source, self.run_id)
+            self.app.transcript_screen()  # (and have their screen composed)
 
     async def _show(self, rows: Rows, to_end: bool, focus: bool = False) -> None:
         self.full, self.pending, self._force = rows.full, None, False

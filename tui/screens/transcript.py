@@ -144,13 +144,15 @@ class TranscriptScreen(Loader, Screen):
         self._start()
 
     def open(self, run_id: str, session_id: str) -> None:
-        """Show another session (before the screen is pushed again)."""
+        """Show ``session_id`` (before the screen is pushed)."""
         self.run_id, self.session_id = run_id, session_id
         self._reset()
         if self.is_mounted:
             self._start()
 
     def _start(self) -> None:
+        if not self.session_id:  # composed ahead, no session given yet
+            return
         self.sub_title = f"{self.run_id} / {self.session_id}"
         view = self.query_one("#turns", TranscriptView)
         view.clear()
