@@ -25,9 +25,9 @@ from textual.strip import Strip
 
 from askspec.tui.components.turn import Lines, TurnBlock
 
-BORDER = "▌"
+BORDER = "▎"  # (the glyph of Textual's "wide" left border)
 GUTTER = 2  # the vertical scrollbar's columns, kept whether it shows or not
-INDENT = 4  # " ▌ " before a line and " " after it
+INDENT = 4  # " ▎ " before a line and " " after it (the widget has no padding of its own)
 
 
 def text_width(view_width: int) -> int:
@@ -43,7 +43,7 @@ class TranscriptView(ScrollView, can_focus=True):
         "transcript--prompt", "transcript--prompt-hover", "transcript--note",
     }
     DEFAULT_CSS = """
-    TranscriptView { height: 1fr; scrollbar-gutter: stable; }
+    TranscriptView { height: 1fr; scrollbar-gutter: stable; padding: 0; }
     TranscriptView > .transcript--turn { color: $primary; }
     TranscriptView > .transcript--recovery { color: $warning; }
     TranscriptView > .transcript--failed { color: $error; }
