@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -79,11 +80,13 @@ class Prepared:
     transcript: Transcript
     head: Text
     blocks: list[TurnBlock]
+    at: float  # when it was read (time.monotonic)
 
 
 def prepare(source: data.Source, run_id: str, session_id: str, width: int) -> Prepared:
+    at = time.monotonic()
     tr = data.transcript(source, run_id, session_id)
-    return Prepared(tr, session_head(tr), [TurnBlock.of(t).prepare(width) for t in tr.turns])
+    return Prepared(tr, session_head(tr), [TurnBlock.of(t).prepare(width) for t in tr.turns], at)
 
 
 def fetch(cache: TranscriptCache, fresh: bool, source: data.Source, run_id: str, session_id: str,
@@ -93,8 +96,10 @@ def fetch(cache: TranscriptCache, fresh: bool, source: data.Source, run_id: str,
     return cache.fetch((run_id, session_id), prepare, source, run_id, session_id, width, fresh=fresh)
 
 
-# sessions whose transcript may still change: one fetched ahead is shown, then read again
+# sessions whose transcript may still change (an errored one may be retried): one read
+# more than FRESH seconds ago (ahead, while the cursor rested on it) is shown, then read again
 UNSETTLED = (None, "running", "error")
+FRESH = 1.0
 
 
 class TranscriptScreen(Loader, Screen):
@@ -159,7 +164,7 @@ class TranscriptScreen(Loader, Screen):
         cached = self.app.transcripts.get((self.run_id, self.session_id))
         if cached is not None:  # fetched while the cursor rested on its row
             self._show(cached)
-            if cached.transcript.session.get("status") in UNSETTLED:
+            if cached.transcript.session.get("status") in UNSETTLED and time.monotonic() - cached.at > FRESH:
                 self.reload()
         else:
             self.query_one("#session-head", Static).update(f"loading {printable(self.session_id, single_line=True)}…")
