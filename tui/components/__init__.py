@@ -1,2 +1,3 @@
 """Reusable widgets of the TUI, one per module: ``table`` (an Arrow-backed virtual
-table), ``turn`` (one transcript turn), ``heatmap``, ``loader`` (the worker mixin)."""
+table), ``transcript_view`` (a transcript's turns, Line API), ``turn`` (one transcript
+turn as text, wrapped in the worker), ``heatmap``, ``loader`` (the worker mixin)."""
