@@ -12,8 +12,9 @@ and float32 rounding there depends on the batch shape (tiny differences), which
 can, rarely, flip a token at a near-tie: output is reproducible for the same composition
 and in practice, but not provably, across compositions (the tests check greedy replies
 alone vs batched). With dtype="bfloat16" (faster on CPUs with native bf16) rounding is
-coarse enough that replies often differ between batch compositions. A request without a
-seed gets a fresh random one.
+coarse enough that replies often differ between batch compositions. `quantize = "int8"`
+(hf_quant: int8 weights, bfloat16 activations) gives different text from float32, and is
+reproducible in the same sense. A request without a seed gets a fresh random one.
 
 Prefix reuse (`prefix_cache`, on by default; hf_prefix). A prompt that extends token ids the
 backend has already run (a `memory = full` conversation's history, a shared system prompt)
