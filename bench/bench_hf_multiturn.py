@@ -3,6 +3,7 @@
     python bench/bench_hf_multiturn.py [--conversations 8] [--solo 2] [--turns 4]
                                        [--max-tokens 64] [--rounds 2] [--threads N]
                                        [--modes c1-off,c1-on,c8-off,c8-on] [--profile FILE]
+                                       [--quantize none,int8]
 
 Each conversation is what the engine sends a role with `memory = full`: a system prompt, a
 ~400-token first user message (a passage to discuss), then per turn the whole history so far
@@ -15,6 +16,9 @@ batches them). Figures: generated tokens/s (tokens_out / wall), prompt tokens/s
 (tokens_in / wall: the prompt tokens served, reused or not), median time to the first
 generated token, and how many prompt tokens were actually prefilled (the rest came from
 the cache). Medians over rounds.
+
+`--quantize none,int8` measures each mode once per quantize setting (the hf `quantize` option),
+interleaved too: modes are then named like "c1-on-int8".
 
 `--profile FILE` runs one mode once under cProfile and writes the stats (no timing table).
 """
@@ -125,19 +129,23 @@ async def main() -> None:
     ap.add_argument("--modes", default="c1-off,c1-on,cN-off,cN-on")
     ap.add_argument("--profile", default=None, help="profile the first mode once into this file")
     ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--quantize", default="none", help="comma-separated hf quantize settings to measure (none,int8)")
     args = ap.parse_args()
 
-    backends = {flag: HFBackend(args.model, max_batch=args.conversations, num_threads=args.threads,
-                                prefix_cache=(flag == "on"))
-                for flag in ("off", "on")}
+    quantize = [q.strip() for q in args.quantize.split(",") if q.strip()]
+    backends = {(flag if q == "none" else f"{flag}-{q}"): HFBackend(args.model, max_batch=args.conversations,
+                                                                   num_threads=args.threads,
+                                                                   prefix_cache=(flag == "on"), quantize=q)
+                for flag in ("off", "on") for q in quantize}
     for b in backends.values():
         await asyncio.to_thread(b.load)
     import torch
 
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = [m.strip() if q == "none" else f"{m.strip()}-{q}"
+             for m in args.modes.split(",") if m.strip() for q in quantize]
 
     async def run(mode: str) -> dict:
-        size, flag = mode.split("-")
+        size, flag = mode.split("-", 1)
         together = size != "c1"
         n = args.conversations if together else args.solo
         return await run_mode(backends[flag], n, args.turns, args.max_tokens, together)
@@ -145,7 +153,7 @@ async def main() -> None:
     if args.profile:
         # The forward passes run on the backend's worker thread: profile that thread, and
         # time prefill (_admit) apart from decode (_decode_step).
-        size, flag = modes[0].split("-")
+        size, flag = modes[0].split("-", 1)
         b = backends[flag]
         prof = cProfile.Profile()
         spent = {"_admit": 0.0, "_decode_step": 0.0}
@@ -196,10 +204,15 @@ async def main() -> None:
         print(f"| {mode} | {med[mode]:.1f} | {statistics.median(r['prompt_tps'] for r in rs):.1f} | "
               f"{statistics.median(r['ttft'] for r in rs):.2f} | "
               f"{sum(r['prefilled'] for r in rs)}/{sum(r['tokens_in'] for r in rs)} |")
+    for flag in ("off", "on"):
+        for q in quantize:
+            if q != "none" and f"cN-{flag}-{q}" in med and f"cN-{flag}" in med and f"c1-{flag}-{q}" in med and f"c1-{flag}" in med:
+                print(f"reuse {flag}: {q} / float32 = c1 {med[f'c1-{flag}-{q}'] / med[f'c1-{flag}']:.2f}x, "
+                      f"cN {med[f'cN-{flag}-{q}'] / med[f'cN-{flag}']:.2f}x")
     for size in ("c1", "cN"):
         if f"{size}-on" in med and f"{size}-off" in med:
             print(f"{size}: reuse on / off = {med[f'{size}-on'] / med[f'{size}-off']:.2f}x")
-    for flag in ("off", "on"):
+    for flag in backends:
         if f"cN-{flag}" in med and f"c1-{flag}" in med:
             print(f"reuse {flag}: cN / c1 = {med[f'cN-{flag}'] / med[f'c1-{flag}']:.2f}x")
     print(f"load average at end {os.getloadavg()[0]:.1f}")

@@ -4,6 +4,7 @@ backend at --concurrency 1 and 8 and, when one is available, through a llama.cpp
 
     python bench/bench_real_workload.py [--sessions 8] [--max-tokens 96] [--probes 1]
                                         [--repeat 2] [--concurrency 1,8] [--seed 0]
+                                        [--hf-quantize int8|none]
 
 Every configuration plays the same sessions (same spec, seed and settings, eval only)
 through `askspec run`'s engine in this process; configurations are interleaved (every
@@ -13,6 +14,11 @@ ttft_ms), the wall time of each run (the hf model loaded before it: loading is n
 timed), and, for the server, its own per-request log ("prompt eval time = ... ms / N
 tokens"). The python boundary (a SymPy solver) stays in process in every configuration;
 only the SmolLM2 roles move to the server (`--backend openai` leaves callables alone).
+
+"hf int8" is the hf backend with every hf model of the spec served with
+`quantize = "int8"` (what the model setting does; this is an eval-only run, so the trained
+questioner's weights are quantised too, as W504 says), measured beside float32 hf
+(`--hf-quantize none` leaves it out).
 
 The server: set LLAMACPP_PYTHON to a python that has `llama_cpp[server]`, or
 LLAMA_SERVER to a `llama-server` binary. The script starts it on a free local port with
@@ -54,7 +60,7 @@ _PROMPT_EVAL = re.compile(r"prompt eval time =\s*([0-9.]+) ms /\s*(\d+) tokens")
 
 @dataclass(frozen=True)
 class Config:
-    engine: str  # "hf" or "llama.cpp"
+    engine: str  # "hf", "hf int8" or "llama.cpp"
     concurrency: int
 
     @property
@@ -115,6 +121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="llama.cpp threads (default: the hf backend's torch threads)")
     ap.add_argument("--ctx", type=_positive, default=4096, help="llama.cpp context size (default 4096)")
     ap.add_argument("--no-server", action="store_true", help="measure hf only even if a server is configured")
+    ap.add_argument("--hf-quantize", choices=("int8", "none"), default="int8",
+                    help="also measure hf with this quantize setting on every hf model (default int8; none: skip)")
     return ap.parse_args(argv)
 
 
@@ -163,9 +171,14 @@ def parse_server_log(text: str) -> list[tuple[float, int]]:
     return [(float(ms), int(n)) for ms, n in _PROMPT_EVAL.findall(text)]
 
 
-def configurations(concurrencies: tuple[int, ...], server: bool) -> list[Config]:
-    engines = ("hf", "llama.cpp") if server else ("hf",)
+def configurations(concurrencies: tuple[int, ...], server: bool, quantize: str = "none") -> list[Config]:
+    engines = ("hf",) + ((f"hf {quantize}",) if quantize != "none" else ()) + (("llama.cpp",) if server else ())
     return [Config(e, c) for c in concurrencies for e in engines]
+
+
+def hf_quantize(config: Config) -> str:
+    """The quantize setting of a configuration's hf models ("none" for float32 hf)."""
+    return config.engine.split(" ", 1)[1] if config.engine.startswith("hf ") else "none"
 
 
 def schedule(configs: list[Config], rounds: int) -> list[Config]:
@@ -192,7 +205,10 @@ def cli_line(args: argparse.Namespace, config: Config) -> str:
              f"--max-tokens {args.max_tokens} --concurrency {config.concurrency}")
     if config.engine == "llama.cpp":
         flags += " --backend openai --base-url http://127.0.0.1:PORT/v1"
-    return f"askspec run specs/ask_e.ask {flags}"
+    line = f"askspec run specs/ask_e.ask {flags}"
+    if hf_quantize(config) != "none":
+        line += f'  (every hf model with quantize = "{hf_quantize(config)}")'
+    return line
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -224,13 +240,16 @@ def ratios(results: dict[Config, list[Measure]]) -> list[str]:
 
     out = []
     concurrencies = sorted({c.concurrency for c in results})
+    hf_engines = list(dict.fromkeys(c.engine for c in results if c.engine.startswith("hf")))
     for c in concurrencies:
-        hf, ll = gen(Config("hf", c)), gen(Config("llama.cpp", c))
-        if hf and ll:
-            out.append(f"concurrency {c}: hf / llama.cpp generated tok/s = {hf / ll:.2f}")
+        ll = gen(Config("llama.cpp", c))
+        for engine in hf_engines:
+            hf = gen(Config(engine, c))
+            if hf and ll:
+                out.append(f"concurrency {c}: {engine} / llama.cpp generated tok/s = {hf / ll:.2f}")
     if len(concurrencies) > 1:
         lo, hi = concurrencies[0], concurrencies[-1]
-        for engine in ("hf", "llama.cpp"):
+        for engine in hf_engines + ["llama.cpp"]:
             a, b = gen(Config(engine, lo)), gen(Config(engine, hi))
             if a and b:
                 out.append(f"{engine}: concurrency {hi} / {lo} generated tok/s = {b / a:.2f}")
@@ -313,6 +332,22 @@ def patient_server_calls(timeout: float = 900.0, deadline: float = 3600.0) -> No
     OpenAIBackend.spec_options = classmethod(spec_options)
 
 
+_QUANTIZE = {"mode": "none"}  # the quantize setting the run in progress gives its hf models
+
+
+def quantize_hf_models() -> None:
+    """Give every hf model of the spec the quantize setting of the configuration being
+    run (_QUANTIZE), as `quantize = "..."` in its model block would."""
+    from askspec.runtime.backends.hf import HFBackend
+
+    original = HFBackend.spec_options.__func__
+
+    def spec_options(cls, model, options, context):
+        return original(cls, model, {**options, "quantize": _QUANTIZE["mode"]}, context)
+
+    HFBackend.spec_options = classmethod(spec_options)
+
+
 def measure_store(run_dir: str) -> dict:
     from askspec.runtime.store.views import open_store
 
@@ -337,13 +372,15 @@ async def _one_run(kwargs: dict) -> tuple[float, str]:
 
 
 def run_one(args: argparse.Namespace, config: Config, out: str, server: Server | None) -> Measure:
-    from askspec.runtime.backends.hf import DEFAULT_MODEL
+    from askspec.runtime.backends.base import SpecContext
+    from askspec.runtime.backends.hf import DEFAULT_MODEL, HFBackend
     from askspec.runtime.backends.registry import make_backend
 
-    if config.engine == "hf":
+    if config.engine.startswith("hf"):
         # a run closes its backends at the end: load the shared instance again first, so
         # the timing never includes loading the model
-        make_backend("hf", DEFAULT_MODEL, {}).load()
+        _QUANTIZE["mode"] = hf_quantize(config)
+        make_backend("hf", DEFAULT_MODEL, HFBackend.spec_options(DEFAULT_MODEL, {}, SpecContext())).load()
     offset = server.log_size() if server is not None else 0
     elapsed, run_dir = asyncio.run(_one_run(run_args(args, config, out, server.base_url if server else None)))
     m = Measure(wall_s=elapsed, **measure_store(run_dir))
@@ -374,7 +411,8 @@ def main(argv: list[str] | None = None) -> None:
             if server is not None:
                 server.wait_ready()
                 patient_server_calls()
-            configs = configurations(args.concurrency, server is not None)
+            quantize_hf_models()
+            configs = configurations(args.concurrency, server is not None, args.hf_quantize)
             for config in configs:
                 print(f"  {config.label}: {cli_line(args, config)}")
             results: dict[Config, list[Measure]] = {c: [] for c in configs}

@@ -180,6 +180,7 @@ class Compiler(StageChecks):
             if self.declare("metric", m.name, m.name_span):
                 self.metric(m)
         self.check_contests_roles()
+        self.warn_quantized_trained()
         self.warn_unused(module)
         self.exp.templates = dict(sorted(self.templates.items()))
         return self.exp

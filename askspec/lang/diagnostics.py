@@ -65,6 +65,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "W501": ("warning", "unused declaration"),
     "W502": ("warning", "unreachable statement"),
     "W503": ("warning", "more planned sessions than the limit (1,000,000)"),
+    "W504": ("warning", "quantize on a trained role's model (applies to --eval-only runs only)"),
     "E999": ("error", "internal compiler error (please report it)"),
 }
 

@@ -16,7 +16,9 @@ from .types import ANY, BOOL, NUM, STR, T, from_json_value, list_of, reply_type
 
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "max_tokens", "stop", "seed"}
 WHOLE_SAMPLING_KEYS = {"top_k", "max_tokens", "seed"}
-MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file", "prefix_cache"}
+MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file", "prefix_cache",
+                     "quantize"}
+QUANTIZE = ("none", "int8")  # hf: int8 dynamic quantisation of the linear layers (opt-in)
 BACKENDS = {"hf", "openai", "vllm", "python", "replay"}
 ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",
              "recover_malformed", "retries", "max_tokens"} | (SAMPLING_KEYS - {"max_tokens"})
@@ -149,11 +151,36 @@ class RoleChecks(CheckerBase):
             v = self.sampling_value(key, value)
             if v is not None:
                 m.sampling[key] = v
+        elif key == "quantize":
+            v = self.const(value, "model setting 'quantize'")
+            if v is None:
+                return
+            if v not in QUANTIZE:
+                self.err("E107", f"quantize must be one of {', '.join(repr(q) for q in QUANTIZE)}, found "
+                         f"{from_json_value(v) if not isinstance(v, str) else repr(v)}", value.span)
+            elif m.backend != "hf" and v != "none":
+                self.err("E107", f"quantize applies to hf models, and model '{m.name}' runs on {m.backend}", value.span)
+            else:
+                m.options[key] = v
         elif key in MODEL_OPTION_KEYS:
             v = self.const(value, f"model setting '{key}'")
             m.options[key] = v
         else:
             self.err("E105", f"unknown model setting '{key}'", span, suggest(key, SAMPLING_KEYS | MODEL_OPTION_KEYS))
+
+    def warn_quantized_trained(self) -> None:
+        """W504: `quantize` on the model of a trained role (or a current(role) model). Those
+        weights are the trainer's: a training run serves them in full precision (the
+        trainer's policy takes no quantize option); only an --eval-only run quantises them."""
+        for r in self.exp.roles:
+            if not r.trained or not isinstance(r.model, str):
+                continue
+            for m in self.exp.models:
+                if (m.name == r.model or m.weights_of == r.name) and m.options.get("quantize", "none") != "none":
+                    span = self.decl_spans.get(("model", m.name))
+                    self.sink.warn("W504", f"model '{m.name}' sets quantize = \"{m.options['quantize']}\" but serves "
+                                   f"the weights of trained role '{r.name}': training keeps them in full precision, "
+                                   f"so quantize applies only to --eval-only runs", span)
 
     # -- roles
     def role(self, d: A.RoleDecl) -> None:

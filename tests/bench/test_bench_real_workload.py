@@ -107,3 +107,25 @@ def test_table_shows_the_median_run_and_each_run_and_the_ratios():
     assert " 8/8 " in row and " 15.0 " in row  # 300 tokens / 20 s
     assert bench.ratios(results) == ["concurrency 1: hf / llama.cpp generated tok/s = 0.50",
                                      "hf: concurrency 8 / 1 generated tok/s = 4.00"]
+
+
+def test_a_quantized_hf_configuration_is_measured_beside_the_others():
+    configs = bench.configurations((1, 8), server=True, quantize="int8")
+    assert configs == [Config("hf", 1), Config("hf int8", 1), Config("llama.cpp", 1),
+                       Config("hf", 8), Config("hf int8", 8), Config("llama.cpp", 8)]
+    assert bench.configurations((1,), server=False, quantize="none") == [Config("hf", 1)]
+    assert [bench.hf_quantize(c) for c in configs[:3]] == ["none", "int8", "none"]
+    a = bench.parse_args([])
+    assert a.hf_quantize == "int8" and bench.parse_args(["--hf-quantize", "none"]).hf_quantize == "none"
+    assert bench.cli_line(a, Config("hf int8", 1)).endswith('(every hf model with quantize = "int8")')
+    assert bench.run_args(a, Config("hf int8", 8), "/tmp/o", None) == bench.run_args(a, Config("hf", 8), "/tmp/o", None)
+    results = {Config("hf", 1): [_m(10.0, 100)], Config("hf int8", 1): [_m(10.0, 150)],
+               Config("llama.cpp", 1): [_m(10.0, 200)], Config("hf", 8): [_m(10.0, 300)],
+               Config("hf int8", 8): [_m(10.0, 600)], Config("llama.cpp", 8): [_m(10.0, 200)]}
+    assert bench.ratios(results) == ["concurrency 1: hf / llama.cpp generated tok/s = 0.50",
+                                     "concurrency 1: hf int8 / llama.cpp generated tok/s = 0.75",
+                                     "concurrency 8: hf / llama.cpp generated tok/s = 1.50",
+                                     "concurrency 8: hf int8 / llama.cpp generated tok/s = 3.00",
+                                     "hf: concurrency 8 / 1 generated tok/s = 3.00",
+                                     "hf int8: concurrency 8 / 1 generated tok/s = 4.00",
+                                     "llama.cpp: concurrency 8 / 1 generated tok/s = 1.00"]
