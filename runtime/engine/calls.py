@@ -106,13 +106,30 @@ def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | N
 
 def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
     """Run the role's reply parser; returns {"fields", "ok", "missing"}."""
-    result = parsers.parse(parser.kind, text, dict(parser.args))
-    fields = dict(getattr(result, "fields", None) or (result.get("fields") if isinstance(result, dict) else {}) or {})
-    missing = [f for f in parser.required if not fields.get(f)]
-    ok = not missing
-    if parser.kind == "json":
-        ok = bool(getattr(result, "ok", False))
-        missing = list(getattr(result, "missing", []) or []) if not ok else []
+    run, required, is_json = _compiled(parser)
+    result = run(text)
+    fields = result.fields  # a new dict on every call: ours to change
+    if is_json:
+        ok = bool(result.ok)
+        missing = list(result.missing or []) if not ok else []
+    else:
+        missing = [f for f in required if not fields.get(f)]
+        ok = not missing
     if "answer" not in fields:
         fields["answer"] = parsers.fallback_answer(text)
     return {"fields": fields, "ok": ok, "missing": missing}
+
+
+# id(ir.ReplyParser) -> (that parser, its compiled form, required fields, is json): a role's
+# parser arguments are checked and prepared once, not on every reply
+_COMPILED: dict[int, tuple[ir.ReplyParser, Any, tuple[str, ...], bool]] = {}
+
+
+def _compiled(parser: ir.ReplyParser) -> tuple[Any, tuple[str, ...], bool]:
+    hit = _COMPILED.get(id(parser))
+    if hit is None or hit[0] is not parser:
+        if len(_COMPILED) >= 1024:  # many experiments in one process (tests): start over
+            _COMPILED.clear()
+        hit = _COMPILED[id(parser)] = (parser, parsers.compile_parser(parser.kind, parser.args),
+                                       tuple(parser.required), parser.kind == "json")
+    return hit[1], hit[2], hit[3]

@@ -15,14 +15,7 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
-import jinja2
-from jinja2.exceptions import SecurityError
-
 from askspec.ir import model as ir
-# the checker's sandboxed environment: templates render exactly as they were checked,
-# within the sandbox's time and size limits
-from askspec.lang.templates import environment as template_environment
-from askspec.lang.templates import render_template
 
 from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
 from askspec.runtime.backends.loop import let_loop_run
@@ -30,6 +23,7 @@ from askspec.runtime.engine.calls import ModelCalls, TurnListener, call_seed, pa
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
 from askspec.runtime.engine.judges import EngineJudges
 from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
+from askspec.runtime.engine.prompts import Prompts
 from askspec.runtime.engine.recorder import Recorder
 from askspec.runtime.engine.routing import GroupRouter, JudgeTally
 from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, RunAborted, SessionFailed,
@@ -64,7 +58,7 @@ class Engine:
         self.on_warning = on_warning  # e.g. a route's judge fails most of its calls
         self.roles = {r.name: r for r in exp.roles}
         self.games = {g.name: g for g in exp.games}
-        self._templates: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]] = {}
+        self.prompts = Prompts(exp.templates)
         # every model call goes through here and is recorded; on_turn hears of each recorded
         # call, on_tokens (thread-safe) of tokens while a backend generates them
         self.calls = ModelCalls(writer, on_turn, on_tokens)
@@ -90,28 +84,9 @@ class Engine:
         self._warned: set[tuple[str, str, str]] = set()
 
     # ------------------------------------------------------------------ templates
-    def template(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]:
-        """The compiled template, its globals and the variables it uses (from the IR)."""
-        hit = self._templates.get(key)
-        if hit is None:
-            t = template_environment().from_string(self.exp.templates[key].source)
-            hit = self._templates[key] = (t, dict(t.globals), tuple(self.exp.templates[key].variables))
-        return hit
-
     def render(self, key: str, ctx: dict[str, Any]) -> str:
-        t, globals_, wanted = self.template(key)
-        # A shared context built from a small dict (only the variables the template uses)
-        # skips Jinja's per-render copy of its globals; rendering is otherwise Template.render,
-        # in the same sandboxed environment.
-        parent = {**globals_, **{k: ctx[k] for k in wanted if k in ctx}}
-        try:
-            return render_template(t, parent)
-        except jinja2.UndefinedError as e:
-            raise SessionFailed(f"template {key}: {e.message}") from None
-        except jinja2.TemplateError as e:
-            raise SessionFailed(f"template {key}: {e}") from None
-        except (SecurityError, TypeError, ValueError, ArithmeticError, LookupError) as e:
-            raise SessionFailed(f"template {key}: {e.__class__.__name__}: {e}") from None
+        """The template `key` rendered in the sandbox with the variables it uses from `ctx`."""
+        return self.prompts.render(key, ctx)
 
     # ------------------------------------------------------------------ running
     async def run(self, plans: Iterable[SessionPlan], done: set[str] | None = None,
