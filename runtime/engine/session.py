@@ -19,7 +19,7 @@ from askspec.ir import model as ir
 
 from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
 from askspec.runtime.backends.loop import let_loop_run
-from askspec.runtime.engine.calls import ModelCalls, TurnListener, call_seed, parse_reply
+from askspec.runtime.engine.calls import ModelCalls, TurnListener, call_seed, parse_reply, reply_fields
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
 from askspec.runtime.engine.judges import EngineJudges
 from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
@@ -363,11 +363,18 @@ class Engine:
 
     # ------------------------------------------------------------------ asking
     async def ask(self, s: ir.AskStep, st: SessionState) -> None:
+        base_ctx = {**self.params, **st.vars}
+        if s.message is None and s.context is None and s.sample is None and len(s.roles) == 1:
+            # the common case: one role, one reply, no expression to evaluate (and no
+            # coroutine or task beyond the call itself)
+            reply = await self.call_role(s.roles[0], s.template, base_ctx, None, st, remember=True)
+            if s.targets and s.targets[0]:
+                st.vars[s.targets[0]] = reply
+            return
         env = self.env(st)
         message = evaluate(s.message, env) if s.message is not None else None
         context = evaluate(s.context, env) if s.context is not None else {}
         n = int(evaluate(s.sample, env)) if s.sample is not None else None
-        base_ctx = {**self.params, **st.vars}
         if isinstance(context, dict):
             base_ctx.update(context)
         if message is not None:
@@ -449,17 +456,19 @@ class Engine:
         except BackendError as e:
             raise SessionFailed(f"{role}: model call failed: {e}") from None
         latency = result.latency_ms or (time.perf_counter() - t0) * 1000
-        parsed = parse_reply(r.reply, result.text, result.finish_reason)
+        fields, ok, missing = reply_fields(r.reply, result.text)
         turn_index = st.turn_counter
         st.turn_counter += 1
         st.tokens += result.tokens_out
-        fields = parsed["fields"]
         fields.pop("text", None)
         # what the store records as `parsed`: the parser's fields and whether the reply
-        # parsed (role, model, finish reason and tokens are columns of their own)
-        record = {**fields, "parsed": parsed["ok"], "truncated": result.finish_reason == "length"}
+        # parsed (role, model, finish reason and tokens are columns of their own); the
+        # fields are a new dict, so they become the record in place
+        record = fields
+        record["parsed"] = ok
+        record["truncated"] = result.finish_reason == "length"
         reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
-                 "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
+                 "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": missing}
         st.roles[role].turns.append(reply)
         self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency,
                           streamed=stream.count if stream is not None else 0)

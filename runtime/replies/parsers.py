@@ -49,6 +49,7 @@ __all__ = [
     "field_name",
     "parse",
     "compile_parser",
+    "compile_fields",
     "PARSERS",
 ]
 
@@ -230,12 +231,21 @@ def _sections_setup(tags: tuple[str, ...], required: tuple[str, ...] | None) -> 
 
 
 def _sections_run(raw: str, setup: _SectionsSetup) -> ParsedReply:
+    fields, missing = _sections_fields(raw, setup)
+    reason = None
+    if missing:
+        reason = "missing or empty section(s): " + ", ".join(missing)
+    return ParsedReply(fields=fields, ok=not missing, missing=missing, reason=reason)
+
+
+def _sections_fields(raw: str, setup: _SectionsSetup) -> tuple[dict[str, Any], list[str]]:
+    """`sections`' fields (text and answer included) and the required parts missing."""
     tags, names, by_tag, required_names, rx = setup
     fields: dict[str, Any] = dict.fromkeys(names)
     # the regex can only match where a tag occurs verbatim: a reply without any skips it
     for t in tags:
         if t in raw:
-            occ = [(m.start(), m.end(), m.group("tag")) for m in rx.finditer(raw)]
+            occ = [(*m.span(), m[1]) for m in rx.finditer(raw)]  # (start, end, tag)
             last_index: dict[str, int] = {}
             for i, (_, _, tag) in enumerate(occ):
                 last_index[tag] = i
@@ -244,15 +254,11 @@ def _sections_run(raw: str, setup: _SectionsSetup) -> ParsedReply:
                 end = occ[i + 1][0] if i + 1 < len(occ) else len(raw)
                 fields[by_tag[tag]] = raw[start:end].strip()
             break
-
-    missing = [n for n in required_names if not fields.get(n)]
-    answer_source = fields.get("answer") if "answer" in fields and fields["answer"] else raw
+    missing = [n for n in required_names if not fields[n]]
+    answer = fields.get("answer")
     fields["text"] = raw
-    fields["answer"] = fallback_answer(answer_source)
-    reason = None
-    if missing:
-        reason = "missing or empty section(s): " + ", ".join(missing)
-    return ParsedReply(fields=fields, ok=not missing, missing=missing, reason=reason)
+    fields["answer"] = fallback_answer(answer if answer else raw)
+    return fields, missing
 
 
 # --------------------------------------------------------------------------- boxed
@@ -861,17 +867,9 @@ def compile_parser(name: str, args: Mapping[str, Any] | None = None) -> Callable
     runs on every reply of a role: the returned function gives the same result as `parse`
     except ``truncated``, which it leaves False (the engine decides that from the finish
     reason). Raises ValueError now for what `parse` would raise on every call."""
-    try:
-        fn = PARSERS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown parser {name!r} (known: {', '.join(sorted(PARSERS))})") from None
-    bound = dict(args or {})
-    fn("", bound)  # the arguments' errors, once
+    fn, bound = _bound_parser(name, args)
     if fn is _p_sections:
-        tags, required = bound["tags"], bound.get("required")
-        if required is not None:
-            required = (required,) if isinstance(required, str) else tuple(required)
-        setup = _sections_setup((tags,) if isinstance(tags, str) else tuple(tags), required)
+        setup = _bound_sections(bound)
         return lambda text: _sections_run(_as_text(text), setup)  # sections always sets text and answer
 
     def run(text: Any) -> ParsedReply:
@@ -879,3 +877,41 @@ def compile_parser(name: str, args: Mapping[str, Any] | None = None) -> Callable
         return _completed(fn(raw, dict(bound)), raw)
 
     return run
+
+
+def compile_fields(name: str, args: Mapping[str, Any] | None = None) -> Callable[[Any], tuple[dict[str, Any], bool, list[str]]]:
+    """`compile_parser` giving (fields, ok, missing) of the `ParsedReply`, without building
+    one where the parser need not (the engine's per-reply path)."""
+    fn, bound = _bound_parser(name, args)
+    if fn is _p_sections:
+        setup = _bound_sections(bound)
+
+        def run_sections(text: Any) -> tuple[dict[str, Any], bool, list[str]]:
+            fields, missing = _sections_fields(_as_text(text), setup)
+            return fields, not missing, missing
+
+        return run_sections
+    parse_one = compile_parser(name, bound)
+
+    def run(text: Any) -> tuple[dict[str, Any], bool, list[str]]:
+        result = parse_one(text)
+        return result.fields, result.ok, result.missing
+
+    return run
+
+
+def _bound_parser(name: str, args: Mapping[str, Any] | None) -> tuple[Callable[[str, Mapping[str, Any]], ParsedReply], dict[str, Any]]:
+    try:
+        fn = PARSERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown parser {name!r} (known: {', '.join(sorted(PARSERS))})") from None
+    bound = dict(args or {})
+    fn("", bound)  # the arguments' errors, once
+    return fn, bound
+
+
+def _bound_sections(bound: dict[str, Any]) -> _SectionsSetup:
+    tags, required = bound["tags"], bound.get("required")
+    if required is not None:
+        required = (required,) if isinstance(required, str) else tuple(required)
+    return _sections_setup((tags,) if isinstance(tags, str) else tuple(tags), required)
