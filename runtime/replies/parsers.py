@@ -127,6 +127,10 @@ def field_name(tag: str) -> str:
     return "".join(ch for ch in tag if ch.isalnum()).lower()
 
 
+# what `_tag_regex` lets follow a tag (always matches, possibly empty)
+_TAG_SUFFIX = re.compile(r"(?:\*\*|__|`)?[ \t]*:?")
+
+
 @lru_cache(maxsize=256)
 def _tag_regex(tags: tuple[str, ...]) -> re.Pattern[str]:
     # Longest tags first so that one tag being a prefix of another cannot shadow it.
@@ -242,9 +246,17 @@ def _sections_fields(raw: str, setup: _SectionsSetup) -> tuple[dict[str, Any], l
     """`sections`' fields (text and answer included) and the required parts missing."""
     tags, names, by_tag, required_names, rx = setup
     fields: dict[str, Any] = dict.fromkeys(names)
-    # the regex can only match where a tag occurs verbatim: a reply without any skips it
+    # The regex can only match where a tag occurs verbatim, so a reply without any skips
+    # it; one where a single tag occurs exactly once (no other occurrence, overlapping
+    # or not, of any tag) has exactly one match, with its tag there, and its section runs
+    # from the match's end (the tag and its trailing decoration) to the end of the text.
+    single: tuple[str, int] | None = None
     for t in tags:
-        if t in raw:
+        p = raw.find(t)
+        if p < 0:
+            continue
+        if single is not None or raw.find(t, p + 1) >= 0:
+            single = None
             occ = [(*m.span(), m[1]) for m in rx.finditer(raw)]  # (start, end, tag)
             last_index: dict[str, int] = {}
             for i, (_, _, tag) in enumerate(occ):
@@ -254,6 +266,10 @@ def _sections_fields(raw: str, setup: _SectionsSetup) -> tuple[dict[str, Any], l
                 end = occ[i + 1][0] if i + 1 < len(occ) else len(raw)
                 fields[by_tag[tag]] = raw[start:end].strip()
             break
+        single = (t, p)
+    if single is not None:
+        t, p = single
+        fields[by_tag[t]] = raw[_TAG_SUFFIX.match(raw, p + len(t)).end():].strip()  # type: ignore[union-attr]
     missing = [n for n in required_names if not fields[n]]
     answer = fields.get("answer")
     fields["text"] = raw
