@@ -57,7 +57,7 @@ class Prompts:
         that fails (undefined variable, sandbox limit, an error in its logic) fails the
         session."""
         t, globals_, wanted, memoisable = self.compiled(key)
-        values = tuple(ctx[k] if k in ctx else _ABSENT for k in wanted)
+        values = tuple([ctx.get(k, _ABSENT) for k in wanted])
         memo_key: tuple | None = None
         if memoisable:
             for v in values:  # exact types: a subclass may render as it likes

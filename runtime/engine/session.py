@@ -378,7 +378,7 @@ class Engine:
         if s.message is None and s.context is None and s.sample is None and len(s.roles) == 1:
             # the common case: one role, one reply, no expression to evaluate (and no
             # coroutine or task beyond the call itself)
-            reply = await self.call_role(s.roles[0], s.template, base_ctx, None, st, remember=True)
+            reply = await self.call_role(s.roles[0], s.template, base_ctx, None, st, remember=True, own_ctx=True)
             if s.targets and s.targets[0]:
                 st.vars[s.targets[0]] = reply
             return
@@ -431,12 +431,17 @@ class Engine:
         return hit
 
     async def call_role(self, role: str, template: str | None, ctx: dict[str, Any], message: Any, st: SessionState,
-                        remember: bool, sample_index: int = 0, sample_key: str | None = None) -> dict:
+                        remember: bool, sample_index: int = 0, sample_key: str | None = None, own_ctx: bool = False) -> dict:
+        """One turn of `role` (and its recovery turns). `ctx` is not changed unless
+        `own_ctx` says it is the caller's to give away."""
         rc = self.role_call(role, st)
         r = rc.role
         st.roles[role].model = rc.binding.name
         turn_no = st.calls.get(role, 0) + 1
-        ctx = {**ctx, "role": role, "turn": turn_no}
+        if own_ctx:
+            ctx["role"], ctx["turn"] = role, turn_no
+        else:
+            ctx = {**ctx, "role": role, "turn": turn_no}
         key = template or r.prompt
         if key is not None:
             user = self.prompts.render(key, ctx)
@@ -499,8 +504,13 @@ class Engine:
         reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
                  "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": missing}
         st.roles[role].turns.append(reply)
-        self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency,
-                          streamed=stream.count if stream is not None else 0)
+        # calls.record, inline (the hot path)
+        self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=binding.label or binding.name,
+                         prompt=messages, text=result.text, parsed=record, finish_reason=result.finish_reason,
+                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency, 3),
+                         group_id=None, ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3))
+        if self.calls.on_turn:
+            self.calls.on_turn(role, result.tokens_in or 0, result.tokens_out or 0, stream.count if stream is not None else 0)
         if rc.rollout and self.on_rollout is not None and result.completion_ids is not None:
             self.on_rollout(st.plan, st.attempt, turn_index, role, result, samp.temperature, sample_key)
         return reply
