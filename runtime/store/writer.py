@@ -150,7 +150,7 @@ def _j(x: Any) -> str:  # a JSON-typed column
             out = _orjson_dumps(x, default=_json_default, option=_ORJSON_OPTIONS)
         except Exception:  # refused (see above): the C encoder decides, and raises what it raises
             return _encode(x)
-        if b"null" not in out:
+        if out.find(b"null") < 0:  # (not `in`: bytes.__contains__ first tries the operand as an int, raising and clearing a TypeError)
             return out.decode()
     return _encode(x)
 
