@@ -21,6 +21,7 @@ from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
 from askspec.runtime.backends.loop import let_loop_run, loop_due
 from askspec.runtime.engine.calls import ModelCalls, TokenStream, TurnListener, call_seed, parse_reply, reply_fields
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
+from askspec.runtime.engine.heap import frozen_heap
 from askspec.runtime.engine.judges import EngineJudges
 from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
 from askspec.runtime.engine.prompts import Prompts
@@ -178,9 +179,10 @@ class Engine:
                     await let_loop_run()
 
         self._gate.reset([])
-        await _all_or_none([asyncio.ensure_future(worker()) for _ in range(self.concurrency)])
-        if route_tasks:
-            await _all_or_none(route_tasks)
+        with frozen_heap():  # full collections scan the phase's objects only (heap.py)
+            await _all_or_none([asyncio.ensure_future(worker()) for _ in range(self.concurrency)])
+            if route_tasks:
+                await _all_or_none(route_tasks)
         return indices
 
     async def run_phase(self, plans: list[SessionPlan], replay_ids: dict[str, list[int]] | None = None
