@@ -18,6 +18,12 @@ INTERVAL = 0.002  # seconds the loop may go without a turn (0: yield on every ca
 _due = 0.0  # time.monotonic() after which the next call yields
 
 
+def loop_due() -> bool:
+    """Whether `let_loop_run()` would yield now: a caller on a hot path tests this and
+    awaits only then, sparing the coroutine of the call."""
+    return time.monotonic() >= _due
+
+
 async def let_loop_run() -> None:
     """Yield to the event loop if `INTERVAL` has passed since the last yield here."""
     global _due

@@ -31,7 +31,7 @@ from collections import deque
 from typing import Any, Callable
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult
-from askspec.runtime.backends.loop import let_loop_run
+from askspec.runtime.backends.loop import let_loop_run, loop_due
 
 
 def load_callable(target: str) -> Callable[..., Any]:
@@ -94,12 +94,13 @@ class PythonBackend(Backend):
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         started = time.perf_counter()
-        messages = [dict(m) for m in request.messages]
+        messages = list(map(dict, request.messages))  # the callable's own copies
         scope = None  # the asyncio.timeout of the await on the loop, when there is one
         try:
             if self._is_async:
                 # one that never awaits would otherwise never let the loop run (Ctrl-C)
-                await let_loop_run()
+                if loop_due():
+                    await let_loop_run()
                 coro = self.fn(messages, request)
                 try:  # its first step: an instant callable ends here, and needs no deadline timer
                     waiting_on = coro.send(None)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, SpecContext
-from askspec.runtime.backends.loop import let_loop_run
+from askspec.runtime.backends.loop import let_loop_run, loop_due
 
 
 class ReplayBackend(Backend):
@@ -61,7 +61,8 @@ class ReplayBackend(Backend):
         return {"level": "exact", "why": "replies are read from the recording by session, role and call number"}
 
     async def complete(self, request: ChatRequest) -> ChatResult:
-        await let_loop_run()  # other sessions, signals, cancellation: every few ms
+        if loop_due():  # other sessions, signals, cancellation: every few ms
+            await let_loop_run()
         k, role, n = request.session_index, request.role, request.call_index
         where = f"replay file {str(self.path)!r}"
         if not 0 <= k < len(self.sessions):

@@ -94,10 +94,16 @@ class ModelCalls:
                            latency_ms=None, error=error, group_id=group_id)
 
 
+_ROLE_CRC: dict[str, int] = {}  # a role name's crc32 (a spec has a handful of roles)
+
+
 def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:
     """Per-call sampling seed: a splitmix64 mix of the session seed, the role, the call
     number and the model's own seed (stable across processes, unlike hash())."""
-    x = (session_seed * 0x9E3779B97F4A7C15 + zlib.crc32(role.encode()) * 0xBF58476D1CE4E5B9
+    crc = _ROLE_CRC.get(role)
+    if crc is None:
+        crc = _ROLE_CRC[role] = zlib.crc32(role.encode())
+    x = (session_seed * 0x9E3779B97F4A7C15 + crc * 0xBF58476D1CE4E5B9
          + call_index * 0x94D049BB133111EB + (model_seed or 0)) & 0xFFFFFFFFFFFFFFFF
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
@@ -106,13 +112,36 @@ def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | N
 
 def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
     """Run the role's reply parser; returns {"fields", "ok", "missing"}."""
-    result = parsers.parse(parser.kind, text, dict(parser.args))
-    fields = dict(getattr(result, "fields", None) or (result.get("fields") if isinstance(result, dict) else {}) or {})
-    missing = [f for f in parser.required if not fields.get(f)]
-    ok = not missing
-    if parser.kind == "json":
-        ok = bool(getattr(result, "ok", False))
-        missing = list(getattr(result, "missing", []) or []) if not ok else []
+    fields, ok, missing = reply_fields(parser, text)
+    return {"fields": fields, "ok": ok, "missing": missing}
+
+
+def reply_fields(parser: ir.ReplyParser, text: str) -> tuple[dict[str, Any], bool, list[str]]:
+    """`parse_reply` as (fields, ok, missing); the fields (`text` and `answer` among them)
+    are a new dict on every call, the caller's to change."""
+    hit = _COMPILED.get(id(parser))
+    if hit is None or hit[0] is not parser:
+        hit = _compile(parser)
+    fields, ok, missing = hit[1](text)
+    if hit[3]:  # json: its own verdict
+        missing = list(missing or []) if not ok else []
+        ok = bool(ok)
+    else:
+        missing = [f for f in hit[2] if not fields.get(f)]
+        ok = not missing
     if "answer" not in fields:
         fields["answer"] = parsers.fallback_answer(text)
-    return {"fields": fields, "ok": ok, "missing": missing}
+    return fields, ok, missing
+
+
+# id(ir.ReplyParser) -> (that parser, its compiled form, required fields, is json): a role's
+# parser arguments are checked and prepared once, not on every reply
+_COMPILED: dict[int, tuple[ir.ReplyParser, Any, tuple[str, ...], bool]] = {}
+
+
+def _compile(parser: ir.ReplyParser) -> tuple[ir.ReplyParser, Any, tuple[str, ...], bool]:
+    if len(_COMPILED) >= 1024:  # many experiments in one process (tests): start over
+        _COMPILED.clear()
+    hit = _COMPILED[id(parser)] = (parser, parsers.compile_fields(parser.kind, parser.args), tuple(parser.required),
+                                   parser.kind == "json")
+    return hit

@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Iterable
-
-import jinja2
-from jinja2.exceptions import SecurityError
+from typing import Any, Awaitable, Callable, Iterable, NamedTuple
 
 from askspec.ir import model as ir
-# the checker's sandboxed environment: templates render exactly as they were checked,
-# within the sandbox's time and size limits
-from askspec.lang.templates import environment as template_environment
-from askspec.lang.templates import render_template
 
 from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
-from askspec.runtime.backends.loop import let_loop_run
-from askspec.runtime.engine.calls import ModelCalls, TurnListener, call_seed, parse_reply
+from askspec.runtime.backends.loop import let_loop_run, loop_due
+from askspec.runtime.engine.calls import ModelCalls, TokenStream, TurnListener, call_seed, parse_reply, reply_fields
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
+from askspec.runtime.engine.heap import frozen_heap
 from askspec.runtime.engine.judges import EngineJudges
 from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
+from askspec.runtime.engine.prompts import Prompts
 from askspec.runtime.engine.recorder import Recorder
 from askspec.runtime.engine.routing import GroupRouter, JudgeTally
 from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, RunAborted, SessionFailed,
@@ -64,7 +59,8 @@ class Engine:
         self.on_warning = on_warning  # e.g. a route's judge fails most of its calls
         self.roles = {r.name: r for r in exp.roles}
         self.games = {g.name: g for g in exp.games}
-        self._templates: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]] = {}
+        self.prompts = Prompts(exp.templates)
+        self._role_calls: dict[tuple[str, str | None], _RoleCall] = {}
         # every model call goes through here and is recorded; on_turn hears of each recorded
         # call, on_tokens (thread-safe) of tokens while a backend generates them
         self.calls = ModelCalls(writer, on_turn, on_tokens)
@@ -90,28 +86,9 @@ class Engine:
         self._warned: set[tuple[str, str, str]] = set()
 
     # ------------------------------------------------------------------ templates
-    def template(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...]]:
-        """The compiled template, its globals and the variables it uses (from the IR)."""
-        hit = self._templates.get(key)
-        if hit is None:
-            t = template_environment().from_string(self.exp.templates[key].source)
-            hit = self._templates[key] = (t, dict(t.globals), tuple(self.exp.templates[key].variables))
-        return hit
-
     def render(self, key: str, ctx: dict[str, Any]) -> str:
-        t, globals_, wanted = self.template(key)
-        # A shared context built from a small dict (only the variables the template uses)
-        # skips Jinja's per-render copy of its globals; rendering is otherwise Template.render,
-        # in the same sandboxed environment.
-        parent = {**globals_, **{k: ctx[k] for k in wanted if k in ctx}}
-        try:
-            return render_template(t, parent)
-        except jinja2.UndefinedError as e:
-            raise SessionFailed(f"template {key}: {e.message}") from None
-        except jinja2.TemplateError as e:
-            raise SessionFailed(f"template {key}: {e}") from None
-        except (SecurityError, TypeError, ValueError, ArithmeticError, LookupError) as e:
-            raise SessionFailed(f"template {key}: {e.__class__.__name__}: {e}") from None
+        """The template `key` rendered in the sandbox with the variables it uses from `ctx`."""
+        return self.prompts.render(key, ctx)
 
     # ------------------------------------------------------------------ running
     async def run(self, plans: Iterable[SessionPlan], done: set[str] | None = None,
@@ -198,12 +175,14 @@ class Engine:
                 # Let the event loop run between sessions (every few ms): a backend that
                 # answers without waiting would otherwise keep it from ever handling a
                 # signal (Ctrl-C) or a timer.
-                await let_loop_run()
+                if loop_due():
+                    await let_loop_run()
 
         self._gate.reset([])
-        await _all_or_none([asyncio.ensure_future(worker()) for _ in range(self.concurrency)])
-        if route_tasks:
-            await _all_or_none(route_tasks)
+        with frozen_heap():  # full collections scan the phase's objects only (heap.py)
+            await _all_or_none([asyncio.ensure_future(worker()) for _ in range(self.concurrency)])
+            if route_tasks:
+                await _all_or_none(route_tasks)
         return indices
 
     async def run_phase(self, plans: list[SessionPlan], replay_ids: dict[str, list[int]] | None = None
@@ -289,8 +268,17 @@ class Engine:
                    seed=st.plan.seed)
 
     async def steps(self, steps: list, st: SessionState) -> None:
-        for s in steps:
-            await self.step(s, st)
+        for s in steps:  # `step`, inline: a coroutine less per step
+            ordered = self._ordered.get(id(s))
+            if ordered is None:
+                ordered = self._ordered[id(s)] = calls_stateful(s)
+            if ordered:
+                await self._gate.wait_for_earlier(st.plan.index)
+            simple = _SIMPLE_STEPS.get(s.__class__)
+            if simple is not None:
+                simple(self, s, st)
+            else:
+                await _NESTED_STEPS[s.__class__](self, s, st)
 
     async def step(self, s: ir.Step, st: SessionState) -> None:
         ordered = self._ordered.get(id(s))
@@ -388,11 +376,18 @@ class Engine:
 
     # ------------------------------------------------------------------ asking
     async def ask(self, s: ir.AskStep, st: SessionState) -> None:
+        base_ctx = {**self.params, **st.vars}
+        if s.message is None and s.context is None and s.sample is None and len(s.roles) == 1:
+            # the common case: one role, one reply, no expression to evaluate (and no
+            # coroutine or task beyond the call itself)
+            reply = await self.call_role(s.roles[0], s.template, base_ctx, None, st, remember=True, own_ctx=True)
+            if s.targets and s.targets[0]:
+                st.vars[s.targets[0]] = reply
+            return
         env = self.env(st)
         message = evaluate(s.message, env) if s.message is not None else None
         context = evaluate(s.context, env) if s.context is not None else {}
         n = int(evaluate(s.sample, env)) if s.sample is not None else None
-        base_ctx = {**self.params, **st.vars}
         if isinstance(context, dict):
             base_ctx.update(context)
         if message is not None:
@@ -421,52 +416,75 @@ class Engine:
         name = st.bound.get(role) or self.roles[role].model
         return self.resolve_model(role, name)
 
+    def role_call(self, role: str, st: SessionState) -> _RoleCall:
+        """What every call of `role` on its current model needs, prepared once per (role,
+        binding). The binding is asked for on every call: a trainer's resolver answers
+        with other weights from one stage to the next."""
+        name = st.bound.get(role) or self.roles[role].model
+        binding = self.resolve_model(role, name)
+        hit = self._role_calls.get((role, name))
+        if hit is None or hit.binding is not binding:
+            r = self.roles[role]
+            base, model_seed = self.calls.sampling(role, r, binding)
+            hit = self._role_calls[(role, name)] = _RoleCall(
+                r, binding, base, model_seed, r.recover.retries,
+                int(r.reply.args.get("retries", 0)) if r.reply.kind == "json" else 0,
+                r.memory.kind, r.memory.size, role in self.rollout_roles)
+        return hit
+
     async def call_role(self, role: str, template: str | None, ctx: dict[str, Any], message: Any, st: SessionState,
-                        remember: bool, sample_index: int = 0, sample_key: str | None = None) -> dict:
-        r = self.roles[role]
-        binding = self.binding(role, st)
-        st.roles[role].model = binding.name
+                        remember: bool, sample_index: int = 0, sample_key: str | None = None, own_ctx: bool = False) -> dict:
+        """One turn of `role` (and its recovery turns). `ctx` is not changed unless
+        `own_ctx` says it is the caller's to give away."""
+        rc = self.role_call(role, st)
+        r = rc.role
+        st.roles[role].model = rc.binding.name
         turn_no = st.calls.get(role, 0) + 1
-        ctx = {**ctx, "role": role, "turn": turn_no}
+        if own_ctx:
+            ctx["role"], ctx["turn"] = role, turn_no
+        else:
+            ctx = {**ctx, "role": role, "turn": turn_no}
         key = template or r.prompt
         if key is not None:
-            user = self.render(key, ctx)
+            user = self.prompts.render(key, ctx)
         else:
             user = "" if message is None else str(message)
         if role not in st.system and r.system is not None:
-            st.system[role] = self.render(r.system, ctx)
-        history = list(st.history.get(role, []))
-        messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history + [{"role": "user", "content": user}]
-        reply = await self.model_call(role, r, binding, messages, st, sample_index, sample_key)
-        retries = r.recover.retries
-        json_retries = int(r.reply.args.get("retries", 0)) if r.reply.kind == "json" else 0
+            st.system[role] = self.prompts.render(r.system, ctx)
+        history = st.history.get(role) or []
+        messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history
+        messages.append({"role": "user", "content": user})
+        reply = await self.model_call(role, rc, messages, st, sample_index, sample_key)
+        retries = rc.retries
         attempt = 0
-        while not reply["parsed"] and attempt < max(retries, json_retries):
+        while not reply["parsed"] and attempt < max(retries, rc.json_retries):
             attempt += 1
             rkey = r.recover.truncated if reply["truncated"] else r.recover.malformed
             if attempt <= retries and rkey is not None:
                 recover_ctx = {**ctx, "reply": reply["text"], "missing": reply.get("_missing", [])}
-                recovery = self.render(rkey, recover_ctx)
+                recovery = self.prompts.render(rkey, recover_ctx)
                 messages = messages + [{"role": "assistant", "content": reply["text"]}, {"role": "user", "content": recovery}]
             # without a recovery template (json retries) the same prompt is re-sampled
-            reply = await self.model_call(role, r, binding, messages, st, sample_index, sample_key)
-        st.first_user.setdefault(role, user)
-        if remember and r.memory.kind != "none":
+            reply = await self.model_call(role, rc, messages, st, sample_index, sample_key)
+        if role not in st.first_user:
+            st.first_user[role] = user
+        if remember and rc.memory != "none":
             new = history + [{"role": "user", "content": user}, {"role": "assistant", "content": reply["text"]}]
-            if r.memory.kind == "window":
-                new = new[-2 * r.memory.size:]
+            if rc.memory == "window":
+                new = new[-2 * rc.window:]
             st.history[role] = new
         return reply
 
-    async def model_call(self, role: str, r: ir.Role, binding: ModelBinding, messages: list[dict], st: SessionState,
+    async def model_call(self, role: str, rc: _RoleCall, messages: list[dict], st: SessionState,
                          sample_index: int, sample_key: str | None = None) -> dict:
+        binding = rc.binding
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
-        base, model_seed = self.calls.sampling(role, r, binding)
-        samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, model_seed), **base)
-        stream = self.calls.stream()
+        samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, rc.model_seed), **rc.sampling)
+        on_tokens = self.calls.on_tokens
+        stream = TokenStream(on_tokens) if on_tokens is not None else None  # (calls.stream(), inline)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
-                          session_index=st.plan.index, call_index=call_index, rollout=role in self.rollout_roles,
+                          session_index=st.plan.index, call_index=call_index, rollout=rc.rollout,
                           on_tokens=stream)
         t0 = time.perf_counter()  # inline (not calls.complete): one coroutine less per turn on the hot path
         try:
@@ -474,21 +492,28 @@ class Engine:
         except BackendError as e:
             raise SessionFailed(f"{role}: model call failed: {e}") from None
         latency = result.latency_ms or (time.perf_counter() - t0) * 1000
-        parsed = parse_reply(r.reply, result.text, result.finish_reason)
+        fields, ok, missing = reply_fields(rc.role.reply, result.text)
         turn_index = st.turn_counter
         st.turn_counter += 1
         st.tokens += result.tokens_out
-        fields = parsed["fields"]
         fields.pop("text", None)
         # what the store records as `parsed`: the parser's fields and whether the reply
-        # parsed (role, model, finish reason and tokens are columns of their own)
-        record = {**fields, "parsed": parsed["ok"], "truncated": result.finish_reason == "length"}
+        # parsed (role, model, finish reason and tokens are columns of their own); the
+        # fields are a new dict, so they become the record in place
+        record = fields
+        record["parsed"] = ok
+        record["truncated"] = result.finish_reason == "length"
         reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
-                 "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": parsed["missing"]}
+                 "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": missing}
         st.roles[role].turns.append(reply)
-        self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency,
-                          streamed=stream.count if stream is not None else 0)
-        if req.rollout and self.on_rollout is not None and result.completion_ids is not None:
+        # calls.record, inline (the hot path)
+        self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=binding.label or binding.name,
+                         prompt=messages, text=result.text, parsed=record, finish_reason=result.finish_reason,
+                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency, 3),
+                         group_id=None, ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3))
+        if self.calls.on_turn:
+            self.calls.on_turn(role, result.tokens_in or 0, result.tokens_out or 0, stream.count if stream is not None else 0)
+        if rc.rollout and self.on_rollout is not None and result.completion_ids is not None:
             self.on_rollout(st.plan, st.attempt, turn_index, role, result, samp.temperature, sample_key)
         return reply
 
@@ -509,6 +534,20 @@ class Engine:
     def route_warnings(self) -> list[str]:
         """One line per route arm whose judge gave no verdict in most of its calls."""
         return [f"{_judge_failure(t)}, over the whole run" for t in self.judge_tallies.values() if t.failing]
+
+
+class _RoleCall(NamedTuple):
+    """A role on one model: what each of its calls needs (`Engine.role_call`)."""
+
+    role: ir.Role
+    binding: ModelBinding
+    sampling: dict[str, Any]  # Sampling's fields but the seed
+    model_seed: int | None
+    retries: int  # recovery prompts
+    json_retries: int
+    memory: str  # full | window | none
+    window: int
+    rollout: bool
 
 
 def _judge_failure(t: JudgeTally) -> str:

@@ -48,6 +48,8 @@ __all__ = [
     "is_truncated",
     "field_name",
     "parse",
+    "compile_parser",
+    "compile_fields",
     "PARSERS",
 ]
 
@@ -125,6 +127,10 @@ def field_name(tag: str) -> str:
     return "".join(ch for ch in tag if ch.isalnum()).lower()
 
 
+# what `_tag_regex` lets follow a tag (always matches, possibly empty)
+_TAG_SUFFIX = re.compile(r"(?:\*\*|__|`)?[ \t]*:?")
+
+
 @lru_cache(maxsize=256)
 def _tag_regex(tags: tuple[str, ...]) -> re.Pattern[str]:
     # Longest tags first so that one tag being a prefix of another cannot shadow it.
@@ -199,40 +205,76 @@ def sections(
       declared, else of the whole reply (for Ask-E's questioner that is the draft's
       ``\\boxed{}`` solution).
     """
-    tags = _checked_tags(tuple(tags) if not isinstance(tags, str) else (tags,), "sections")
-    raw = _as_text(text)
-    names = [field_name(t) for t in tags]
-    by_tag = dict(zip(tags, names))
+    tags_t = (tags,) if isinstance(tags, str) else tuple(tags)
+    if required is not None:
+        required = (required,) if isinstance(required, str) else tuple(required)
+    return _sections_run(_as_text(text), _sections_setup(tags_t, required))
 
+
+# (tags, names, tag -> name, required names, the tag regex): what `sections` derives from
+# its arguments, once per distinct arguments rather than on every reply
+_SectionsSetup = tuple[tuple[str, ...], tuple[str, ...], dict[str, str], tuple[str, ...], re.Pattern[str]]
+
+
+@lru_cache(maxsize=256)
+def _sections_setup(tags: tuple[str, ...], required: tuple[str, ...] | None) -> _SectionsSetup:
+    checked = tuple(_checked_tags(tags, "sections"))
+    names = tuple(field_name(t) for t in checked)
+    by_tag = dict(zip(checked, names))
     if required is None:
-        required_names = [names[-1]]
+        required_names = (names[-1],)
     else:
-        if isinstance(required, str):
-            required = [required]
-        required_names = []
+        req = []
         for r in required:
             name = by_tag.get(r, field_name(r))
             if name not in names:
-                raise ValueError(f"sections: required part {r!r} is not one of the tags {tags}")
-            required_names.append(name)
+                raise ValueError(f"sections: required part {r!r} is not one of the tags {list(checked)}")
+            req.append(name)
+        required_names = tuple(req)
+    return checked, names, by_tag, required_names, _tag_regex(checked)
 
-    occ = _tag_occurrences(raw, tags)
-    fields: dict[str, Any] = {name: None for name in names}
-    last_index: dict[str, int] = {}
-    for i, (_, _, tag) in enumerate(occ):
-        last_index[tag] = i
-    for tag, i in last_index.items():
-        start = occ[i][1]
-        end = occ[i + 1][0] if i + 1 < len(occ) else len(raw)
-        fields[by_tag[tag]] = raw[start:end].strip()
 
-    missing = [n for n in required_names if not fields.get(n)]
-    answer_source = fields.get("answer") if "answer" in fields and fields["answer"] else raw
-    result_fields = {**fields, "text": raw, "answer": fallback_answer(answer_source)}
+def _sections_run(raw: str, setup: _SectionsSetup) -> ParsedReply:
+    fields, missing = _sections_fields(raw, setup)
     reason = None
     if missing:
         reason = "missing or empty section(s): " + ", ".join(missing)
-    return ParsedReply(fields=result_fields, ok=not missing, missing=missing, reason=reason)
+    return ParsedReply(fields=fields, ok=not missing, missing=missing, reason=reason)
+
+
+def _sections_fields(raw: str, setup: _SectionsSetup) -> tuple[dict[str, Any], list[str]]:
+    """`sections`' fields (text and answer included) and the required parts missing."""
+    tags, names, by_tag, required_names, rx = setup
+    fields: dict[str, Any] = dict.fromkeys(names)
+    # The regex can only match where a tag occurs verbatim, so a reply without any skips
+    # it; one where a single tag occurs exactly once (no other occurrence, overlapping
+    # or not, of any tag) has exactly one match, with its tag there, and its section runs
+    # from the match's end (the tag and its trailing decoration) to the end of the text.
+    single: tuple[str, int] | None = None
+    for t in tags:
+        p = raw.find(t)
+        if p < 0:
+            continue
+        if single is not None or raw.find(t, p + 1) >= 0:
+            single = None
+            occ = [(*m.span(), m[1]) for m in rx.finditer(raw)]  # (start, end, tag)
+            last_index: dict[str, int] = {}
+            for i, (_, _, tag) in enumerate(occ):
+                last_index[tag] = i
+            for tag, i in last_index.items():
+                start = occ[i][1]
+                end = occ[i + 1][0] if i + 1 < len(occ) else len(raw)
+                fields[by_tag[tag]] = raw[start:end].strip()
+            break
+        single = (t, p)
+    if single is not None:
+        t, p = single
+        fields[by_tag[t]] = raw[_TAG_SUFFIX.match(raw, p + len(t)).end():].strip()  # type: ignore[union-attr]
+    missing = [n for n in required_names if not fields[n]]
+    answer = fields.get("answer")
+    fields["text"] = raw
+    fields["answer"] = fallback_answer(answer if answer else raw)
+    return fields, missing
 
 
 # --------------------------------------------------------------------------- boxed
@@ -287,6 +329,8 @@ def _read_box(text: str, start: int) -> tuple[str, int] | object | None:
 
 def _last_box_span(text: str) -> tuple[str, int, int] | object | None:
     """(content, start, end) of the final answer box, None if none, _UNBALANCED if cut."""
+    if "\\boxed" not in text and "\\fbox" not in text:  # the common case, without the regex
+        return None
     starts = [m for m in _BOX_RX.finditer(text)]
     # Walk backwards from the last occurrence so the cost stays linear: each empty box
     # we skip is short, and the first non-empty one decides.
@@ -388,6 +432,8 @@ def fallback_answer(text: Any) -> str | None:
             if not tokens:
                 return None
         token = tokens.pop()
+        if token.isalnum():  # the common case: a plain word, nothing to peel
+            return token
         if _is_word(token):
             cleaned = _clean_word(token)
             if cleaned and _is_word(cleaned):
@@ -820,9 +866,68 @@ def parse(
     except (KeyError, TypeError):
         raise ValueError(f"unknown parser {name!r} (known: {', '.join(sorted(PARSERS))})") from None
     raw = _as_text(text)
-    result = fn(raw, dict(args or {}))
+    result = _completed(fn(raw, dict(args or {})), raw)
+    result.truncated = is_truncated(finish_reason, raw)
+    return result
+
+
+def _completed(result: ParsedReply, raw: str) -> ParsedReply:
     result.fields.setdefault("text", raw)
     if "answer" not in result.fields:  # not setdefault: fallback_answer is not free
         result.fields["answer"] = fallback_answer(raw)
-    result.truncated = is_truncated(finish_reason, raw)
     return result
+
+
+def compile_parser(name: str, args: Mapping[str, Any] | None = None) -> Callable[[Any], ParsedReply]:
+    """``parse(name, ·, args)`` with the spec's arguments checked once, for a parser that
+    runs on every reply of a role: the returned function gives the same result as `parse`
+    except ``truncated``, which it leaves False (the engine decides that from the finish
+    reason). Raises ValueError now for what `parse` would raise on every call."""
+    fn, bound = _bound_parser(name, args)
+    if fn is _p_sections:
+        setup = _bound_sections(bound)
+        return lambda text: _sections_run(_as_text(text), setup)  # sections always sets text and answer
+
+    def run(text: Any) -> ParsedReply:
+        raw = _as_text(text)
+        return _completed(fn(raw, dict(bound)), raw)
+
+    return run
+
+
+def compile_fields(name: str, args: Mapping[str, Any] | None = None) -> Callable[[Any], tuple[dict[str, Any], bool, list[str]]]:
+    """`compile_parser` giving (fields, ok, missing) of the `ParsedReply`, without building
+    one where the parser need not (the engine's per-reply path)."""
+    fn, bound = _bound_parser(name, args)
+    if fn is _p_sections:
+        setup = _bound_sections(bound)
+
+        def run_sections(text: Any) -> tuple[dict[str, Any], bool, list[str]]:
+            fields, missing = _sections_fields(_as_text(text), setup)
+            return fields, not missing, missing
+
+        return run_sections
+    parse_one = compile_parser(name, bound)
+
+    def run(text: Any) -> tuple[dict[str, Any], bool, list[str]]:
+        result = parse_one(text)
+        return result.fields, result.ok, result.missing
+
+    return run
+
+
+def _bound_parser(name: str, args: Mapping[str, Any] | None) -> tuple[Callable[[str, Mapping[str, Any]], ParsedReply], dict[str, Any]]:
+    try:
+        fn = PARSERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown parser {name!r} (known: {', '.join(sorted(PARSERS))})") from None
+    bound = dict(args or {})
+    fn("", bound)  # the arguments' errors, once
+    return fn, bound
+
+
+def _bound_sections(bound: dict[str, Any]) -> _SectionsSetup:
+    tags, required = bound["tags"], bound.get("required")
+    if required is not None:
+        required = (required,) if isinstance(required, str) else tuple(required)
+    return _sections_setup((tags,) if isinstance(tags, str) else tuple(tags), required)

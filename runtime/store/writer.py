@@ -150,7 +150,7 @@ def _j(x: Any) -> str:  # a JSON-typed column
             out = _orjson_dumps(x, default=_json_default, option=_ORJSON_OPTIONS)
         except Exception:  # refused (see above): the C encoder decides, and raises what it raises
             return _encode(x)
-        if b"null" not in out:
+        if out.find(b"null") < 0:  # (not `in`: bytes.__contains__ first tries the operand as an int, raising and clearing a TypeError)
             return out.decode()
     return _encode(x)
 
@@ -301,8 +301,9 @@ class RunWriter:
         # The fields every line carries after "ts", encoded once.
         self._head = f'"run_id":{_s(self.run_id)},"gen":{int(gen)},'
         # session -> role -> (attempt, copy of the last prompt, turn where its chain
-        # starts, its link number in the chain)
-        self._prompts: dict[str, dict[str, tuple[int, list, int, int]]] = {}
+        # starts, its link number in the chain, model, the line's encoded fields from
+        # session_id to prompt, around turn_index)
+        self._prompts: dict[str, dict[str, tuple[int, list, int, int, Any, tuple[str, str] | None]]] = {}
         edir = layout.events_dir(self.run_dir)
         self._fds: dict[str, int] = {
             name: os.open(edir / f"{name}.ndjson", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -509,11 +510,19 @@ class RunWriter:
         """Record one model call. ``prompt`` is the full message list sent; only its
         difference from this role's previous prompt in the session is stored. A group
         route's judge call has ``group_id`` set and the group's id as its ``session_id``."""
-        self._tokens["turns"] += 1
-        self._tokens["tokens_in"] += tokens_in if type(tokens_in) is int else 0
-        self._tokens["tokens_out"] += tokens_out if type(tokens_out) is int else 0
+        tokens = self._tokens
+        tokens["turns"] += 1
+        if type(tokens_in) is int:
+            tokens["tokens_in"] += tokens_in
+        if type(tokens_out) is int:
+            tokens["tokens_out"] += tokens_out
         delta = ""
-        if type(prompt) is list and group_id is None:  # (a judge call's prompt is stored whole)
+        # The line's fields from session_id to "prompt": the same for every turn of a
+        # role in a session attempt on one model, so encoded once per chain (below)
+        # rather than on every turn. Judge calls (group_id set) are encoded each time.
+        ids = None
+        chained = type(prompt) is list and group_id is None  # (a judge call's prompt is stored whole)
+        if chained:
             roles = self._prompts.get(session_id)
             if roles is None:
                 roles = self._prompts[session_id] = {}
@@ -525,23 +534,27 @@ class RunWriter:
             # make a prefix look shared when it is not.
             if n and prev[0] == attempt and len(prompt) >= n and prompt[:n] == prev[1]:
                 link = prev[3] + 1
-                roles[role] = (attempt, prompt[:], prev[2], link)
+                ids = prev[5] if prev[4] == model else None
+                roles[role] = (attempt, prompt[:], prev[2], link, model, ids)
                 delta = f',"prompt_chain":{prev[2]},"prompt_link":{link}'
                 prompt = prompt[n:]
             else:
-                roles[role] = (attempt, prompt[:], turn_index, 0)
+                roles[role] = (attempt, prompt[:], turn_index, 0, model, None)
         # The common types are tested inline: a function call per field costs more
         # than encoding the field itself.
         es = _enc_str
+        if ids is None:
+            ids = (f'"session_id":{es(session_id) if type(session_id) is str else _s(session_id)},'
+                   f'"attempt":{attempt if type(attempt) is int else _i(attempt)},"turn_index":',
+                   f',"role":{es(role) if type(role) is str else _s(role)},'
+                   f'"model":{es(model) if type(model) is str else _s(model)},"prompt":')
+            if chained:  # kept for the chain's next turns
+                roles[role] = roles[role][:5] + (ids,)
         judged = "" if group_id is None else f',"group_id":{_s(group_id)}'
         if ttft_ms is not None:  # absent (null) on backends that cannot tell
             judged += f',"ttft_ms":{_f(ttft_ms)}'
-        body = (f'"ts":"{self._clock.now()}",{self._head}'
-                f'"session_id":{es(session_id) if type(session_id) is str else _s(session_id)},'
-                f'"attempt":{attempt if type(attempt) is int else _i(attempt)},'
-                f'"turn_index":{turn_index if type(turn_index) is int else _i(turn_index)},'
-                f'"role":{es(role) if type(role) is str else _s(role)},'
-                f'"model":{es(model) if type(model) is str else _s(model)},"prompt":{_j(prompt)}{delta},'
+        body = (f'"ts":"{self._clock.now()}",{self._head}{ids[0]}'
+                f'{turn_index if type(turn_index) is int else _i(turn_index)}{ids[1]}{_j(prompt)}{delta},'
                 f'"text":{es(text) if type(text) is str else _s(text)},"parsed":{_j(parsed)},'
                 f'"finish_reason":{es(finish_reason) if type(finish_reason) is str else _s(finish_reason)},'
                 f'"tokens_in":{tokens_in if type(tokens_in) is int else _i(tokens_in)},'

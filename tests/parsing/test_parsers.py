@@ -518,3 +518,33 @@ def test_xml_tags_parser(text, ok, fields):
     assert r.ok is ok
     for k, v in fields.items():
         assert r.fields.get(k) == v
+
+
+def _sections_by_regex_alone(raw, tags):
+    """`sections`' fields as the regex scan alone gives them (before the fast paths)."""
+    from askspec.runtime.replies.parsers import _tag_regex, field_name
+
+    fields = {field_name(t): None for t in tags}
+    occ = [(m.start(), m.end(), m.group("tag")) for m in _tag_regex(tuple(tags)).finditer(raw)]
+    last = {tag: i for i, (_, _, tag) in enumerate(occ)}
+    for tag, i in last.items():
+        end = occ[i + 1][0] if i + 1 < len(occ) else len(raw)
+        fields[field_name(tag)] = raw[occ[i][1]:end].strip()
+    return fields
+
+
+@pytest.mark.parametrize("tags", [("#Answer#",), ("#a#",), ("# #a",), ("a",), ("#A#", "#A#B#"), ("#Draft#", "#Question#")])
+def test_sections_fast_paths_agree_with_the_regex_scan(tags):
+    # replies with no tag or a single one skip the regex; built from the characters that
+    # matter (tags, their decorations, whitespace, colons), they must split the same
+    import random
+
+    rng = random.Random(14)
+    pieces = list(tags) + ["#", "##", "a", "#a", " ", "\t", "\n", "**", "__", "`", ":", "x", "ok", "\\boxed{3}"]
+    for _ in range(3000):
+        raw = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        got = sections(raw, list(tags))
+        want = _sections_by_regex_alone(raw, tags)
+        if "answer" in want:  # a section named answer is given as its final answer
+            want["answer"] = fallback_answer(want["answer"] or raw)
+        assert {k: got.fields[k] for k in want} == want, (raw, tags)

@@ -1,0 +1,55 @@
+"""runtime/engine/heap.py: objects that exist when a phase starts are left out of
+collections while it runs, and given back (collectable) when the last phase ends."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from askspec.runtime.engine import heap
+from askspec.runtime.engine.heap import frozen_heap
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+def test_old_cycles_wait_for_the_end_of_the_run_then_are_collected():
+    gc.collect()
+    assert heap._depth == 0
+    before = _Node()
+    ref = weakref.ref(before)
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0
+        del before
+        gc.collect()
+        assert ref() is not None  # frozen: no collection looks at it
+        with frozen_heap():  # a nested phase neither freezes again nor unfreezes
+            pass
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert ref() is None
+
+
+def test_new_cycles_are_collected_during_the_run():
+    with frozen_heap():
+        made = _Node()
+        ref = weakref.ref(made)
+        del made
+        gc.collect()
+        assert ref() is None
+
+
+def test_a_heap_frozen_by_the_process_stays_frozen():
+    gc.collect()  # an earlier test's abandoned engine coroutine ends its phase when collected
+    assert heap._depth == 0
+    gc.freeze()
+    try:
+        n = gc.get_freeze_count()
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() == n
+    finally:
+        gc.unfreeze()
