@@ -77,6 +77,17 @@ class Sampling:
         return out
 
 
+def reseeded(template: Sampling, seed: int | None) -> Sampling:
+    """`dataclasses.replace(template, seed=seed)` without a call to `__init__` (a model call
+    needs its role's sampling with its own seed, ~4x cheaper this way): the copy's
+    `__dict__` is the template's fields, in their order, with the seed set."""
+    s = object.__new__(Sampling)
+    d = s.__dict__
+    d.update(template.__dict__)
+    d["seed"] = seed
+    return s
+
+
 _SAMPLING_TYPES = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "presence_penalty": float,
                    "repetition_penalty": float, "max_tokens": int, "seed": int}
 
