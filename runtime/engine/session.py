@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Iterable, NamedTuple
 
 from askspec.ir import model as ir
 
-from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
+from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling, reseeded
 from askspec.runtime.backends.loop import let_loop_run, loop_due
 from askspec.runtime.engine.calls import ModelCalls, TokenStream, TurnListener, call_seed, parse_reply, reply_fields
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
@@ -427,7 +427,7 @@ class Engine:
             r = self.roles[role]
             base, model_seed = self.calls.sampling(role, r, binding)
             hit = self._role_calls[(role, name)] = _RoleCall(
-                r, binding, base, model_seed, r.recover.retries,
+                r, binding, Sampling(**base), model_seed, r.recover.retries,
                 int(r.reply.args.get("retries", 0)) if r.reply.kind == "json" else 0,
                 r.memory.kind, r.memory.size, role in self.rollout_roles)
         return hit
@@ -480,7 +480,7 @@ class Engine:
         binding = rc.binding
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
-        samp = Sampling(seed=call_seed(st.plan.seed, role, call_index, rc.model_seed), **rc.sampling)
+        samp = reseeded(rc.sampling, call_seed(st.plan.seed, role, call_index, rc.model_seed))
         on_tokens = self.calls.on_tokens
         stream = TokenStream(on_tokens) if on_tokens is not None else None  # (calls.stream(), inline)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
@@ -541,7 +541,7 @@ class _RoleCall(NamedTuple):
 
     role: ir.Role
     binding: ModelBinding
-    sampling: dict[str, Any]  # Sampling's fields but the seed
+    sampling: Sampling  # its seed set per call (`reseeded`)
     model_seed: int | None
     retries: int  # recovery prompts
     json_retries: int

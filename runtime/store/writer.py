@@ -147,11 +147,13 @@ def _j(x: Any) -> str:  # a JSON-typed column
         return "null"
     if _orjson_dumps is not None:
         try:
-            out = _orjson_dumps(x, default=_json_default, option=_ORJSON_OPTIONS)
+            out = _orjson_dumps(x, default=_json_default, option=_ORJSON_OPTIONS).decode()
         except Exception:  # refused (see above): the C encoder decides, and raises what it raises
             return _encode(x)
-        if out.find(b"null") < 0:  # (not `in`: bytes.__contains__ first tries the operand as an int, raising and clearing a TypeError)
-            return out.decode()
+        # decoded first: `in` on a str parses no arguments (bytes.find does), and on bytes
+        # it first tries its operand as an int, raising and clearing a TypeError
+        if "null" not in out:
+            return out
     return _encode(x)
 
 
@@ -204,21 +206,29 @@ def _check_rel_path(rel: str) -> PurePosixPath:
     return p
 
 
+_D3 = tuple(f"{i:03}" for i in range(1000))  # "000" ... "999"
+
+
 class _Clock:
     """ISO-8601 UTC timestamps, formatting the seconds part once per second."""
 
-    __slots__ = ("_sec", "_prefix")
+    __slots__ = ("_base", "_prefix")
 
     def __init__(self) -> None:
-        self._sec = -1
+        self._base = -(1 << 62)  # the current second, in microseconds since the epoch
         self._prefix = ""
 
     def now(self) -> str:
-        sec, ns = divmod(time.time_ns(), 1_000_000_000)  # integers: cheaper than float arithmetic
-        if sec != self._sec:
-            self._sec = sec
-            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        return f"{self._prefix}.{ns // 1000:06}Z"
+        # integers throughout (cheaper than float arithmetic), and the fraction's six
+        # digits from two table lookups rather than a format spec (~40% of a call)
+        us = time.time_ns() // 1000 - self._base
+        if not 0 <= us < 1_000_000:
+            t = us + self._base
+            sec = t // 1_000_000
+            self._base = sec * 1_000_000
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(sec))
+            us = t - self._base
+        return f"{self._prefix}{_D3[us // 1000]}{_D3[us % 1000]}Z"
 
 
 def _last_seq(path: Path) -> int:
@@ -303,7 +313,7 @@ class RunWriter:
         # session -> role -> (attempt, copy of the last prompt, turn where its chain
         # starts, its link number in the chain, model, the line's encoded fields from
         # session_id to prompt, around turn_index)
-        self._prompts: dict[str, dict[str, tuple[int, list, int, int, Any, tuple[str, str] | None]]] = {}
+        self._prompts: dict[str, dict[str, list[Any]]] = {}
         edir = layout.events_dir(self.run_dir)
         self._fds: dict[str, int] = {
             name: os.open(edir / f"{name}.ndjson", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -521,25 +531,30 @@ class RunWriter:
         # role in a session attempt on one model, so encoded once per chain (below)
         # rather than on every turn. Judge calls (group_id set) are encoded each time.
         ids = None
-        chained = type(prompt) is list and group_id is None  # (a judge call's prompt is stored whole)
-        if chained:
+        chain = None
+        if type(prompt) is list and group_id is None:  # (a judge call's prompt is stored whole)
             roles = self._prompts.get(session_id)
             if roles is None:
                 roles = self._prompts[session_id] = {}
-            prev = roles.get(role)
-            n = len(prev[1]) if prev is not None else 0
+            # [attempt, copy of the last prompt, turn where its chain starts, its link
+            # number in the chain, model, the encoded ids below], updated in place
+            chain = roles.get(role)
             # A prompt that extends the previous one (memory = full) is stored as
             # the new messages only; anything else starts a new chain, stored whole.
-            # prev holds a copy, so an engine that later mutates its list cannot
+            # The chain holds a copy, so an engine that later mutates its list cannot
             # make a prefix look shared when it is not.
-            if n and prev[0] == attempt and len(prompt) >= n and prompt[:n] == prev[1]:
-                link = prev[3] + 1
-                ids = prev[5] if prev[4] == model else None
-                roles[role] = (attempt, prompt[:], prev[2], link, model, ids)
-                delta = f',"prompt_chain":{prev[2]},"prompt_link":{link}'
+            if (chain is not None and chain[0] == attempt and (n := len(chain[1])) and len(prompt) >= n
+                    and prompt[:n] == chain[1]):
+                chain[1] = prompt[:]
+                link = chain[3] = chain[3] + 1
+                if chain[4] == model:
+                    ids = chain[5]
+                else:
+                    chain[4] = model
+                delta = f',"prompt_chain":{chain[2]},"prompt_link":{link}'
                 prompt = prompt[n:]
             else:
-                roles[role] = (attempt, prompt[:], turn_index, 0, model, None)
+                chain = roles[role] = [attempt, prompt[:], turn_index, 0, model, None]
         # The common types are tested inline: a function call per field costs more
         # than encoding the field itself.
         es = _enc_str
@@ -548,18 +563,28 @@ class RunWriter:
                    f'"attempt":{attempt if type(attempt) is int else _i(attempt)},"turn_index":',
                    f',"role":{es(role) if type(role) is str else _s(role)},'
                    f'"model":{es(model) if type(model) is str else _s(model)},"prompt":')
-            if chained:  # kept for the chain's next turns
-                roles[role] = roles[role][:5] + (ids,)
+            if chain is not None:  # kept for the chain's next turns
+                chain[5] = ids
+        # the two free-form values: _j's orjson path inline (what it would return), else _j
+        # (decoded before the null check, as in _j)
+        try:
+            pjs = _orjson_dumps(prompt, default=_json_default, option=_ORJSON_OPTIONS).decode()  # type: ignore[misc]
+            qjs = _orjson_dumps(parsed, default=_json_default, option=_ORJSON_OPTIONS).decode()  # type: ignore[misc]
+        except Exception:
+            pjs = qjs = "null"
+        if "null" in pjs or "null" in qjs:
+            pjs, qjs = _j(prompt), _j(parsed)
         judged = "" if group_id is None else f',"group_id":{_s(group_id)}'
         if ttft_ms is not None:  # absent (null) on backends that cannot tell
             judged += f',"ttft_ms":{_f(ttft_ms)}'
         body = (f'"ts":"{self._clock.now()}",{self._head}{ids[0]}'
-                f'{turn_index if type(turn_index) is int else _i(turn_index)}{ids[1]}{_j(prompt)}{delta},'
-                f'"text":{es(text) if type(text) is str else _s(text)},"parsed":{_j(parsed)},'
+                f'{turn_index if type(turn_index) is int else _i(turn_index)}{ids[1]}{pjs}{delta},'
+                f'"text":{es(text) if type(text) is str else _s(text)},"parsed":{qjs},'
                 f'"finish_reason":{es(finish_reason) if type(finish_reason) is str else _s(finish_reason)},'
                 f'"tokens_in":{tokens_in if type(tokens_in) is int else _i(tokens_in)},'
                 f'"tokens_out":{tokens_out if type(tokens_out) is int else _i(tokens_out)},'
-                f'"latency_ms":{_f(latency_ms)},"error":{"null" if error is None else _s(error)}{judged}}}')
+                f'"latency_ms":{repr(latency_ms) if type(latency_ms) is float and latency_ms - latency_ms == 0.0 else _f(latency_ms)},'
+                f'"error":{"null" if error is None else _s(error)}{judged}}}')
         self._emit("turns", body)
 
     def reward(
@@ -696,18 +721,17 @@ class RunWriter:
     # ------------------------------------------------------------------ flushing
 
     def _emit(self, queue: str, body: str) -> None:
-        if len(body) > LINE_CHARS:
+        n = len(body)
+        if n > LINE_CHARS or self._closed or self._failed is not None:  # (one test on the common path)
+            if self._closed:
+                raise ValueError(f"run writer for {self.run_id} is closed")
+            if self._failed is not None:
+                raise RuntimeError(f"run writer for {self.run_id} failed to write: {self._failed}")
             body = self._shrunk(body)
-        if self._closed:
-            raise ValueError(f"run writer for {self.run_id} is closed")
-        if self._failed is not None:
-            raise RuntimeError(f"run writer for {self.run_id} failed to write: {self._failed}")
+            n = len(body)
         self._queues[queue].append(body)
-        self._pending_bytes += len(body)
-        if (
-            self._pending_bytes >= self.flush_bytes
-            or time.monotonic() - self._last_flush >= self.flush_interval
-        ):
+        pending = self._pending_bytes = self._pending_bytes + n
+        if pending >= self.flush_bytes or time.monotonic() - self._last_flush >= self.flush_interval:
             self.flush()
         elif not self._armed:
             self._arm()
