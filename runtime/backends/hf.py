@@ -18,7 +18,9 @@ reproducible in the same sense. A request without a seed gets a fresh random one
 
 Prefix reuse (`prefix_cache`, on by default; hf_prefix). A prompt that extends token ids the
 backend has already run (a `memory = full` conversation's history, a shared system prompt)
-starts from their cached keys/values and prefills only the rest. Those keys/values come
+starts from their cached keys/values and prefills only the rest; prompts admitted together
+that share a head nothing cached covers yet (sessions' first turns) prefill it once
+(_share_prefixes). Those keys/values come
 from an earlier forward pass of another shape (a decode step, another batch), so their
 rounding differs slightly from a full prefill's, like a change of batch composition: the
 same sequence of requests gives the same text again (the cache's state follows from the
