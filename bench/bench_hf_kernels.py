@@ -7,7 +7,8 @@ Times the two forward passes the backend runs: a prefill of one `--prompt`-token
 (logits for the last position only) and a decode step of `--batch` rows over a
 `--context`-token cache, for each attention implementation and thread count, interleaved
 round after round (so a change in machine load hits all of them); medians over `--reps`
-rounds. The model is SmolLM2-135M-Instruct in float32, as the backend serves it on CPU.
+rounds. The model is SmolLM2-135M-Instruct in float32, as the backend serves it on CPU
+(`--quantize int8`: with the backend's weight-only int8 linears).
 
 `--prefill-batch N` instead compares prefilling N prompts of `--prompt` tokens (varied
 lengths, left-padded as the backend does) in one forward pass against one pass each, with
@@ -33,6 +34,8 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--attn", default="askspec_gqa_sdpa,sdpa,eager")
     ap.add_argument("--prefill-batch", type=int, default=0)
+    ap.add_argument("--quantize", choices=("none", "int8"), default="none",
+                    help="the backend's quantize setting (default none: float32)")
     args = ap.parse_args()
 
     from transformers import AutoModelForCausalLM
@@ -42,6 +45,10 @@ def main() -> None:
 
     folder = resolve_weights("smollm2-135m-instruct")
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    if args.quantize != "none":
+        from askspec.runtime.backends.hf_quant import quantize_linears
+
+        model = quantize_linears(model, args.quantize, torch.device("cpu"))
     use_gqa_attention(model)  # registers the askspec kernel name
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)

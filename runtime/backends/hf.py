@@ -18,7 +18,9 @@ reproducible in the same sense. A request without a seed gets a fresh random one
 
 Prefix reuse (`prefix_cache`, on by default; hf_prefix). A prompt that extends token ids the
 backend has already run (a `memory = full` conversation's history, a shared system prompt)
-starts from their cached keys/values and prefills only the rest. Those keys/values come
+starts from their cached keys/values and prefills only the rest; prompts admitted together
+that share a head nothing cached covers yet (sessions' first turns) prefill it once
+(_share_prefixes). Those keys/values come
 from an earlier forward pass of another shape (a decode step, another batch), so their
 rounding differs slightly from a full prefill's, like a change of batch composition: the
 same sequence of requests gives the same text again (the cache's state follows from the
@@ -49,7 +51,13 @@ from pathlib import Path
 from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason
-from askspec.runtime.backends.hf_prefix import DEFAULT_ENTRIES, DEFAULT_MB, PrefixCache, weights_fingerprint
+from askspec.runtime.backends.hf_prefix import (
+    DEFAULT_ENTRIES,
+    DEFAULT_MB,
+    PrefixCache,
+    common_prefix,
+    weights_fingerprint,
+)
 from askspec.runtime.backends.hf_quant import QUANTIZE, quantize_linears
 
 log = logging.getLogger(__name__)
@@ -693,9 +701,57 @@ class HFBackend(Backend):
             rows.append(row)
             prompts.append(ids)
             hits.append(hit)
+        if self._prefixes is not None:
+            self._share_prefixes(rows, prompts, hits)
         for group in _prefill_groups([len(p) - n for p, (_, n) in zip(prompts, hits)],
                                      PREFILL_TOKENS if self._device.type == "cpu" else None):
             self._prefill([rows[i] for i in group], [prompts[i] for i in group], [hits[i] for i in group])
+
+    def _share_prefixes(self, rows: list[_Row], prompts: list[list[int]], hits: list[tuple[Any, int]]) -> None:
+        """Prefill once a prefix that prompts admitted together share beyond their cache hits
+        (8 sessions' first turns open with the same instructions; none is cached yet, as
+        they arrive together), store it, and look those prompts up again (hits, in place)."""
+        assert self._prefixes is not None
+        shared = [i for i, r in enumerate(rows) if r.fed is not None]
+        while True:
+            best, best_n = -1, 0
+            for a, i in enumerate(shared):
+                for j in shared[a + 1 :]:
+                    # at most len - 1: the last prompt token is always fed, for its logits
+                    n = min(common_prefix(prompts[i], prompts[j]), len(prompts[i]) - 1, len(prompts[j]) - 1)
+                    if n - max(hits[i][1], hits[j][1]) >= self._prefixes.min_tokens and n > best_n:
+                        best, best_n = i, n
+            if best < 0:
+                return
+            self._prefill_prefix(prompts[best][:best_n], hits[best])
+            for i in shared:
+                hits[i] = self._prefixes.lookup(prompts[i])
+            if hits[best][1] < best_n:
+                return  # not kept (over the cache's byte bound): stop rather than loop
+
+    def _prefill_prefix(self, ids: list[int], hit: tuple[Any, int]) -> None:
+        """Run `ids` through the model (from its cached first tokens, `hit`) and store their
+        keys/values in the prefix cache; no token is sampled."""
+        import torch
+
+        from askspec.runtime.backends.hf_ops import cache_from, new_cache
+
+        assert self._prefixes is not None
+        entry, k = hit
+        cache = new_cache() if not k else cache_from([t[None, :, :k] for t in entry.keys],
+                                                     [t[None, :, :k] for t in entry.values])
+        self._model(
+            input_ids=torch.tensor([ids[k:]], dtype=torch.long, device=self._device),
+            attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=self._device),
+            position_ids=torch.arange(k, len(ids), device=self._device)[None],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self._prefilled += len(ids) - k
+        self._reused += k
+        self._prefixes.store(ids, [layer.keys[0].clone() for layer in cache.layers],
+                             [layer.values[0].clone() for layer in cache.layers])
 
     def _prefill(self, rows: list[_Row], prompts: list[list[int]], hits: list[tuple[Any, int]]) -> None:
         import torch

@@ -269,6 +269,25 @@ async def test_reuse_gives_the_same_greedy_tokens_with_conversations_in_flight(b
 
 
 @pytest.mark.slow
+async def test_prompts_admitted_together_share_their_common_head(backend, no_reuse):
+    """First turns of sessions that open with the same instructions, arriving together with
+    nothing cached: the shared head is prefilled once and reused by each, and the text is
+    what each gives alone without reuse."""
+    backend.forget_prefixes()
+    before = backend.prefix_stats()
+    system = {"role": "system", "content": "You are a careful quiz master. Ask one short question about the "
+                                           "topic the user names, then stop. Never answer it yourself."}
+    reqs = [ChatRequest(messages=(system, {"role": "user", "content": topic}), sampling=Sampling(max_tokens=12, **GREEDY))
+            for topic in ("volcanoes", "the history of paper money", "owls", "tides")]
+    together = await asyncio.gather(*(backend.complete(r) for r in reqs))
+    after = backend.prefix_stats()
+    assert after["reused"] > before["reused"]  # nothing was cached before: the head was shared in flight
+    assert after["prefilled"] - before["prefilled"] < sum(r.tokens_in for r in together)
+    alone = [await no_reuse.complete(r) for r in reqs]
+    assert [r.text for r in together] == [r.text for r in alone]
+
+
+@pytest.mark.slow
 async def test_a_request_can_opt_out_of_reuse(backend):
     await _conversation(backend, OPENERS[2], turns=1)
     before = backend.prefix_stats()
