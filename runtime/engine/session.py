@@ -486,6 +486,12 @@ class Engine:
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
                           session_index=st.plan.index, call_index=call_index, rollout=rc.rollout,
                           on_tokens=stream)
+        # the turn's number is taken before the call, not when its reply arrives: the
+        # roles of one `ask a, b` (and the samples of `sample n`) are numbered in the order
+        # the spec names them, whichever backend answers first (a python callable on its
+        # worker thread could overtake a replay and swap t1 and t2 from run to run)
+        turn_index = st.turn_counter
+        st.turn_counter += 1
         t0 = time.perf_counter()  # inline (not calls.complete): one coroutine less per turn on the hot path
         try:
             result = await binding.backend.complete(req)
@@ -493,8 +499,6 @@ class Engine:
             raise SessionFailed(f"{role}: model call failed: {e}") from None
         latency = result.latency_ms or (time.perf_counter() - t0) * 1000
         fields, ok, missing = reply_fields(rc.role.reply, result.text)
-        turn_index = st.turn_counter
-        st.turn_counter += 1
         st.tokens += result.tokens_out
         fields.pop("text", None)
         # what the store records as `parsed`: the parser's fields and whether the reply

@@ -111,11 +111,16 @@ def test_limits_apply_per_render():
 
 
 def test_the_runtime_renders_in_the_checkers_sandbox():
+    from askspec.ir import model as ir
     from askspec.lang import templates
-    from askspec.runtime.engine import session
+    from askspec.runtime.engine import prompts, session
 
-    assert session.template_environment() is templates.environment() is environment()
-    assert session.render_template is render
+    assert prompts.template_environment() is templates.environment() is environment()
+    assert prompts.render_template is render
+    # the engine's templates are compiled in that environment (and memoised renders too)
+    assert session.Prompts is prompts.Prompts
+    engine_prompts = prompts.Prompts({"t": ir.Template(name="t", source="{{ x }}", variables=["x"])})
+    assert engine_prompts.compiled("t")[0].environment is environment()
 
 
 # ---------------------------------------------------------------- check time (E305)

@@ -108,3 +108,11 @@ def with_ttft(messages, request):
     from askspec.runtime.backends.base import ChatResult
 
     return ChatResult(text="#Answer# ok", tokens_in=4, tokens_out=2, latency_ms=9.0, ttft_ms=7.5)
+
+
+async def finishes_backwards(messages, request):
+    """Answers later the earlier it was asked: role `a` after `b`, and of one role's calls
+    the first last (turn numbering must not follow the order replies arrive in)."""
+    delay = (0.06 if request.role == "a" else 0.0) + (3 - request.call_index % 4) * 0.01
+    await asyncio.sleep(delay)
+    return f"#Answer# {request.role}-{request.call_index}"

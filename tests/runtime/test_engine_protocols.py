@@ -97,6 +97,28 @@ def test_parallel_fanout_and_sample(tmp_path):
     assert ("reward", None, 4.0) in rewards  # terminal reward: turn_index NULL
 
 
+BACKWARDS = """
+model late = python("fake_models:finishes_backwards")
+role a { model = late; memory = none; reply = sections("#Answer#"); prompt = "q" }
+role b { model = late; memory = none; reply = sections("#Answer#"); prompt = "q" }
+game g {
+    ra, rb = ask a, b
+    many = sample 4 ask b
+}
+"""
+
+
+def test_turns_are_numbered_in_the_order_asked_not_answered(tmp_path):
+    """`ask a, b` numbers a's turn before b's and `sample 4` its samples in order, though
+    the replies arrive the other way round (b first, the last sample first): the same
+    spec and seed give the same turn numbers whichever backend answers first."""
+    con = run(tmp_path, BACKWARDS, concurrency=1)
+    rows = con.execute("select turn_index, role, text from turns order by turn_index").fetchall()
+    assert [(i, role) for i, role, _ in rows] == [(0, "a"), (1, "b"), (2, "b"), (3, "b"), (4, "b"), (5, "b")]
+    assert [text for _, _, text in rows] == ["#Answer# a-0", "#Answer# b-0", "#Answer# b-1", "#Answer# b-2",
+                                           "#Answer# b-3", "#Answer# b-4"]
+
+
 LOOPS = """
 model m = python("fake_models:count_messages")
 role a { model = m; memory = none; prompt = "q" }
