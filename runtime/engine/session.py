@@ -268,29 +268,17 @@ class Engine:
                    seed=st.plan.seed)
 
     async def steps(self, steps: list, st: SessionState) -> None:
-        for s in steps:  # `step`, inline: a coroutine less per step
+        for s in steps:  # each step inline (no coroutine of its own)
             ordered = self._ordered.get(id(s))
             if ordered is None:
                 ordered = self._ordered[id(s)] = calls_stateful(s)
-            if ordered:
+            if ordered:  # run-level history: wait for every earlier session (determinism)
                 await self._gate.wait_for_earlier(st.plan.index)
             simple = _SIMPLE_STEPS.get(s.__class__)
             if simple is not None:
                 simple(self, s, st)
             else:
                 await _NESTED_STEPS[s.__class__](self, s, st)
-
-    async def step(self, s: ir.Step, st: SessionState) -> None:
-        ordered = self._ordered.get(id(s))
-        if ordered is None:
-            ordered = self._ordered[id(s)] = calls_stateful(s)
-        if ordered:  # run-level history: wait for every earlier session (determinism)
-            await self._gate.wait_for_earlier(st.plan.index)
-        simple = _SIMPLE_STEPS.get(s.__class__)
-        if simple is not None:
-            simple(self, s, st)
-        else:
-            await _NESTED_STEPS[s.__class__](self, s, st)
 
     # steps that never wait on a model
     def _assign(self, s: ir.AssignStep, st: SessionState) -> None:
@@ -411,10 +399,6 @@ class Engine:
         for target, reply in zip(s.targets, replies):
             if target:
                 st.vars[target] = reply
-
-    def binding(self, role: str, st: SessionState) -> ModelBinding:
-        name = st.bound.get(role) or self.roles[role].model
-        return self.resolve_model(role, name)
 
     def role_call(self, role: str, st: SessionState) -> _RoleCall:
         """What every call of `role` on its current model needs, prepared once per (role,
