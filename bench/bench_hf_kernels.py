@@ -8,7 +8,7 @@ Times the two forward passes the backend runs: a prefill of one `--prompt`-token
 `--context`-token cache, for each attention implementation and thread count, interleaved
 round after round (so a change in machine load hits all of them); medians over `--reps`
 rounds. The model is SmolLM2-135M-Instruct in float32, as the backend serves it on CPU
-(`--quantize int8`: with the backend's weight-only int8 linears).
+(`--quantize int8` / `fp16`: with the backend's weight-only int8 or float16 linears).
 
 `--prefill-batch N` instead compares prefilling N prompts of `--prompt` tokens (varied
 lengths, left-padded as the backend does) in one forward pass against one pass each, with
@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--attn", default="askspec_gqa_sdpa,sdpa,eager")
     ap.add_argument("--prefill-batch", type=int, default=0)
-    ap.add_argument("--quantize", choices=("none", "int8"), default="none",
+    ap.add_argument("--quantize", choices=("none", "int8", "fp16"), default="none",
                     help="the backend's quantize setting (default none: float32)")
     args = ap.parse_args()
 

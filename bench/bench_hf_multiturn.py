@@ -129,7 +129,7 @@ async def main() -> None:
     ap.add_argument("--modes", default="c1-off,c1-on,cN-off,cN-on")
     ap.add_argument("--profile", default=None, help="profile the first mode once into this file")
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--quantize", default="none", help="comma-separated hf quantize settings to measure (none,int8)")
+    ap.add_argument("--quantize", default="none", help="comma-separated hf quantize settings to measure (none,int8,fp16)")
     args = ap.parse_args()
 
     quantize = [q.strip() for q in args.quantize.split(",") if q.strip()]

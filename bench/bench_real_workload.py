@@ -4,7 +4,7 @@ backend at --concurrency 1 and 8 and, when one is available, through a llama.cpp
 
     python bench/bench_real_workload.py [--sessions 8] [--max-tokens 96] [--probes 1]
                                         [--repeat 2] [--concurrency 1,8] [--seed 0]
-                                        [--hf-quantize int8|none]
+                                        [--hf-quantize int8,fp16|int8|fp16|none]
 
 Every configuration plays the same sessions (same spec, seed and settings, eval only)
 through `askspec run`'s engine in this process; configurations are interleaved (every
@@ -15,10 +15,10 @@ timed), and, for the server, its own per-request log ("prompt eval time = ... ms
 tokens"). The python boundary (a SymPy solver) stays in process in every configuration;
 only the SmolLM2 roles move to the server (`--backend openai` leaves callables alone).
 
-"hf int8" is the hf backend with every hf model of the spec served with
-`quantize = "int8"` (what the model setting does; this is an eval-only run, so the trained
-questioner's weights are quantised too, as W504 says), measured beside float32 hf
-(`--hf-quantize none` leaves it out).
+"hf int8" / "hf fp16" is the hf backend with every hf model of the spec served with
+`quantize = "int8"` / `"fp16"` (what the model setting does; this is an eval-only run, so
+the trained questioner's weights are quantised too, as W504 says), measured beside float32
+hf (`--hf-quantize none` leaves them out).
 
 The server: set LLAMACPP_PYTHON to a python that has `llama_cpp[server]`, or
 LLAMA_SERVER to a `llama-server` binary. The script starts it on a free local port with
@@ -60,7 +60,7 @@ _PROMPT_EVAL = re.compile(r"prompt eval time =\s*([0-9.]+) ms /\s*(\d+) tokens")
 
 @dataclass(frozen=True)
 class Config:
-    engine: str  # "hf", "hf int8" or "llama.cpp"
+    engine: str  # "hf", "hf int8", "hf fp16" or "llama.cpp"
     concurrency: int
 
     @property
@@ -121,8 +121,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="llama.cpp threads (default: the hf backend's torch threads)")
     ap.add_argument("--ctx", type=_positive, default=4096, help="llama.cpp context size (default 4096)")
     ap.add_argument("--no-server", action="store_true", help="measure hf only even if a server is configured")
-    ap.add_argument("--hf-quantize", choices=("int8", "none"), default="int8",
-                    help="also measure hf with this quantize setting on every hf model (default int8; none: skip)")
+    ap.add_argument("--hf-quantize", type=_quantize_modes, default="int8,fp16",
+                    help="also measure hf with these quantize settings on every hf model, comma-separated "
+                         "(default int8,fp16; none: float32 hf alone)")
     return ap.parse_args(argv)
 
 
@@ -171,8 +172,19 @@ def parse_server_log(text: str) -> list[tuple[float, int]]:
     return [(float(ms), int(n)) for ms, n in _PROMPT_EVAL.findall(text)]
 
 
+def _quantize_modes(text: str) -> str:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in ("none", "int8", "fp16")]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"quantize settings are none, int8 or fp16, comma-separated; got {text!r}")
+    return ",".join(modes)
+
+
 def configurations(concurrencies: tuple[int, ...], server: bool, quantize: str = "none") -> list[Config]:
-    engines = ("hf",) + ((f"hf {quantize}",) if quantize != "none" else ()) + (("llama.cpp",) if server else ())
+    """`quantize`: the hf quantize settings measured beside float32 hf, comma-separated
+    ("int8,fp16"; "none": float32 hf alone)."""
+    modes = [m for m in quantize.split(",") if m and m != "none"]
+    engines = ("hf",) + tuple(f"hf {m}" for m in modes) + (("llama.cpp",) if server else ())
     return [Config(e, c) for c in concurrencies for e in engines]
 
 

@@ -18,7 +18,7 @@ SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "
 WHOLE_SAMPLING_KEYS = {"top_k", "max_tokens", "seed"}
 MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file", "prefix_cache",
                      "quantize"}
-QUANTIZE = ("none", "int8")  # hf: int8 dynamic quantisation of the linear layers (opt-in)
+QUANTIZE = ("none", "int8", "fp16")  # hf: reduced-precision weights in the linear layers (opt-in; runtime hf_quant)
 BACKENDS = {"hf", "openai", "vllm", "python", "replay"}
 ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",
              "recover_malformed", "retries", "max_tokens"} | (SAMPLING_KEYS - {"max_tokens"})

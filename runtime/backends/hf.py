@@ -14,7 +14,9 @@ and in practice, but not provably, across compositions (the tests check greedy r
 alone vs batched). With dtype="bfloat16" (faster on CPUs with native bf16) rounding is
 coarse enough that replies often differ between batch compositions. `quantize = "int8"`
 (hf_quant: int8 weights, bfloat16 activations) gives different text from float32, and is
-reproducible in the same sense. A request without a seed gets a fresh random one.
+reproducible in the same sense; `quantize = "fp16"` (float16 weights, float32 activations,
+FBGEMM) moves logits far less, and its layers give each row the same bits whatever
+else is in the batch. A request without a seed gets a fresh random one.
 
 Prefix reuse (`prefix_cache`, on by default; hf_prefix). A prompt that extends token ids the
 backend has already run (a `memory = full` conversation's history, a shared system prompt)
@@ -286,8 +288,9 @@ class HFBackend(Backend):
                      extends (a conversation's history), prefilling only the rest (default
                      true; see hf_prefix). A request opts out with options={"prefix_cache": False}
       prefix_cache_entries, prefix_cache_mb   its bounds (default 64 entries, 512 MiB)
-      quantize       "none" (default) or "int8": int8 weights in every linear layer, bfloat16
-                     activations (CPU only; hf_quant): ~2x faster decode, slightly different
+      quantize       "none" (default), "int8" (int8 weights in every linear layer, bfloat16
+                     activations) or "fp16" (float16 weights, float32 activations, FBGEMM's
+                     fp16 GEMM); CPU only (hf_quant): faster decode, slightly different
                      logits. Opt-in, for weights nobody trains: the trainer builds its own
                      policy without it
     """

@@ -95,18 +95,31 @@ class ModelCalls:
 
 
 _ROLE_CRC: dict[str, int] = {}  # a role name's crc32 (a spec has a handful of roles)
+_M64 = 0xFFFFFFFFFFFFFFFF
+SEED_SESSION = 0x9E3779B97F4A7C15  # call_seed's multipliers, for callers that hold its parts
+SEED_CALL = 0x94D049BB133111EB
 
 
 def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:
     """Per-call sampling seed: a splitmix64 mix of the session seed, the role, the call
     number and the model's own seed (stable across processes, unlike hash())."""
+    return mix_seed(session_seed * SEED_SESSION + role_seed_part(role, model_seed) + call_index * SEED_CALL)
+
+
+def role_seed_part(role: str, model_seed: int | None) -> int:
+    """What the role and the model add to `call_seed`'s sum, the same on every call (the
+    engine keeps it per role and model: `mix_seed(seed * SEED_SESSION + part + index * SEED_CALL)`)."""
     crc = _ROLE_CRC.get(role)
     if crc is None:
         crc = _ROLE_CRC[role] = zlib.crc32(role.encode())
-    x = (session_seed * 0x9E3779B97F4A7C15 + crc * 0xBF58476D1CE4E5B9
-         + call_index * 0x94D049BB133111EB + (model_seed or 0)) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return crc * 0xBF58476D1CE4E5B9 + (model_seed or 0)
+
+
+def mix_seed(x: int) -> int:
+    """splitmix64's finaliser of the sum, cut to 31 bits."""
+    x &= _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
     return (x ^ (x >> 31)) & 0x7FFFFFFF
 
 
@@ -119,29 +132,53 @@ def parse_reply(parser: ir.ReplyParser, text: str, finish_reason: str) -> dict:
 def reply_fields(parser: ir.ReplyParser, text: str) -> tuple[dict[str, Any], bool, list[str]]:
     """`parse_reply` as (fields, ok, missing); the fields (`text` and `answer` among them)
     are a new dict on every call, the caller's to change."""
+    return reply_parser(parser)(text)
+
+
+def reply_parser(parser: ir.ReplyParser) -> Callable[[str], tuple[dict[str, Any], bool, list[str]]]:
+    """`reply_fields` for one parser, its arguments checked and prepared once (the engine
+    holds it per role)."""
     hit = _COMPILED.get(id(parser))
     if hit is None or hit[0] is not parser:
         hit = _compile(parser)
-    fields, ok, missing = hit[1](text)
-    if hit[3]:  # json: its own verdict
-        missing = list(missing or []) if not ok else []
-        ok = bool(ok)
-    else:
-        missing = [f for f in hit[2] if not fields.get(f)]
-        ok = not missing
-    if "answer" not in fields:
-        fields["answer"] = parsers.fallback_answer(text)
-    return fields, ok, missing
+    return hit[1]
 
 
-# id(ir.ReplyParser) -> (that parser, its compiled form, required fields, is json): a role's
-# parser arguments are checked and prepared once, not on every reply
-_COMPILED: dict[int, tuple[ir.ReplyParser, Any, tuple[str, ...], bool]] = {}
+# id(ir.ReplyParser) -> (that parser, its `reply_fields`): a role's parser arguments are
+# checked and prepared once, not on every reply
+_COMPILED: dict[int, tuple[ir.ReplyParser, Callable[[str], tuple[dict[str, Any], bool, list[str]]]]] = {}
 
 
-def _compile(parser: ir.ReplyParser) -> tuple[ir.ReplyParser, Any, tuple[str, ...], bool]:
+def _compile(parser: ir.ReplyParser) -> tuple[ir.ReplyParser, Callable[[str], tuple[dict[str, Any], bool, list[str]]]]:
     if len(_COMPILED) >= 1024:  # many experiments in one process (tests): start over
         _COMPILED.clear()
-    hit = _COMPILED[id(parser)] = (parser, parsers.compile_fields(parser.kind, parser.args), tuple(parser.required),
-                                   parser.kind == "json")
+    fields_of = parsers.compile_fields(parser.kind, parser.args)
+    required = tuple(parser.required)
+    fallback_answer = parsers.fallback_answer
+
+    if parser.kind == "json":
+        def parse(text: str) -> tuple[dict[str, Any], bool, list[str]]:
+            fields, ok, missing = fields_of(text)  # json: its own verdict
+            missing = list(missing or []) if not ok else []
+            if "answer" not in fields:
+                fields["answer"] = fallback_answer(text)
+            return fields, bool(ok), missing
+    elif len(required) == 1:  # the common case (sections: its last field), without a comprehension
+        (need,) = required
+
+        def parse(text: str) -> tuple[dict[str, Any], bool, list[str]]:
+            fields = fields_of(text)[0]
+            ok = bool(fields.get(need))  # judged before the fallback answer fills a missing `answer`
+            if "answer" not in fields:
+                fields["answer"] = fallback_answer(text)
+            return (fields, True, []) if ok else (fields, False, [need])
+    else:
+        def parse(text: str) -> tuple[dict[str, Any], bool, list[str]]:
+            fields = fields_of(text)[0]
+            missing = [f for f in required if not fields.get(f)]
+            if "answer" not in fields:
+                fields["answer"] = fallback_answer(text)
+            return fields, not missing, missing
+
+    hit = _COMPILED[id(parser)] = (parser, parse)
     return hit

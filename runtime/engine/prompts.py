@@ -36,35 +36,37 @@ class Prompts:
 
     def __init__(self, templates: dict[str, ir.Template]) -> None:
         self.templates = templates
-        # key -> (compiled template, its globals, the variables it uses, whether it is memoisable)
-        self._compiled: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...], bool]] = {}
+        # key -> (compiled template, its globals, the variables it uses, whether it is
+        # memoisable, _ABSENT once per variable)
+        self._compiled: dict[str, tuple[jinja2.Template, dict[str, Any], tuple[str, ...], bool, tuple[Any, ...]]] = {}
         self._memo: dict[tuple, str] = {}
 
-    def compiled(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...], bool]:
-        """The compiled template, its globals, the variables it uses (from the IR) and
-        whether its renders may be memoised."""
+    def compiled(self, key: str) -> tuple[jinja2.Template, dict[str, Any], tuple[str, ...], bool, tuple[Any, ...]]:
+        """The compiled template, its globals, the variables it uses (from the IR),
+        whether its renders may be memoised, and a placeholder per variable for those the
+        context lacks."""
         hit = self._compiled.get(key)
         if hit is None:
             source = self.templates[key].source
             env = template_environment()
             t = env.from_string(source)
-            hit = self._compiled[key] = (t, dict(t.globals), tuple(self.templates[key].variables),
-                                         not _draws_random(env.parse(source)))
+            wanted = tuple(self.templates[key].variables)
+            hit = self._compiled[key] = (t, dict(t.globals), wanted, not _draws_random(env.parse(source)),
+                                         (_ABSENT,) * len(wanted))
         return hit
 
     def render(self, key: str, ctx: dict[str, Any]) -> str:
         """The template `key` rendered with the variables it uses from `ctx`; a template
         that fails (undefined variable, sandbox limit, an error in its logic) fails the
         session."""
-        t, globals_, wanted, memoisable = self.compiled(key)
-        values = tuple([ctx.get(k, _ABSENT) for k in wanted])
+        t, globals_, wanted, memoisable, absent = self._compiled.get(key) or self.compiled(key)
+        values = tuple(map(ctx.get, wanted, absent))  # ctx.get(name, _ABSENT) for each
         memo_key: tuple | None = None
         if memoisable:
-            for v in values:  # exact types: a subclass may render as it likes
-                if type(v) not in _PLAIN or (type(v) is str and len(v) > CACHE_CHARS):
-                    break
-            else:  # the type goes in the key: 1, True and "1" are equal or alike, not the same text
-                memo_key = (key, values, tuple(map(type, values)))
+            types = tuple(map(type, values))  # exact types: a subclass may render as it likes
+            if _PLAIN.issuperset(types) and (str not in types or _short_strings(values)):
+                # the type goes in the key: 1, True and "1" are equal or alike, not the same text
+                memo_key = (key, values, types)
                 hit = self._memo.get(memo_key)
                 if hit is not None:
                     return hit
@@ -98,6 +100,14 @@ class _Absent:
 
 _ABSENT = _Absent()
 _PLAIN = frozenset({str, int, bool, type(None), _Absent})
+
+
+def _short_strings(values: tuple[Any, ...]) -> bool:
+    """Whether no str among `values` is longer than CACHE_CHARS."""
+    for v in values:
+        if type(v) is str and len(v) > CACHE_CHARS:
+            return False
+    return True
 
 
 def _draws_random(tree: nodes.Template) -> bool:

@@ -19,7 +19,8 @@ from askspec.ir import model as ir
 
 from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling, reseeded
 from askspec.runtime.backends.loop import let_loop_run, loop_due
-from askspec.runtime.engine.calls import ModelCalls, TokenStream, TurnListener, call_seed, parse_reply, reply_fields
+from askspec.runtime.engine.calls import (SEED_CALL, SEED_SESSION, ModelCalls, TokenStream, TurnListener, call_seed,
+                                          mix_seed, parse_reply, reply_parser, role_seed_part)
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
 from askspec.runtime.engine.heap import frozen_heap
 from askspec.runtime.engine.judges import EngineJudges
@@ -79,7 +80,9 @@ class Engine:
         self.on_rollout = on_rollout
         self.on_plan = on_plan  # a later phase planned n more sessions
         self._gate = OrderGate()
-        self._ordered: dict[int, bool] = {}  # id(step) -> whether it calls diversity/novelty
+        # id(step) -> (whether it calls diversity/novelty, its method, for a plain ask of one
+        # role (no message, context or sample) its (role, template, target)), worked out once
+        self._step_kinds: dict[int, tuple[bool, Any, tuple[str, str | None, str | None] | None]] = {}
         self.router = GroupRouter(exp, params, seed, writer,
                                   EngineJudges(self.calls, self.roles, resolve_model, self.render, params, seed))
         self.judge_tallies: dict[tuple[str, str, str], JudgeTally] = {}  # (game, role, contest) -> run totals
@@ -269,16 +272,22 @@ class Engine:
 
     async def steps(self, steps: list, st: SessionState) -> None:
         for s in steps:  # each step inline (no coroutine of its own)
-            ordered = self._ordered.get(id(s))
-            if ordered is None:
-                ordered = self._ordered[id(s)] = calls_stateful(s)
+            kind = self._step_kinds.get(id(s))
+            if kind is None:
+                kind = self._step_kinds[id(s)] = _step_kind(s)
+            ordered, method, plain_ask = kind
             if ordered:  # run-level history: wait for every earlier session (determinism)
                 await self._gate.wait_for_earlier(st.plan.index)
-            simple = _SIMPLE_STEPS.get(s.__class__)
-            if simple is not None:
-                simple(self, s, st)
+            if plain_ask is not None:  # `ask`'s common case inline: one role, one reply, nothing to evaluate
+                role, template, target = plain_ask
+                reply = await self.call_role(role, template, {**self.params, **st.vars}, None, st, remember=True,
+                                             own_ctx=True)
+                if target:
+                    st.vars[target] = reply
+            elif method in _SIMPLE_METHODS:
+                method(self, s, st)
             else:
-                await _NESTED_STEPS[s.__class__](self, s, st)
+                await method(self, s, st)
 
     # steps that never wait on a model
     def _assign(self, s: ir.AssignStep, st: SessionState) -> None:
@@ -364,14 +373,9 @@ class Engine:
 
     # ------------------------------------------------------------------ asking
     async def ask(self, s: ir.AskStep, st: SessionState) -> None:
+        """An ask with a message, context or sample, or of several roles (`steps` runs the
+        plain one inline)."""
         base_ctx = {**self.params, **st.vars}
-        if s.message is None and s.context is None and s.sample is None and len(s.roles) == 1:
-            # the common case: one role, one reply, no expression to evaluate (and no
-            # coroutine or task beyond the call itself)
-            reply = await self.call_role(s.roles[0], s.template, base_ctx, None, st, remember=True, own_ctx=True)
-            if s.targets and s.targets[0]:
-                st.vars[s.targets[0]] = reply
-            return
         env = self.env(st)
         message = evaluate(s.message, env) if s.message is not None else None
         context = evaluate(s.context, env) if s.context is not None else {}
@@ -413,7 +417,8 @@ class Engine:
             hit = self._role_calls[(role, name)] = _RoleCall(
                 r, binding, Sampling(**base), model_seed, r.recover.retries,
                 int(r.reply.args.get("retries", 0)) if r.reply.kind == "json" else 0,
-                r.memory.kind, r.memory.size, role in self.rollout_roles)
+                r.memory.kind, r.memory.size, role in self.rollout_roles, reply_parser(r.reply),
+                binding.label or binding.name, role_seed_part(role, model_seed), r.prompt, r.system)
         return hit
 
     async def call_role(self, role: str, template: str | None, ctx: dict[str, Any], message: Any, st: SessionState,
@@ -428,16 +433,17 @@ class Engine:
             ctx["role"], ctx["turn"] = role, turn_no
         else:
             ctx = {**ctx, "role": role, "turn": turn_no}
-        key = template or r.prompt
+        key = template or rc.prompt
         if key is not None:
             user = self.prompts.render(key, ctx)
         else:
             user = "" if message is None else str(message)
-        if role not in st.system and r.system is not None:
-            st.system[role] = self.prompts.render(r.system, ctx)
+        if rc.system is not None and role not in st.system:
+            st.system[role] = self.prompts.render(rc.system, ctx)
         history = st.history.get(role) or []
         messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history
-        messages.append({"role": "user", "content": user})
+        asked = {"role": "user", "content": user}
+        messages.append(asked)
         reply = await self.model_call(role, rc, messages, st, sample_index, sample_key)
         retries = rc.retries
         attempt = 0
@@ -453,7 +459,8 @@ class Engine:
         if role not in st.first_user:
             st.first_user[role] = user
         if remember and rc.memory != "none":
-            new = history + [{"role": "user", "content": user}, {"role": "assistant", "content": reply["text"]}]
+            # the message sent, itself (the store then finds the next prompt's head equal by identity)
+            new = history + [asked, {"role": "assistant", "content": reply["text"]}]
             if rc.memory == "window":
                 new = new[-2 * rc.window:]
             st.history[role] = new
@@ -464,7 +471,8 @@ class Engine:
         binding = rc.binding
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
-        samp = reseeded(rc.sampling, call_seed(st.plan.seed, role, call_index, rc.model_seed))
+        # call_seed(st.plan.seed, role, call_index, rc.model_seed), its role's part kept per role
+        samp = reseeded(rc.sampling, mix_seed(st.plan.seed * SEED_SESSION + rc.seed_part + call_index * SEED_CALL))
         on_tokens = self.calls.on_tokens
         stream = TokenStream(on_tokens) if on_tokens is not None else None  # (calls.stream(), inline)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
@@ -482,7 +490,10 @@ class Engine:
         except BackendError as e:
             raise SessionFailed(f"{role}: model call failed: {e}") from None
         latency = result.latency_ms or (time.perf_counter() - t0) * 1000
-        fields, ok, missing = reply_fields(rc.role.reply, result.text)
+        # to the microsecond: round(latency, 3) where that is exact enough (round() of a
+        # float with digits goes through a decimal conversion, ~0.3 us a call)
+        latency = int(latency * 1000.0 + 0.5) / 1000.0 if 0.0 <= latency < 1e12 else round(latency, 3)
+        fields, ok, missing = rc.parse(result.text)
         st.tokens += result.tokens_out
         fields.pop("text", None)
         # what the store records as `parsed`: the parser's fields and whether the reply
@@ -495,9 +506,9 @@ class Engine:
                  "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": missing}
         st.roles[role].turns.append(reply)
         # calls.record, inline (the hot path)
-        self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=binding.label or binding.name,
+        self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=rc.label,
                          prompt=messages, text=result.text, parsed=record, finish_reason=result.finish_reason,
-                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency, 3),
+                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=latency,
                          group_id=None, ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3))
         if self.calls.on_turn:
             self.calls.on_turn(role, result.tokens_in or 0, result.tokens_out or 0, stream.count if stream is not None else 0)
@@ -536,6 +547,22 @@ class _RoleCall(NamedTuple):
     memory: str  # full | window | none
     window: int
     rollout: bool
+    parse: Callable[[str], tuple[dict[str, Any], bool, list[str]]]  # `reply_fields` for its parser
+    label: str  # the model as the store names it
+    seed_part: int  # what the role and model add to the call seed (`role_seed_part`)
+    prompt: str | None  # the role's own prompt and system templates
+    system: str | None
+
+
+def _step_kind(s: Any) -> tuple[bool, Any, tuple[str, str | None, str | None] | None]:
+    """`Engine.steps`' view of a step: (whether it waits for earlier sessions, its method,
+    (role, template, target) when it is a plain ask of one role)."""
+    plain = None
+    if (type(s) is ir.AskStep and s.message is None and s.context is None and s.sample is None
+            and len(s.roles) == 1):
+        plain = (s.roles[0], s.template, s.targets[0] if s.targets else None)
+    method = _SIMPLE_STEPS.get(s.__class__) or _NESTED_STEPS[s.__class__]
+    return calls_stateful(s), method, plain
 
 
 def _judge_failure(t: JudgeTally) -> str:
@@ -552,6 +579,7 @@ _NESTED_STEPS: dict[type, Callable[[Engine, Any, SessionState], Awaitable[None]]
     ir.AskStep: Engine.ask, ir.IfStep: Engine._if, ir.RepeatStep: Engine._repeat, ir.WhileStep: Engine._while,
     ir.ForStep: Engine._for,
 }
+_SIMPLE_METHODS = frozenset(_SIMPLE_STEPS.values())
 
 
 def _jsonable(v: Any) -> Any:

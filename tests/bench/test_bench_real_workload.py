@@ -116,7 +116,12 @@ def test_a_quantized_hf_configuration_is_measured_beside_the_others():
     assert bench.configurations((1,), server=False, quantize="none") == [Config("hf", 1)]
     assert [bench.hf_quantize(c) for c in configs[:3]] == ["none", "int8", "none"]
     a = bench.parse_args([])
-    assert a.hf_quantize == "int8" and bench.parse_args(["--hf-quantize", "none"]).hf_quantize == "none"
+    assert a.hf_quantize == "int8,fp16" and bench.parse_args(["--hf-quantize", "none"]).hf_quantize == "none"
+    assert bench.configurations((1,), server=False, quantize=a.hf_quantize) == [
+        Config("hf", 1), Config("hf int8", 1), Config("hf fp16", 1)]
+    assert bench.hf_quantize(Config("hf fp16", 8)) == "fp16"
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--hf-quantize", "int4"])
     assert bench.cli_line(a, Config("hf int8", 1)).endswith('(every hf model with quantize = "int8")')
     assert bench.run_args(a, Config("hf int8", 8), "/tmp/o", None) == bench.run_args(a, Config("hf", 8), "/tmp/o", None)
     results = {Config("hf", 1): [_m(10.0, 100)], Config("hf int8", 1): [_m(10.0, 150)],
