@@ -276,3 +276,33 @@ async def test_a_large_run_paints_its_first_sessions_before_reading_them_all(tmp
         await wait_until(pilot, shows(app, "400 sessions"), what="every session")
         table = app.screen.query_one("#sessions")
         assert table.row_count == 400 and table.cursor_row == 1
+
+
+async def test_metrics_tab_draws_training_curves(tmp_path):
+    """A run with `train_steps` records: the metrics tab draws one curve per trained role
+    and recorded column, over the steps, with the recorded values."""
+    from askspec.tui.screens.metrics import TrainPlot
+
+    from tui_helpers import _writer
+
+    w = _writer(tmp_path / "runs", "trained_run", planned_sessions=1)
+    a = w.session_started("s0", game="g", group_id=None, params={}, index=0)
+    w.session_finished("s0", a, status="ok", outcome="done", error=None, vars={})
+    losses = [0.9, 0.7, 0.55, 0.5, 0.42, 0.4]
+    for step, loss in enumerate(losses, 1):
+        w.train_step("questioner", step, {"loss": loss, "reward_mean": 0.1 * step, "lr": 1e-5, "tokens": 100 * step})
+    w.finish()
+    app = AskspecApp(tmp_path / "runs", follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, shows(app, "trained_run"), what="the run")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
+        await pilot.press("3")
+        await wait_until(pilot, lambda: bool(app.screen.query(TrainPlot)), what="the training curves")
+        plots = {(p.role, p.column): p.points for p in app.screen.query(TrainPlot)}
+        assert plots[("questioner", "loss")] == list(enumerate(losses, 1))
+        assert plots[("questioner", "reward_mean")] == [(s, 0.1 * s) for s in range(1, 7)]
+        assert "no training records" not in screen_text(app)
+        await wait_until(pilot, shows(app, "training", "questioner: loss over steps"), what="the loss curve")
+        # the curve itself: plotext's braille dots on screen
+        assert any("\u2800" < ch <= "\u28ff" for ch in screen_text(app))

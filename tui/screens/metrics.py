@@ -44,6 +44,8 @@ class TrainPlot(PlotextPlot):
             plt.scatter(xs, ys)
         else:
             plt.plot(xs, ys, marker="braille")
+        if len(set(xs)) <= 12:  # steps are whole numbers: label them, not plotext's fractions between
+            plt.xticks(sorted(set(xs)))
 
 
 def _same(a: Metrics, b: Metrics) -> bool:
