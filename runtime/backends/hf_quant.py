@@ -70,6 +70,11 @@ def _fp16_linear_class() -> Any:
 
     import torch
 
+    # torch marks both FBGEMM functions deprecated in its Python API (one warning each per
+    # process); they are what serves fp16 here, so that notice is not the user's to see
+    warnings.filterwarnings("ignore", message=r"fbgemm_(pack_gemm_matrix_fp16|linear_fp16_weight_fp32_activation) "
+                            r"is deprecated", category=UserWarning)
+
     class Fp16Linear(torch.nn.Module):
         """y = x @ W.T + b with W held as float16, packed for FBGEMM's fp16 GEMM, and x, y
         and the accumulation in float32."""
@@ -78,18 +83,14 @@ def _fp16_linear_class() -> Any:
             super().__init__()
             self.in_features, self.out_features = linear.in_features, linear.out_features
             w = linear.weight.detach().float()
-            with warnings.catch_warnings():  # deprecated in torch's Python API, still served by FBGEMM
-                warnings.simplefilter("ignore")
-                self.packed = torch.fbgemm_pack_gemm_matrix_fp16(w.contiguous())
+            self.packed = torch.fbgemm_pack_gemm_matrix_fp16(w.contiguous())
             self.bias_f32: torch.Tensor
             self.register_buffer("bias_f32", linear.bias.detach().float() if linear.bias is not None
                                  else torch.zeros(self.out_features))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             flat = x.reshape(-1, self.in_features).float().contiguous()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                y = torch.fbgemm_linear_fp16_weight_fp32_activation(flat, self.packed, self.bias_f32)
+            y = torch.fbgemm_linear_fp16_weight_fp32_activation(flat, self.packed, self.bias_f32)
             return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     return Fp16Linear
@@ -110,7 +111,7 @@ def quantize_linears(model: Any, mode: str, device: Any) -> Any:
             raise BackendError(f"hf backend: quantize = {mode!r} needs torch's _weight_int8pack_mm (torch >= 2.3)")
         make = _int8_linear_class()
     else:
-        if not (hasattr(torch, "fbgemm_linear_fp16_weight_fp32_activation") and torch.backends.quantized.engine
+        if not (hasattr(torch, "fbgemm_linear_fp16_weight_fp32_activation")
                 and "fbgemm" in torch.backends.quantized.supported_engines):
             raise BackendError(f"hf backend: quantize = {mode!r} needs a torch built with FBGEMM (x86)")
         make = _fp16_linear_class()

@@ -96,28 +96,26 @@ class ModelCalls:
 
 _ROLE_CRC: dict[str, int] = {}  # a role name's crc32 (a spec has a handful of roles)
 _M64 = 0xFFFFFFFFFFFFFFFF
-SEED_SESSION = 0x9E3779B97F4A7C15  # call_seed's multipliers, for callers that hold its parts
-SEED_CALL = 0x94D049BB133111EB
 
 
 def call_seed(session_seed: int, role: str, call_index: int, model_seed: int | None) -> int:
     """Per-call sampling seed: a splitmix64 mix of the session seed, the role, the call
     number and the model's own seed (stable across processes, unlike hash())."""
-    return mix_seed(session_seed * SEED_SESSION + role_seed_part(role, model_seed) + call_index * SEED_CALL)
+    return seed_from_part(role_seed_part(role, model_seed), session_seed, call_index)
 
 
 def role_seed_part(role: str, model_seed: int | None) -> int:
     """What the role and the model add to `call_seed`'s sum, the same on every call (the
-    engine keeps it per role and model: `mix_seed(seed * SEED_SESSION + part + index * SEED_CALL)`)."""
+    engine keeps it per role and model, for `seed_from_part`)."""
     crc = _ROLE_CRC.get(role)
     if crc is None:
         crc = _ROLE_CRC[role] = zlib.crc32(role.encode())
     return crc * 0xBF58476D1CE4E5B9 + (model_seed or 0)
 
 
-def mix_seed(x: int) -> int:
-    """splitmix64's finaliser of the sum, cut to 31 bits."""
-    x &= _M64
+def seed_from_part(part: int, session_seed: int, call_index: int) -> int:
+    """`call_seed` from its role part (`role_seed_part`)."""
+    x = (session_seed * 0x9E3779B97F4A7C15 + part + call_index * 0x94D049BB133111EB) & _M64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
     return (x ^ (x >> 31)) & 0x7FFFFFFF
@@ -163,18 +161,10 @@ def _compile(parser: ir.ReplyParser) -> tuple[ir.ReplyParser, Callable[[str], tu
             if "answer" not in fields:
                 fields["answer"] = fallback_answer(text)
             return fields, bool(ok), missing
-    elif len(required) == 1:  # the common case (sections: its last field), without a comprehension
-        (need,) = required
-
-        def parse(text: str) -> tuple[dict[str, Any], bool, list[str]]:
-            fields = fields_of(text)[0]
-            ok = bool(fields.get(need))  # judged before the fallback answer fills a missing `answer`
-            if "answer" not in fields:
-                fields["answer"] = fallback_answer(text)
-            return (fields, True, []) if ok else (fields, False, [need])
     else:
         def parse(text: str) -> tuple[dict[str, Any], bool, list[str]]:
             fields = fields_of(text)[0]
+            # judged before the fallback answer fills a missing `answer`
             missing = [f for f in required if not fields.get(f)]
             if "answer" not in fields:
                 fields["answer"] = fallback_answer(text)

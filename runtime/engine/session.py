@@ -19,8 +19,8 @@ from askspec.ir import model as ir
 
 from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling, reseeded
 from askspec.runtime.backends.loop import let_loop_run, loop_due
-from askspec.runtime.engine.calls import (SEED_CALL, SEED_SESSION, ModelCalls, TokenStream, TurnListener, call_seed,
-                                          mix_seed, parse_reply, reply_parser, role_seed_part)
+from askspec.runtime.engine.calls import (ModelCalls, TokenStream, TurnListener, call_seed, parse_reply, reply_parser,
+                                          role_seed_part, seed_from_part)
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
 from askspec.runtime.engine.heap import frozen_heap
 from askspec.runtime.engine.judges import EngineJudges
@@ -472,7 +472,7 @@ class Engine:
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
         # call_seed(st.plan.seed, role, call_index, rc.model_seed), its role's part kept per role
-        samp = reseeded(rc.sampling, mix_seed(st.plan.seed * SEED_SESSION + rc.seed_part + call_index * SEED_CALL))
+        samp = reseeded(rc.sampling, seed_from_part(rc.seed_part, st.plan.seed, call_index))
         on_tokens = self.calls.on_tokens
         stream = TokenStream(on_tokens) if on_tokens is not None else None  # (calls.stream(), inline)
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,

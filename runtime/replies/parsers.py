@@ -270,14 +270,10 @@ def _sections_fields(raw: str, setup: _SectionsSetup) -> tuple[dict[str, Any], l
     if single is not None:
         t, p = single
         fields[by_tag[t]] = raw[_TAG_SUFFIX.match(raw, p + len(t)).end():].strip()  # type: ignore[union-attr]
-    if len(required_names) == 1:  # the common case, without a comprehension's frame
-        missing = [] if fields[required_names[0]] else list(required_names)
-    else:
-        missing = [n for n in required_names if not fields[n]]
-    answer = fields.get("answer") or raw
+    missing = [n for n in required_names if not fields[n]]
+    answer = fields.get("answer")
     fields["text"] = raw
-    # (fallback_answer's first test inline: a one-word answer is itself)
-    fields["answer"] = answer if answer.isalnum() else fallback_answer(answer)
+    fields["answer"] = fallback_answer(answer if answer else raw)
     return fields, missing
 
 
