@@ -307,8 +307,12 @@ class Engine:
         value = evaluate(s.value, self.env(st))
         try:
             value = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise SessionFailed(f"reward {s.name}: not a number ({value!r})") from None
+        if value - value != 0.0:  # NaN or ±inf (inf - inf is nan): it would poison every advantage of its group
+            named = "" if s.name == "reward" else f" '{s.name}'"
+            raise EvalError(f"the reward{named} of {s.role} is {value!r}, not a finite number: check the expression "
+                            f"(an overflow, inf - inf, a log of 0?)", s.value.span or s.span)
         turn = None
         if s.turn_var is not None:
             reply = st.vars.get(s.turn_var)

@@ -109,8 +109,8 @@ def _json_default(o: Any) -> Any:
 # (see _j), else through CPython's C encoder, called
 # directly (skips building a JSONEncoder per call) with check_circular=False
 # (engine values are trees; a cycle still fails loudly with RecursionError).
-# Non-finite floats are written as NaN / Infinity, as json.dumps does; DuckDB
-# and Python's json both read them back.
+# Non-finite floats in free-form values are written as NaN / Infinity, as json.dumps
+# does; DuckDB and Python's json both read them back. A number column (_f) writes null.
 _encode = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), default=_json_default, check_circular=False
 ).encode
@@ -189,7 +189,7 @@ def _f(x: Any) -> str:  # a DOUBLE column
             return "null"
     if x - x == 0.0:  # finite (inf - inf and nan - nan are nan)
         return repr(x)
-    return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
+    return "null"  # a number column never holds a bare NaN / Infinity (not JSON): no value
 
 
 _write_all = layout.write_all  # a module global, so a test can make a write fail

@@ -119,7 +119,7 @@ def test_values_that_are_not_plain_json(kit, tmp_path):
            parsed=None, finish_reason=None, tokens_in=None, tokens_out=None, latency_ms=None)
     ev = read_lines(w.run_dir, "sessions")[0]
     assert ev["params"] == {"set": [1, 2, 3], "path": "/a/b", "m": {"x": 1}}
-    assert math.isnan(read_lines(w.run_dir, "rewards")[0]["value"])
+    assert read_lines(w.run_dir, "rewards")[0]["value"] is None  # a number column never holds a bare NaN
     assert read_lines(w.run_dir, "turns")[0]["text"] == "lone ? surrogate"
     with pytest.raises(ValueError):
         w.reward("s", a, role="r", turn_index=None, name="x", value=1, kind="bonus")
