@@ -1,5 +1,11 @@
 """Suite-wide fixtures.
 
+`tiny_model`: a tiny random Llama with SmolLM2's tokenizer and context (1 layer, hidden
+size 16; a ~3 MB folder, built once a session). The training update tests and the
+end-to-end training tests run on it: they check what an update, a schedule or a stage
+did, not what a model learned, and a real SmolLM2 step costs seconds where this one costs
+milliseconds.
+
 Model checkpoints are freed when the test module whose runs wrote them finishes: a
 SmolLM2-135M checkpoint with its optimizer state is ~1.6 GB, the training tests' module
 fixtures keep their runs until the session ends, and a full run wrote ~24 GB of them
@@ -12,6 +18,27 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A transformers folder usable wherever a spec names weights: `hf("<this folder>")`."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from askspec.runtime.backends.hf import resolve_weights
+
+    folder = tmp_path_factory.mktemp("tiny_model")
+    tok = AutoTokenizer.from_pretrained(str(resolve_weights("smollm2-135m-instruct")))
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192,
+                      eos_token_id=2, bos_token_id=1, tie_word_embeddings=True)
+    with torch.random.fork_rng():  # the same weights every session, the tests' own seeds untouched
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg)
+    model.save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
 
 
 def _checkpoint_dirs(base: Path) -> list[Path]:

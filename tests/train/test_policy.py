@@ -1,6 +1,6 @@
-"""The update step and checkpoints of a trained role on a tiny random Llama (SmolLM2's
-tokenizer, 1 layer, hidden size 16): every algorithm runs, gradient accumulation gives the
-full batch's update, the KL penalty is zero at the start, checkpoints round-trip."""
+"""The update step and checkpoints of a trained role on a tiny random Llama (tests/conftest.py's
+`tiny_model`): every algorithm runs, gradient accumulation gives the full batch's update,
+the KL penalty is zero at the start, checkpoints round-trip."""
 
 from __future__ import annotations
 
@@ -15,23 +15,6 @@ from askspec.runtime.train.batch import Trajectory, Turn
 from askspec.runtime.train.config import config_from_ir
 
 pytestmark = pytest.mark.slow  # builds a tiny model with SmolLM2's tokenizer (the converted GGUF)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from askspec.runtime.backends.hf import resolve_weights
-
-    folder = tmp_path_factory.mktemp("tiny")
-    tok = AutoTokenizer.from_pretrained(str(resolve_weights("smollm2-135m-instruct")))
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      eos_token_id=2, bos_token_id=1, tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
-    return folder
 
 
 def policy_for(folder: Path, algorithm: str = "grpo", args: dict | None = None, **hyper):
