@@ -7,32 +7,28 @@ outer rewards, decisions and promotions are checked against the schedule."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from askspec.runtime.store.views import open_store
 
-sys.path.insert(0, str(Path(__file__).parent))
-from killrun import askspec_cmd, kill_run_when, latest_step, only_run, resume  # noqa: E402
-
 SPEC = Path(__file__).parent / "specs" / "tiny_nested.ask"
 pytestmark = pytest.mark.slow
 
 
-def _inside_the_second_inner_loop(out: Path) -> bool | None:
-    """Outer step 1 checkpointed and a copy of step 2 trained: the kill lands inside the inner loop."""
-    work = list(out.glob("*/checkpoints/nested/work/*.safetensors")) if out.exists() else []
-    return True if latest_step(out) == 1 and work else None
-
-
 @pytest.fixture(scope="module")
-def resumed_run(tmp_path_factory) -> Path:
+def resumed_run(tmp_path_factory, e2e) -> Path:
     out = tmp_path_factory.mktemp("nested") / "runs"
-    kill_run_when(askspec_cmd("run", str(SPEC), "--out", str(out), "--quiet"), out, _inside_the_second_inner_loop, 800)
-    run_dir = only_run(out)
-    resume(run_dir)
+
+    def inside_the_second_inner_loop(out: Path) -> bool | None:
+        """Outer step 1 checkpointed and a copy of step 2 trained: the kill lands inside the inner loop."""
+        work = list(out.glob("*/checkpoints/nested/work/*.safetensors")) if out.exists() else []
+        return True if e2e.latest_step(out) == 1 and work else None
+
+    e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet"), out, inside_the_second_inner_loop, 800)
+    run_dir = e2e.only_run(out)
+    e2e.resume(run_dir)
     return run_dir
 
 

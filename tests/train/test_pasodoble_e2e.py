@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from askspec.runtime.store.views import open_store
-
-sys.path.insert(0, str(Path(__file__).parent))
-from killrun import askspec_cmd, kill_run_when, latest_step, only_run, resume  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "pasodoble.ask"
 pytestmark = pytest.mark.slow
@@ -38,14 +34,14 @@ EVAL_STEP = 9
 
 
 @pytest.fixture(scope="module")
-def offline_run(tmp_path_factory) -> tuple[Path, int]:
+def offline_run(tmp_path_factory, e2e) -> tuple[Path, int]:
     out = tmp_path_factory.mktemp("paso") / "runs"
     # the sft stages and the first rl step are checkpointed; the rl stage is being played
-    killed_at = kill_run_when(askspec_cmd("run", str(SPEC), "--out", str(out), "--quiet", *SMOKE, *OFFLINE), out,
-                              lambda o: s if (s := latest_step(o)) is not None and s >= 3 else None, 800)
-    run_dir = only_run(out)
+    killed_at = e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet", *SMOKE, *OFFLINE), out,
+                                  lambda o: s if (s := e2e.latest_step(o)) is not None and s >= 3 else None, 800)
+    run_dir = e2e.only_run(out)
     assert killed_at < EVAL_STEP, "the run finished before it could be killed"
-    resume(run_dir)
+    e2e.resume(run_dir)
     return run_dir, killed_at
 
 
@@ -109,9 +105,9 @@ def test_buffer_events_follow_the_schedule(offline_run):
     assert state["questions"]["ids"] == held
 
 
-def test_metrics_per_stage(offline_run):
+def test_metrics_per_stage(offline_run, e2e):
     run_dir, _ = offline_run
-    done = subprocess.run(askspec_cmd("metrics", str(run_dir), "--format", "json"), capture_output=True, text=True,
+    done = subprocess.run(e2e.cmd("metrics", str(run_dir), "--format", "json"), capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
     keyed = {(r["stage"], r["metric"], tuple(sorted(r["by"].items()))): r for r in json.loads(done.stdout)}
@@ -127,12 +123,12 @@ def test_metrics_per_stage(offline_run):
         assert row["n"] == 1 and row["value"] == float(correct)
 
 
-def test_the_online_profile_skips_the_update_of_a_batch_without_a_valid_question(tmp_path):
+def test_the_online_profile_skips_the_update_of_a_batch_without_a_valid_question(tmp_path, e2e):
     out = tmp_path / "runs"
-    done = subprocess.run(askspec_cmd("run", str(SPEC), "--profile", "online", "--set", "online_steps=1", "--out",
+    done = subprocess.run(e2e.cmd("run", str(SPEC), "--profile", "online", "--set", "online_steps=1", "--out",
                                       str(out), "--quiet", *SMOKE), capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, done.stderr
-    run_dir = only_run(out)
+    run_dir = e2e.only_run(out)
     con = open_store(run_dir)
     rows = con.execute("SELECT step, role, stage, metrics->>'phase', metrics->>'skipped', metrics->>'gate' "
                        "FROM train_steps ORDER BY step, role").fetchall()

@@ -9,23 +9,19 @@ the retrained student started from the spec's weights, not the promoted ones."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from askspec.runtime.store.views import open_store
 
-sys.path.insert(0, str(Path(__file__).parent))
-from killrun import run_to_end  # noqa: E402
-
 SPEC = Path(__file__).parent / "specs" / "tiny_pq.ask"
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    return run_to_end(SPEC, tmp_path_factory.mktemp("pq") / "runs")
+def run_dir(tmp_path_factory, e2e) -> Path:
+    return e2e.run_to_end(SPEC, tmp_path_factory.mktemp("pq") / "runs")
 
 
 def test_stages_train_and_play_in_order(run_dir):

@@ -6,15 +6,11 @@ recorded phases, pushes, evictions and train steps are checked against the sched
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from askspec.runtime.store.views import open_store
-
-sys.path.insert(0, str(Path(__file__).parent))
-from killrun import askspec_cmd, kill_run_when, latest_step, only_run, resume  # noqa: E402
 
 SPEC = Path(__file__).parent / "specs" / "tiny_alternating.ask"
 pytestmark = pytest.mark.slow
@@ -24,14 +20,14 @@ SCHEDULE = {1: ("proposer", 1), 2: ("proposer", 1), 3: ("solver", 1), 4: ("propo
 
 
 @pytest.fixture(scope="module")
-def resumed_run(tmp_path_factory) -> Path:
+def resumed_run(tmp_path_factory, e2e) -> Path:
     out = tmp_path_factory.mktemp("alt") / "runs"
     # step 4 checkpointed, step 5 (same phase) being played
-    killed_at = kill_run_when(askspec_cmd("run", str(SPEC), "--out", str(out), "--quiet"), out,
-                              lambda o: s if (s := latest_step(o)) is not None and s >= 4 else None, 800)
-    run_dir = only_run(out)
+    killed_at = e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet"), out,
+                                  lambda o: s if (s := e2e.latest_step(o)) is not None and s >= 4 else None, 800)
+    run_dir = e2e.only_run(out)
     assert killed_at < 6, "the run finished before it could be killed"
-    resume(run_dir)
+    e2e.resume(run_dir)
     return run_dir
 
 

@@ -17,16 +17,13 @@ from askspec.lang.compiler import compile_file
 from askspec.runtime.store.views import open_store
 from askspec.runtime.engine.passk import pass_at_k
 
-sys.path.insert(0, str(Path(__file__).parent))
-from killrun import run_to_end  # noqa: E402
-
 SPEC = Path(__file__).parent / "specs" / "tiny_stages.ask"
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    return run_to_end(SPEC, tmp_path_factory.mktemp("stages") / "runs")
+def run_dir(tmp_path_factory, e2e) -> Path:
+    return e2e.run_to_end(SPEC, tmp_path_factory.mktemp("stages") / "runs")
 
 
 def test_each_stage_trains_and_plays_what_it_declares(run_dir):

@@ -12,26 +12,24 @@ import pytest
 
 from askspec.runtime.store.views import open_store
 
-sys.path.insert(0, str(Path(__file__).parent))
-from killrun import askspec_cmd, kill_run_when, latest_step, only_run, resume  # noqa: E402
-
 SPEC = Path(__file__).parent / "specs" / "tiny_train.ask"
 pytestmark = pytest.mark.slow
 
 
 def askspec(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(askspec_cmd(*args), capture_output=True, text=True, timeout=900, **kw)
+    return subprocess.run([sys.executable, "-m", "askspec.cli", *args], capture_output=True, text=True, timeout=900,
+                          **kw)
 
 
 @pytest.fixture(scope="module")
-def resumed_run(tmp_path_factory) -> Path:
+def resumed_run(tmp_path_factory, e2e) -> Path:
     """A training run killed with SIGKILL after its first checkpoint, then resumed."""
     out = tmp_path_factory.mktemp("train") / "runs"
     # mid-run: step 1 is checkpointed, step 2 is being played
-    kill_run_when(askspec_cmd("run", str(SPEC), "--out", str(out), "--quiet"), out,
-                  lambda o: s if (s := latest_step(o)) is not None and s >= 1 else None, 600)
-    run_dir = only_run(out)
-    resume(run_dir)
+    e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet"), out,
+                      lambda o: s if (s := e2e.latest_step(o)) is not None and s >= 1 else None, 600)
+    run_dir = e2e.only_run(out)
+    e2e.resume(run_dir)
     return run_dir
 
 
@@ -60,7 +58,7 @@ def test_kill_9_then_resume_trains_every_step_exactly_once(resumed_run):
     assert [(r["metric"], r["by"], r["n"]) for r in rows] == [("mean_reward", {"step": k}, 2) for k in (1, 2, 3)]
 
 
-def test_eval_only_plays_without_training_and_a_checkpoint_is_a_model(resumed_run, tmp_path):
+def test_eval_only_plays_without_training_and_a_checkpoint_is_a_model(resumed_run, tmp_path, e2e):
     out = tmp_path / "runs"
     ckpt = resumed_run / "checkpoints" / "solver" / "step-3"
     assert (ckpt / "model.safetensors").exists() and (ckpt / "config.json").exists()
@@ -69,7 +67,7 @@ def test_eval_only_plays_without_training_and_a_checkpoint_is_a_model(resumed_ru
     spec.write_text(SPEC.read_text().replace('hf("smollm2-135m-instruct")', f'hf("{ckpt}")'))
     ev = askspec("run", str(spec), "--out", str(out / "eval"), "--eval-only", "--quiet")
     assert ev.returncode == 0, ev.stderr
-    eval_dir = only_run(out / "eval")
+    eval_dir = e2e.only_run(out / "eval")
     con = open_store(eval_dir)
     assert con.execute("SELECT count(*) FROM train_steps").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM rollouts").fetchone() == (0,)

@@ -1,7 +1,7 @@
-"""The kill-and-resume harness of the end-to-end training tests: start `askspec run` in a
-process group of its own, SIGKILL the whole group when a condition on its output folder
-holds (e.g. a checkpoint of some step exists), then `--resume` the run. Imported by the
-test modules beside it (they put this folder on sys.path)."""
+"""The harness of the end-to-end training tests, as the `e2e` fixture: run `askspec run` to
+its end, or start it in a process group of its own, SIGKILL the whole group when a
+condition on its output folder holds (e.g. a checkpoint of some step exists), then
+`--resume` the run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, TypeVar
+
+import pytest
 
 T = TypeVar("T")
 
@@ -54,10 +57,10 @@ def only_run(out: Path) -> Path:
     return runs[0]
 
 
-def run_to_end(spec: Path, out: Path, timeout: float = 850) -> Path:
-    """`askspec run SPEC --out OUT --quiet` to its end; the run's folder."""
-    done = subprocess.run(askspec_cmd("run", str(spec), "--out", str(out), "--quiet"), capture_output=True, text=True,
-                          timeout=timeout)
+def run_to_end(spec: Path, out: Path, *args: str, timeout: float = 850) -> Path:
+    """`askspec run SPEC --out OUT --quiet ARGS` to its end; the run's folder."""
+    done = subprocess.run(askspec_cmd("run", str(spec), "--out", str(out), "--quiet", *args), capture_output=True,
+                          text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr
     return only_run(out)
 
@@ -66,3 +69,10 @@ def resume(run_dir: Path, timeout: float = 900) -> None:
     done = subprocess.run(askspec_cmd("run", "--resume", str(run_dir), "--quiet"), capture_output=True, text=True,
                           timeout=timeout)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="session")
+def e2e() -> SimpleNamespace:
+    """The helpers above (a fixture rather than an import: works under any pytest import mode)."""
+    return SimpleNamespace(cmd=askspec_cmd, latest_step=latest_step, kill_run_when=kill_run_when, only_run=only_run,
+                           run_to_end=run_to_end, resume=resume)
