@@ -34,7 +34,8 @@ ALGORITHMS = frozenset(ALGORITHM_DEFAULTS)
 @dataclass(frozen=True)
 class Setting:
     """One training setting. kind: int | number | name (one of `choices`); `low`/`high`
-    bound the value (inclusive unless `open_low`)."""
+    bound the value (inclusive unless `open_low` / `open_high`). Every number has an upper
+    bound: a value past it (`lr = 1e308`) would overflow the weights, not train them."""
 
     kind: str
     default: Any
@@ -43,13 +44,30 @@ class Setting:
     high: float | None = None
     open_low: bool = False
     choices: tuple[str, ...] = ()
+    open_high: bool = False
+
+    def range_text(self) -> str:
+        """'> 0 and ≤ 1' (docs/language.md's table and E107 say the same)."""
+        lo = "" if self.low is None else (f"> {_shown(self.low)}" if self.open_low else f"≥ {_shown(self.low)}")
+        hi = "" if self.high is None else (f"< {_shown(self.high)}" if self.open_high else f"≤ {_shown(self.high)}")
+        return " and ".join(x for x in (lo, hi) if x)
+
+    def in_range(self, value: float) -> bool:
+        low_ok = self.low is None or (value > self.low if self.open_low else value >= self.low)
+        high_ok = self.high is None or (value < self.high if self.open_high else value <= self.high)
+        return low_ok and high_ok
+
+
+def _shown(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) >= 1000 else f"{x:g}"
 
 
 _CLIP = {
-    "clip": Setting("number", 0.2, "PPO ratio clip ε (both sides)", 0.0, None, True),
+    "clip": Setting("number", 0.2, "PPO ratio clip ε (both sides)", 0.0, 10.0, True),
     "clip_low": Setting("number", None, "ε_low: the ratio is clipped below at 1 − ε_low (default: clip)", 0.0, 1.0),
-    "clip_high": Setting("number", None, "ε_high: the ratio is clipped above at 1 + ε_high (default: clip)", 0.0, None, True),
-    "dual_clip": Setting("number", None, "dual-clip c > 1: negative-advantage tokens lose at most c·|A| (OpenRLHF)", 1.0, None, True),
+    "clip_high": Setting("number", None, "ε_high: the ratio is clipped above at 1 + ε_high (default: clip)", 0.0, 10.0, True),
+    "dual_clip": Setting("number", None, "dual-clip c > 1: negative-advantage tokens lose at most c·|A| (OpenRLHF)", 1.0, 100.0,
+                         True),
 }
 _ESTIMATOR = {"estimator": Setting("name", "grpo", "advantage estimator", choices=ESTIMATORS)}
 
@@ -59,14 +77,14 @@ ALGORITHM_ARGS: dict[str, dict[str, Setting]] = {
     "ppo": {**_CLIP, **_ESTIMATOR},
     "gspo": {
         "clip": Setting("number", None, "ε of both sides of the sequence-ratio clip (clip_low/clip_high override a side)",
-                        0.0, None, True),
+                        0.0, 10.0, True),
         "clip_low": Setting("number", 3e-4, "ε_low of the sequence ratio (GSPO paper: 3e-4)", 0.0, 1.0),
-        "clip_high": Setting("number", 4e-4, "ε_high of the sequence ratio (GSPO paper: 4e-4)", 0.0, None, True),
+        "clip_high": Setting("number", 4e-4, "ε_high of the sequence ratio (GSPO paper: 4e-4)", 0.0, 10.0, True),
         **_ESTIMATOR,
     },
     "cispo": {
         "clip_low": Setting("number", 1.0, "ε_low: weights are clipped below at 1 − ε_low (1.0: no lower clip)", 0.0, 1.0),
-        "clip_high": Setting("number", 2.0, "ε_high: weights are clipped above at 1 + ε_high", 0.0, None, True),
+        "clip_high": Setting("number", 2.0, "ε_high: weights are clipped above at 1 + ε_high", 0.0, 10.0, True),
         **_ESTIMATOR,
     },
     "sft": {"min_reward": Setting("number", None, "train only on trajectories whose reward is at least this")},
@@ -78,23 +96,27 @@ HYPERPARAMETERS: dict[str, Setting] = {
                      "(a `sample N` game's N when omitted; 1 without one)", 1),
     "steps": Setting("int", None, "optimizer steps (default: the online schedule's steps, else 1)", 1),
     "batch": Setting("int", None, "sessions played per step, rounded up to whole groups (default: one group)", 1),
-    "micro_batch": Setting("int", 8, "trajectories per forward/backward pass; gradients accumulate over the batch", 1),
-    "epochs": Setting("int", 1, "optimizer updates per batch of rollouts (>1 makes the ratio clip matter)", 1),
-    "lr": Setting("number", 1e-6, "AdamW learning rate", 0.0, None, True),
-    "warmup": Setting("int", 0, "linear warm-up steps", 0),
+    "micro_batch": Setting("int", 8, "trajectories per forward/backward pass; gradients accumulate over the batch", 1, 4096),
+    "epochs": Setting("int", 1, "optimizer updates per batch of rollouts (>1 makes the ratio clip matter)", 1, 100),
+    "lr": Setting("number", 1e-6, "AdamW learning rate", 0.0, 1.0, True),
+    "warmup": Setting("int", 0, "linear warm-up steps", 0, 1_000_000),
     "decay": Setting("name", "constant", "learning rate after warm-up", choices=("constant", "cosine")),
-    "min_lr": Setting("number", 0.0, "cosine decay floor", 0.0),
-    "weight_decay": Setting("number", 0.0, "AdamW weight decay", 0.0),
-    "beta1": Setting("number", 0.9, "AdamW β1", 0.0, 1.0),
-    "beta2": Setting("number", 0.999, "AdamW β2", 0.0, 1.0),
-    "grad_clip": Setting("number", 1.0, "clip the gradient norm to this (0: off)", 0.0),
-    "kl": Setting("number", 0.0, "coefficient of the KL penalty to the frozen initial weights", 0.0),
+    "min_lr": Setting("number", 0.0, "cosine decay floor (at most lr)", 0.0, 1.0),
+    "weight_decay": Setting("number", 0.0, "AdamW weight decay", 0.0, 1.0),
+    # β = 1 would divide AdamW's bias correction by 1 − 1ᵗ = 0
+    "beta1": Setting("number", 0.9, "AdamW β1", 0.0, 1.0, open_high=True),
+    "beta2": Setting("number", 0.999, "AdamW β2", 0.0, 1.0, open_high=True),
+    "grad_clip": Setting("number", 1.0, "clip the gradient norm to this (0: off)", 0.0, 1000.0),
+    "kl": Setting("number", 0.0, "coefficient of the KL penalty to the frozen initial weights", 0.0, 10.0),
     "kl_estimator": Setting("name", "k3", "per-token KL estimate: k1 = log π/π_ref, k3 = r − 1 − log r", choices=("k1", "k3")),
     "aggregation": Setting("name", None, "how token losses become the batch loss: token (over all tokens), "
                            "sequence (per trajectory, then over trajectories), constant (Dr. GRPO: sum / "
                            "(trajectories × max_tokens)); default per algorithm", choices=("token", "sequence", "constant")),
-    "save_every": Setting("int", 25, "write a checkpoint every N steps (and after the last)", 1),
-    "keep_checkpoints": Setting("int", 2, "checkpoints kept (the final one always stays)", 1),
+    "save_every": Setting("int", 25, "write a checkpoint every N steps (and after the last)", 1, 1_000_000),
+    "keep_checkpoints": Setting("int", 2, "checkpoints kept (the final one always stays)", 1, 1000),
+    "max_nonfinite_steps": Setting("int", 3, "how many steps may have a NaN or infinite advantage, loss or gradient: "
+                                   "each is not applied (weights unchanged, no checkpoint); at this many the run stops",
+                                   1, 1000),
     "dtype": Setting("name", "auto", "training precision: auto (float32 on CPU, bf16 autocast on GPU), float32, bfloat16",
                      choices=("auto", "float32", "bfloat16")),
 }
@@ -153,12 +175,9 @@ class TrainingChecks(RoleChecks):
         if s.kind == "int" and int(value) != value:
             self.err("E201", f"{where} '{name}' must be a whole number, found {value!r}", e.span)
             return None
-        low_ok = s.low is None or (value > s.low if s.open_low else value >= s.low)
-        high_ok = s.high is None or value <= s.high
-        if not (low_ok and high_ok):
-            lo = "" if s.low is None else (f"> {s.low:g}" if s.open_low else f"≥ {s.low:g}")
-            hi = "" if s.high is None else f"≤ {s.high:g}"
-            self.err("E107", f"{where} '{name}' must be {' and '.join(x for x in (lo, hi) if x)}, found {value!r}", e.span)
+        if not s.in_range(value):
+            self.err("E107", f"{where} '{name}' must be {s.range_text()}, found {value!r}", e.span,
+                     "the ranges are listed in docs/language.md (train)")
             return None
         return int(value) if s.kind == "int" else float(value)
 
@@ -199,4 +218,8 @@ class TrainingChecks(RoleChecks):
             value = self.setting_value(a.name, s, a.value, "training setting")
             if value is not None:
                 hyper[a.name] = value
+        lr = hyper.get("lr", HYPERPARAMETERS["lr"].default)
+        if hyper.get("min_lr", 0.0) > lr:  # the cosine floor would raise the learning rate, not lower it
+            span = next(a.value.span for a in d.attrs if a.name == "min_lr")
+            self.err("E107", f"training setting 'min_lr' ({hyper['min_lr']!r}) must be at most lr ({lr!r})", span)
         return args, hyper

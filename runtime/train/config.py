@@ -39,6 +39,7 @@ class TrainConfig:
     kl_estimator: str
     save_every: int
     keep_checkpoints: int
+    max_nonfinite_steps: int
     dtype: str
     replay: str | None
 
@@ -83,7 +84,8 @@ def config_from_ir(t: ir.Training, exp: ir.Experiment) -> TrainConfig:
         warmup=int(hyper["warmup"]), decay=str(hyper["decay"]), min_lr=float(hyper["min_lr"]),
         weight_decay=float(hyper["weight_decay"]), beta1=float(hyper["beta1"]), beta2=float(hyper["beta2"]),
         grad_clip=float(hyper["grad_clip"]), kl=float(hyper["kl"]), kl_estimator=str(hyper["kl_estimator"]),
-        save_every=int(hyper["save_every"]), keep_checkpoints=int(hyper["keep_checkpoints"]), dtype=str(hyper["dtype"]),
+        save_every=int(hyper["save_every"]), keep_checkpoints=int(hyper["keep_checkpoints"]),
+        max_nonfinite_steps=int(hyper["max_nonfinite_steps"]), dtype=str(hyper["dtype"]),
         replay=hyper.get("replay"),
     )
 

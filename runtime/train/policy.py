@@ -39,13 +39,13 @@ class TrainedPolicy:
 
         hf_logging.disable_progress_bar()  # loading and saving bars would garble the run's progress line
 
-        from askspec.runtime.backends.hf import HFBackend, default_threads, resolve_weights
+        from askspec.runtime.backends.hf import HFBackend, resolve_weights
 
         options = dict(backend_options or {})
         self.cfg = cfg
         self.weights = weights
         folder = Path(init_from) if init_from else resolve_weights(weights, options.get("cache_dir"))
-        torch.set_num_threads(int(options.get("num_threads") or default_threads()))
+        # torch's CPU threads are the process's: `askspec run` sets them (commands/resolver.py)
         device = options.get("device", "auto")
         device = "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
         self.device = torch.device(device)
@@ -172,6 +172,8 @@ class TrainedPolicy:
             adv = torch.zeros(n)
         else:
             adv = advantages(cfg.estimator, rewards, groups, counts) if n else torch.zeros(0)
+        if n and not bool(torch.isfinite(adv).all()):  # rewards of ~1e308 overflow the group's mean or std
+            return self._not_applied(metrics, t0, "advantage", "an advantage is not finite (rewards too large?)")
         metrics["zero_adv_share"] = float((adv.abs() < 1e-8).double().mean()) if n else None
         metrics["abs_adv_mean"] = float(adv.abs().double().mean()) if n else None  # Reasoning Arena Fig. 5 (right)
         if n == 0 or metrics["tokens"] == 0:
@@ -213,6 +215,14 @@ class TrainedPolicy:
                 clipped += float((clip.float() * mask).sum())
                 token_sum += float(mask.sum())
             norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+            bad = "loss" if not math.isfinite(total_loss) else "gradient" if not math.isfinite(float(norm)) else None
+            if bad is not None:  # never step on it: one NaN gradient makes every weight NaN
+                self.optimizer.zero_grad(set_to_none=True)
+                why = f"the {bad} is not finite ({total_loss if bad == 'loss' else float(norm)!r})"
+                if epoch:
+                    why += f" in epoch {epoch + 1}; the {epoch} before it were applied"
+                metrics.update(clip_frac=None, kl=None, epochs=epoch)
+                return self._not_applied(metrics, t0, bad, why)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
@@ -220,6 +230,24 @@ class TrainedPolicy:
                        kl=(kl_sum / max(token_sum, 1.0)) if self.ref is not None else 0.0,
                        grad_norm=float(norm), epochs=cfg.epochs, seconds_update=time.perf_counter() - t0)
         return metrics
+
+    def _not_applied(self, metrics: dict[str, Any], t0: float, what: str, why: str) -> dict[str, Any]:
+        """The metrics of an update skipped because `what` (advantage, loss, gradient) was
+        NaN or infinite: no optimizer step (the weights and AdamW moments are unchanged);
+        the learning-rate schedule still counts the step, as for any skipped update."""
+        self.version += 1
+        metrics.setdefault("zero_adv_share", None)
+        metrics.setdefault("abs_adv_mean", None)
+        metrics.setdefault("clip_frac", None)
+        metrics.setdefault("kl", None)
+        metrics.update(loss=None, grad_norm=None, nonfinite=what, skipped=f"not applied: {why}",
+                       seconds_update=time.perf_counter() - t0)
+        return metrics
+
+    def finite(self) -> bool:
+        """Whether every weight is a finite number (checked before a checkpoint is written)."""
+        with torch.no_grad():
+            return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
 
     # -- checkpoints -----------------------------------------------------------------------
 

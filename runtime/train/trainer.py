@@ -49,6 +49,12 @@ class TrainingRefused(Exception):
         self.problems = problems
 
 
+class TrainingStopped(Exception):
+    """The run cannot go on: too many steps with a NaN or infinite advantage, loss or
+    gradient (`max_nonfinite_steps`), or weights that are no longer finite numbers. The
+    message says which role and steps, and what to do."""
+
+
 # ---------------------------------------------------------------------------------------
 # which sessions a step plays
 
@@ -266,6 +272,7 @@ class LocalTrainer:
         self.start_step = 0
         self.datasets = datasets
         self.serve_initial = False  # an evaluate stage's turn of the initial weights
+        self.nonfinite: dict[str, list[int]] = {}  # role -> steps of this process whose update was not finite
 
     def _sizes(self, ph: schedule.Phase) -> tuple[int | None, int | None]:
         """A phase's group and batch: its role's train block (online: the largest over roles)."""
@@ -499,13 +506,29 @@ class LocalTrainer:
         """Checkpoint (when due) and record the step's train_steps."""
         step = sl.step
         log.flush()  # the step's sessions and buffer events are on disk before a checkpoint names it
-        if step % min(c.save_every for c in self.configs) == 0 or step == self.steps:
+        bad = [role for role, m in metrics.items() if m.get("nonfinite")]
+        for role in bad:
+            self.nonfinite.setdefault(role, []).append(step)
+        # a step not applied writes no checkpoint: the newest one stays the newest finite update
+        if not bad and (step % min(c.save_every for c in self.configs) == 0 or step == self.steps):
             self.checkpoint(step, metrics, engine)
         for role, m in metrics.items():
             log.train_step(role, step, _jsonable(m))
         log.flush()
         if on_step is not None:
             on_step(step, metrics)
+        for role in bad:
+            steps, limit = self.nonfinite[role], self.by_role[role].max_nonfinite_steps
+            if len(steps) >= limit:
+                raise TrainingStopped(
+                    f"role '{role}': {len(steps)} training step(s) had a NaN or infinite {metrics[role]['nonfinite']} "
+                    f"(steps {', '.join(map(str, steps))}; max_nonfinite_steps = {limit}); their updates were not "
+                    f"applied and no checkpoint holds them ({self._newest_checkpoint_words()}). Check the rewards "
+                    f"(train_steps: metrics->>'skipped'), lower `lr`, or raise `max_nonfinite_steps`")
+
+    def _newest_checkpoint_words(self) -> str:
+        step = self.latest_checkpoint()
+        return f"the newest is step {step}" if step else "none was written"
 
     def _retrain_shape(self, stage: ir.Stage) -> tuple[int, int]:
         """(group, sessions per step) of a retrain stage: its role's train block, whole groups."""
@@ -656,6 +679,11 @@ class LocalTrainer:
         from askspec.runtime.store.layout import write_json_atomic
 
         root = self.run_dir / CHECKPOINTS
+        for role, policy in self.policies.items():
+            if not policy.finite():  # a finite gradient can still overflow a weight (a huge lr)
+                raise TrainingStopped(f"role '{role}': after step {step} some weights are NaN or infinite, so no "
+                                      f"checkpoint is written ({self._newest_checkpoint_words()}); lower `lr` or "
+                                      f"`grad_clip`")
         for role, policy in self.policies.items():
             policy.save(root / role / f"step-{step}", step, _jsonable(metrics.get(role, {})))
         if engine is not None and engine.buffers:
