@@ -1,7 +1,7 @@
 """A NaN or infinite advantage, loss or gradient never reaches the weights (issue #25,
 item 4): the update is not applied, the step writes no checkpoint, its train_steps row
-says why, and after `max_nonfinite_steps` such steps the run stops with exit 1. On a tiny
-random Llama built from a config (tests/train/tiny_model.py), never SmolLM2."""
+says why, and after `max_nonfinite_steps` such steps the run stops with exit 1. On the
+suite's tiny random Llama (tests/conftest.py), never SmolLM2's weights."""
 
 from __future__ import annotations
 
@@ -18,14 +18,7 @@ from askspec.ir import model as ir
 from askspec.runtime.train.batch import Trajectory, Turn
 from askspec.runtime.train.config import config_from_ir
 
-from tiny_model import build_tiny_model
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def policy_for(folder: Path, **hyper):
@@ -37,12 +30,12 @@ def policy_for(folder: Path, **hyper):
 
 
 def trajectories(rewards: list[float], old_logprob: float = -3.0) -> list[Trajectory]:
-    return [Trajectory(f"s{i}/r", "g0", r, [Turn(f"s{i}", 1, 0, [3, 5, 8, 9], [10, 11, 4], [old_logprob] * 3, 1.0, "stop")])
+    return [Trajectory(f"s{i}/r", "g0", r, [Turn(f"s{i}", 1, 0, [1, 5, 8, 9], [10, 11, 2], [old_logprob] * 3, 1.0, "stop")])
             for i, r in enumerate(rewards)]
 
 
-def test_a_nonfinite_loss_or_advantage_is_not_applied(tiny):
-    policy = policy_for(tiny, epochs=2)
+def test_a_nonfinite_loss_or_advantage_is_not_applied(tiny_model):
+    policy = policy_for(tiny_model, epochs=2)
     before = [p.detach().clone() for p in policy.params]
     # a sampler log-prob that is not a number makes the ratio, and the loss, not a number
     m = policy.update(trajectories([0.0, 1.0], old_logprob=float("nan")))
@@ -72,9 +65,9 @@ train a with grpo {{ group = 2; steps = 6; max_nonfinite_steps = 2; save_every =
 """
 
 
-def test_the_run_stops_after_max_nonfinite_steps_without_their_checkpoints(tiny, tmp_path):
+def test_the_run_stops_after_max_nonfinite_steps_without_their_checkpoints(tiny_model, tmp_path):
     spec = tmp_path / "nan.ask"
-    spec.write_text(SPEC.format(model=tiny))
+    spec.write_text(SPEC.format(model=tiny_model))
     env = {k: v for k, v in os.environ.items() if k != "ASKSPEC_DEBUG"}
     proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(tmp_path / "runs")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
