@@ -1,8 +1,9 @@
-"""Stages end to end on CPU (real SmolLM2, 8 new tokens; tests/train/specs/tiny_stages.ask):
-a supervised cold start (2 sft steps of 2 records), one GRPO step, then the held-out game
-against the trained and the initial weights; every stage's steps, sessions and metrics are
-checked, and the first sft step's loss against the cross-entropy of the completion tokens
-computed here, independently, with the initial weights."""
+"""Stages end to end on CPU (tests/train/specs/tiny_stages.ask on the tiny random Llama of
+tests/conftest.py, 8 new tokens): a supervised cold start (2 sft steps of 2 records), one
+GRPO step, then the held-out game against the trained and the initial weights; every
+stage's steps, sessions and metrics are checked, and the first sft step's loss against
+the cross-entropy of the completion tokens computed here, independently, with the
+initial weights."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, e2e) -> Path:
-    return e2e.run_to_end(SPEC, tmp_path_factory.mktemp("stages") / "runs")
+def run_dir(tmp_path_factory, e2e, tiny_model) -> Path:
+    return e2e.run_to_end(SPEC, tmp_path_factory.mktemp("stages") / "runs", "--set", f'weights="{tiny_model}"')
 
 
 def test_each_stage_trains_and_plays_what_it_declares(run_dir):
@@ -40,13 +41,11 @@ def test_each_stage_trains_and_plays_what_it_declares(run_dir):
     assert (run_dir / "checkpoints" / "solver" / "step-4").is_dir()
 
 
-def test_the_first_sft_step_is_cross_entropy_on_the_completion_tokens(run_dir):
+def test_the_first_sft_step_is_cross_entropy_on_the_completion_tokens(run_dir, tiny_model):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from askspec.runtime.backends.hf import resolve_weights
-
-    folder = str(resolve_weights("smollm2-135m-instruct"))
+    folder = str(tiny_model)
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     records = compile_file(str(SPEC), {}).ir.datasets[0].items[:2]  # step 1: the first batch of 2
