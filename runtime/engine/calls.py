@@ -154,21 +154,17 @@ def _compile(parser: ir.ReplyParser) -> tuple[ir.ReplyParser, Callable[[str], tu
     required = tuple(parser.required)
     fallback_answer = parsers.fallback_answer
 
-    if parser.kind == "json":
-        def parse(text: str) -> tuple[dict[str, Any], bool, list[str]]:
-            fields, ok, missing = fields_of(text)  # json: its own verdict
-            missing = list(missing or []) if not ok else []
-            if "answer" not in fields:
-                fields["answer"] = fallback_answer(text)
-            return fields, bool(ok), missing
-    else:
-        def parse(text: str) -> tuple[dict[str, Any], bool, list[str]]:
-            fields = fields_of(text)[0]
-            # judged before the fallback answer fills a missing `answer`
-            missing = [f for f in required if not fields.get(f)]
-            if "answer" not in fields:
-                fields["answer"] = fallback_answer(text)
-            return fields, not missing, missing
+    def parse(text: str) -> tuple[dict[str, Any], bool, list[str]]:
+        # the parser's own verdict, judged before any fallback fills a field (a `boxed`
+        # reply without \boxed{} still gets a fallback `answer`, but is not parsed); the
+        # spec's required fields pick which of the parts it found missing count
+        fields, ok, parts_missing = fields_of(text)
+        missing = [] if ok else [f for f in required if f in (parts_missing or ())]
+        if not ok and not missing and parser.kind == "json":
+            missing = list(parts_missing or required)  # json: every schema problem counts
+        if "answer" not in fields:
+            fields["answer"] = fallback_answer(text)
+        return fields, not missing, missing
 
     hit = _COMPILED[id(parser)] = (parser, parse)
     return hit

@@ -430,7 +430,7 @@ def test_parse_always_has_text_and_answer(name, args):
 def test_parse_text_and_boxed_ok_flags():
     assert not parse("text", "   ").ok
     r = parse("boxed", "no box. 5")
-    assert not r.ok and r.missing == ["boxed"] and r["answer"] == "5"
+    assert not r.ok and r.missing == ["answer"] and r["answer"] == "5"
 
 
 def test_parse_summary_keep_none():

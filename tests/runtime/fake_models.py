@@ -116,3 +116,8 @@ async def finishes_backwards(messages, request):
     delay = (0.06 if request.role == "a" else 0.0) + (3 - request.call_index % 4) * 0.01
     await asyncio.sleep(delay)
     return f"#Answer# {request.role}-{request.call_index}"
+
+
+def boxed_on_second_try(messages, request):
+    """No \\boxed{} until it has been asked again (a recovery turn sees 3+ messages)."""
+    return "the answer is 7" if len(messages) < 3 else "so \\boxed{7}"
