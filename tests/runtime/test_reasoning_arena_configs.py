@@ -45,24 +45,23 @@ def run(tmp_path: Path, routing: str, judge_reply: str = "Response A is better. 
     return routes, metrics, con
 
 
-@pytest.mark.parametrize("routing, routes, routed, calls", [
-    ("live", ["keep", "tournament:arena"], 0.5, (0 + 6) / 2),                # 1 + 2 + 3 matches for N = 4
-    ("round_robin", ["keep", "tournament:arena_rr"], 0.5, (0 + 6) / 2),      # C(4, 2) = 6
-    ("arena_rl", ["tournament:arena_rr", "tournament:arena_rr"], 1.0, 6.0),  # every group, no routing
-    ("adaptive_pointwise", ["keep", "judge:adaptive_pointwise"], 0.5, (0 + 4) / 2),
-    ("rlvr", ["keep", "resample"], 0.0, 0.0),
+@pytest.mark.parametrize("routing, routes, routed, calls, nonzero", [
+    ("live", ["keep", "tournament:arena"], 0.5, (0 + 6) / 2, 1.0),                # 1 + 2 + 3 matches for N = 4
+    ("round_robin", ["keep", "tournament:arena_rr"], 0.5, (0 + 6) / 2, 1.0),      # C(4, 2) = 6
+    ("arena_rl", ["tournament:arena_rr", "tournament:arena_rr"], 1.0, 6.0, 1.0),  # every group, no routing
+    ("adaptive_pointwise", ["keep", "judge:adaptive_pointwise"], 0.5, (0 + 4) / 2, 0.5),
+    ("rlvr", ["keep", "resample"], 0.0, 0.0, 0.5),
 ])
-def test_each_configuration_routes_as_the_paper_says(tmp_path, routing, routes, routed, calls):
+def test_each_configuration_routes_as_the_paper_says(tmp_path, routing, routes, routed, calls, nonzero):
     reply = "\\boxed{1}" if "pointwise" in routing else "Response A is better. \\boxed{A}"
     got, metrics, con = run(tmp_path, routing, reply)
     assert got == routes
     assert metrics["routed_share"] == pytest.approx(routed)
     assert metrics["effective_judge_calls"] == pytest.approx(calls)
-    # the diverse group's four traces have non-zero advantages (rewards 1, 1, 0, 0)
-    assert metrics["nonzero_advantage_share"] >= 0.5 if routing != "arena_rl" else True
-    if routing in ("rlvr", "adaptive_pointwise"):
-        # a resampled group gives no gradient; a pointwise judge scoring all four 1 neither
-        assert metrics["nonzero_advantage_share"] == pytest.approx(0.5)
+    # the diverse group's four traces have non-zero advantages (rewards 1, 1, 0, 0), kept or
+    # tournament-scored; a tournament spreads the non-diverse group's rewards too, while a
+    # resampled group gives no gradient and a pointwise judge scoring all four 1 neither
+    assert metrics["nonzero_advantage_share"] == pytest.approx(nonzero)
 
 
 def test_rlaif_scores_every_group_pointwise(tmp_path):
