@@ -33,7 +33,8 @@ from typing import Any
 # ``overflow`` (strings moved to side files, see writer.py); sessions.bookkeeping,
 # turns.group_id, groups.judge_calls/unparsed. Version 1 lines read as version 2
 # lines without those fields (full prompts, nothing moved).
-FORMAT_VERSION = 2
+# 3: train_steps.skipped (why a step's update did not run); older lines read it as NULL.
+FORMAT_VERSION = 3
 
 MANIFEST = "manifest.json"
 IR_JSON = "ir.json"
@@ -137,6 +138,9 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "lr": "DOUBLE",
         "tokens": "BIGINT",  # trained (completion) tokens
         "seconds": "DOUBLE",  # wall time of the step: play + update
+        # NULL when the update ran, else why not: zero_advantage | no_tokens | nonfinite | gate |
+        # empty_buffer | no_data (TRAIN_SKIP_REASONS; metrics.skip_reason says it in words)
+        "skipped": "VARCHAR",
         "metrics": "JSON",
     },
     # a buffer's life (runtime/scoring/buffers.py): an item pushed, refused by a full
@@ -170,7 +174,9 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
     },
 }
 TRAIN_STEP_COLUMNS = ("loss", "reward_mean", "reward_std", "zero_adv_share", "kl", "clip_frac", "grad_norm", "lr",
-                      "tokens", "seconds")
+                      "tokens", "seconds", "skipped")
+# train_steps.skipped: why a step's update did not run (docs/training.md, "Skipped steps")
+TRAIN_SKIP_REASONS = ("zero_advantage", "no_tokens", "nonfinite", "gate", "empty_buffer", "no_data")
 
 EVENT_NAMES: tuple[str, ...] = tuple(EVENT_SCHEMAS)
 # Event files added after runs already existed: an older run lacks them, which is no damage
@@ -181,10 +187,11 @@ LATER_EVENTS = frozenset({"buffer_events", "nested_events"})
 # strings the writer moved to ``events/overflow/`` (their first characters stay inline).
 OVERFLOW_COLUMN: dict[str, str] = {"overflow": "JSON"}
 
-# Columns added after format 1 (absent from Parquet copies compacted by format 1).
+# Columns added after format 1 (absent from Parquet copies compacted by format 1; a copy
+# of format 2 lacks train_steps.skipped, found by reading its schema).
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     name: {"turns": ("prompt_chain", "prompt_link", "group_id", "ttft_ms"), "sessions": ("bookkeeping",),
-           "groups": ("judge_calls", "unparsed")}.get(name, ()) + ("overflow",)
+           "groups": ("judge_calls", "unparsed"), "train_steps": ("skipped",)}.get(name, ()) + ("overflow",)
     for name in EVENT_SCHEMAS
 }
 

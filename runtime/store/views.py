@@ -32,7 +32,8 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
     groups(run_id, group_id, route, stats, members, ts, judge_calls, unparsed, overflow)
     matches(run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts, overflow)
     train_steps(run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl,
-                clip_frac, grad_norm, lr, tokens, seconds, metrics, ts, overflow, stage)
+                clip_frac, grad_norm, lr, tokens, seconds, metrics, ts, overflow, stage, skipped)
+    (``skipped``: why the step's update did not run, NULL when it ran; layout.TRAIN_SKIP_REASONS)
     (``stage``: the stage a session or step belongs to when the spec declares stages, else NULL)
     buffer_events(run_id, buffer, event, item, value, reason, score, best, replays, step,
                   phase, seq, ts, gen, overflow)   (push | rejected | replay | evict)
@@ -128,7 +129,7 @@ def _changed_since_closed(manifest: dict, name: str, nd: Path) -> tuple[bool, st
 
 def _parquet_missing(con: duckdb.DuckDBPyConnection, pq: Path, name: str, fmt: int) -> tuple[str, ...]:
     """Columns of event file ``name`` that Parquet copy ``pq`` lacks (see layout.ADDED_COLUMNS)."""
-    if fmt >= 2:
+    if fmt >= layout.FORMAT_VERSION:
         return ()
     if fmt == 1:
         return layout.ADDED_COLUMNS[name]
@@ -342,7 +343,7 @@ _VIEW_SQL = {
     """,
     "train_steps": """
         SELECT run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl, clip_frac, grad_norm, lr,
-               tokens, seconds, metrics, ts, overflow, metrics->>'stage' AS stage FROM events_train_steps
+               tokens, seconds, metrics, ts, overflow, metrics->>'stage' AS stage, skipped FROM events_train_steps
         QUALIFY row_number() OVER (PARTITION BY run_id, role, step ORDER BY seq DESC) = 1
     """,
     # a replayed training step (after --resume) writes its buffer events again: per step,

@@ -192,6 +192,9 @@ def _f(x: Any) -> str:  # a DOUBLE column
     return "null"  # a number column never holds a bare NaN / Infinity (not JSON): no value
 
 
+# train_steps' flat columns other than DOUBLE (layout.EVENT_SCHEMAS["train_steps"])
+_TRAIN_STEP_FORMAT = {"tokens": _i, "skipped": _s}
+
 _write_all = layout.write_all  # a module global, so a test can make a write fail
 
 
@@ -653,8 +656,7 @@ class RunWriter:
 
     def train_step(self, role: str, step: int, metrics: dict) -> None:
         # the flat columns (layout.TRAIN_STEP_COLUMNS) come from `metrics`, which is also kept whole
-        flat = "".join(f'"{k}":{_i(metrics.get(k)) if k == "tokens" else _f(metrics.get(k))},'
-                       for k in layout.TRAIN_STEP_COLUMNS)
+        flat = "".join(f'"{k}":{_TRAIN_STEP_FORMAT.get(k, _f)(metrics.get(k))},' for k in layout.TRAIN_STEP_COLUMNS)
         body = (f'"ts":"{self._clock.now()}",{self._head}"role":{_s(role)},"step":{_i(step)},{flat}'
                 f'"metrics":{_j(metrics)}}}')
         self._emit("train_steps", body)

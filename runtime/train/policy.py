@@ -174,13 +174,17 @@ class TrainedPolicy:
             adv = advantages(cfg.estimator, rewards, groups, counts) if n else torch.zeros(0)
         if n and not bool(torch.isfinite(adv).all()):  # rewards of ~1e308 overflow the group's mean or std
             return self._not_applied(metrics, t0, "advantage", "an advantage is not finite (rewards too large?)")
-        metrics["zero_adv_share"] = float((adv.abs() < 1e-8).double().mean()) if n else None
+        zero = adv.abs() < 1e-8
+        metrics["zero_adv_share"] = float(zero.double().mean()) if n else None
         metrics["abs_adv_mean"] = float(adv.abs().double().mean()) if n else None  # Reasoning Arena Fig. 5 (right)
         if n == 0 or metrics["tokens"] == 0:
-            metrics.update(loss=None, kl=None, clip_frac=None, grad_norm=None, skipped="no trajectories to train on")
-            self.version += 1
-            metrics["seconds_update"] = time.perf_counter() - t0
-            return metrics
+            return self._skipped(metrics, t0, "no_tokens", "no trajectory with a trained token")
+        # every advantage 0: the policy loss and its gradient are exactly 0, so only a KL term
+        # (or sft's −log π, which has no advantage) could move the weights; no forward pass then
+        if cfg.loss != "sft" and self.ref is None and bool(zero.all()):
+            return self._skipped(metrics, t0, "zero_advantage",
+                                 f"every advantage is 0 ({metrics['zero_var_groups']} of {len(group_ids)} group(s) "
+                                 f"had equal rewards): no gradient")
         # one row per turn; whole trajectories per micro-batch (GSPO's ratio spans all their rows)
         rows = [(ti, turn) for ti, t in enumerate(trajectories) for turn in t.turns if turn.completion_ids]
         row_traj = torch.tensor([ti for ti, _ in rows])
@@ -233,14 +237,19 @@ class TrainedPolicy:
 
     def _not_applied(self, metrics: dict[str, Any], t0: float, what: str, why: str) -> dict[str, Any]:
         """The metrics of an update skipped because `what` (advantage, loss, gradient) was
-        NaN or infinite: no optimizer step (the weights and AdamW moments are unchanged);
-        the learning-rate schedule still counts the step, as for any skipped update."""
+        NaN or infinite (see _skipped)."""
+        metrics["nonfinite"] = what
+        return self._skipped(metrics, t0, "nonfinite", f"not applied: {why}")
+
+    def _skipped(self, metrics: dict[str, Any], t0: float, code: str, why: str) -> dict[str, Any]:
+        """The metrics of an update that did not run (`skipped`: the store's code, see
+        layout.TRAIN_SKIP_REASONS; `skip_reason`: in words): no optimizer step, so the
+        weights and AdamW moments are unchanged (no momentum, no weight decay); the
+        learning-rate schedule still counts the step (docs/training.md, "Skipped steps")."""
         self.version += 1
-        metrics.setdefault("zero_adv_share", None)
-        metrics.setdefault("abs_adv_mean", None)
-        metrics.setdefault("clip_frac", None)
-        metrics.setdefault("kl", None)
-        metrics.update(loss=None, grad_norm=None, nonfinite=what, skipped=f"not applied: {why}",
+        for key in ("zero_adv_share", "abs_adv_mean", "clip_frac", "kl"):
+            metrics.setdefault(key, None)
+        metrics.update(loss=None, grad_norm=None, skipped=code, skip_reason=why,
                        seconds_update=time.perf_counter() - t0)
         return metrics
 

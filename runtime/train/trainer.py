@@ -477,9 +477,10 @@ class LocalTrainer:
                         keys[(turn.session_id, turn.turn_index)] = (tr.key, tr.group_key)
                 closed = self._gate_closed(role, plans, sessions) if plans else None
                 if not plans:  # an empty buffer: nothing was played (PasoDoble ends the phase's step)
-                    m: dict[str, Any] = {"skipped": "the replayed buffer is empty", "trajectories": 0, "tokens": 0}
+                    m: dict[str, Any] = {"skipped": "empty_buffer", "skip_reason": "the replayed buffer is empty",
+                                         "trajectories": 0, "tokens": 0}
                 elif closed is not None:  # the spec's update gate said no (PasoDoble: no valid question)
-                    m = {"skipped": closed, "gate": False, "trajectories": 0, "tokens": 0}
+                    m = {"skipped": "gate", "skip_reason": closed, "gate": False, "trajectories": 0, "tokens": 0}
                 else:
                     m = policy.update(batch.trajectories)
                 m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, stage=sl.phase.stage,
@@ -524,7 +525,7 @@ class LocalTrainer:
                     f"role '{role}': {len(steps)} training step(s) had a NaN or infinite {metrics[role]['nonfinite']} "
                     f"(steps {', '.join(map(str, steps))}; max_nonfinite_steps = {limit}); their updates were not "
                     f"applied and no checkpoint holds them ({self._newest_checkpoint_words()}). Check the rewards "
-                    f"(train_steps: metrics->>'skipped'), lower `lr`, or raise `max_nonfinite_steps`")
+                    f"(train_steps: skipped, metrics->>'skip_reason'), lower `lr`, or raise `max_nonfinite_steps`")
 
     def _newest_checkpoint_words(self) -> str:
         step = self.latest_checkpoint()
@@ -593,7 +594,8 @@ class LocalTrainer:
         plans: list[SessionPlan] = []
         version = policy.version
         if not items:
-            m = {"skipped": "nothing to train on (no promoted dataset and no data)", "trajectories": 0, "tokens": 0}
+            m = {"skipped": "no_data", "skip_reason": "nothing to train on (no promoted dataset and no data)",
+                 "trajectories": 0, "tokens": 0}
         else:
             game = self._game(opts["game"])
             group, batch = self._retrain_shape(stage)

@@ -39,7 +39,8 @@ def test_a_nonfinite_loss_or_advantage_is_not_applied(tiny_model):
     before = [p.detach().clone() for p in policy.params]
     # a sampler log-prob that is not a number makes the ratio, and the loss, not a number
     m = policy.update(trajectories([0.0, 1.0], old_logprob=float("nan")))
-    assert m["nonfinite"] in ("loss", "gradient") and m["loss"] is None and m["skipped"].startswith("not applied")
+    assert m["nonfinite"] in ("loss", "gradient") and m["loss"] is None and m["skipped"] == "nonfinite"
+    assert m["skip_reason"].startswith("not applied")
     assert all(torch.equal(a, p) for a, p in zip(before, policy.params))
     assert not policy.optimizer.state  # AdamW's moments untouched as well
     # rewards of 1e308 overflow the group's mean: the advantage is infinite
@@ -78,7 +79,8 @@ def test_the_run_stops_after_max_nonfinite_steps_without_their_checkpoints(tiny_
     steps = [json.loads(line) for line in (run_dir / "events" / "train_steps.ndjson").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     assert [s["metrics"].get("nonfinite") for s in steps] == [None, None, "advantage", "advantage"]
-    assert steps[2]["loss"] is None and steps[2]["metrics"]["skipped"].startswith("not applied")
+    assert steps[2]["loss"] is None and steps[2]["skipped"] == "nonfinite"
+    assert steps[2]["metrics"]["skip_reason"].startswith("not applied")
     ckpt = run_dir / "checkpoints"
     assert json.loads((ckpt / "latest.json").read_text())["step"] == 2
     assert sorted(p.name for p in (ckpt / "a").iterdir()) == ["step-1", "step-2"]

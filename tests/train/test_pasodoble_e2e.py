@@ -59,10 +59,11 @@ def test_every_stage_and_step_exactly_once_after_the_kill(offline_run):
     assert [r["gen"] for r in raw if r["step"] <= 2] == [0, 0] and killed_at >= 3
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["resumes"] == 1
-    # each role's weights saw exactly its updates: one sft step, then its rl steps not skipped
+    # each role's policy version counts its steps that reached the update: one sft step, then
+    # its rl steps whose gate was open and buffer not empty (a zero-advantage skip counts)
     ck = run_dir / "checkpoints"
     for role in ("proposer", "solver"):
-        updates = sum(1 for r in rows if r[4] == role and r[6] is None)
+        updates = sum(1 for r in rows if r[4] == role and r[6] not in ("gate", "empty_buffer"))
         assert json.loads((ck / role / f"step-{EVAL_STEP}" / "trainer_state.json").read_text())["version"] == updates
     # sessions: one passage a proposer step, the held-out item once per weights; each once
     sessions = con.execute("SELECT stage, game, params->>'__weights__', count(*), count(DISTINCT session_id) "
@@ -76,7 +77,7 @@ def test_every_stage_and_step_exactly_once_after_the_kill(offline_run):
     # the evaluation asked the evaluated role on its own model (temperature 0.6, top_p 0.95)
     assert con.execute("SELECT DISTINCT model FROM turns t JOIN sessions s USING (session_id) "
                        "WHERE s.stage = 'heldout'").fetchall() == [("eval_model",)]
-    assert replayed == sum(1 for r in rows if r[2] == "solver" and r[6] is None)
+    assert replayed == sum(1 for r in rows if r[2] == "solver" and r[6] != "empty_buffer")
 
 
 def test_buffer_events_follow_the_schedule(offline_run):
@@ -99,7 +100,7 @@ def test_buffer_events_follow_the_schedule(offline_run):
     for step, skipped in rows:
         held = sum(1 for s, _, e, _ in ev if s < step and e == "push") - sum(
             1 for s, _, e, _ in ev if s < step and e == "evict")
-        assert (skipped == "the replayed buffer is empty") == (held == 0), (step, skipped, held)
+        assert (skipped == "empty_buffer") == (held == 0), (step, skipped, held)
     state = json.loads((run_dir / "checkpoints" / "buffers" / f"step-{EVAL_STEP}.json").read_text())
     held = [i for (i,) in con.execute("SELECT item FROM buffer_items ORDER BY item").fetchall()]
     assert state["questions"]["ids"] == held
@@ -137,7 +138,7 @@ def test_the_online_profile_skips_the_update_of_a_batch_without_a_valid_question
     (valid,) = con.execute("SELECT sum(CAST(vars->>'valid' AS INT)) FROM sessions WHERE stage = 'rl'").fetchone()
     for _, role, _, _, skipped, gate in rows[2:]:
         # the gate is sum(valid) > 0 over the step's sessions: closed exactly when no question was valid
-        assert (skipped is not None and skipped.startswith("update_when was false")) == (valid == 0)
+        assert (skipped == "gate") == (valid == 0)
         assert (gate == "false") == (valid == 0)
         version = json.loads((run_dir / "checkpoints" / role / "step-4" / "trainer_state.json").read_text())["version"]
         assert version == (1 if valid == 0 else 2)  # the sft step, and the rl step only when the gate was open

@@ -1,6 +1,6 @@
 """The online update gate (`update_when`, issue 11 item 2): evaluated over each step's
 sessions in metric scope; a closed gate skips the role's update and the skip is recorded
-in `train_steps` (`metrics.skipped`, `metrics.gate`).
+in `train_steps` (`skipped = 'gate'`, `metrics.skip_reason`, `metrics.gate`).
 
 The trainer's loop is the thing under test; the engine, the policy and the run writer
 around it are python fakes defined here (FakeEngine, FakePolicy, FakeWriter), so no
@@ -80,6 +80,9 @@ class FakePolicy:
     def save(self, folder: Path, step: int, metrics: dict) -> None:
         folder.mkdir(parents=True, exist_ok=True)
 
+    def finite(self) -> bool:  # checked before each checkpoint
+        return True
+
 
 def test_the_gate_skips_the_step_without_a_valid_session_and_updates_the_others(tmp_path):
     spec = tmp_path / "gate.ask"
@@ -97,7 +100,8 @@ def test_the_gate_skips_the_step_without_a_valid_session_and_updates_the_others(
     asyncio.run(trainer.run(FakeEngine(log, valid_steps={1, 3}), log))
     by_step = {step: m for _, step, m in writer.steps}
     assert sorted(by_step) == [1, 2, 3]
-    assert by_step[2]["gate"] is False and by_step[2]["skipped"].startswith("update_when was false")
+    assert by_step[2]["gate"] is False and by_step[2]["skipped"] == "gate"
+    assert by_step[2]["skip_reason"].startswith("update_when was false")
     assert "skipped" not in by_step[1] and "skipped" not in by_step[3]
     assert policy.updates == 2  # steps 1 and 3
 
