@@ -77,6 +77,7 @@ class RunOptions:
     quiet: bool = False
     verbose: bool = False
     eval_only: bool = False  # play a spec with train blocks without training
+    log: tuple[str, ...] = ()  # --log tensorboard[:DIR] | wandb[:PROJECT] (commands/loggers.py)
 
     def __post_init__(self) -> None:
         def whole(name: str, value: Any, minimum: int, flag: str) -> None:
@@ -111,6 +112,10 @@ class RunOptions:
                              f"--backend {self.backend}")
         if not self.file and not self.resume:
             raise UsageError("give a spec file (or --resume RUN_DIR)")
+        from askspec.runtime.commands.loggers import parse_log
+
+        for value in self.log:
+            parse_log(value)  # a bad value, or a missing package, before anything starts
 
     # ------------------------------------------------------------------ building
 
@@ -121,7 +126,8 @@ class RunOptions:
                    profile=getattr(args, "profile", None),
                    replay=args.replay, concurrency=args.concurrency, resume=args.resume, max_tokens=args.max_tokens,
                    base_url=_url(args.base_url), served_models=parse_served(args.served_model), quiet=args.quiet,
-                   verbose=args.verbose, eval_only=getattr(args, "eval_only", False))
+                   verbose=args.verbose, eval_only=getattr(args, "eval_only", False),
+                   log=tuple(getattr(args, "log", None) or ()))
 
     @classmethod
     def from_kwargs(cls, file: str | None = None, **options: Any) -> RunOptions:
@@ -140,6 +146,8 @@ class RunOptions:
         kwargs["models"] = parse_pairs(kwargs.get("models"), "--model")
         kwargs["served_models"] = parse_served(kwargs.get("served_models"))
         kwargs["base_url"] = _url(kwargs.get("base_url"))
+        log = kwargs.get("log") or ()
+        kwargs["log"] = (log,) if isinstance(log, str) else tuple(log)
         return cls(file=file, **kwargs)
 
     # ------------------------------------------------------------------ resume
@@ -149,7 +157,7 @@ class RunOptions:
         return {"backend": self.backend, "replay": os.path.abspath(self.replay) if self.replay else None,
                 "sessions": self.sessions, "max_tokens": self.max_tokens, "models": dict(self.models),
                 "base_url": self.base_url, "served_models": dict(self.served_models),
-                "concurrency": self.concurrency, "profile": self.profile}
+                "concurrency": self.concurrency, "profile": self.profile, "log": list(self.log)}
 
     def resumed(self, saved: Mapping[str, Any]) -> RunOptions:
         """These options completed by an earlier run's recorded ones (the flags given now
@@ -167,6 +175,8 @@ class RunOptions:
             changes["models"] = dict(saved["models"])
         if not self.served_models and saved.get("served_models"):
             changes["served_models"] = dict(saved["served_models"])
+        if not self.log and saved.get("log"):
+            changes["log"] = tuple(saved["log"])
         return dataclasses.replace(self, **changes) if changes else self
 
 

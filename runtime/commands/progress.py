@@ -131,6 +131,17 @@ class Progress:
                           + f"warning: {printable(message, single_line=True)}\n")
         self.stream.flush()
 
+    def note(self, line: str) -> None:
+        """A line of its own (a training step's), above the progress line on a terminal
+        (which is drawn again below it); nothing with --quiet."""
+        if self.quiet:
+            return
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line + "\n" + self.line())
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
         self.ended = time.monotonic()
         if self.quiet:

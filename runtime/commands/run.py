@@ -42,7 +42,10 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, metavar="N", help="cap every model call at N new tokens (small CPU runs)")
     p.add_argument("--eval-only", action="store_true",
                    help="play the games without training, even when the spec has train blocks")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--log", action="append", metavar="tensorboard[:DIR]|wandb[:PROJECT]",
+                   help="also log every training step to TensorBoard (default folder: RUN_DIR/tensorboard) or "
+                        "Weights & Biases (offline unless WANDB_MODE or an API key says otherwise)")
+    p.add_argument("--quiet", action="store_true", help="no progress display (and no per-step training lines)")
     p.add_argument("--verbose", action="store_true", help="also show the libraries' own progress bars and warnings")
     p.set_defaults(func=cmd_run)
 
@@ -135,8 +138,22 @@ class Run:
         print(f"run {writer.run_id}: {what} of {printable(s.exp.name)} ({s.experiment_hash[:12]}) "
               f"-> {writer.run_dir}", file=sys.stderr)
         progress.begin()
+        report, loggers = None, []
         if trainer is not None:
-            task = asyncio.ensure_future(trainer.run(engine, log))
+            made = self._training_output(s, progress)
+            if made is None:
+                return EXIT_ERROR
+            report, loggers = made
+
+            def on_step(step: int, metrics: dict) -> None:
+                lines = report.step(step, metrics)
+                if not opts.quiet:
+                    for line in lines:
+                        progress.note(line)
+                for logger in loggers:
+                    logger.step(step, metrics)
+
+            task = asyncio.ensure_future(trainer.run(engine, log, on_step))
         else:
             task = asyncio.ensure_future(engine.run(s.plan, s.done, s.prior, s.routed))
         ticker = asyncio.ensure_future(progress.tick()) if not opts.quiet else None
@@ -157,10 +174,12 @@ class Run:
                 ticker.cancel()
             try:
                 progress.close()
+                for logger in loggers:
+                    logger.close()
             finally:
                 self.abandon(status)
         if not opts.quiet:
-            for line in progress.summary(status, str(writer.run_dir)):
+            for line in progress.summary(status, str(writer.run_dir)) + (report.summary() if report else []):
                 print(line, file=sys.stderr)
         if status == "interrupted":
             print(f"interrupted: everything recorded so far is in {writer.run_dir}; continue with: "
@@ -170,10 +189,31 @@ class Run:
             return _err(f"the run failed: {failure}; its status is 'failed' (see {writer.run_dir})")
         for line in engine.route_warnings():  # the run summary: judges that mostly gave no verdict
             print(f"warning: {printable(line, single_line=True)}", file=sys.stderr)
+        for line in report.warnings() if report else []:  # trained roles whose steps mostly had no signal
+            print(f"warning: {line}", file=sys.stderr)
         if trainer is not None:
             print(f"trained {', '.join(trainer.policies)} for {trainer.steps} step(s); weights in "
                   f"{writer.run_dir / 'checkpoints'}", file=sys.stderr)
         return self._summary(results)
+
+    def _training_output(self, s, progress) -> tuple[Any, list] | None:
+        """The per-step console lines' report and the --log loggers (None after printing
+        why one could not start)."""
+        from askspec.runtime.commands.loggers import open_loggers, parse_log
+        from askspec.runtime.commands.train_report import TrainReport
+
+        config = {"experiment": s.exp.name, "experiment_hash": s.experiment_hash, "seed": s.seed,
+                  "overrides": dict(s.options.overrides), "run_id": s.writer.run_id,
+                  "algorithms": {c.role: c.algorithm for c in s.trainer.configs}, "steps": s.trainer.steps}
+        try:
+            loggers = open_loggers(tuple(parse_log(v) for v in s.options.log), run_id=s.writer.run_id,
+                                   run_dir=s.writer.run_dir, config=config)
+        except Exception as e:  # a logger that cannot start (a bad folder, W&B refusing): before any step
+            progress.close()
+            self.abandon("failed")
+            _err(f"--log: {e.__class__.__name__}: {e}")
+            return None
+        return TrainReport(s.trainer.steps), loggers
 
     def abandon(self, status: str) -> None:
         """Record how the run ended, once (also when it ended some other way); a finished

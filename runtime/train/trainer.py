@@ -483,8 +483,9 @@ class LocalTrainer:
                     m = {"skipped": "gate", "skip_reason": closed, "gate": False, "trajectories": 0, "tokens": 0}
                 else:
                     m = policy.update(batch.trajectories)
+                generated = sum(len(r["completion_ids"]) for s in sessions for r in s.rollouts if r["role"] == role)
                 m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, stage=sl.phase.stage,
-                         algorithm=cfg.algorithm,
+                         algorithm=cfg.algorithm, generated_tokens=generated,
                          sessions=len(plans), seconds_play=played, seconds=time.perf_counter() - t0,
                          policy_version=versions[role], excluded=batch.excluded)
                 if nested is not None:

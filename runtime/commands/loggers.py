@@ -1,0 +1,147 @@
+"""`askspec run --log tensorboard[:DIR]` and `--log wandb[:PROJECT]`: every `train_steps`
+column of every trained role, per stage, as each step ends, with the run's identity (the
+spec's name and hash, the `--set` values, the seed, the run id) as the logged run's
+config. The packages are optional extras (`pip install 'askspec[tensorboard]'`,
+`'askspec[wandb]'`); a missing one is a usage error before the run starts.
+
+Tags are `ROLE/COLUMN`, or `ROLE/STAGE/COLUMN` for a step of a declared stage; the x axis
+is the global training step. `skipped` is logged as 1 (the update did not run) or 0, its
+reason as text."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from askspec.runtime.commands.options import UsageError
+from askspec.runtime.store.layout import TRAIN_STEP_COLUMNS
+
+KINDS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # --log kind -> the package it needs (and the extra)
+# numbers the trainer records besides the flat columns (metrics JSON), logged alongside them
+EXTRA_NUMBERS = ("seconds_play", "seconds_update", "generated_tokens", "trajectories", "groups", "abs_adv_mean")
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    kind: str  # tensorboard | wandb
+    where: str | None  # tensorboard: the folder; wandb: the project
+
+
+def parse_log(value: str) -> LogTarget:
+    """`tensorboard`, `tensorboard:DIR`, `wandb` or `wandb:PROJECT` (a UsageError otherwise,
+    or when the package is not installed)."""
+    kind, sep, where = value.partition(":")
+    kind = kind.strip().lower()
+    if kind not in KINDS:
+        raise UsageError(f"--log {value!r}: one of tensorboard[:DIR], wandb[:PROJECT]")
+    if sep and not where.strip():
+        raise UsageError(f"--log {value!r}: give a {'folder' if kind == 'tensorboard' else 'project'} after the ':', "
+                         f"or leave the ':' out")
+    package = KINDS[kind]
+    if importlib.util.find_spec(package) is None:
+        raise UsageError(f"--log {kind} needs the {package} package, which is not installed: "
+                         f"pip install 'askspec[{package}]'")
+    return LogTarget(kind, where.strip() or None)
+
+
+def step_values(metrics: dict[str, Any]) -> tuple[dict[str, float], str | None]:
+    """The numbers one role's step logs (the train_steps columns, `skipped` as 0/1, and
+    EXTRA_NUMBERS), and the skip reason (None when the update ran)."""
+    out: dict[str, float] = {}
+    for key in (*TRAIN_STEP_COLUMNS, *EXTRA_NUMBERS):
+        if key == "skipped":
+            out[key] = 1.0 if metrics.get("skipped") else 0.0
+            continue
+        v = metrics.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[key] = float(v)
+    reason = None
+    if metrics.get("skipped"):
+        reason = f"{metrics['skipped']}: {metrics.get('skip_reason') or ''}".rstrip(": ")
+    return out, reason
+
+
+def _prefix(role: str, metrics: dict[str, Any]) -> str:
+    stage = metrics.get("stage")
+    return f"{role}/{stage}" if stage else role
+
+
+class StepLogger(Protocol):
+    def step(self, step: int, metrics: dict[str, dict[str, Any]]) -> None: ...
+    def close(self) -> None: ...
+
+
+class TensorBoardLogger:
+    """Event files under DIR/RUN_ID (default: the run directory's `tensorboard/`)."""
+
+    def __init__(self, folder: Path, config: dict[str, Any]) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.folder = folder
+        self.writer = SummaryWriter(log_dir=str(folder))
+        self.writer.add_text("config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
+        self.writer.flush()
+
+    def step(self, step: int, metrics: dict[str, dict[str, Any]]) -> None:
+        for role, m in metrics.items():
+            prefix = _prefix(role, m)
+            values, reason = step_values(m)
+            for key, v in values.items():
+                self.writer.add_scalar(f"{prefix}/{key}", v, step)
+            if reason:
+                self.writer.add_text(f"{prefix}/skip_reason", reason, step)
+        self.writer.flush()  # a step's records are on disk when it ends: a killed run loses none
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbLogger:
+    """A W&B run named after the askspec run (offline unless WANDB_MODE says otherwise or an
+    API key is configured); a resumed askspec run continues the same W&B run."""
+
+    def __init__(self, project: str, run_id: str, run_dir: Path, config: dict[str, Any]) -> None:
+        import wandb
+
+        mode = os.environ.get("WANDB_MODE") or ("online" if _wandb_key() else "offline")
+        self.run = wandb.init(project=project, name=run_id, id=run_id, resume="allow", dir=str(run_dir),
+                              config=config, mode=mode)  # type: ignore[arg-type]  # mode: a str checked by wandb
+
+    def step(self, step: int, metrics: dict[str, dict[str, Any]]) -> None:
+        row: dict[str, Any] = {}
+        for role, m in metrics.items():
+            prefix = _prefix(role, m)
+            values, reason = step_values(m)
+            row.update({f"{prefix}/{k}": v for k, v in values.items()})
+            if reason:
+                row[f"{prefix}/skip_reason"] = reason
+        if row:
+            self.run.log(row, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def _wandb_key() -> bool:
+    """Whether W&B has an API key: WANDB_API_KEY, or a login in ~/.netrc."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        return "api.wandb.ai" in netrc.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def open_loggers(targets: tuple[LogTarget, ...], *, run_id: str, run_dir: Path, config: dict[str, Any]) -> list[StepLogger]:
+    out: list[StepLogger] = []
+    for t in targets:
+        if t.kind == "tensorboard":
+            out.append(TensorBoardLogger(Path(t.where) / run_id if t.where else run_dir / "tensorboard", config))
+        else:
+            out.append(WandbLogger(t.where or str(config.get("experiment") or "askspec"), run_id, run_dir, config))
+    return out
