@@ -26,7 +26,8 @@ async def one_run(spec: Path, out: Path, concurrency: int) -> tuple[float, int]:
     from askspec.runtime.store.views import open_store
 
     t0 = time.perf_counter()
-    rc, run_dir = await run_spec(str(spec), out=str(out), concurrency=concurrency, seed=1)
+    # own_process: the torch threads and heap freezing `askspec run` gives its process
+    rc, run_dir = await run_spec(str(spec), out=str(out), concurrency=concurrency, seed=1, own_process=True)
     elapsed = time.perf_counter() - t0
     assert rc == 0
     tokens = open_store(run_dir).execute("select sum(tokens_out) from turns").fetchone()[0]

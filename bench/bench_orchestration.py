@@ -67,6 +67,7 @@ def askspec_side(sessions: int, turns: int, record: bool, callable_name: str = "
     SPEC_CALLABLE = callable_name
     sys.path.insert(0, str(HERE))
     from askspec.lang.compiler import compile_source
+    from askspec.runtime.commands.heap import frozen_heap
     from askspec.runtime.commands.options import RunOptions
     from askspec.runtime.commands.resolver import ModelResolver
     from askspec.runtime.engine.session import Engine
@@ -91,7 +92,9 @@ def askspec_side(sessions: int, turns: int, record: bool, callable_name: str = "
         else:
             writer = NullWriter()
         resolver = ModelResolver(exp, RunOptions(file=str(spec)), tmp)
-        engine = Engine(exp, params=params, datasets={}, writer=writer, resolve_model=resolver.resolve, concurrency=64)
+        # as `askspec run` does for its own process (commands/run.py): the heap frozen per phase
+        engine = Engine(exp, params=params, datasets={}, writer=writer, resolve_model=resolver.resolve, concurrency=64,
+                        around_phase=frozen_heap)
 
         async def go():
             c0, t0 = time.process_time(), time.perf_counter()

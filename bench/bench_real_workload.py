@@ -376,7 +376,8 @@ async def _one_run(kwargs: dict) -> tuple[float, str]:
     from askspec.runtime.commands.run import run_spec
 
     t0 = time.perf_counter()
-    rc, run_dir = await run_spec(str(SPEC), **kwargs)
+    # own_process: the torch threads and heap freezing `askspec run` gives its process
+    rc, run_dir = await run_spec(str(SPEC), own_process=True, **kwargs)
     elapsed = time.perf_counter() - t0
     if rc != 0 or run_dir is None:
         raise SystemExit(f"askspec run failed (exit {rc}) with {kwargs}")

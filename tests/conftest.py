@@ -10,14 +10,25 @@ Model checkpoints are freed when the test module whose runs wrote them finishes:
 SmolLM2-135M checkpoint with its optimizer state is ~1.6 GB, the training tests' module
 fixtures keep their runs until the session ends, and a full run wrote ~24 GB of them
 (enough to fill a CI disk). Freed per module, the peak is one module's checkpoints.
+
+The suite's process is its own, as `askspec run`'s is: torch's CPU threads are set here
+as the command sets them (no library module sets them: docs/architecture.md).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from askspec.runtime.backends.hf import default_threads
+
+    # read by torch's OpenMP when it starts (torch is not imported here: most tests never need it)
+    os.environ.setdefault("OMP_NUM_THREADS", str(default_threads()))
 
 
 @pytest.fixture(scope="session")

@@ -187,6 +187,12 @@ class Backend(abc.ABC):
         return {"level": "server", "why": "each call's seed is sent to the server; whether it gives the same reply again "
                                           "depends on the server (vLLM and llama.cpp servers batch requests too)"}
 
+    def torch_threads(self) -> int | None:
+        """The torch CPU threads this backend's model wants, None when it runs no torch in
+        this process. torch's setting is the process's: the command that owns the process
+        applies it (commands/resolver.py), never the backend."""
+        return None
+
     def preparation(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The steps `prepare` takes, each as (what it does, the coroutine function doing
         it), so that `askspec run` shows each on a line of its own (a one-time conversion

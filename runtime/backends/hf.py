@@ -279,7 +279,9 @@ class HFBackend(Backend):
       max_batch      rows decoded together (default 8)
       device         "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
       dtype          "float32", "bfloat16", "float16" (default: float32 on cpu, bf16 on gpu)
-      num_threads    torch CPU threads (default: usable CPUs minus one; see default_threads)
+      num_threads    torch CPU threads (default: usable CPUs minus one; see default_threads).
+                     torch's setting is the process's, so the backend never sets it: `askspec
+                     run` does (torch_threads), a program embedding the backend does its own
       cache_dir      where converted GGUF weights are cached (default: see cache_root)
       batch_wait_ms  how long an idle worker waits for more requests before it starts a
                      batch (default 5): concurrent callers then share one prefill
@@ -407,7 +409,6 @@ class HFBackend(Backend):
             from askspec.runtime.backends.hf_ops import use_gqa_attention
 
             folder = resolve_weights(self.model_name, self.cache_dir)
-            torch.set_num_threads(int(self.num_threads or default_threads()))
             device = self._pick_device(torch)
             dtype = self._pick_dtype(torch, device)
             try:
@@ -439,8 +440,6 @@ class HFBackend(Backend):
         """Serve an already loaded model (the local trainer's, whose weights it updates in
         place between steps) instead of loading weights. Call before the first request."""
         with self._load_lock:
-            import torch
-
             from askspec.runtime.backends.hf_ops import use_gqa_attention
 
             if self.chat_template is None and not getattr(tokenizer, "chat_template", None):
@@ -452,13 +451,14 @@ class HFBackend(Backend):
                             self.quantize)
             if device.type == "cpu":
                 use_gqa_attention(model)
-            if self.num_threads:
-                torch.set_num_threads(int(self.num_threads))
             self._eos = frozenset(_eos_ids(model, tokenizer))
             self._context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
             self._tokenizer, self._model, self._device = tokenizer, model, device
             self._loaded = True
             self.forget_prefixes()  # computed under other weights
+
+    def torch_threads(self) -> int:
+        return int(self.num_threads or default_threads())
 
     def forget_prefixes(self) -> None:
         """Drop every cached prefix. Weight updates through the optimizer or

@@ -65,15 +65,27 @@ def _int8_linear_class() -> Any:
     return Int8Linear
 
 
-def _fp16_linear_class() -> Any:
+def _fp16_deprecation_seen(torch: Any) -> None:
+    """Have torch give its deprecation notice for both FBGEMM functions now, unseen.
+
+    torch marks them deprecated in its Python API and warns once per process (a C++
+    warn-once flag), not per call; they are what serves fp16 here, so that notice is not
+    the user's to see. One tiny call of each, with the notice ignored only inside the
+    block (the process's warnings filters are left as they were), uses it up: no forward
+    pays for a filter, and none warns."""
     import warnings
 
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"fbgemm_(pack_gemm_matrix_fp16|linear_fp16_weight_fp32_activation) "
+                                r"is deprecated", category=UserWarning)
+        packed = torch.fbgemm_pack_gemm_matrix_fp16(torch.zeros(1, 1))
+        torch.fbgemm_linear_fp16_weight_fp32_activation(torch.zeros(1, 1), packed, torch.zeros(1))
+
+
+def _fp16_linear_class() -> Any:
     import torch
 
-    # torch marks both FBGEMM functions deprecated in its Python API (one warning each per
-    # process); they are what serves fp16 here, so that notice is not the user's to see
-    warnings.filterwarnings("ignore", message=r"fbgemm_(pack_gemm_matrix_fp16|linear_fp16_weight_fp32_activation) "
-                            r"is deprecated", category=UserWarning)
+    _fp16_deprecation_seen(torch)
 
     class Fp16Linear(torch.nn.Module):
         """y = x @ W.T + b with W held as float16, packed for FBGEMM's fp16 GEMM, and x, y

@@ -3,7 +3,13 @@
 
 Backend option names are each backend's own business (`Backend.spec_options`, through
 the registry); this module only decides which backend and which model a role gets,
-records what it chose (`info`), and prepares the models a run starts with."""
+records what it chose (`info`), and prepares the models a run starts with.
+
+torch's CPU threads are the process's (with torch's OpenMP build, each thread takes the
+number set last when it first runs torch code), so no backend sets them: with
+`set_torch_threads`, the first model bound that runs torch here (`Backend.torch_threads`)
+sets them, from the event loop's thread, before that model's load and worker threads
+start."""
 
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ class ModelResolver:
     """Maps (role, model name) to a backend binding; shares one binding per pair."""
 
     def __init__(self, exp: ir.Experiment, options: RunOptions, spec_dir: str, *,
-                 default_base_url: str | None = None, warn: Callable[[str], None] | None = None) -> None:
+                 default_base_url: str | None = None, warn: Callable[[str], None] | None = None,
+                 set_torch_threads: bool = False) -> None:
         self.exp = exp
         self.options = options
         self.context = SpecContext(spec_dir=spec_dir, base_url=options.base_url, default_base_url=default_base_url,
@@ -35,6 +42,8 @@ class ModelResolver:
         self._bindings: dict[tuple[str, str | None], Any] = {}
         self._served: dict[str, list[str]] = {}  # endpoint -> the models it lists (learned by prepare)
         self._warned: set[str] = set()
+        self.set_torch_threads = set_torch_threads
+        self.torch_threads: int | None = None  # what this run set torch's CPU threads to
 
     # ------------------------------------------------------------------ binding
     def resolve(self, role: str, name: str | None):
@@ -94,7 +103,21 @@ class ModelResolver:
         if new:
             self.bound[role].append(info)
         binding = ModelBinding(name=bound_name, backend=backend, weights=asked, sampling=sampling, label=label)
+        if self.set_torch_threads:
+            self._set_torch_threads(backend)
         return binding, (info if new else None)
+
+    def _set_torch_threads(self, backend: Backend) -> None:
+        """Once per run, from the first model that runs torch in this process (a spec has
+        no thread setting: every hf model asks for hf.default_threads())."""
+        if self.torch_threads is not None:
+            return
+        wanted = backend.torch_threads()
+        if wanted is not None:
+            import torch
+
+            torch.set_num_threads(wanted)
+            self.torch_threads = wanted
 
     def _served_name(self, role: str, name: str, declared: str, kind: str, weights: str, endpoint: str) -> str:
         """The model name a server is asked for: --served-model for the role, the model or

@@ -8,6 +8,7 @@ Wiring only: the options (options.py), what happens before the first session
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from typing import Any
 
@@ -60,7 +61,7 @@ def cmd_run(args) -> int:
         from askspec.runtime.commands.noise import silence_libraries
 
         silence_libraries()
-    run = Run(opts)
+    run = Run(opts, own_process=True)
     try:
         return asyncio.run(run.execute())
     except KeyboardInterrupt:  # raised outside the run's own handling (a second Ctrl-C)
@@ -68,15 +69,19 @@ def cmd_run(args) -> int:
         return EXIT_INTERRUPTED
 
 
-async def run_spec(file: str | None = None, **options: Any) -> tuple[int, str | None]:
+async def run_spec(file: str | None = None, *, own_process: bool = False, **options: Any) -> tuple[int, str | None]:
     """Programmatic `askspec run`: the same options as the command line, as keyword
     arguments under the flags' names (out=..., set=["probes=1"], replay=..., base_url=...).
-    Returns (exit code, run dir)."""
+    Returns (exit code, run dir).
+
+    It leaves the process as it found it (gc, torch's threads, warnings filters, the
+    environment): the host's to set. `own_process=True` makes the settings the command
+    makes for a process that is nothing but this run (Run): for scripts that measure it."""
     try:
         opts = RunOptions.from_kwargs(file, **options)
     except UsageError as e:
         return _err(str(e)), None
-    run = Run(opts)
+    run = Run(opts, own_process=own_process)
     rc = await run.execute()
     return rc, run.run_dir
 
@@ -87,10 +92,16 @@ def _err(msg: str) -> int:
 
 
 class Run:
-    """One `askspec run`: start, play the sessions, record how it ended."""
+    """One `askspec run`: start, play the sessions, record how it ended.
 
-    def __init__(self, opts: RunOptions) -> None:
+    `own_process`: the run is the process's only business (the command line), so it
+    makes the process-wide settings that speed it up, each before the threads that read
+    it start: torch's CPU threads for its hf models (ModelResolver), the
+    heap frozen while each phase runs (heap.py). Otherwise it changes nothing global."""
+
+    def __init__(self, opts: RunOptions, own_process: bool = False) -> None:
         self.opts = opts
+        self.own_process = own_process
         self.run_dir: str | None = None
         self.writer = None
 
@@ -100,7 +111,7 @@ class Run:
 
         progress = Progress(0, 0, self.opts.quiet)
         try:
-            started = await start(self.opts, progress.step)
+            started = await start(self.opts, progress.step, own_process=self.own_process)
         except UsageError as e:
             return _err(str(e))
         if started is None:
@@ -112,6 +123,7 @@ class Run:
             await started.resolver.aclose()
 
     async def _play(self, s, progress) -> int:
+        from askspec.runtime.commands.heap import frozen_heap
         from askspec.runtime.commands.signals import StopOnSignal
         from askspec.runtime.engine.session import Engine, RunAborted
         from askspec.runtime.engine.stateful import StatefulScorers
@@ -134,7 +146,7 @@ class Run:
                         seed=s.seed, concurrency=opts.concurrency, stateful=StatefulScorers(),
                         on_session_done=progress.session, on_turn=progress.turn, on_plan=progress.planned,
                         on_tokens=progress.stream_tokens, max_sessions=opts.sessions, on_warning=progress.warn,
-                        **engine_kw)
+                        around_phase=frozen_heap if self.own_process else contextlib.nullcontext, **engine_kw)
         print(f"run {writer.run_id}: {what} of {printable(s.exp.name)} ({s.experiment_hash[:12]}) "
               f"-> {writer.run_dir}", file=sys.stderr)
         progress.begin()

@@ -170,8 +170,10 @@ def roles_record(exp: ir.Experiment, opts: RunOptions, resolver: ModelResolver,
     return out
 
 
-async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]]) -> Started | None:
-    """Everything up to the first session; None when the spec has errors (printed)."""
+async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], *,
+                own_process: bool = False) -> Started | None:
+    """Everything up to the first session; None when the spec has errors (printed).
+    `own_process`: set torch's CPU threads from the models (commands/run.py, Run)."""
     from askspec.runtime.backends.base import BackendError
     from askspec.runtime.engine.session import SessionFailed
 
@@ -189,7 +191,8 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]]) 
     if trainer is False:
         return None  # refused: the diagnostics are printed
     base = default_base_url(manifest, warn)
-    resolver = ModelResolver(exp, opts, spec_dir, default_base_url=base if manifest else None, warn=warn)
+    resolver = ModelResolver(exp, opts, spec_dir, default_base_url=base if manifest else None, warn=warn,
+                             set_torch_threads=own_process)
     try:
         await resolver.prepare(line)
     except (SessionFailed, BackendError) as e:

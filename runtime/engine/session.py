@@ -12,8 +12,9 @@ variable values, never as template source."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Any, Awaitable, Callable, Iterable, NamedTuple
+from typing import Any, Awaitable, Callable, ContextManager, Iterable, NamedTuple
 
 from askspec.ir import model as ir
 
@@ -22,7 +23,6 @@ from askspec.runtime.backends.loop import let_loop_run, loop_due
 from askspec.runtime.engine.calls import (ModelCalls, TokenStream, TurnListener, call_seed, parse_reply, reply_parser,
                                           role_seed_part, seed_from_part)
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
-from askspec.runtime.engine.heap import frozen_heap
 from askspec.runtime.engine.judges import EngineJudges
 from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
 from askspec.runtime.engine.prompts import Prompts
@@ -47,7 +47,8 @@ class Engine:
                  on_turn: TurnListener | None = None, on_plan: Callable[[int], None] | None = None,
                  on_tokens: Callable[[int], None] | None = None,
                  max_sessions: int | None = None, on_warning: Callable[[str], None] | None = None,
-                 rollout_roles: frozenset[str] = frozenset(), on_rollout: Callable[..., None] | None = None) -> None:
+                 rollout_roles: frozenset[str] = frozenset(), on_rollout: Callable[..., None] | None = None,
+                 around_phase: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
         self.exp = exp
         self.params = params
         self.datasets = datasets
@@ -79,6 +80,9 @@ class Engine:
         self.rollout_roles = rollout_roles
         self.on_rollout = on_rollout
         self.on_plan = on_plan  # a later phase planned n more sessions
+        # entered around each phase's sessions: a command that owns its process freezes the
+        # heap there (commands/heap.py); the engine itself changes nothing process-wide
+        self.around_phase = around_phase
         self._gate = OrderGate()
         # id(step) -> (whether it calls diversity/novelty, its method, for a plain ask of one
         # role (no message, context or sample) its (role, template, target)), worked out once
@@ -182,7 +186,7 @@ class Engine:
                     await let_loop_run()
 
         self._gate.reset([])
-        with frozen_heap():  # full collections scan the phase's objects only (heap.py)
+        with self.around_phase():
             await _all_or_none([asyncio.ensure_future(worker()) for _ in range(self.concurrency)])
             if route_tasks:
                 await _all_or_none(route_tasks)

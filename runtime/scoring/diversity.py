@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import threading
 from collections import deque
@@ -129,29 +128,26 @@ _load_lock = threading.Lock()
 
 @lru_cache(maxsize=1)
 def _load_minilm(device: str):
-    # Offline before importing: the model is local, and nothing may try the hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(str(minilm_folder()), device=device)
+    # the model is a local folder: nothing may try the hub (asked per call, not through
+    # HF_HUB_OFFLINE, which would be the whole process's)
+    return SentenceTransformer(str(minilm_folder()), device=device, local_files_only=True)
 
 
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings (384-d, L2-normalised), loaded lazily once.
 
-    ``num_threads`` (opt-in) runs each encode with that many torch intra-op threads and
-    restores the previous setting after. torch's setting is process-wide, so this is off
-    by default; on a loaded 2-core machine one thread embedded a single question 4-12x
-    faster than two (docs/benchmarks_scoring.md).
+    It encodes with the torch CPU threads the process has: the setting is the process's
+    (`askspec run` sets it for its hf models). On a loaded 2-core machine one thread
+    embedded a single question 4-12x faster than two (docs/benchmarks_scoring.md).
     """
 
     dim = 384
 
-    def __init__(self, device: str = "cpu", batch_size: int = 64, num_threads: int | None = None):
+    def __init__(self, device: str = "cpu", batch_size: int = 64):
         self.device = device
         self.batch_size = batch_size
-        self.num_threads = num_threads
 
     @property
     def model(self):
@@ -159,21 +155,8 @@ class MiniLMEmbedder:
             return _load_minilm(self.device)
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        model = self.model
-        if self.num_threads is None:
-            return self._encode(model, texts)
-        import torch
-
-        previous = torch.get_num_threads()
-        torch.set_num_threads(self.num_threads)
-        try:
-            return self._encode(model, texts)
-        finally:
-            torch.set_num_threads(previous)
-
-    def _encode(self, model, texts: Sequence[str]) -> np.ndarray:
-        vecs = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                            normalize_embeddings=True, show_progress_bar=False)
+        vecs = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                                 normalize_embeddings=True, show_progress_bar=False)
         return np.asarray(vecs, dtype=np.float32)
 
 

@@ -1,13 +1,15 @@
-"""runtime/engine/heap.py: objects that exist when a phase starts are left out of
-collections while it runs, and given back (collectable) when the last phase ends."""
+"""runtime/commands/heap.py: objects that exist when a phase starts are left out of
+collections while it runs, and given back (collectable) when the last phase ends.
+(`askspec run` hands it to its engine; tests/runtime/test_process_settings.py checks
+that the command's runs freeze and an embedded run does not.)"""
 
 from __future__ import annotations
 
 import gc
 import weakref
 
-from askspec.runtime.engine import heap
-from askspec.runtime.engine.heap import frozen_heap
+from askspec.runtime.commands import heap
+from askspec.runtime.commands.heap import frozen_heap
 
 
 class _Node:

@@ -231,15 +231,21 @@ def test_minilm_paraphrase_scores_lower_diversity_than_unrelated_text():
 
 
 @pytest.mark.slow
-def test_minilm_thread_option_gives_same_embeddings_and_restores_torch_threads():
+def test_minilm_gives_unit_rows_with_the_process_torch_threads():
+    """The embedder runs on the torch threads the process has (the setting is the
+    process's: tests/runtime/test_process_settings.py); the same rows at one thread."""
     torch = pytest.importorskip("torch")
     from askspec.runtime.scoring.diversity import MiniLMEmbedder
 
     before = torch.get_num_threads()
     texts = ["What is the sum of the first 10 primes?", "Name a prime number."]
     default = MiniLMEmbedder()(texts)
-    single = MiniLMEmbedder(num_threads=1)(texts)
     assert torch.get_num_threads() == before
+    torch.set_num_threads(1)
+    try:
+        single = MiniLMEmbedder()(texts)
+    finally:
+        torch.set_num_threads(before)
     assert default.shape == (2, 384) and default.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(default, axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(single, default, atol=1e-5)

@@ -10,6 +10,10 @@ the collector's permanent generation, which no collection scans; `gc.unfreeze()`
 back when the last phase in flight ends, so nothing that became garbage meanwhile is kept
 beyond the run. Reference counting frees objects as usual throughout; only cycles among
 the frozen objects wait for the unfreeze.
+
+The collector is the process's, so this is the command's to do: `askspec run` hands
+`frozen_heap` to its engine (`Engine(around_phase=...)`); an engine embedded in another
+program leaves that program's collector alone.
 """
 
 from __future__ import annotations
