@@ -21,6 +21,11 @@ from askspec.ir.builtins import spec_range
 # single group (`sample N`) larger than this cannot run at all. Documented in
 # docs/language.md ("Diagnostics") and the README.
 MAX_PLANNED_SESSIONS = 1_000_000
+# A training run's steps are listed when it starts (its schedule), and each step's
+# sessions are played and held whole: past these it is refused (E405), past
+# MAX_PLANNED_SESSIONS sessions in all it is warned about (W503). docs/training.md.
+MAX_TRAINING_STEPS = 1_000_000
+MAX_STEP_SESSIONS = MAX_PLANNED_SESSIONS
 
 
 # The constant arithmetic of the spec language (the checker's constant folding uses it too).
@@ -135,6 +140,34 @@ def cut_total(counts: list[tuple[int, int]], max_sessions: int | None) -> int:
             return total + min(n, -(-room // group) * group)  # up to the end of the group
         total += n
     return total
+
+
+def training_steps(t: ir.Training, exp: ir.Experiment) -> int:
+    """The optimizer steps of a train block (its learning-rate schedule's length): the
+    block's `steps`, else the online schedule's; an alternating schedule's `ROLE = N` ×
+    iterations; a nested schedule's outer steps, or each inner copy's own steps."""
+    steps = t.hyper.get("steps")
+    sched = exp.schedule
+    if steps is None and sched is not None and sched.kind == "online":
+        steps = sched.options.get("steps")
+    if sched is not None and sched.kind == "alternating":
+        steps = int(sched.options.get(t.role) or 0) * int(sched.options.get("iterations") or 1) or steps
+    if sched is not None and sched.kind == "nested":
+        opts = sched.options
+        if t.role == opts.get("outer"):
+            steps = opts.get("outer_steps") or steps
+        elif t.role == opts.get("inner"):
+            steps = int(opts.get("inner_steps") or 1) + int(opts.get("extra_inner_steps") or 0)
+    return int(steps or 1)
+
+
+def training_step_sessions(t: ir.Training, games: list[ir.Game]) -> int:
+    """The most sessions one step of a train block plays: `batch` rounded up to whole
+    groups (a `sample N` game's N, else the block's `group`), at least one group."""
+    group = t.hyper.get("group")
+    size = max([g.group_size if g.group_size > 1 else int(group or 1) for g in games] or [int(group or 1)])
+    batch = int(t.hyper.get("batch") or size)
+    return -(-batch // size) * size
 
 
 def iter_game_counts(games: list[ir.Game], params: Mapping[str, Any],

@@ -15,11 +15,11 @@ from . import ast as A
 from . import profiles
 from .stages import StageChecks
 from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval, parse_override
-from .diagnostics import DiagnosticSink, Sources
+from .diagnostics import Diagnostic, DiagnosticSink, Sources
 from .exprs import irspan, suggest, suggestion_budget
 from .games import GameChecker
 from .parser import decode_source, parse, read_source
-from .plan_check import check_plan_size
+from .plan_check import check_plan_size, check_training_size
 from .span import Span
 from .types import ANY, OPEN_RECORD, T, TYPE_NAMES, from_json_value, is_a, list_of
 
@@ -38,24 +38,29 @@ class CompileResult:
         return self.ir is not None and not self.sink.has_errors
 
 
-def compile_file(path: str, overrides: dict[str, str] | None = None, profile: str | None = None) -> CompileResult:
+def compile_file(path: str, overrides: dict[str, str] | None = None, profile: str | None = None,
+                 all_profiles: bool = False) -> CompileResult:
+    """Compile the spec at ``path`` in one configuration (``profile``, else the spec's
+    default). ``all_profiles`` (`askspec check` without --profile) also checks every other
+    profile and adds the errors only they have, each with a note naming its profile."""
     sink, sources = DiagnosticSink(), Sources()
     try:
         data = read_source(path)
     except OSError as e:
         sink.error("E004", f"cannot read {path}: {e.strerror or e}", None)
         return CompileResult(None, sink, sources)
-    return compile_bytes(path, data, overrides, sink, sources, profile)
+    return compile_bytes(path, data, overrides, sink, sources, profile, all_profiles)
 
 
 def compile_source(path: str, text: str, overrides: dict[str, str] | None = None,
-                   profile: str | None = None) -> CompileResult:
-    return compile_bytes(path, text.encode("utf-8", "surrogatepass"), overrides, profile=profile)
+                   profile: str | None = None, all_profiles: bool = False) -> CompileResult:
+    return compile_bytes(path, text.encode("utf-8", "surrogatepass"), overrides, profile=profile,
+                         all_profiles=all_profiles)
 
 
 def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = None,
                   sink: DiagnosticSink | None = None, sources: Sources | None = None,
-                  profile: str | None = None) -> CompileResult:
+                  profile: str | None = None, all_profiles: bool = False) -> CompileResult:
     sink, sources = sink or DiagnosticSink(), sources or Sources()
     try:
         text = decode_source(path, data, sink)
@@ -69,6 +74,8 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
         files = {os.path.basename(path): text}
         with suggestion_budget():
             exp = Compiler(path, sink, sources, files, overrides or {}, profile).run(module)
+            if all_profiles and profile is None:
+                _check_other_profiles(path, text, exp.options.get("profile"), overrides or {}, sink, sources)
         return CompileResult(None if sink.has_errors else exp, sink, sources, files)
     except RecursionError:
         sink.error("E005", "spec nested too deeply to compile", Span(path, 1, 1, 1, 2))
@@ -77,6 +84,35 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
             raise
         sink.error("E999", f"internal compiler error: {e.__class__.__name__}: {e}", Span(path, 1, 1, 1, 2))
     return CompileResult(None, sink, sources)
+
+
+def _check_other_profiles(path: str, text: str, selected: str | None, overrides: dict[str, str],
+                          sink: DiagnosticSink, sources: Sources) -> None:
+    """Check each profile other than ``selected`` as `--profile NAME` would, and add to
+    ``sink`` the errors the selected configuration does not have: an error in every
+    configuration is reported once, one only some profiles have once with a note per
+    profile. Their warnings are left out (each configuration's own `check --profile`)."""
+    module = parse(path, text, DiagnosticSink())
+    if module is None:
+        return
+    seen = {(d.code, d.message, d.span) for d in sink.items}
+    added: dict[tuple, Diagnostic] = {}
+    checked: set[str] = set()
+    for p in [d for d in module.decls if isinstance(d, A.ProfileDecl)]:
+        if p.name == selected or p.name in checked:
+            continue  # the configuration already checked; a profile declared twice is E104
+        checked.add(p.name)
+        other = DiagnosticSink()
+        # a fresh AST per configuration: nothing one compile records on it reaches the next
+        Compiler(path, other, sources, {}, overrides, p.name).run(parse(path, text, DiagnosticSink()) or module)
+        for d in other.items:
+            key = (d.code, d.message, d.span)
+            if not d.is_error or key in seen:
+                continue
+            if key not in added:
+                added[key] = sink.error(d.code, d.message, d.span, d.hint)
+                added[key].notes.extend(d.notes)
+            added[key].notes.append((f"in profile {p.name}", p.name_span))
 
 
 def parse_type(t: A.TypeExpr | None, sink: DiagnosticSink) -> T | None:
@@ -161,6 +197,10 @@ class Compiler(StageChecks):
                 getattr(self, "block_" + d.kind)(d)
         self.schedule_rewarded = self.nested_rewarded(decls)
         games = [d for d in decls if isinstance(d, A.GameDecl)]
+        if not games:
+            # an empty file (or one holding only declarations) would run nothing at all
+            self.err("E114", "nothing to run: the spec declares no game", Span(self.path, 1, 1, 1, 2),
+                     "a game plays the sessions: game NAME { ask ROLE }; see docs/language.md#game")
         for g in games:
             if self.declare("game", g.name, g.name_span):
                 self.exp.games.append(GameChecker(self, g).run())
@@ -175,6 +215,8 @@ class Compiler(StageChecks):
         if schedules:
             self.block_schedule(schedules[0])
         self.stages([d for d in decls if isinstance(d, A.StageDecl)])
+        check_training_size(self.exp, {d.role: {"": d.span, **{a.name: a.value.span for a in d.attrs}}
+                                       for d in decls if isinstance(d, A.TrainDecl)}, self.sink)
         metrics = [d for d in decls if isinstance(d, A.MetricDecl)]
         for m in metrics:
             if self.declare("metric", m.name, m.name_span):

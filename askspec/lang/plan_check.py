@@ -1,12 +1,15 @@
 """Checker pass: the planned session count. Counts each game's sessions from the IR
 arithmetically (askspec.ir.plansize) and warns (W503) when a plan is larger than
 MAX_PLANNED_SESSIONS, or a single group is: `run` then wants `--sessions N`, and a group
-that large cannot run at all. `describe` is the line `askspec check` prints per spec."""
+that large cannot run at all. Training plans are bounded the same way (check_training_size):
+steps × sessions per step past the limit warn (W503), a step or a schedule too large to
+hold is refused (E405). `describe` is the line `askspec check` prints per spec."""
 
 from __future__ import annotations
 
 from ..ir import model as ir
-from ..ir.plansize import MAX_PLANNED_SESSIONS, dataset_sizes, first_phase, iter_game_counts, replays_buffer
+from ..ir.plansize import (MAX_PLANNED_SESSIONS, MAX_STEP_SESSIONS, MAX_TRAINING_STEPS, dataset_sizes, first_phase,
+                           iter_game_counts, replays_buffer, training_step_sessions, training_steps)
 from .diagnostics import DiagnosticSink
 from .span import Span
 
@@ -27,6 +30,39 @@ def check_plan_size(exp: ir.Experiment, name_spans: dict[str, Span], sink: Diagn
             sink.warn("W503", f"game '{game.name}' brings the plan to {total:,} sessions, more than the limit of "
                       f"{MAX_PLANNED_SESSIONS:,}", span, "run a part of it with `askspec run --sessions N`")
             return
+
+
+def check_training_size(exp: ir.Experiment, spans: dict[str, dict[str, Span]], sink: DiagnosticSink) -> None:
+    """Each train block's plan: steps × sessions per step. `spans` maps a trained role to
+    its block's setting spans (`group`, `batch`, `steps`; "" for the block)."""
+    games = first_phase(exp)
+    totals = []
+    for t in exp.training:
+        at = spans.get(t.role, {})
+        block = at.get("")
+        steps, per_step = training_steps(t, exp), training_step_sessions(t, games)
+        if per_step > MAX_STEP_SESSIONS:
+            where = at.get("batch") if t.hyper.get("batch") else at.get("group")
+            sink.error("E405", f"train {t.role}: a step plays {per_step:,} sessions, more than the limit of "
+                       f"{MAX_STEP_SESSIONS:,} (a step's sessions are played and held whole)", where or block,
+                       "lower `batch` or `group`")
+            continue
+        if steps > MAX_TRAINING_STEPS:
+            sink.error("E405", f"train {t.role}: {steps:,} steps, more than the limit of {MAX_TRAINING_STEPS:,} "
+                       f"(the schedule lists every step when the run starts)", at.get("steps") or block,
+                       "lower `steps` (or the schedule's)")
+            continue
+        totals.append((t, steps * per_step, at.get("steps") or block))
+    if not totals:
+        return
+    online = exp.schedule is None or exp.schedule.kind == "online"
+    # online: one step plays the largest block's batch for every role; otherwise phases follow each other
+    total = max(n for _, n, _ in totals) if online else sum(n for _, n, _ in totals)
+    if total > MAX_PLANNED_SESSIONS:
+        t, n, span = max(totals, key=lambda x: x[1])
+        sink.warn("W503", f"the training plan holds {total:,} sessions ({training_steps(t, exp):,} steps × "
+                  f"{training_step_sessions(t, games):,} of train {t.role}), more than the limit of "
+                  f"{MAX_PLANNED_SESSIONS:,}", span, "lower `steps`, `batch` or `group`")
 
 
 def describe(exp: ir.Experiment) -> str:

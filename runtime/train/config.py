@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from askspec.ir import model as ir
+from askspec.ir.plansize import training_steps
 from askspec.lang.training import ALGORITHM_ARGS, ALGORITHM_DEFAULTS, HYPERPARAMETERS
 
 
@@ -61,25 +62,12 @@ def config_from_ir(t: ir.Training, exp: ir.Experiment) -> TrainConfig:
         base = given.get("clip")
         clip_low = given.get("clip_low", base if base is not None else args.get("clip_low") or 0.0)
         clip_high = given.get("clip_high", base if base is not None else args.get("clip_high") or 0.0)
-    steps = hyper.get("steps")
-    if steps is None and exp.schedule is not None and exp.schedule.kind == "online":
-        steps = exp.schedule.options.get("steps")
-    if exp.schedule is not None and exp.schedule.kind == "alternating":
-        # the schedule says how often the role is updated (the lr schedule's length)
-        opts = exp.schedule.options
-        steps = int(opts.get(t.role) or 0) * int(opts.get("iterations") or 1) or steps
-    if exp.schedule is not None and exp.schedule.kind == "nested":
-        # outer: one update per outer step; inner: each copy's own updates (its lr schedule)
-        opts = exp.schedule.options
-        if t.role == opts.get("outer"):
-            steps = opts.get("outer_steps") or steps
-        elif t.role == opts.get("inner"):
-            steps = int(opts.get("inner_steps") or 1) + int(opts.get("extra_inner_steps") or 0)
+    steps = training_steps(t, exp)
     return TrainConfig(
         role=t.role, algorithm=t.algorithm, estimator=estimator, loss=loss,
         aggregation=hyper.get("aggregation") or aggregation,
         clip_low=float(clip_low), clip_high=float(clip_high), dual_clip=args.get("dual_clip"),
-        min_reward=args.get("min_reward"), group=hyper.get("group"), steps=int(steps or 1), batch=hyper.get("batch"),
+        min_reward=args.get("min_reward"), group=hyper.get("group"), steps=steps, batch=hyper.get("batch"),
         micro_batch=int(hyper["micro_batch"]), epochs=int(hyper["epochs"]), lr=float(hyper["lr"]),
         warmup=int(hyper["warmup"]), decay=str(hyper["decay"]), min_lr=float(hyper["min_lr"]),
         weight_decay=float(hyper["weight_decay"]), beta1=float(hyper["beta1"]), beta2=float(hyper["beta2"]),
