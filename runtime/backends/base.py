@@ -11,49 +11,11 @@ the progress display counts tokens as they stream rather than when a turn ends.
 from __future__ import annotations
 
 import abc
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, TypeVar
+from typing import Any, Awaitable, Callable, Literal
 
 FinishReason = Literal["stop", "length", "error"]
 
-_T = TypeVar("_T")
-
-
-def direct_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen dataclass an `__init__` that stores each field straight into the
-    instance's `__dict__`. The generated one sets each field through `object.__setattr__` (how a frozen
-    dataclass gets past its own `__setattr__`), which is most of the cost of building one
-    — and a request, its sampling and its result are built on every model call. Same
-    signature, defaults and default factories; the instance stays frozen."""
-    fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
-    ns: dict[str, Any] = {"MISSING": dataclasses.MISSING}
-    params, prelude = [], []
-    for f in fields:
-        if f.default is not dataclasses.MISSING:
-            ns[f"_d_{f.name}"] = f.default
-            params.append(f"{f.name}=_d_{f.name}")
-        elif f.default_factory is not dataclasses.MISSING:
-            ns[f"_f_{f.name}"] = f.default_factory
-            params.append(f"{f.name}=MISSING")
-            prelude.append(f"    if {f.name} is MISSING: {f.name} = _f_{f.name}()\n")
-        else:
-            params.append(f.name)
-    # one store per field into the instance's dict: ~40% cheaper than __dict__.update(**fields)
-    d = "__dict"  # a local name no field has
-    while any(f.name == d for f in fields):
-        d += "_"
-    assigns = "".join(f"    {d}[{f.name!r}] = {f.name}\n" for f in fields)
-    src = f"def __init__(self, {', '.join(params)}):\n{''.join(prelude)}    {d} = self.__dict__\n{assigns}"
-    exec(src, ns)  # how dataclasses builds its own __init__
-    init = ns["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init  # type: ignore[method-assign]
-    return cls
-
-
-@direct_init
 @dataclass(frozen=True)
 class Sampling:
     """Sampling fields a spec may set on a model; None means the backend's default."""
@@ -81,22 +43,10 @@ class Sampling:
         return out
 
 
-def reseeded(template: Sampling, seed: int | None) -> Sampling:
-    """`dataclasses.replace(template, seed=seed)` without a call to `__init__` (a model call
-    needs its role's sampling with its own seed, ~4x cheaper this way): the copy's
-    `__dict__` is the template's fields, in their order, with the seed set."""
-    s = object.__new__(Sampling)
-    d = s.__dict__
-    d.update(template.__dict__)
-    d["seed"] = seed
-    return s
-
-
 _SAMPLING_TYPES = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "presence_penalty": float,
                    "repetition_penalty": float, "max_tokens": int, "seed": int}
 
 
-@direct_init
 @dataclass(frozen=True)
 class ChatRequest:
     """One model call.
@@ -124,7 +74,6 @@ class ChatRequest:
     on_tokens: Callable[[int], None] | None = field(default=None, compare=False, repr=False)
 
 
-@direct_init
 @dataclass(frozen=True)
 class ChatResult:
     text: str
