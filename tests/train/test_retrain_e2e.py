@@ -1,6 +1,6 @@
-"""The `retrain` stage end to end on CPU (real SmolLM2, 8 new tokens;
-tests/train/specs/tiny_pq.ask): SOAR's evaluation in miniature. One nested outer step
-promotes a student copy; the `ps` stage evaluates the promoted student against the
+"""The `retrain` stage end to end on CPU (tests/train/specs/tiny_pq.ask on the tiny random
+Llama of tests/conftest.py, 8 new tokens): SOAR's evaluation in miniature. One nested outer
+step promotes a student copy; the `ps` stage evaluates the promoted student against the
 initial one; `pq_student` trains a fresh student (the spec's weights, a new optimizer) on
 the promoted dataset for one curriculum step and on the train set for two; `pq` evaluates
 it. Checked: each stage's steps and sessions, the items each retrain step played, and that
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, e2e) -> Path:
-    return e2e.run_to_end(SPEC, tmp_path_factory.mktemp("pq") / "runs")
+def run_dir(tmp_path_factory, e2e, tiny_model) -> Path:
+    return e2e.run_to_end(SPEC, tmp_path_factory.mktemp("pq") / "runs", "--set", f'weights="{tiny_model}"')
 
 
 def test_stages_train_and_play_in_order(run_dir):
@@ -54,10 +54,8 @@ def _weights(folder: Path) -> dict:
     return load_file(str(folder / "model.safetensors"))
 
 
-def test_the_retrained_student_starts_from_the_specs_weights(run_dir):
-    from askspec.runtime.backends.hf import resolve_weights
-
-    initial = _weights(resolve_weights("smollm2-135m-instruct"))
+def test_the_retrained_student_starts_from_the_specs_weights(run_dir, tiny_model):
+    initial = _weights(tiny_model)
     ck = run_dir / "checkpoints" / "student"
 
     def distance(state: dict) -> float:
