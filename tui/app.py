@@ -8,14 +8,18 @@ checks the runs' file sizes in a worker and tells the active screen when they gr
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.worker import Worker, WorkerState
 
 from askspec.runtime.store import layout
 from askspec.tui import data
@@ -25,13 +29,19 @@ from askspec.tui.components.transcript_view import text_width
 from askspec.tui.messages import Loaded, LoadFailed, OpenRun, OpenSession, StoreChanged
 from askspec.tui.prefetch import TranscriptCache
 from askspec.tui.screens.compare import CompareScreen
+from askspec.tui.screens.error import ErrorPanel, describe
 from askspec.tui.screens.message import MessageScreen
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.runs import RunsScreen
 from askspec.tui.screens import transcript
 from askspec.tui.screens.transcript import TranscriptScreen
 
+log = logging.getLogger("askspec.tui")
+
 THEMES = ("textual-dark", "textual-light")
+# this many unexpected errors within this many seconds (a screen failing on every frame,
+# the error panel itself failing): the app cannot go on, and exits non-zero
+ERROR_BURST = (8, 5.0)
 OPEN_WAIT = 0.25  # seconds a transcript's read may take before its screen shows "loading…"
 
 
@@ -51,6 +61,7 @@ class AskspecApp(Loader, App):
                  theme: str = "textual-dark", prefetch: bool = True) -> None:
         super().__init__()
         self.source = data.Source(path)
+        self._sources = [self.source]  # closed on quit (``exit``)
         self.follow_interval = follow_interval
         self.initial_theme = theme
         self.sql_history: list[str] = []
@@ -60,6 +71,8 @@ class AskspecApp(Loader, App):
         self.prefetch = prefetch  # (off: each transcript is read when opened; the benchmark times both)
         self._transcript_screen: TranscriptScreen | None = None
         self._opening: tuple[str, str] | None = None  # (run, session) whose transcript is being read to open
+        self._error_times: list[float] = []
+        self.log_path: str | None = None  # where ``run`` sends the log (named in the error panel)
 
     def on_mount(self) -> None:
         self.theme = self.initial_theme
@@ -137,6 +150,21 @@ class AskspecApp(Loader, App):
     def open_compare(self, run_a: str, run_b: str) -> None:
         self.push_screen(CompareScreen(run_a, run_b))
 
+    def open_source(self, path: str | os.PathLike[str]) -> data.Source:
+        """A store of its own over ``path`` (the SQL console of one run of a folder),
+        closed with the app's on quit."""
+        source = data.Source(path)
+        self._sources.append(source)
+        return source
+
+    def exit(self, result: Any = None, return_code: int = 0, message: Any = None) -> None:
+        """Quit: first interrupt every query still running (a console query, the runs'
+        counts), whose worker threads would otherwise keep the process alive until they
+        ended (up to the console's 120 s)."""
+        for source in self._sources:
+            source.close()
+        super().exit(result, return_code, message)
+
     def action_back(self) -> None:
         if len(self.screen_stack) > 2:  # never pop the runs screen (or the default screen)
             self.pop_screen()
@@ -160,9 +188,47 @@ class AskspecApp(Loader, App):
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "open-run":
-            self.notify(msg.error, severity="error")
+            self.notify(msg.error, severity="error", markup=False)
         elif msg.key == "open-session" and self._opening is not None:
             self._opened(self._opening)  # the transcript screen reads it again and says what is wrong
+
+    # ------------------------------------------------------------------ errors
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An exception that escaped a handler, a screen or a worker: logged with its
+        traceback and shown in a panel, and the app goes on (Textual's own handling
+        printed a traceback and exited). A burst of them (``ERROR_BURST``), or one
+        before any screen is up, exits as Textual does, with return code 1."""
+        now = time.monotonic()
+        self._error_times = [t for t in self._error_times if now - t < ERROR_BURST[1]] + [now]
+        log.error("unexpected error in the TUI", exc_info=error)
+        if len(self._error_times) >= ERROR_BURST[0] or not self.is_running or not self.screen_stack:
+            for source in self._sources:
+                source.close()
+            super()._handle_exception(error)
+            return
+        try:
+            self._show_error(error)
+        except Exception:  # showing it failed too: exit, with the first error's traceback
+            super()._handle_exception(error)
+
+    def _show_error(self, error: BaseException) -> None:
+        text = describe(error)
+        panel = next((s for s in self.screen_stack if isinstance(s, ErrorPanel)), None)
+        if panel is not None:
+            panel.show(text)
+        else:
+            self.push_screen(ErrorPanel(text, self.log_path))
+
+    @on(Worker.StateChanged)
+    def _worker_failed(self, event: Worker.StateChanged) -> None:
+        """A worker that failed with ``exit_on_error=False`` (the ones that do not reach
+        ``_handle_exception``): said the same way. (``Loader`` workers catch their
+        errors and say them where they were asked for; none should arrive here.)"""
+        worker = event.worker
+        if event.state == WorkerState.ERROR and not worker.exit_on_error and worker.error is not None:
+            if isinstance(worker.error, Exception):
+                self._handle_exception(worker.error)
 
     # ------------------------------------------------------------------ looks, help
 
@@ -189,7 +255,30 @@ class AskspecApp(Loader, App):
                                 screen.action_compare)
 
 
+def log_file() -> Path:
+    """Where ``askspec tui`` logs (a terminal app cannot write to its own screen):
+    ``$XDG_STATE_HOME/askspec/tui.log``, else ``~/.local/state/askspec/tui.log``."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "askspec" / "tui.log"
+
+
 def run(path: str | os.PathLike[str] = "runs") -> int:
-    """Entry point of ``askspec tui`` (a bad path is explained on screen, not raised)."""
-    AskspecApp(Path(path)).run()
-    return 0
+    """Entry point of ``askspec tui`` (a bad path is explained on screen, not raised):
+    0, or 1 when the app had to exit on an error."""
+    app = AskspecApp(Path(path))
+    handler: logging.Handler
+    try:
+        target = log_file()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(target, encoding="utf-8")
+        app.log_path = str(target)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    except OSError:  # no writable state folder: errors are still shown, just not kept (and
+        handler = logging.NullHandler()  # not printed over the screen by logging's last resort)
+    log.addHandler(handler)
+    try:
+        app.run()
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+    return app.return_code or 0

@@ -1,13 +1,31 @@
-"""Command palette (ctrl+p) entries: open any run, plus the current screen's actions."""
+"""Command palette (ctrl+p) entries: open any run, plus the current screen's actions.
+
+A run's id and experiment are data: the palette reads a string as markup, so they go in
+as ``Text`` or escaped."""
 
 from __future__ import annotations
 
 from functools import partial
 
+from rich.text import Text
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.content import Content
+from textual.fuzzy import Matcher
+from textual.markup import escape
 
 from askspec.terminal import printable
 from askspec.tui.messages import OpenRun
+
+
+def _highlight(matcher: Matcher, label: str) -> Content:
+    """``label`` with the query's letters marked (``Matcher.highlight`` reads its
+    argument as markup, and a run id may hold ``[``)."""
+    content = Content(label)
+    score, offsets = matcher.fuzzy_search.match(matcher.query, label)
+    for offset in offsets if score else ():
+        if not label[offset].isspace():
+            content = content.stylize(matcher.match_style, offset, offset + 1)
+    return content
 
 
 class RunsProvider(Provider):
@@ -23,11 +41,11 @@ class RunsProvider(Provider):
 
     async def discover(self) -> Hits:
         for label, help_, msg in self._commands():
-            yield DiscoveryHit(label, partial(self.app.post_message, msg), help=help_)
+            yield DiscoveryHit(Text(label), partial(self.app.post_message, msg), help=escape(help_))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for label, help_, msg in self._commands():
             score = matcher.match(label)
             if score > 0:
-                yield Hit(score, matcher.highlight(label), partial(self.app.post_message, msg), help=help_)
+                yield Hit(score, _highlight(matcher, label), partial(self.app.post_message, msg), help=escape(help_))

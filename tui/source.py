@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Iterator
 
@@ -74,6 +75,9 @@ class Source:
         self._mirrors: dict[str, RunMirror] = {}
         self._background: dict[str, set[duckdb.DuckDBPyConnection]] = {}
         self._paused: set[str] = set()
+        # every cursor handed out and still in use, for ``close`` to interrupt
+        self._cursors: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
+        self._closed = False
         self.warnings: list[str] = []
 
     def run_dirs(self) -> list[Path]:
@@ -114,7 +118,26 @@ class Source:
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of its own for the calling thread over the store's views."""
-        return self.store().con.cursor()
+        cur = self.store().con.cursor()
+        with self._lock:
+            if self._closed:
+                cur.close()
+                raise DataError("closing")
+            self._cursors.add(cur)
+        return cur
+
+    def close(self) -> None:
+        """Interrupt every query running on this store and refuse new ones: the app is
+        quitting, and a worker thread in a long query (a console query may run 120 s)
+        would keep the process alive until it ended."""
+        with self._lock:
+            self._closed = True
+            cursors = list(self._cursors)
+        for cur in cursors:
+            try:
+                cur.interrupt()
+            except duckdb.Error:  # closed meanwhile: nothing runs on it
+                pass
 
     @contextlib.contextmanager
     def background(self, tag: str) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -16,13 +16,15 @@ from typing import Any, Callable
 
 from textual.worker import get_current_worker
 
+from askspec.tui.components.guard import Guarded
 from askspec.tui.data import DataError
 from askspec.tui.messages import Loaded, LoadFailed
 from askspec.tui.source import one_line
 
 
-class Loader:
-    """Mixin for widgets and screens (anything with ``run_worker``/``post_message``)."""
+class Loader(Guarded):
+    """Mixin for widgets and screens (anything with ``run_worker``/``post_message``);
+    their handlers' errors are shown, not fatal (``Guarded``)."""
 
     # set on first use (a mixin has no __init__ of its own to set them in)
     _loader_lock: threading.Lock

@@ -14,11 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static
 
+from askspec.tui.components.guard import Guarded
 from askspec.tui.components.vtable import TableLayout, VirtualTable, measure
 
 
@@ -27,7 +29,7 @@ def prepare(table: pa.Table) -> TableLayout:
     return measure(table)
 
 
-class ArrowTable(Vertical):
+class ArrowTable(Guarded, Vertical):
     DEFAULT_CSS = """
     ArrowTable { height: 1fr; }
     ArrowTable > VirtualTable { height: 1fr; }
@@ -72,7 +74,7 @@ class ArrowTable(Vertical):
         self._table: VirtualTable | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(self.empty_text, classes="empty")
+        yield Static(Text(self.empty_text), classes="empty")  # (text, not markup: it may quote data)
 
     @property
     def row_count(self) -> int:
@@ -98,7 +100,7 @@ class ArrowTable(Vertical):
         await self.remove_children()
         self._table = None
         if table.num_rows == 0 or table.num_columns == 0:
-            await self.mount(Static(self.empty_text, classes="empty"))
+            await self.mount(Static(Text(self.empty_text), classes="empty"))
             return
         row = keep if cursor_row is None else cursor_row
         # (the cursor's row is scrolled into view once the table is laid out)

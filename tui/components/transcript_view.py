@@ -23,6 +23,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from askspec.tui.components.guard import Guarded
 from askspec.tui.components.turn import Lines, TurnBlock
 
 BORDER = "▎"  # (the glyph of Textual's "wide" left border)
@@ -35,7 +36,7 @@ def text_width(view_width: int) -> int:
     return max(10, view_width - GUTTER - INDENT)
 
 
-class TranscriptView(ScrollView, can_focus=True):
+class TranscriptView(Guarded, ScrollView, can_focus=True):
     """A transcript's turns (see the module docstring)."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {

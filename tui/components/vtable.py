@@ -31,6 +31,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from askspec.tui.components.guard import Guarded
+
 BLOCK = 64  # rows fetched from Arrow and formatted at a time
 NULL = "-"
 ELLIPSIS = "…"
@@ -110,7 +112,7 @@ def _fit(text: str | None, width: int, right: bool) -> str:
     return pad + text if right else text + pad
 
 
-class VirtualTable(ScrollView, can_focus=True):
+class VirtualTable(Guarded, ScrollView, can_focus=True):
     """A row-cursor table over an Arrow table (see the module docstring)."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -216,6 +218,10 @@ class VirtualTable(ScrollView, can_focus=True):
     def render_lines(self, crop: Region) -> list[Strip]:
         # the widget's styles, looked up when they change (``rich_style`` and component
         # styles walk the DOM: a millisecond each)
+        if not self.is_attached:
+            # removed (a new result replaced it) but still asked to paint once: its
+            # component styles are gone with it, so it paints nothing
+            return [Strip.blank(crop.width)] * crop.height
         if not self._styles:
             self._styles = self._look_up_styles()
         return super().render_lines(crop)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -32,7 +33,7 @@ class CompareScreen(Loader, Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"A: {printable(self.run_a, single_line=True)}\nB: {printable(self.run_b, single_line=True)}",
+        yield Static(Text(f"A: {printable(self.run_a, single_line=True)}\nB: {printable(self.run_b, single_line=True)}"),
                      id="compare-head", classes="bar")
         yield ArrowTable(id="compare", empty="comparing…", max_width=70)
         yield KeyBar()
@@ -51,4 +52,4 @@ class CompareScreen(Loader, Screen):
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "compare":
             msg.stop()
-            self.query_one("#compare-head", Static).update(f"⚠ {msg.error}")
+            self.query_one("#compare-head", Static).update(Text(f"⚠ {msg.error}"))

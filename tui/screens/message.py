@@ -10,10 +10,11 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from askspec.terminal import printable
+from askspec.tui.components.guard import Guarded
 from askspec.tui.components.keybar import KeyBar
 
 
-class MessageScreen(Screen):
+class MessageScreen(Guarded, Screen):
     BINDINGS = [Binding("q", "app.quit", "Quit"), Binding("escape", "app.quit", "Quit", show=False)]
 
     def __init__(self, message: str, hint: str) -> None:

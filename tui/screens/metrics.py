@@ -92,7 +92,7 @@ class MetricsPane(Loader, VerticalScroll):
             notes.append(f"{m.errors} session(s) ended in error and are excluded")
         if m.tables:
             notes.append(f"{len(m.tables)} declared metric(s)")
-        self.query_one("#metrics-note", Static).update("  ·  ".join(notes))
+        self.query_one("#metrics-note", Static).update(Text("  ·  ".join(notes)))
         widgets: list[Widget] = []
         heatmaps = {h.metric: h for h in m.heatmaps}
         for name, table in m.tables.items():

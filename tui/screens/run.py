@@ -136,4 +136,4 @@ class RunScreen(Loader, Screen):
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "run":
             msg.stop()
-            self.notify(msg.error, severity="error")
+            self.notify(msg.error, severity="error", markup=False)

@@ -8,6 +8,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -103,7 +104,7 @@ class RunsScreen(Loader, Screen):
 
     def on_mount(self) -> None:
         self.query_one("#runs-title", Static).update(
-            f"Runs in {printable(str(self.app.source.path), single_line=True)}")
+            Text(f"Runs in {printable(str(self.app.source.path), single_line=True)}"))
 
     def action_reload(self) -> None:
         # the manifests first (at once), then counts and rewards (a scan of every run)
@@ -142,13 +143,13 @@ class RunsScreen(Loader, Screen):
             status += f", {live} running (● updates live)"
         if self.app.source.warnings:
             status += "  ⚠ " + "; ".join(self.app.source.warnings[:2])
-        self.query_one("#runs-status", Static).update(status)
+        self.query_one("#runs-status", Static).update(Text(status))
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "summaries":
             msg.stop()
             if not msg.error.endswith("interrupted"):  # (by on_screen_suspend: redone on resume)
-                self.query_one("#runs-status", Static).update(f"⚠ {msg.error}")
+                self.query_one("#runs-status", Static).update(Text(f"⚠ {msg.error}"))
             return
         if msg.key != "runs":
             return
@@ -159,7 +160,7 @@ class RunsScreen(Loader, Screen):
             text += " — make one with: askspec run SPEC --out " + printable(str(self.app.source.path), single_line=True)
         self.query_one("#runs", ArrowTable).empty_text = text
         self.run_worker(self.query_one("#runs", ArrowTable).set_table(pa.table({}), empty=text))
-        self.query_one("#runs-status", Static).update(text)
+        self.query_one("#runs-status", Static).update(Text(text))
 
     def _current(self) -> data.RunInfo | None:
         table = self.query_one("#runs", ArrowTable)
@@ -186,8 +187,8 @@ class RunsScreen(Loader, Screen):
         else:
             self.marked = (self.marked + [run.run_id])[-2:]
         await self.query_one("#runs", ArrowTable).update(runs_table(self.runs, set(self.marked)), key="run")
-        self.query_one("#runs-status", Static).update(
-            f"marked: {', '.join(self.marked) or 'none'}" + ("  — press c to compare" if len(self.marked) == 2 else ""))
+        self.query_one("#runs-status", Static).update(Text(
+            f"marked: {', '.join(self.marked) or 'none'}" + ("  — press c to compare" if len(self.marked) == 2 else "")))
 
     def action_compare(self) -> None:
         if len(self.marked) != 2:

@@ -19,6 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -127,7 +128,7 @@ class SessionsPane(Loader, Vertical):
 
     def _status(self, text: str, error: bool = False) -> None:
         w = self.query_one("#sessions-status", Static)
-        w.update(text)
+        w.update(Text(text))  # (not markup: it quotes the filter)
         w.set_class(error, "error")
 
     def _describe(self, shown: int) -> str:
@@ -190,8 +191,9 @@ class SessionsPane(Loader, Vertical):
         self.full, self.pending, self._force = rows.full, None, False
         self._shown_rewards = rows.rewards
         view = self.query_one("#sessions", ArrowTable)
+        flt = self.filter_text.strip()
         await view.update(rows.shown, rows.layout, key="session", to_end=to_end,
-                          empty="no sessions" + (" match the filter" if self.filter_text.strip() else " yet"))
+                          empty=f"no session matches {flt}" if flt else "no sessions yet")
         if focus or self.screen.focused is None:
             view.focus_table()
         self._status(self._describe(rows.shown.num_rows))

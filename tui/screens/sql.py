@@ -81,7 +81,7 @@ class SqlPane(Loader, Vertical):
         if self._source is None:
             app_source = self.app.source
             same = Path(app_source.path).resolve() == Path(self.run_dir).resolve()
-            self._source = app_source if same else data.Source(self.run_dir)
+            self._source = app_source if same else self.app.open_source(self.run_dir)
         return self._source
 
     def compose(self) -> ComposeResult:

@@ -167,7 +167,7 @@ class TranscriptScreen(Loader, Screen):
             if cached.transcript.session.get("status") in UNSETTLED and time.monotonic() - cached.at > FRESH:
                 self.reload()
         else:
-            self.query_one("#session-head", Static).update(f"loading {printable(self.session_id, single_line=True)}…")
+            self.query_one("#session-head", Static).update(Text(f"loading {printable(self.session_id, single_line=True)}…"))
             self._progress.resume()
             self.load(self._key, fetch, self.app.transcripts, False, self.app.source, self.run_id,
                       self.session_id, view.wrap_width)
@@ -186,9 +186,9 @@ class TranscriptScreen(Loader, Screen):
         """While the first transcript of a large run waits for its turns to be indexed."""
         done = self.app.source.indexing(self.run_id)
         if self.transcript is None and done is not None:
-            self.query_one("#session-head", Static).update(
+            self.query_one("#session-head", Static).update(Text(
                 f"loading {printable(self.session_id, single_line=True)}… (indexing the run's turns by "
-                f"session, once: {done:.0%})")
+                f"session, once: {done:.0%})"))
         elif self.transcript is not None:
             self._progress.pause()
 
