@@ -1,7 +1,8 @@
-"""The `alternating` schedule end to end on CPU (real SmolLM2, 8 new tokens): PasoDoble's
-offline loop in miniature (tests/train/specs/tiny_alternating.ask: T_P = 2, T_S = 1,
-iterations = 2), killed with SIGKILL in the middle of a proposer phase and resumed; the
-recorded phases, pushes, evictions and train steps are checked against the schedule."""
+"""The `alternating` schedule end to end on CPU (the tiny random Llama of
+tests/conftest.py, 8 new tokens): PasoDoble's offline loop in miniature
+(tests/train/specs/tiny_alternating.ask: T_P = 2, T_S = 1, iterations = 2), killed with
+SIGKILL in the middle of a proposer phase and resumed; the recorded phases, pushes,
+evictions and train steps are checked against the schedule."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ SCHEDULE = {1: ("proposer", 1), 2: ("proposer", 1), 3: ("solver", 1), 4: ("propo
 
 
 @pytest.fixture(scope="module")
-def resumed_run(tmp_path_factory, e2e) -> Path:
+def resumed_run(tmp_path_factory, e2e, tiny_model) -> Path:
     out = tmp_path_factory.mktemp("alt") / "runs"
     # step 4 checkpointed, step 5 (same phase) being played
-    killed_at = e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet"), out,
+    killed_at = e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet", "--set",
+                                          f'weights="{tiny_model}"'), out,
                                   lambda o: s if (s := e2e.latest_step(o)) is not None and s >= 4 else None, 800)
     run_dir = e2e.only_run(out)
     assert killed_at < 6, "the run finished before it could be killed"
