@@ -138,15 +138,28 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
     bindir.mkdir(exist_ok=True)
     log = tmp / "calls.log"
     log.unlink(missing_ok=True)
+    for marker in tmp.glob("calls.log.up.*"):
+        marker.unlink()
     stub = ('#!/usr/bin/env bash\n'
-            # a backgrounded vllm stub logs while ray runs: one lock around both writes, or two
-            # records interleave and merge (a call goes missing from the parsed log)
-            '{ flock 9; printf "%s\\0" "$(basename "$0")" "$@" >> "$STUB_LOG"; printf "\\n" >> "$STUB_LOG"; } 9>>"$STUB_LOG.lock"\n'
+            # a backgrounded vllm stub logs while ray runs: one lock around each record, or two
+            # records interleave and merge (a call goes missing from the parsed log); the
+            # argument count keeps empty arguments and ones holding newlines intact
+            '{ flock 9; printf "%s\\0" "$(basename "$0")" "$#" "$@" >> "$STUB_LOG"; } 9>>"$STUB_LOG.lock"\n'
             'if [ "$(basename "$0")" = ray ]; then\n'
             '  prev=""; for a in "$@"; do if [ "$prev" = --ckpt.output_dir ]; then mkdir -p "$a"; '
             'echo "{}" > "$a/config.json"; fi; prev="$a"; done\n'
             'fi\n'
-            'if [ "$(basename "$0")" = vllm ]; then sleep 0.1; fi\n')
+            # the readiness probe (curl) answers once the vllm stub of its port has logged its
+            # call, as a real server answers once it is up: `serve_frozen.sh stop` cannot kill a
+            # stub that has not logged yet (each start leaves one marker, each probe takes it)
+            'if [ "$(basename "$0")" = vllm ]; then\n'
+            '  prev=""; for a in "$@"; do if [ "$prev" = --port ]; then touch "$STUB_LOG.up.$a"; fi; prev="$a"; done\n'
+            '  sleep 0.1\n'
+            'fi\n'
+            'if [ "$(basename "$0")" = curl ] && [[ "${@: -1}" =~ :([0-9]+)/ ]]; then\n'
+            '  for _ in $(seq 200); do rm "$STUB_LOG.up.${BASH_REMATCH[1]}" 2>/dev/null && exit 0; sleep 0.05; done\n'
+            '  exit 1\n'
+            'fi\n')
     for name in ("ray", "vllm", "curl"):
         (bindir / name).write_text(stub)
         (bindir / name).chmod(0o755)
@@ -154,9 +167,11 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
     subprocess.run(["bash", str(script)], check=True, env=run_env, cwd=tmp, timeout=60,
                    stdout=subprocess.DEVNULL)
     calls = []
-    for record in (log.read_bytes() if log.exists() else b"").split(b"\0\n"):
-        if record.strip(b"\n"):
-            calls.append([p.decode() for p in record.split(b"\0") if p != b""])
+    parts = (log.read_bytes() if log.exists() else b"").split(b"\0")[:-1]  # each field ends with a NUL
+    while parts:
+        n = int(parts[1])
+        calls.append([p.decode() for p in [parts[0], *parts[2:2 + n]]])
+        parts = parts[2 + n:]
     return calls
 
 

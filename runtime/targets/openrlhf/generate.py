@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from askspec.lang.diagnostics import DiagnosticSink
 from askspec.terminal import printable
 
 from askspec.runtime.engine.plan import game_elements, load_dataset
-from askspec.runtime.targets.openrlhf import mapping
+from askspec.runtime.targets.openrlhf import escape, mapping
 from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check
 
 MARKER = ".askspec-job"
@@ -65,8 +64,9 @@ class JobError(Exception):
 class _Server:
     port: int
     served: str
-    weights_expr: str
+    weights: str  # what vLLM loads: a Hugging Face id or a path
     comment: str
+    ckpt_var: str | None = None  # an environment variable that overrides `weights` (a trained role's checkpoint)
     max_model_len: int | None = None
 
 
@@ -122,12 +122,18 @@ def compile_job(res, spec_path: str, out_dir: str, substitutes: dict[str, str]) 
     except JobError as e:
         print(f"error: {printable(str(e), single_line=True)}", file=sys.stderr)
         return 1
-    print(f"wrote OpenRLHF job for {exp.name} to {printable(out_dir, single_line=True)}", file=sys.stderr)
+    print(f"wrote OpenRLHF job for {printable(exp.name, single_line=True)} to {printable(out_dir, single_line=True)}",
+          file=sys.stderr)
     return 0
 
 
 # ---------------------------------------------------------------------------------- plan
 def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]:
+    try:
+        exp.name.encode("utf-8")  # a file name's undecodable bytes come in as lone surrogates
+    except UnicodeEncodeError:
+        raise JobError(f"the spec's file name {escape.line(os.path.basename(spec_path))} is not valid UTF-8: "
+                       "rename the file (the name becomes the experiment's)") from None
     spec_dir = os.path.dirname(os.path.abspath(spec_path))
     seed = int(exp.options.get("seed", 0) or 0)
     params = exp.param_values()
@@ -271,21 +277,21 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
     """vLLM servers (one per distinct weights), the agent's endpoint table and the README's
     rows, for every role the job's games ask besides the trained one."""
     servers: list[_Server] = []
-    by_weights: dict[str, _Server] = {}
+    by_weights: dict[tuple[str, str | None], _Server] = {}
     endpoints: dict[str, dict] = {"roles": {}, "models": {}}
     rows: list[dict] = []
 
-    def server_for(weights_expr: str, served: str, comment: str) -> _Server:
-        s = by_weights.get(weights_expr)
+    def server_for(weights: str, ckpt_var: str | None, served: str, comment: str) -> _Server:
+        s = by_weights.get((weights, ckpt_var))
         if s is None:
-            s = by_weights[weights_expr] = _Server(FIRST_PORT + len(servers), served, weights_expr, comment)
+            s = by_weights[weights, ckpt_var] = _Server(FIRST_PORT + len(servers), served, weights, comment, ckpt_var)
             servers.append(s)
         return s
 
     for other in others:
         m = exp.model(exp.role(other).model)
-        expr = f"${{CKPT_{other.upper()}:-{_dq(mapping.hf_id(m.weights))}}}"
-        s = server_for(expr, f"askspec-{other}", f"trained role '{other}', frozen in this phase: its latest checkpoint")
+        s = server_for(mapping.hf_id(m.weights), f"CKPT_{other.upper()}", f"askspec-{other}",
+                       f"trained role '{other}', frozen in this phase: its latest checkpoint")
         endpoints["roles"][other] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
         rows.append({"role": other, "model": f"checkpoint of {other}", "endpoint": f"port {s.port} ({s.served})"})
     names = []
@@ -304,7 +310,7 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
         if m is None:
             continue
         if m.backend in ("hf", "vllm"):
-            s = server_for(_dq(mapping.hf_id(m.weights)), m.weights, f"weights {m.weights}")
+            s = server_for(mapping.hf_id(m.weights), None, m.weights, f"weights {m.weights}")
             endpoints["models"][name] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
             where = f"port {s.port} ({s.served})"
         else:
@@ -330,16 +336,12 @@ def _url(port: int) -> str:
     return f"http://{{host}}:{port}/v1"
 
 
-def _dq(text: str) -> str:
-    """Safe inside a double-quoted shell word."""
-    return "".join("\\" + c if c in '"\\$`' else c for c in text)
-
-
 # --------------------------------------------------------------------------------- write
 def _environment() -> jinja2.Environment:
+    """Fail-closed: every `{{ ... }}` goes through an escape.py filter or the render fails."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False)
-    env.filters["q"] = lambda v: shlex.quote(str(v))
+                             keep_trailing_newline=True, autoescape=False, finalize=escape.finalize)
+    env.filters.update(escape.FILTERS)
     return env
 
 
@@ -361,10 +363,9 @@ def _prepare(out: Path) -> None:
 
 def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec_path: str, out: Path,
            substitutes: dict[str, str]) -> None:
+    texts = _render_all(exp, plan, phases, spec_path, substitutes)  # before touching `out`: a refusal writes nothing
     _prepare(out)
-    env = _environment()
     ehash = experiment_hash(exp)
-    common = {"experiment": exp.name, "hash12": ehash[:12]}
     try:
         for p in phases:
             folder = out / p.dir
@@ -377,6 +378,26 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
             with open(folder / "prompts.jsonl", "w", encoding="utf-8") as f:
                 for line in p.lines:
                     f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        for path, text in texts.items():
+            (out / path).write_text(text, encoding="utf-8")
+            if path.endswith(".sh"):
+                (out / path).chmod(0o755)
+    except OSError as e:
+        raise JobError(f"cannot write {out}: {e.strerror or e}") from None
+    except UnicodeEncodeError as e:  # a file name's undecodable bytes, a data set's lone "\udcff"
+        raise JobError(f"cannot write {out}: the spec's file name or data holds {e.object[e.start:e.end]!r}, "
+                       "which is not valid UTF-8; rename the file or fix the data") from None
+
+
+def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec_path: str,
+                substitutes: dict[str, str]) -> dict[str, str]:
+    """The templated files of the job, by path inside the job folder. Every value reaches
+    them through escape.py (the environment refuses anything else)."""
+    env = _environment()
+    common = {"experiment": exp.name, "hash12": experiment_hash(exp)[:12]}
+    texts = {}
+    try:
+        for p in phases:
             estimator, loss = mapping.ALGORITHMS[p.algorithm]
             ctx = {**common, "role": p.role, "pretrain": p.pretrain, "flags": p.flags,
                    "algorithm_text": f"{p.algorithm}: {estimator} advantages, {loss} loss"
@@ -384,22 +405,17 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
                    "with_ref": any(f == "--algo.kl.init_coef" and float(v[0]) > 0 for f, v in p.flags),
                    "with_critic": estimator == "gae", "servers": p.servers}
             for name in ("agent.py", "launch.sh", "serve_frozen.sh"):
-                _render(env, name + ".j2", folder / name, ctx)
+                texts[os.path.join(p.dir, name)] = env.get_template(name + ".j2").render(**ctx)
         ctx = {**common, "phases": phases, "iterations": plan.iterations, "phase_names": [p.dir for p in phases],
                "roles": [p.role for p in phases], "pretrain": {p.role: p.pretrain for p in phases},
                "spec_name": os.path.basename(spec_path), "askspec_version": __version__,
-               "cli_extra": [f"--substitute {a}={b}" for a, b in sorted(substitutes.items())]}
+               "substitutes": [f"{a}={b}" for a, b in sorted(substitutes.items())]}
         if len(phases) > 1:
-            _render(env, "driver.sh.j2", out / "driver.sh", ctx)
-        _render(env, "README.md.j2", out / "README.md", ctx)
-    except OSError as e:
-        raise JobError(f"cannot write {out}: {e.strerror or e}") from None
-
-
-def _render(env: jinja2.Environment, template: str, path: Path, ctx: dict) -> None:
-    path.write_text(env.get_template(template).render(**ctx), encoding="utf-8")
-    if path.suffix == ".sh":
-        path.chmod(0o755)
+            texts["driver.sh"] = env.get_template("driver.sh.j2").render(**ctx)
+        texts["README.md"] = env.get_template("README.md.j2").render(**ctx)
+    except escape.Unrepresentable as e:
+        raise JobError(f"cannot write the job: {e}") from None
+    return texts
 
 
 def _copy_spec(exp: ir.Experiment, res, spec_path: str, dest: Path) -> ir.Experiment:
