@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from typing import Any, Awaitable, Callable, ContextManager, Iterable, NamedTuple
 
 from askspec.ir import model as ir
 
-from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling, reseeded
+from askspec.runtime.backends.base import BackendError, ChatRequest, Sampling
 from askspec.runtime.backends.loop import let_loop_run, loop_due
-from askspec.runtime.engine.calls import (ModelCalls, TokenStream, TurnListener, call_seed, parse_reply, reply_parser,
+from askspec.runtime.engine.calls import (ModelCalls, TurnListener, call_seed, parse_reply, reply_parser,
                                           role_seed_part, seed_from_part)
 from askspec.runtime.engine.evaluator import Env, EvalError, RoleView, evaluate
 from askspec.runtime.engine.judges import EngineJudges
@@ -426,7 +427,7 @@ class Engine:
                 r, binding, Sampling(**base), model_seed, r.recover.retries,
                 int(r.reply.args.get("retries", 0)) if r.reply.kind == "json" else 0,
                 r.memory.kind, r.memory.size, role in self.rollout_roles, reply_parser(r.reply),
-                binding.label or binding.name, role_seed_part(role, model_seed), r.prompt, r.system)
+                role_seed_part(role, model_seed), r.prompt, r.system)
         return hit
 
     async def call_role(self, role: str, template: str | None, ctx: dict[str, Any], message: Any, st: SessionState,
@@ -480,9 +481,8 @@ class Engine:
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
         # call_seed(st.plan.seed, role, call_index, rc.model_seed), its role's part kept per role
-        samp = reseeded(rc.sampling, seed_from_part(rc.seed_part, st.plan.seed, call_index))
-        on_tokens = self.calls.on_tokens
-        stream = TokenStream(on_tokens) if on_tokens is not None else None  # (calls.stream(), inline)
+        samp = dataclasses.replace(rc.sampling, seed=seed_from_part(rc.seed_part, st.plan.seed, call_index))
+        stream = self.calls.stream()
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
                           session_index=st.plan.index, call_index=call_index, rollout=rc.rollout,
                           on_tokens=stream)
@@ -492,15 +492,10 @@ class Engine:
         # worker thread could overtake a replay and swap t1 and t2 from run to run)
         turn_index = st.turn_counter
         st.turn_counter += 1
-        t0 = time.perf_counter()  # inline (not calls.complete): one coroutine less per turn on the hot path
         try:
-            result = await binding.backend.complete(req)
+            result, latency = await self.calls.complete(binding, req)
         except BackendError as e:
             raise SessionFailed(f"{role}: model call failed: {e}") from None
-        latency = result.latency_ms or (time.perf_counter() - t0) * 1000
-        # to the microsecond: round(latency, 3) where that is exact enough (round() of a
-        # float with digits goes through a decimal conversion, ~0.3 us a call)
-        latency = int(latency * 1000.0 + 0.5) / 1000.0 if 0.0 <= latency < 1e12 else round(latency, 3)
         fields, ok, missing = rc.parse(result.text)
         st.tokens += result.tokens_out
         fields.pop("text", None)
@@ -513,13 +508,8 @@ class Engine:
         reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
                  "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": missing}
         st.roles[role].turns.append(reply)
-        # calls.record, inline (the hot path)
-        self.writer.turn(st.plan.session_id, st.attempt, turn_index=turn_index, role=role, model=rc.label,
-                         prompt=messages, text=result.text, parsed=record, finish_reason=result.finish_reason,
-                         tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=latency,
-                         group_id=None, ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3))
-        if self.calls.on_turn:
-            self.calls.on_turn(role, result.tokens_in or 0, result.tokens_out or 0, stream.count if stream is not None else 0)
+        self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency,
+                          streamed=stream.count if stream is not None else 0)
         if rc.rollout and self.on_rollout is not None and result.completion_ids is not None:
             self.on_rollout(st.plan, st.attempt, turn_index, role, result, samp.temperature, sample_key)
         return reply
@@ -548,7 +538,7 @@ class _RoleCall(NamedTuple):
 
     role: ir.Role
     binding: ModelBinding
-    sampling: Sampling  # its seed set per call (`reseeded`)
+    sampling: Sampling  # its seed set per call (`dataclasses.replace`)
     model_seed: int | None
     retries: int  # recovery prompts
     json_retries: int
@@ -556,7 +546,6 @@ class _RoleCall(NamedTuple):
     window: int
     rollout: bool
     parse: Callable[[str], tuple[dict[str, Any], bool, list[str]]]  # `reply_fields` for its parser
-    label: str  # the model as the store names it
     seed_part: int  # what the role and model add to the call seed (`role_seed_part`)
     prompt: str | None  # the role's own prompt and system templates
     system: str | None
