@@ -70,7 +70,7 @@ def cmd_check(args) -> int:
 
     failed = False
     for path in args.files:
-        res = compile_file(path, _overrides(args.set), args.profile)
+        res = compile_file(path, _overrides(args.set), args.profile, all_profiles=True)
         res.sink.emit(res.sources, limit=args.max_diagnostics)
         if res.sink.has_errors:
             failed = True

@@ -37,6 +37,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E111": ("error", "invalid parameter override (--set)"),
     "E112": ("error", "unknown profile"),
     "E113": ("error", "profile overrides something the spec does not declare"),
+    "E114": ("error", "nothing to run: the spec declares no game"),
     "E201": ("error", "type mismatch"),
     "E202": ("error", "unknown field of a record or reply"),
     "E203": ("error", "unknown outcome"),

@@ -16,7 +16,7 @@ from .consts import NotConstant, OutOfRange, const_eval
 from .exprs import ExprChecker, Scope, Sym, irspan, name_list, suggest
 from .parser import KEYWORDS
 from .span import Span
-from .templates import JINJA_GLOBALS, variable_location
+from .templates import JINJA_GLOBALS, LoadedTemplate, field_location, variable_location
 from .types import ANY, NUM, OUTCOME, T, boolish, is_a, list_of, numeric
 
 if TYPE_CHECKING:
@@ -95,7 +95,9 @@ class GameChecker:
         for r in self.asked_roles:
             self.c.used.add(("role", r))
         for name, sym in game_scope.names.items():
-            if sym.type.name in ("number", "bool", "string", "outcome"):
+            # `any`: a value whose type is unknown (an open record's field, or a type left
+            # unknown after a reported type error) may be a scalar at run time; metrics see it
+            if sym.type.name in ("number", "bool", "string", "outcome", "any"):
                 self.session_vars[name] = sym.type
         for name in game.pattern:
             item = scope.lookup(name)
@@ -278,6 +280,28 @@ class GameChecker:
             span = variable_location(lt, var)
             self.err("E301", f"template uses '{var}', which the protocol does not provide here", span,
                      suggest(var, available.names) or _available(available.names))
+        for var, path, lineno in lt.fields:
+            sym = scope.lookup(var) if var in available and var not in available.extra else None
+            if sym is not None:
+                self.check_template_fields(lt, var, sym.type, path, lineno)
+
+    def check_template_fields(self, lt: LoadedTemplate, var: str, t: T, path: tuple[str, ...], lineno: int) -> None:
+        """A template's ``var.a.b`` typed like the spec's own ``var.a.b`` (E202 with a
+        "did you mean"), as far as the types are known: an open record, a list or `any`
+        ends the check, and so does what the value itself has at run time (a record is a
+        dict there: ``item.items()``; a string has its methods: ``r.text.strip()``)."""
+        for at, name in enumerate(path):
+            if t.name == "record" and t.fields is not None:
+                ft = t.field(name)
+                if ft is not None:
+                    t = ft
+                    continue
+                if name.startswith("_") or hasattr(dict, name):
+                    return  # the engine's own keys (`_turn`) and dict methods; E305 judges dunders
+            elif t.name not in _SCALAR_SAMPLES or any(hasattr(v, name) for v in _SCALAR_SAMPLES[t.name]):
+                return
+            self.x.attr_type(t, name, field_location(lt, lineno, var, path, at))
+            return
 
     def _bound(self, e: A.Expr, what: str) -> int | None:
         try:
@@ -673,6 +697,10 @@ class GameChecker:
 
         bounds = walk(steps, 1)
         return dict(sorted(bounds.items()))
+
+
+# values of each scalar type at run time: a template may use their attributes (`r.text.strip()`)
+_SCALAR_SAMPLES: dict[str, tuple[object, ...]] = {"number": (0, 0.0), "string": ("",), "bool": (False,)}
 
 
 class _Available:

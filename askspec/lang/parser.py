@@ -71,6 +71,55 @@ def _describe_expected(expected: set[str]) -> str:
     return ", ".join(names)
 
 
+# Targeted hints for common syntax mistakes, found as lark's `match_examples` finds them:
+# an error is the mistake of an example when the parser fails in the same LALR state
+# (its number: nesting does not matter), expecting the same tokens, on a token of the
+# same type; a check of the text before the token tells apart mistakes that share a
+# state (`ask q: m using "t"` and `foo "bar"` both fail on a string after a name).
+_ASK_ORDER = ("the clauses of an ask come in this order: [sample N] ask ROLES [using TEMPLATE] "
+              "[: MESSAGE] [with RECORD]; move this one before the ones it follows")
+_MISTAKES: list[tuple[list[str], re.Pattern[str] | None, str]] = [
+    (["metric m = x by a.b", "metric m = x by (a.b)", "metric m = x by (a, b.c)"], None,
+     "`by` groups by session variables, not by fields: assign the field in the game "
+     "(`{field} = {name}.{field}`) and group by that name (`by {field}`)"),
+    (['game g { ask q: m using "t" }', 'game g { ask q with {a: 1} using "t" }'], re.compile(r"\busing\s*$"),
+     _ASK_ORDER),
+    (["game g { ask q with r: m }", "game g { ask q with {a: 1}: m }"], re.compile(r"\bask\b.*\bwith\b"), _ASK_ORDER),
+    (["game g { x = 1 if a else 0 }"], None,
+     "`if` starts a statement (if COND { ... } else { ... }); for a value chosen by a condition "
+     "write `case { COND -> A; else -> B }`"),
+]
+
+
+@functools.lru_cache(maxsize=1)
+def _mistake_states() -> list[tuple[tuple[int, frozenset[str], str], re.Pattern[str] | None, str]]:
+    out = []
+    for examples, before, hint in _MISTAKES:
+        for example in examples:
+            try:
+                _lark().parse(example)
+            except lark.UnexpectedToken as e:
+                out.append(((e.state.position, frozenset(e.accepts), e.token.type), before, hint))
+    return out
+
+
+def _mistake_hint(e: lark.UnexpectedToken, text: str) -> str | None:
+    """The hint of the known mistake that ``e`` is, if any (see _MISTAKES)."""
+    if e.state is None:
+        return None
+    key = (e.state.position, frozenset(e.accepts), e.token.type)
+    before = text[: e.token.start_pos]
+    before = before[before.rfind("\n") + 1 :]  # the line up to the token
+    for state, pattern, hint in _mistake_states():
+        if state == key and (pattern is None or pattern.search(before)):
+            # the spec's own names in the hint's example (`by item.truth`: item, truth)
+            name = re.search(r"([A-Za-z_]\w*)\s*$", before)
+            field = re.match(r"\s*([A-Za-z_]\w*)", text[e.token.end_pos:] if e.token.end_pos is not None else "")
+            return hint.replace("{name}", name.group(1) if name else "item").replace(
+                "{field}", field.group(1) if field else "truth")
+    return None
+
+
 def _brackets(text: str):
     """Yield (char, line, col) of every bracket outside strings and comments."""
     line, col = 1, 1
@@ -220,7 +269,7 @@ def parse(path: str, text: str, sink: DiagnosticSink) -> A.Module | None:
                 d.notes.append((f"'{value}' starts a new declaration here", _tok_span(path, tok)))
                 return None
             shown = value if len(value) <= 40 else value[:37] + "..."
-            hint = f"expected {_describe_expected(e.expected)}"
+            hint = _mistake_hint(e, text) or f"expected {_describe_expected(e.expected)}"
             if value in KEYWORDS and "NAME" in e.expected:
                 hint += f"; '{value}' is a keyword and cannot be used as a name here"
             sink.error("E001", f"unexpected {shown!r}", _tok_span(path, tok), hint=hint)

@@ -11,7 +11,9 @@ from . import ast as A
 from .checker_base import CheckerBase
 from .consts import INVALID
 from .exprs import irspan, suggest
+from .paths import FileRefused, resolve_spec_path
 from .span import Span
+from .templates import CONFINED_HINT
 from .types import ANY, BOOL, NUM, STR, T, from_json_value, list_of, reply_type
 
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "max_tokens", "stop", "seed"}
@@ -81,6 +83,8 @@ class RoleChecks(CheckerBase):
                 return None
             for a in d.attrs:
                 self.model_attr(m, a.name, a.value, a.name_span)
+            if isinstance(base, A.Call) and base.func == "replay":
+                self.replay_paths(m, base, d.attrs)
             visiting.discard(d.name)
             done[d.name] = m
             return m
@@ -168,6 +172,23 @@ class RoleChecks(CheckerBase):
         else:
             self.err("E105", f"unknown model setting '{key}'", span, suggest(key, SAMPLING_KEYS | MODEL_OPTION_KEYS))
 
+    def replay_paths(self, m: ir.Model, base: A.Call, attrs: list[A.Attr]) -> None:
+        """E304: a recording a spec names (`replay("answers.json")`, `file = "..."`) lies
+        in the spec's folder, like its templates and data: its replies become turns that
+        other roles, and so their endpoints, are sent."""
+        named = [(m.weights, base.args[0].span)] if base.args else []
+        file = m.options.get("file")
+        spans = [v.span for k, v in base.kwargs if k == "file"] + [a.value.span for a in attrs if a.name == "file"]
+        if isinstance(file, str) and spans:
+            named.append((file, spans[-1]))
+        for path, span in named:
+            if not path:
+                continue
+            try:
+                resolve_spec_path(self.spec_dir, path)
+            except FileRefused as e:
+                self.err("E304", f"replay file refused: {e}", span, CONFINED_HINT)
+
     def warn_quantized_trained(self) -> None:
         """W504: `quantize` on the model of a trained role (or a current(role) model). Those
         weights are the trainer's: a training run serves them in full precision (the
@@ -208,6 +229,9 @@ class RoleChecks(CheckerBase):
                     self.used.add(("model", mv.id))
                 elif isinstance(mv, A.Name) and mv.id in ("bound", "per_session"):
                     r.model = None
+                elif isinstance(mv, A.Name) and ("model", mv.id) in self.decl_spans:
+                    self.used.add(("model", mv.id))  # declared, but broken: reported at its declaration
+                    r.model = INVALID
                 elif isinstance(mv, A.Name):
                     self.err("E103", f"unknown model '{mv.id}'", mv.span, suggest(mv.id, lambda: [m.name for m in self.exp.models]))
                     r.model = INVALID

@@ -191,3 +191,31 @@ def _nested_loop_problems(tree: nodes.Template) -> list[tuple[int, str, str]]:
 
     walk([tree], 1)
     return out
+
+
+def field_uses(tree: nodes.Template) -> list[tuple[str, tuple[str, ...], int]]:
+    """(name, fields read in order, line) of each access chain on a variable the template
+    does not bind itself: ``item.claim`` -> ("item", ("claim",), 1), ``r["a"].b`` ->
+    ("r", ("a", "b"), 1). The checker types these against the protocol (E202). A chain
+    stops being checked at an index that is not a constant string (``xs[i].x``: "x" is
+    a field of an element, which only the run knows)."""
+    local = {n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")}
+    accesses = list(tree.find_all((nodes.Getattr, nodes.Getitem)))
+    inner = {id(a.node) for a in accesses}
+    out: list[tuple[str, tuple[str, ...], int]] = []
+    for access in accesses:
+        if id(access) in inner:
+            continue  # part of a longer chain, read with it
+        path: list[str] = []
+        node: nodes.Node = access
+        while isinstance(node, (nodes.Getattr, nodes.Getitem)):
+            if isinstance(node, nodes.Getattr):
+                path.append(node.attr)
+            elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+                path.append(node.arg.value)
+            else:
+                path = []  # what was read past this index depends on the index's value
+            node = node.node
+        if isinstance(node, nodes.Name) and node.ctx == "load" and node.name not in local and path:
+            out.append((node.name, tuple(reversed(path)), access.lineno))
+    return out

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 import jinja2
 from jinja2 import meta
 
+from ..ir import model as ir
 from . import ast as A
 from .diagnostics import DiagnosticSink
 from .paths import MAX_TEMPLATE_BYTES, FileRefused, read_spec_file, spec_relative
 from .sandbox import environment
 from .sandbox import render as render_template  # noqa: F401 - the runtime renders through here
 from .span import Span
-from .template_checks import static_problems
+from .template_checks import field_uses, static_problems
 
 
 CONFINED_HINT = "a spec reads only regular files inside its own folder (symlinks are followed first)"
@@ -36,6 +38,8 @@ class LoadedTemplate:
     origin_col: int
     variables: list[str]
     span: Span  # where it is referenced in the spec
+    # (variable, fields read in order, template line) of each field access, checked per ask (E202)
+    fields: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
 
 
 def load_template(e: A.Expr, spec_dir: str, spec_path: str, sink: DiagnosticSink, files: dict[str, str],
@@ -68,6 +72,21 @@ def load_template(e: A.Expr, spec_dir: str, spec_path: str, sink: DiagnosticSink
     return None
 
 
+def template_label(key: str, span: ir.Span | Span | None) -> str:
+    """How a message names a template: an inline one by where the spec writes it (its key,
+    ``inline:<hash>``, says nothing a reader can find), a file by its path, a named one by
+    its name and place. ``span`` is the template's IR span (the literal or file(...) call)."""
+    kind, _, name = key.partition(":")
+    where = f"{span.file}:{span.line}:{span.col}" if span is not None else None
+    if kind == "inline":
+        return f"inline template at {where}" if where else "inline template"
+    if kind == "file":
+        return f"template {name}"
+    if kind == "named":
+        return f"template '{name}' ({where})" if where else f"template '{name}'"
+    return f"template {key}"
+
+
 def _display_path(spec_path: str, rel: str) -> str:
     return os.path.normpath(os.path.join(os.path.dirname(spec_path), rel))
 
@@ -88,6 +107,7 @@ def _analyse(key, source, rel, full, line, col, span, sink, display=None) -> Loa
     lt = LoadedTemplate(key, source, rel, display, line, col, variables, span)
     try:
         problems = static_problems(parsed)
+        lt.fields = field_uses(parsed)
     except RecursionError:
         problems = []  # an expression nested too deeply to analyse; the render limits still apply
     for lineno, needle, message in problems:
@@ -105,6 +125,32 @@ def _locate(t: LoadedTemplate, lineno: int, needle: str) -> Span:
     idx = text.find(needle) if needle else -1
     col = idx + 1 if idx >= 0 else 1
     width = len(needle) if idx >= 0 else 1
+    line = t.origin_line + lineno - 1
+    if lineno == 1:
+        col += t.origin_col - 1
+    return Span(t.display_path, line, col, line, col + width)
+
+
+def field_location(t: LoadedTemplate, lineno: int, var: str, path: tuple[str, ...], at: int) -> Span:
+    """Span of field ``path[at]`` in the chain ``var.path...`` on template line ``lineno``
+    (``.name`` or ``["name"]``), searched after ``var`` and the fields before it."""
+    lines = t.source.splitlines() or [""]
+    text = lines[min(max(lineno, 1), len(lines)) - 1]
+    pos = _find_word(text, var)
+    col = width = 0
+    if pos >= 0:
+        pos += len(var)
+        for i, name in enumerate(path[: at + 1]):
+            m = re.compile(rf"\s*(?:\.\s*({re.escape(name)})(?![A-Za-z0-9_])|\[\s*['\"]({re.escape(name)})['\"]\s*\])"
+                           ).search(text, pos)
+            if m is None:
+                break
+            pos = m.end()
+            if i == at:
+                group = 1 if m.group(1) is not None else 2
+                col, width = m.start(group) + 1, len(name)
+    if not col:
+        return _locate(t, lineno, path[at])
     line = t.origin_line + lineno - 1
     if lineno == 1:
         col += t.origin_col - 1
@@ -131,8 +177,6 @@ def variable_location(t: LoadedTemplate, var: str) -> Span:
 
 
 def _find_word(line: str, word: str) -> int:
-    import re
-
     m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", line)
     return m.start() if m else -1
 

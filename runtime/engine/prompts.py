@@ -21,7 +21,7 @@ from askspec.ir import model as ir
 # the checker's sandboxed environment: templates render exactly as they were checked,
 # within the sandbox's time and size limits
 from askspec.lang.templates import environment as template_environment
-from askspec.lang.templates import render_template
+from askspec.lang.templates import render_template, template_label
 
 from askspec.runtime.engine.state import SessionFailed
 
@@ -55,6 +55,11 @@ class Prompts:
                                          (_ABSENT,) * len(wanted))
         return hit
 
+    def label(self, key: str) -> str:
+        """The template as an error names it: an inline one by its spec file:line:col."""
+        t = self.templates.get(key)
+        return template_label(key, t.span if t is not None else None)
+
     def render(self, key: str, ctx: dict[str, Any]) -> str:
         """The template `key` rendered with the variables it uses from `ctx`; a template
         that fails (undefined variable, sandbox limit, an error in its logic) fails the
@@ -77,11 +82,11 @@ class Prompts:
         try:
             text = render_template(t, parent)
         except jinja2.UndefinedError as e:
-            raise SessionFailed(f"template {key}: {e.message}") from None
+            raise SessionFailed(f"{self.label(key)}: {e.message}") from None
         except jinja2.TemplateError as e:
-            raise SessionFailed(f"template {key}: {e}") from None
+            raise SessionFailed(f"{self.label(key)}: {e}") from None
         except (SecurityError, TypeError, ValueError, ArithmeticError, LookupError) as e:
-            raise SessionFailed(f"template {key}: {e.__class__.__name__}: {e}") from None
+            raise SessionFailed(f"{self.label(key)}: {e.__class__.__name__}: {e}") from None
         if memo_key is not None and len(text) <= CACHE_CHARS:
             if len(self._memo) >= CACHE_ENTRIES:
                 self._memo.clear()

@@ -1,6 +1,6 @@
 """Golden tests: one fixture per diagnostic code (tests/lang/golden/<CODE>_<slug>.ask,
 with template files under golden/prompts/, --set overrides in <same>.set and a --profile
-name in <same>.profile), compared
+name in <same>.profile; without one every profile is checked, as `askspec check` does), compared
 with the exact formatted output in <same>.expected.
 
 Regenerate the expected files after an intended change with
@@ -46,7 +46,8 @@ def diagnostics_text(case: Path) -> str:
     cwd = os.getcwd()
     os.chdir(GOLDEN)  # paths in the output are relative to the fixture folder
     try:
-        res = compile_file(case.name, overrides(case), profile(case))
+        chosen = profile(case)  # as `askspec check` does: without --profile, every profile is checked
+        res = compile_file(case.name, overrides(case), chosen, all_profiles=chosen is None)
     finally:
         os.chdir(cwd)
     return "".join(format_diagnostic(d, res.sources) + "\n" for d in res.sink.sorted())

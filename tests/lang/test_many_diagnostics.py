@@ -20,8 +20,13 @@ from conftest import run_cli
 
 
 def bad_params(n: int) -> str:
-    """n parameters whose default has the wrong type, each also unused: 2n diagnostics."""
-    return "".join(f'param p{i}: int = "x"\n' for i in range(n))
+    """n parameters whose default has the wrong type, each also unused: 2n diagnostics
+    (and a game, so that the spec has something to run)."""
+    return "".join(f'param p{i}: int = "x"\n' for i in range(n)) + GAME
+
+
+GAME = 'model m = hf("x")\nrole q { model = m; prompt = "hi" }\ngame g { ask q }\n'
+
 
 
 def undefined_names(n: int) -> str:
