@@ -157,7 +157,8 @@ class RunOptions:
         return {"backend": self.backend, "replay": os.path.abspath(self.replay) if self.replay else None,
                 "sessions": self.sessions, "max_tokens": self.max_tokens, "models": dict(self.models),
                 "base_url": self.base_url, "served_models": dict(self.served_models),
-                "concurrency": self.concurrency, "profile": self.profile, "log": list(self.log)}
+                "concurrency": self.concurrency, "profile": self.profile, "log": list(self.log),
+                "eval_only": self.eval_only}
 
     def resumed(self, saved: Mapping[str, Any]) -> RunOptions:
         """These options completed by an earlier run's recorded ones (the flags given now

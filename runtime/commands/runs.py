@@ -1,7 +1,7 @@
 """``askspec runs [DIR]``: one line per run, enough to tell runs apart — status, how long
 it ran, session counts, tokens, the models each role ran on (backend, served model,
-endpoint) and the settings it ran with (--set values, --sessions, --concurrency,
---max-tokens, ...). Runs in subfolders of DIR are found too. ``list_runs`` is the same
+endpoint) and the settings it ran with (--seed, --profile, --eval-only, --set values,
+--sessions, --concurrency, --max-tokens, ...). Runs in subfolders of DIR are found too. ``list_runs`` is the same
 data for the TUI."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _rows(con) -> list[dict[str, Any]]:
         r["tokens_in"] = totals.get("tokens_in", 0)
         r["tokens_out"] = totals.get("tokens_out", 0)
         r["models"] = models_text(r["roles"])
-        r["settings"] = settings_text(r["run_options"], r["overrides"])
+        r["settings"] = settings_text(r["run_options"], r["overrides"], r["seed"])
     return rows
 
 
@@ -110,13 +110,19 @@ def _model_text(m: dict) -> str:
     return f"{text}@{m['endpoint']}" if m.get("endpoint") else text
 
 
-def settings_text(options: Any, overrides: Any) -> str:
-    """The flags a run was started with, as one would type them again."""
+def settings_text(options: Any, overrides: Any, seed: Any = None) -> str:
+    """The flags a run was started with, as one would type them again: the seed it ran
+    with, the profile its IR is (the spec's default one included, where the manifest
+    records it) and --eval-only first."""
     options = options if isinstance(options, dict) else {}
     parts = []
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        parts.append(f"--seed {seed}")
     for key in ("profile", "backend", "sessions", "max_tokens", "concurrency", "base_url", "replay"):
         if options.get(key) is not None:
             parts.append(f"--{key.replace('_', '-')} {options[key]}")
+    if options.get("eval_only") is True:
+        parts.append("--eval-only")
     for role, spec in (options.get("models") or {}).items():
         parts.append(f"--model {role}={spec}")
     for key, name in (options.get("served_models") or {}).items():

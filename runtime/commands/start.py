@@ -291,7 +291,8 @@ def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: 
                                       params=params, planned_sessions=plan.total, argv=sys.argv)
         except OSError as e:
             raise UsageError(os_error(e, "cannot create a run directory in")) from None
-        recorded = {**opts.recorded(), "default_base_url": base_url}
+        # the profile the IR is (the spec's default one too): a resume and `askspec runs` see it
+        recorded = {**opts.recorded(), "default_base_url": base_url, "profile": exp.options.get("profile")}
         writer.annotate(spec_path=os.path.abspath(opts.file), run_options=recorded,
                         overrides={k: params[k] for k in opts.overrides if k in params})
     else:

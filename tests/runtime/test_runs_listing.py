@@ -1,6 +1,7 @@
 """Runs you can tell apart: `askspec runs` and the `runs` view show the backend (and
-endpoint) of each role, the --set overrides, --concurrency, --max-tokens, how long the
-run ran and its token totals; `askspec runs DIR` finds runs in subfolders."""
+endpoint) of each role, the seed, profile, --eval-only, the --set overrides, --concurrency,
+--max-tokens, how long the run ran and its token totals; `askspec runs DIR` finds runs in
+subfolders."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 
 SPEC = """
-experiment tell_apart { param k: int = 2 }
+experiment tell_apart { param k: int = 2; profile = wide }
+profile wide { param k = 2 }
+profile narrow { param k = 1 }
 model tools = python("fake_models:universal")
 role solver { model = tools; memory = none; prompt = "solve {{ i }}" }
 role checker { memory = none; prompt = "check {{ i }}" }
@@ -44,7 +47,8 @@ def test_runs_tells_runs_apart_and_finds_subfolders(tmp_path):
     root = tmp_path / "experiments"
     rc1, run1 = asyncio.run(run_spec(str(spec), out=str(root / "ablation" / "a"), set=["k=3"], concurrency=2,
                                      max_tokens=50))
-    rc2, run2 = asyncio.run(run_spec(str(spec), out=str(root / "ablation" / "b" / "deeper"), sessions=1))
+    rc2, run2 = asyncio.run(run_spec(str(spec), out=str(root / "ablation" / "b" / "deeper"), sessions=1, seed=7,
+                                     profile="narrow", eval_only=True))
     assert rc1 == rc2 == 0
 
     res = _runs_cli(str(root), "--format", "json")
@@ -52,8 +56,9 @@ def test_runs_tells_runs_apart_and_finds_subfolders(tmp_path):
     rows = {r["run_dir"]: r for r in json.loads(res.stdout)}
     assert set(rows) == {str(Path(run1).resolve()), str(Path(run2).resolve())}
     first, second = rows[str(Path(run1).resolve())], rows[str(Path(run2).resolve())]
-    assert first["settings"] == "--max-tokens 50 --concurrency 2 --set k=3"
-    assert second["settings"] == "--sessions 1 --concurrency 8"
+    # the spec's default profile is recorded too: the IR a run played is that profile's
+    assert first["settings"] == "--seed 0 --profile wide --max-tokens 50 --concurrency 2 --set k=3"
+    assert second["settings"] == "--seed 7 --profile narrow --sessions 1 --concurrency 8 --eval-only"
     # the model each role ran on, including one bound during the session
     assert first["models"] == "python:fake_models:universal (solver); python:fake_models:seeded (checker)"
     assert (first["ok"], first["turns"], first["planned_sessions"]) == (3, 6, 3)
