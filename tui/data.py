@@ -574,6 +574,7 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
 # ------------------------------------------------------------------------------ sql
 
 SQL_TIMEOUT = 120.0  # seconds a console query may run (SQL can describe unbounded work)
+SQL_CELL_CHARS = 4096  # characters of a text cell fetched (the table shows a line of it)
 
 
 def run_sql(source: Source, sql: str, limit: int = 100_000) -> tuple[pa.Table, int]:
@@ -585,13 +586,15 @@ def run_sql(source: Source, sql: str, limit: int = 100_000) -> tuple[pa.Table, i
         raise DataError("type a query, e.g. SELECT outcome, count(*) FROM sessions GROUP BY ALL")
     with _reading(source) as cur:
         try:
-            table, _types = readonly.run_readonly(cur, sql, timeout=SQL_TIMEOUT)
+            # at most ``limit`` rows fetched, counted on to the end (memory stays bounded)
+            result = readonly.run_readonly(cur, sql, timeout=SQL_TIMEOUT,
+                                           limits=readonly.Limits(rows=limit, cell_chars=SQL_CELL_CHARS, count=True))
         except (readonly.QueryRefused, readonly.QueryTimeout) as e:
             raise DataError(one_line(e)) from None
+    table = result.table
     if not table.num_columns:
         return pa.table({"result": ["ok"]}), 1
-    n = table.num_rows
-    return displayable(table.slice(0, limit)), n
+    return displayable(table), result.rows if result.rows is not None else table.num_rows
 
 
 # -------------------------------------------------------------------------- compare

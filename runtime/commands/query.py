@@ -25,24 +25,28 @@ import pyarrow as pa
 
 from askspec.terminal import os_error, printable
 
+from askspec.runtime.store import layout
 from askspec.runtime.store.compact import CompactError, compact_run
-from askspec.runtime.store.readonly import QueryRefused, QueryTimeout, open_readonly_store, run_readonly
+from askspec.runtime.store.readonly import (MEMORY_LIMIT, Limits, QueryRefused, QueryTimeout, open_readonly_store,
+                                             run_readonly)
 from askspec.runtime.store.views import VIEW_NAMES, Store, StoreError, connect
 
 QUERY_TIMEOUT = 600.0  # seconds; a query over a large run takes seconds, not minutes
+QUERY_LIMITS = Limits()  # rows, bytes and characters a cell that `askspec query` prints
 
 # ---------------------------------------------------------------------- pure API
 
 
-def query(path: str | os.PathLike[str], sql: str) -> pa.Table:
+def query(path: str | os.PathLike[str], sql: str, limits: Limits = Limits(None, None, None)) -> pa.Table:
     """Run ``sql`` against the store views of ``path`` (run dir or folder of runs).
 
     Read-only and confined (see ``store.readonly``): only queries run, and only the
-    run's own files are readable. Raises ``QueryRefused`` for any other statement.
+    run's own files are readable. Raises ``QueryRefused`` for any other statement. The
+    whole result unless ``limits`` says otherwise (``QUERY_LIMITS``: the CLI's).
     """
     store = open_readonly_store(path)
     try:
-        return run_readonly(store.con, sql)[0]
+        return run_readonly(store.con, sql, limits=limits).table
     finally:
         store.con.close()
 
@@ -192,14 +196,22 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 @_guarded
 def cmd_query(args: argparse.Namespace) -> int:
-    """askspec query RUN_DIR "SQL" [--format table|csv|json|jsonl] [--max-width N]"""
-    store = open_readonly_store(args.run_dir)
+    """askspec query RUN_DIR "SQL" [--format table|csv|json|jsonl] [--max-width N] [--timeout SECONDS]
+    [--limit ROWS] [--max-cell CHARS] [--memory-limit SIZE]"""
+    # programmatic callers may build args without the newer flags: their defaults apply
+    store = open_readonly_store(args.run_dir, getattr(args, "memory_limit", MEMORY_LIMIT))
     _print_warnings(store)
+    rows = getattr(args, "limit", QUERY_LIMITS.rows)
+    cell = getattr(args, "max_cell", QUERY_LIMITS.cell_chars)
+    limits = Limits(rows or None, QUERY_LIMITS.bytes if rows else None, cell or None)
     try:
-        # programmatic callers may build args without --timeout: the default applies
-        table, types = run_readonly(store.con, args.sql, timeout=getattr(args, "timeout", QUERY_TIMEOUT) or None)
+        table, types, cut, _rows = run_readonly(store.con, args.sql, getattr(args, "timeout", QUERY_TIMEOUT) or None,
+                                                limits)
     finally:
-        store.con.close()
+        try:
+            store.con.close()
+        except duckdb.Error:  # still busy with a query the watchdog gave up on: the process ends it
+            pass
     if args.format == "csv":
         _write_csv(table, sys.stdout)
     elif args.format == "json":
@@ -208,6 +220,9 @@ def cmd_query(args: argparse.Namespace) -> int:
         _write_jsonl(table, types, sys.stdout)
     else:
         print(format_table(table, args.max_width))
+    if cut:
+        print(f"warning: result cut: {cut}; --limit ROWS and --max-cell CHARS change the limits "
+              "(0: none)", file=sys.stderr)
     return 0
 
 
@@ -215,8 +230,14 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """askspec export RUN_DIR --parquet OUT: one Parquet file per view."""
     store = connect(args.run_dir)
-    _print_warnings(store)
     out = Path(args.parquet)
+    inside = _inside_a_run(out, store.run_dirs)
+    if inside is not None:
+        store.con.close()
+        return _error(f"export --parquet {out}: that folder is inside run {inside}, whose own files an export "
+                      "would overwrite (events/<name>.parquet are its compacted copies); nothing was written. "
+                      "Give a folder outside every run, e.g. exports/<run-id>")
+    _print_warnings(store)
     out.mkdir(parents=True, exist_ok=True)
     try:
         for view in VIEW_NAMES:
@@ -234,6 +255,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     finally:
         store.con.close()
     return 0
+
+
+def _inside_a_run(out: Path, run_dirs: list[Path]) -> Path | None:
+    """The run directory ``out`` is (or lies inside) once resolved, else None: one of
+    ``run_dirs`` (resolved), or any folder above ``out`` that is a run directory."""
+    real = Path(os.path.realpath(out))
+    for rd in run_dirs:
+        if real == rd or rd in real.parents:
+            return rd
+    for folder in (real, *real.parents):
+        if layout.is_run_dir(folder):
+            return folder
+    return None
 
 
 @_guarded
@@ -255,6 +289,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {text!r}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``query``, ``export`` and ``compact`` to an argparse subparsers object (``runs``
     is runs.register)."""
@@ -272,6 +316,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="cut table cells to N characters (0: no limit; default 40)")
     p.add_argument("--timeout", type=_seconds, default=QUERY_TIMEOUT, metavar="SECONDS",
                    help=f"interrupt a query still running after SECONDS (0: never; default {QUERY_TIMEOUT:g})")
+    p.add_argument("--limit", type=_count, default=QUERY_LIMITS.rows, metavar="ROWS",
+                   help=f"print at most ROWS rows and {(QUERY_LIMITS.bytes or 0) >> 20} MiB of the result, "
+                        f"saying so when it is cut (0: no limit; default {QUERY_LIMITS.rows})")
+    p.add_argument("--max-cell", type=_count, default=QUERY_LIMITS.cell_chars, metavar="CHARS",
+                   help=f"cut a text cell to CHARS characters before it is fetched, in every format "
+                        f"(0: no limit; default {QUERY_LIMITS.cell_chars})")
+    p.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
+                   help=f"memory DuckDB may use for the query, e.g. 4GB (default {MEMORY_LIMIT}); "
+                        "one that needs more fails with an Out of Memory Error")
     p.set_defaults(func=cmd_query)
 
 

@@ -273,6 +273,57 @@ def parquet_path(run_dir: str | os.PathLike[str], name: str) -> Path:
     return events_dir(run_dir) / f"{name}.parquet"
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+# What a reader says after ``refused_file``'s reason.
+REFUSED_HINT = ("not read (a run's files are read only when they are regular files inside its folder; "
+                "replace a link with a copy of its file to read it)")
+
+
+def refused_file(run_dir: str | os.PathLike[str], rel: str) -> str | None:
+    """Why a reader must not open ``run_dir/rel`` (one line naming it), or None when it is
+    a regular file reached without a symbolic link below ``run_dir``, or is missing.
+
+    A run's writer makes only regular files and folders, but a run someone hands you can
+    hold anything: a symbolic link (to ``~/.ssh/id_rsa``, or to another file of the run:
+    one rule, and a link cannot be retargeted between this check and the read), a FIFO
+    (opening it blocks for good), a device or a socket. Checked with ``lstat``, never by
+    opening. ``run_dir`` itself may be reached through links (it is resolved first).
+    """
+    path = Path(run_dir) / rel
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"{rel} cannot be read ({e.strerror or e})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{rel} is a symbolic link (to {os.path.realpath(path)})"
+    real = os.path.realpath(path)
+    if real != os.path.join(os.path.realpath(run_dir), os.path.normpath(rel)):
+        return f"{rel} leads through a symbolically linked folder (to {real})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{rel} is {_kind(st.st_mode)}, not a regular file"
+    return None
+
+
+def _regular(run_dir: str | os.PathLike[str], rel: str) -> os.stat_result | None:
+    """The stat of ``run_dir/rel`` when a reader may open it (``refused_file``), else None."""
+    if refused_file(run_dir, rel) is not None:
+        return None
+    try:
+        return os.stat(Path(run_dir) / rel)
+    except OSError:
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class CopyState:
     """How ``events/<name>.parquet`` relates to ``events/<name>.ndjson``.
@@ -296,8 +347,11 @@ class CopyState:
 
 
 def read_compaction_index(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """events/compaction.json, or an empty index when absent or unreadable."""
+    """events/compaction.json, or an empty index when absent, unreadable or not a
+    regular file (``refused_file``: a FIFO there must not block every reader)."""
     try:
+        if _regular(run_dir, f"{EVENTS_DIR}/{COMPACTION_INDEX}") is None:
+            raise FileNotFoundError
         index = json.loads((events_dir(run_dir) / COMPACTION_INDEX).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {"files": {}}
@@ -307,13 +361,11 @@ def read_compaction_index(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def copy_state(run_dir: str | os.PathLike[str], name: str, index: dict[str, Any] | None = None) -> CopyState:
-    """See CopyState; ``index`` is read_compaction_index(run_dir) when not given."""
-    try:
-        st = ndjson_path(run_dir, name).stat()
-        nd: int | None = st.st_size if stat.S_ISREG(st.st_mode) else None  # a directory is no file
-    except OSError:
-        nd = None
-    if not parquet_path(run_dir, name).is_file():
+    """See CopyState; ``index`` is read_compaction_index(run_dir) when not given. A file
+    that ``refused_file`` refuses (a link, a FIFO, a folder) counts as absent."""
+    st = _regular(run_dir, f"{EVENTS_DIR}/{name}.ndjson")
+    nd = st.st_size if st is not None else None
+    if _regular(run_dir, f"{EVENTS_DIR}/{name}.parquet") is None:
         return CopyState("none", nd, None, FORMAT_VERSION)
     index = read_compaction_index(run_dir) if index is None else index
     entry = index["files"].get(name)

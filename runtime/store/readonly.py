@@ -20,10 +20,23 @@ each sufficient against a different half of that:
    CREATE, INSERT, UPDATE, DELETE, DROP, ALTER, transactions, ...) is refused before
    anything in the text runs, whichever position it has among several statements.
 
+The files themselves are checked when the store is opened (``layout.refused_file``):
+only regular files inside a run's folder are read, never a symbolic link (wherever it
+points), a FIFO, a device or a socket, so a run directory someone hands you cannot
+make a query read ``~/.ssh`` or block on a pipe.
+
+Resources. A query runs with DuckDB's ``memory_limit`` (``MEMORY_LIMIT``; an in-memory
+store has nowhere to spill, so a query needing more fails with DuckDB's "Out of Memory
+Error"), under a watchdog that interrupts it after its time limit and gives up on it if
+it still has not stopped ``STUCK_GRACE`` seconds later (a read blocked in the kernel
+does not see the interrupt), and its result is fetched in batches up to ``Limits``
+(rows, bytes, characters a text cell): a query can describe a result of any size
+(``SELECT * FROM range(1e12)``, ``SELECT repeat('x', 1e9)``).
+
 Usage (the TUI does the same)::
 
     store = open_readonly_store(run_dir)       # or a folder of runs
-    table, types = run_readonly(store.con, sql, timeout=60)
+    result = run_readonly(store.con, sql, timeout=60)   # .table, .types, .cut
     # QueryRefused, QueryTimeout or duckdb.Error (one line each) on failure
 """
 
@@ -31,11 +44,28 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from askspec.runtime.store.views import Store, connect
+
+
+def _default_memory_limit() -> str:
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        ram = 0
+    return f"{max(2 << 30, ram // 4) >> 20}MiB"
+
+
+# DuckDB's memory limit for a query: a quarter of the machine's memory, at least 2 GiB
+# (DuckDB's own default is 80%). A query that needs more fails with DuckDB's "Out of
+# Memory Error" and can be given more (``askspec query --memory-limit``).
+MEMORY_LIMIT = _default_memory_limit()
 
 
 class QueryRefused(Exception):
@@ -57,9 +87,11 @@ _KIND_NAMES = {
 }
 
 
-def _lock(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
-    """Confine ``con`` to reading ``files``; irreversible for this connection."""
+def _lock(con: duckdb.DuckDBPyConnection, files: list[str], memory_limit: str) -> None:
+    """Confine ``con`` to reading ``files`` within ``memory_limit``; irreversible for this
+    connection."""
     quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    con.execute("SET memory_limit = ?", [memory_limit])
     con.execute(f"SET allowed_paths = [{quoted}]")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
@@ -68,16 +100,17 @@ def _lock(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
     con.execute("SET lock_configuration = true")
 
 
-def open_readonly_store(path: str | os.PathLike[str]) -> Store:
+def open_readonly_store(path: str | os.PathLike[str], memory_limit: str = MEMORY_LIMIT) -> Store:
     """The store views over ``path`` (a run dir or a folder of runs) on a locked connection.
 
-    Raises ``StoreError`` when ``path`` holds no run. Use ``run_readonly`` (not
-    ``con.sql``) to run user SQL on it: the connection lock alone does not stop a write
-    to the run's own event files.
+    Raises ``StoreError`` when ``path`` holds no run, ``duckdb.Error`` for a
+    ``memory_limit`` DuckDB does not read (``"2GB"``, ``"500MiB"``). Use ``run_readonly``
+    (not ``con.sql``) to run user SQL on it: the connection lock alone does not stop a
+    write to the run's own event files.
     """
     store = connect(path)
     try:
-        _lock(store.con, [os.fspath(p) for p in store.files])
+        _lock(store.con, [os.fspath(p) for p in store.files], memory_limit)
     except BaseException:
         store.con.close()
         raise
@@ -144,34 +177,161 @@ def check_sql(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement
 
 
 class QueryTimeout(Exception):
-    """A query ran past its time limit and was interrupted."""
+    """A query ran past its time limit and was interrupted (or abandoned, see run_readonly)."""
 
 
-def run_readonly(con: duckdb.DuckDBPyConnection, sql: str,
-                 timeout: float | None = None) -> tuple[pa.Table, list[str]]:
+# Seconds a query may take to stop once interrupted before it is abandoned: DuckDB sees
+# an interrupt between vectors, within milliseconds, unless a read is blocked.
+STUCK_GRACE = 3.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much of a result ``run_readonly`` fetches (None: no limit)."""
+
+    rows: int | None = 100_000
+    bytes: int | None = 512 << 20  # Arrow bytes fetched (strings, numbers, offsets)
+    cell_chars: int | None = 1 << 20  # characters of one text (or JSON) cell
+    # read on past the row or size limit to count the rows (dropping them: memory stays
+    # bounded, time does not: the watchdog's timeout bounds it)
+    count: bool = False
+
+
+class QueryResult(NamedTuple):
+    """A query's (possibly cut) result: its table, DuckDB type names, ``cut``, a phrase
+    saying what was left out (None when the result is whole), and ``rows``, how many rows
+    the query gave (``table.num_rows`` unless it was cut and ``Limits.count`` counted on;
+    None when cut uncounted)."""
+
+    table: pa.Table
+    types: list[str]
+    cut: str | None
+    rows: int | None
+
+
+_BATCH_ROWS = 1024  # with Limits.cell_chars, bounds what one fetch can hold
+
+
+def _capped_cells(rel: duckdb.DuckDBPyRelation, chars: int) -> duckdb.DuckDBPyRelation:
+    """``rel`` with its text and JSON columns cut to ``chars + 1`` characters inside
+    DuckDB, so a huge cell never reaches Arrow (one more: ``_cut_cells`` sees the cut)."""
+    types = [str(t) for t in rel.types]
+    if not any(t in ("VARCHAR", "JSON") for t in types):
+        return rel
+    # positional references: a result may repeat a column name
+    items = [f"left(#{i}::VARCHAR, {chars + 1})" if t in ("VARCHAR", "JSON") else f"#{i}"
+             for i, t in enumerate(types, 1)]
+    return rel.project(", ".join(f'{e} AS "{c.replace(chr(34), chr(34) * 2)}"'
+                                 for e, c in zip(items, rel.columns)))
+
+
+def _cut_cells(batch: pa.RecordBatch, chars: int) -> tuple[pa.RecordBatch, int]:
+    """``batch`` with string cells longer than ``chars`` cut to it; how many were."""
+    cols, n = [], 0
+    for col in batch.columns:
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            long = pc.greater(pc.utf8_length(col), chars)
+            k = pc.sum(long).as_py() or 0
+            if k:
+                col = pc.if_else(long, pc.utf8_slice_codeunits(col, 0, chars), col)
+                n += k
+        cols.append(col)
+    return (pa.RecordBatch.from_arrays(cols, schema=batch.schema) if n else batch), n
+
+
+def _fetch(rel: duckdb.DuckDBPyRelation, limits: Limits) -> tuple[pa.Table, str | None, int | None]:
+    """The rows of ``rel`` up to ``limits``, fetched in batches; what was cut, if anything;
+    how many rows there were (None: cut, not counted)."""
+    if limits.cell_chars is not None:
+        rel = _capped_cells(rel, limits.cell_chars)
+    reader = rel.to_arrow_reader(_BATCH_ROWS)
+    batches: list[pa.RecordBatch] = []
+    kept = size = seen = cut_cells = 0
+    cut = None
+    try:
+        for batch in reader:
+            seen += batch.num_rows
+            if cut:  # past a limit, counting on (Limits.count)
+                continue
+            if limits.bytes is not None and batches and size + batch.nbytes > limits.bytes:
+                cut = (f"only the first {kept:,} rows are shown: the next would pass "
+                       f"{limits.bytes >> 20:,} MiB (the size limit)")
+            else:
+                if limits.rows is not None and kept + batch.num_rows > limits.rows:
+                    batch = batch.slice(0, limits.rows - kept)
+                    cut = f"only the first {limits.rows:,} rows are shown (the row limit)"
+                if limits.cell_chars is not None:
+                    batch, k = _cut_cells(batch, limits.cell_chars)
+                    cut_cells += k
+                batches.append(batch)
+                kept += batch.num_rows
+                size += batch.nbytes
+            if cut and not limits.count:
+                break
+    finally:
+        reader.close()  # a streaming query stops here: the rest is never computed
+    if cut_cells:
+        cells = (f"{cut_cells:,} text cell{'s' if cut_cells != 1 else ''} longer than "
+                 f"{limits.cell_chars:,} characters cut to that length")
+        cut = f"{cut}; {cells}" if cut else cells
+    counted = not cut or limits.count or kept == seen
+    return pa.Table.from_batches(batches, schema=reader.schema), cut, seen if counted else None
+
+
+def run_readonly(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None,
+                 limits: Limits = Limits()) -> QueryResult:
     """Run ``sql`` (one or more queries) on a read-only store connection.
 
     Every statement is checked before any runs; the result is the last one's table and
-    DuckDB type names. With ``timeout`` (seconds), a query still running then is
-    interrupted (``QueryTimeout``): SQL can describe unbounded work
-    (``SELECT count(*) FROM range(1e15)``).
+    DuckDB type names, fetched up to ``limits``. With ``timeout`` (seconds), a query
+    still running then is interrupted (``QueryTimeout``): SQL can describe unbounded
+    work (``SELECT count(*) FROM range(1e15)``). One that does not stop within
+    ``STUCK_GRACE`` seconds of the interrupt is abandoned (``QueryTimeout`` all the
+    same): ``con`` stays busy with it, so use a fresh cursor for what follows.
     """
     statements = check_sql(con, sql)
-    timer = threading.Timer(timeout, con.interrupt) if timeout else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
-    try:
+
+    def work() -> QueryResult:
         for stmt in statements[:-1]:
-            con.execute(stmt).fetchall()  # run for its errors; its rows are not shown
+            con.execute(stmt)
+            con.complete()  # run to its end for its errors; its rows are not shown (nor fetched)
         rel = con.sql(statements[-1])
         if rel is None:
-            return pa.table({}), []
-        return rel.to_arrow_table(), [str(t) for t in rel.types]
-    except duckdb.InterruptException:
-        if timer is not None and not timer.is_alive():
-            raise QueryTimeout(f"query interrupted after {timeout:g} s (the time limit)") from None
+            return QueryResult(pa.table({}), [], None, 0)
+        types = [str(t) for t in rel.types]
+        table, cut, rows = _fetch(rel, limits)
+        return QueryResult(table, types, cut, rows)
+
+    if not timeout:
+        return work()
+    # The watchdog: the query runs on a thread of its own, so that this one can give up
+    # on it even when an interrupt cannot reach it.
+    outcome: list = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as e:  # handed to the caller's thread below
+            outcome.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="askspec-query", daemon=True).start()
+    try:
+        timed_out = not done.wait(timeout)
+    except BaseException:  # Ctrl-C while waiting: stop the query too
+        con.interrupt()
+        done.wait(STUCK_GRACE)
         raise
-    finally:
-        if timer is not None:
-            timer.cancel()
+    if timed_out:
+        con.interrupt()
+        if not done.wait(STUCK_GRACE):
+            raise QueryTimeout(f"query interrupted after {timeout:g} s (the time limit); it did not stop, "
+                               "so it was abandoned (a file it reads may be blocking)")
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        if timed_out and isinstance(result, duckdb.InterruptException):
+            raise QueryTimeout(f"query interrupted after {timeout:g} s (the time limit)") from None
+        raise result
+    return result

@@ -25,6 +25,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from askspec.runtime.store import layout
+
 ROLLOUTS_DIR = "rollouts"
 
 COLUMNS: dict[str, str] = {
@@ -77,9 +79,20 @@ def write_shard(run_dir: str | os.PathLike[str], step: int, gen: int, rows: list
     return path
 
 
-def shards(run_dir: str | os.PathLike[str]) -> list[Path]:
+def shards(run_dir: str | os.PathLike[str], refused: list[str] | None = None) -> list[Path]:
+    """The run's rollout shards that a reader may open (``layout.refused_file``: no links,
+    FIFOs or other special files); why each other one is not goes to ``refused``."""
     folder = Path(run_dir) / ROLLOUTS_DIR
-    return sorted(folder.glob("step-*.parquet")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    out = []
+    for p in sorted(folder.glob("step-*.parquet")):
+        why = layout.refused_file(run_dir, f"{ROLLOUTS_DIR}/{p.name}")
+        if why is None:
+            out.append(p)
+        elif refused is not None:
+            refused.append(why)
+    return out
 
 
 def create_view(con, run_dirs: list[Path]) -> None:

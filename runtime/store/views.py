@@ -14,7 +14,7 @@ is scanned twice, so this costs nothing on the hot path. Warnings are computed
 separately and cheaply: one small read at the end of each file (does it end in
 ``\\n``?), the manifest's record of lines a resume quarantined, and a scan of a
 finished run's file only when it changed after the run ended (check.py).
-Lines up to ``MAX_LINE_BYTES`` are read.
+Lines up to ``MAX_LINE_BYTES`` are read (see ``_max_object_size``).
 
 Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
 ``overflow`` lists strings stored aside, see overflow.py):
@@ -222,6 +222,22 @@ def _partial_tail(path: Path, live: bool) -> int:
 # strings go to events/overflow/), so this only matters for runs written by older
 # versions or by hand. DuckDB's default (16 MiB) made one huge reply break every query.
 MAX_LINE_BYTES = 1 << 30
+# DuckDB reserves twice the maximum object size for each scan's buffer, counted against its
+# memory limit (a 1 GiB maximum made every view need 4 GB of it), and no line is longer
+# than its file: each read_json call is given the size of its largest file, rounded up to a
+# power of two, at least MIN_LINE_BYTES (above the writer's longest line, so a file that
+# grows after the views are made stays readable) and at most MAX_LINE_BYTES.
+MIN_LINE_BYTES = 16 << 20
+
+
+def _max_object_size(paths: list[Path]) -> int:
+    largest = 0
+    for p in paths:
+        try:
+            largest = max(largest, os.stat(p).st_size)
+        except OSError:
+            pass
+    return min(MAX_LINE_BYTES, max(MIN_LINE_BYTES, 1 << largest.bit_length()))
 
 
 def _where_valid(name: str) -> str:
@@ -244,7 +260,7 @@ def raw_events_sql(name: str, ndjson: list[Path], parquet: list[Path],
         parts.append(
             f"SELECT {sel} FROM read_json({_sql_list(ndjson)}, format='newline_delimited', "
             f"columns={_columns_struct(cols)}, auto_detect=false, ignore_errors=true, "
-            f"maximum_object_size={MAX_LINE_BYTES}) WHERE {_where_valid(name)}"
+            f"maximum_object_size={_max_object_size(ndjson)}) WHERE {_where_valid(name)}"
         )
     groups: dict[tuple[str, ...], list[Path]] = {}
     for p in parquet:
@@ -381,6 +397,8 @@ def connect(path: str | os.PathLike[str]) -> Store:
     Raises StoreError if ``path`` holds no run. Warnings are collected in
     ``Store.warnings`` rather than emitted, so callers choose how to show them.
     """
+    from askspec.runtime.store.rollouts import create_view, shards
+
     root = Path(path)
     if not root.exists():
         raise StoreError(f"no such directory: {root}")
@@ -390,6 +408,11 @@ def connect(path: str | os.PathLike[str]) -> Store:
     runs: list[tuple[Path, dict]] = []
     problems: list[str] = []
     for rd in layout.find_run_dirs(root):
+        why = layout.refused_file(rd, layout.MANIFEST)
+        if why:
+            problems.append(f"{rd}: {why}: {layout.REFUSED_HINT}")
+            found.append((DamagedRunWarning, f"{rd}: {why}: run skipped ({layout.REFUSED_HINT})"))
+            continue
         try:
             manifest = layout.load_manifest(rd)
         except layout.ManifestError as e:
@@ -408,6 +431,7 @@ def connect(path: str | os.PathLike[str]) -> Store:
     parquet: dict[str, list[Path]] = {n: [] for n in layout.EVENT_NAMES}
     missing_cols: dict[str, dict[Path, tuple[str, ...]]] = {n: {} for n in layout.EVENT_NAMES}
     sources: dict[str, dict[str, EventSource]] = {}
+    side_files: dict[Path, list[Path]] = {}
     for rd, manifest in runs:
         run_id = manifest["run_id"]
         live = manifest["status"] == "running"
@@ -415,7 +439,11 @@ def connect(path: str | os.PathLike[str]) -> Store:
         mine = sources[run_id] = {}
         for name in layout.EVENT_NAMES:
             nd = layout.ndjson_path(rd, name)
-            state = layout.copy_state(rd, name, index)
+            state = layout.copy_state(rd, name, index)  # a refused file counts as absent
+            refused = [why for rel in (f"{layout.EVENTS_DIR}/{name}.ndjson", f"{layout.EVENTS_DIR}/{name}.parquet")
+                       if (why := layout.refused_file(rd, rel))]
+            for why in refused:
+                found.append((DamagedRunWarning, f"{run_id}: {why}: {layout.REFUSED_HINT}"))
             if state.kind in ("current", "only", "ahead"):
                 pq = layout.parquet_path(rd, name)
                 parquet[name].append(pq)
@@ -433,7 +461,7 @@ def connect(path: str | os.PathLike[str]) -> Store:
                                   f"{run_id}: events/{name}.parquet is out of date; reading {name}.ndjson"))
                 ndjson[name].append(nd)
                 mine[name] = EventSource(nd)
-            elif name not in layout.LATER_EVENTS:
+            elif name not in layout.LATER_EVENTS and not refused:
                 found.append((DamagedRunWarning,
                               f"{run_id}: events/{name}.ndjson is missing; no {name} events for this run"))
             if not state.ndjson_bytes or state.kind in ("current", "only", "ahead"):
@@ -452,6 +480,12 @@ def connect(path: str | os.PathLike[str]) -> Store:
                           f"{run_id}: events/{rep.get('file')} has a partial line ending at byte "
                           f"{rep.get('offset')} (interrupted write, repaired by writer generation "
                           f"{rep.get('gen')}); ignored"))
+        # full texts of strings stored aside (a query may read_text() them), rollout shards
+        refused_side: list[str] = []
+        side_files[rd] = _overflow_files(rd, refused_side) + shards(rd, refused_side)
+        if refused_side:
+            shown = "; ".join(refused_side[:3]) + ("; ..." if len(refused_side) > 3 else "")
+            found.append((DamagedRunWarning, f"{run_id}: {shown}: {layout.REFUSED_HINT}"))
         moved = sum(int(q.get("lines", 0) or 0) for q in manifest.get("quarantined", []))
         if moved:
             files = sorted({str(q.get("file")) for q in manifest.get("quarantined", [])})
@@ -465,16 +499,29 @@ def connect(path: str | os.PathLike[str]) -> Store:
     define_views(con)
     run_dirs = [rd for rd, _ in runs]
     _create_runs_view(con, run_dirs)
-    from askspec.runtime.store.rollouts import create_view, shards
-
     create_view(con, run_dirs)
     files = [layout.manifest_path(rd) for rd in run_dirs]
     for name in layout.EVENT_NAMES:
         files += ndjson[name] + parquet[name]
-    for rd in run_dirs:  # full texts of strings stored aside: read_text() them from a query
-        files += sorted(p for p in (layout.events_dir(rd) / layout.OVERFLOW_DIR).glob("*") if not p.name.startswith("."))
-        files += shards(rd)
+    for rd in run_dirs:
+        files += side_files[rd]
     return Store(con=con, run_dirs=run_dirs, warnings=found, files=files, sources=sources)
+
+
+def _overflow_files(rd: Path, refused: list[str]) -> list[Path]:
+    """The files of ``events/overflow`` a query may ``read_text`` (regular files, see
+    ``layout.refused_file``); why each other entry there is not read goes to ``refused``."""
+    ok: list[Path] = []
+    folder = layout.events_dir(rd) / layout.OVERFLOW_DIR
+    for p in sorted(folder.glob("*")):
+        if p.name.startswith("."):  # a side file being written
+            continue
+        why = layout.refused_file(rd, f"{layout.EVENTS_DIR}/{layout.OVERFLOW_DIR}/{p.name}")
+        if why:
+            refused.append(why)
+        else:
+            ok.append(p)
+    return ok
 
 
 def define_views(con: duckdb.DuckDBPyConnection) -> None:

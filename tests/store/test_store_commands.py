@@ -114,6 +114,34 @@ def test_export(finished_run, tmp_path, capsys):
     assert pq.read_table(dest / "turns.parquet").column("session_id").to_pylist()[0].startswith("s")
 
 
+@pytest.mark.parametrize("dest", ["{run}/events", "{run}", "{run}/events/overflow", "{run}/spec/new",
+                                  "{link}/events", "{other}/events"])
+def test_export_into_a_run_is_refused(kit, finished_run, tmp_path, capsys, dest):
+    """An export into a run's own folders would overwrite its compacted copies
+    (events/<name>.parquet): refused before anything is written, the runs intact."""
+    from askspec.runtime.commands.query import _inside_a_run
+    from askspec.runtime.store.compact import compact_run
+
+    compact_run(finished_run)
+    other = kit.new_writer(tmp_path / "others")
+    kit.play_session(other, 0)
+    other.finish("finished")
+    (tmp_path / "link").symlink_to(finished_run, target_is_directory=True)
+    dest = dest.format(run=finished_run, link=tmp_path / "link", other=other.run_dir)
+    runs = {r: {p: p.read_bytes() for p in sorted(r.rglob("*")) if p.is_file()}
+            for r in (finished_run, other.run_dir)}
+    before = query(finished_run, "SELECT * FROM turns ORDER BY session_id, turn_index").to_pylist()
+    rc = cli("export", finished_run, "--parquet", dest)
+    out, err = capsys.readouterr()
+    assert rc == 1 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"error: export --parquet {dest}: that folder is inside run ")
+    assert "nothing was written" in err
+    assert {r: {p: p.read_bytes() for p in sorted(r.rglob("*")) if p.is_file()} for r in runs} == runs
+    assert query(finished_run, "SELECT * FROM turns ORDER BY session_id, turn_index").to_pylist() == before
+    # beside the runs is fine
+    assert _inside_a_run(tmp_path / "exports" / "x", [finished_run.resolve()]) is None
+
+
 def test_compact_command(kit, finished_run, tmp_path, capsys):
     assert cli("compact", finished_run) == 0
     assert "events/turns.parquet: 8 rows" in capsys.readouterr().out

@@ -91,7 +91,7 @@ def test_a_confined_query_can_read_the_full_text(kit, tmp_path):
            finish_reason=None, tokens_in=None, tokens_out=None, latency_ms=None)
     w.finish()
     store = open_readonly_store(w.run_dir)
-    table, _ = run_readonly(store.con, "SELECT overflow->0->>'file' AS f FROM turns")
+    table = run_readonly(store.con, "SELECT overflow->0->>'file' AS f FROM turns").table
     rel = table.to_pylist()[0]["f"]
-    table, _ = run_readonly(store.con, f"SELECT length(content) AS n FROM read_text('{w.run_dir}/events/{rel}')")
+    table = run_readonly(store.con, f"SELECT length(content) AS n FROM read_text('{w.run_dir}/events/{rel}')").table
     assert table.to_pylist() == [{"n": 2 << 20}]

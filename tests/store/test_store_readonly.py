@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -278,3 +284,182 @@ def test_cursors_of_a_locked_store_stay_locked(finished_run, secret):
     t.start()
     t.join()
     assert results == ["refused", [{"n": 4}]]
+
+
+# -------------------------------------------------- files planted in a run (issue #25)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plant_link(run, rel, target):
+    path = run / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.unlink()
+    path.symlink_to(target)
+    return path
+
+
+@pytest.mark.parametrize("rel", ["events/overflow/leak.txt", "events/turns.ndjson", "events/sessions.parquet"])
+def test_a_planted_symlink_is_not_read(finished_run, tmp_path, secret, capsys, rel):
+    """A link to a file outside the run, where the views or read_text() would read it."""
+    outside = tmp_path / "outside.ndjson"  # a turns file of its own: the views would show it
+    outside.write_text(layout.ndjson_path(finished_run, "turns").read_text().replace("what is", "hunter2"))
+    link = plant_link(finished_run, rel, secret if rel.endswith(".txt") else outside)
+    for sql in (f"SELECT * FROM read_text('{link}')", f"SELECT * FROM read_blob('{link}')",
+                "SELECT text FROM turns", "SELECT * FROM sessions"):
+        rc = cli("query", finished_run, sql, "--max-width", "0")
+        out, err = capsys.readouterr()
+        assert "hunter2" not in out + err, sql
+        assert f"{rel} is a symbolic link (to {os.path.realpath(link)}): not read" in err
+        assert rc == (1 if "read_" in sql else 0), err
+    with pytest.raises(duckdb.PermissionException):
+        query(finished_run, f"SELECT * FROM read_text('{link}')")
+
+
+def test_a_link_to_a_file_of_the_run_itself_is_refused_too(finished_run, capsys):
+    """One rule for every link (a link inside can be retargeted between check and read)."""
+    plant_link(finished_run, "events/overflow/inside.txt", finished_run / "manifest.json")
+    assert cli("query", finished_run, "SELECT count(*) AS n FROM turns") == 0
+    assert "events/overflow/inside.txt is a symbolic link" in capsys.readouterr().err
+
+
+def test_a_linked_overflow_folder_is_not_read(finished_run, tmp_path, secret, capsys):
+    ev = layout.events_dir(finished_run)
+    (ev / "overflow").mkdir(exist_ok=True)
+    (ev / "overflow").rmdir()
+    (ev / "overflow").symlink_to(tmp_path, target_is_directory=True)  # holds secret.txt
+    rc = cli("query", finished_run, f"SELECT * FROM read_text('{ev}/overflow/secret.txt')")
+    out, err = capsys.readouterr()
+    assert rc == 1 and "hunter2" not in out + err
+    assert "events/overflow/secret.txt leads through a symbolically linked folder" in err
+
+
+def test_a_linked_manifest_skips_the_run(finished_run, tmp_path, capsys):
+    moved = tmp_path / "manifest.json"
+    (finished_run / "manifest.json").rename(moved)
+    plant_link(finished_run, "manifest.json", moved)
+    assert cli("query", finished_run, "SELECT * FROM runs") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read run: ") and "manifest.json is a symbolic link" in err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("rel", ["events/overflow/pipe.txt", "events/compaction.json", "events/turns.ndjson",
+                                 "events/sessions.parquet", "rollouts/step-000001.parquet"])
+def test_a_planted_fifo_never_blocks(finished_run, rel):
+    """Opening a FIFO blocks until someone writes to it; no reader ever opens one. In a
+    subprocess, so that a regression hangs that process, not the test run."""
+    path = finished_run / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.unlink()
+    os.mkfifo(path)
+    for sql in ("SELECT count(*) AS n FROM sessions", f"SELECT * FROM read_text('{path}')"):
+        done = subprocess.run([sys.executable, "-m", "askspec.cli", "query", str(finished_run), sql,
+                               "--timeout", "5"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert f"{rel} is a FIFO (named pipe), not a regular file: not read" in done.stderr or \
+            rel == "events/compaction.json", done.stderr
+        assert done.returncode == (0 if "count" in sql else 1), done.stderr
+    assert done.stderr.count("error: ") == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_read_that_blocks_after_the_checks_is_abandoned_at_the_time_limit(finished_run):
+    """A file swapped for a FIFO after the store was opened: DuckDB's interrupt cannot
+    reach a blocked open(), so the watchdog gives up on the query at its time limit."""
+    from askspec.runtime.store.readonly import STUCK_GRACE, QueryTimeout
+
+    side = layout.events_dir(finished_run) / "overflow" / "late.txt"
+    side.parent.mkdir(exist_ok=True)
+    side.write_text("x")
+    store = open_readonly_store(finished_run)
+    side.unlink()
+    os.mkfifo(side)
+    start = time.monotonic()
+    with pytest.raises(QueryTimeout, match="did not stop, so it was abandoned"):
+        run_readonly(store.con, f"SELECT * FROM read_text('{side}')", timeout=0.3)
+    assert time.monotonic() - start < 0.3 + STUCK_GRACE + 2
+    # unblock the abandoned query (a writer opens the pipe and closes it: end of file)
+    os.close(os.open(side, os.O_WRONLY))
+    assert run_readonly(store.con.cursor(), "SELECT count(*) AS n FROM turns", timeout=5).table.num_rows == 1
+
+
+# ------------------------------------------------------------ memory and result size
+
+def test_a_result_is_cut_at_the_row_limit(finished_run, capsys):
+    # a streaming result stops being computed at the cut: range(1e12) returns at once
+    assert cli("query", finished_run, "SELECT * FROM range(1000000000000)", "--limit", "3", "--timeout", "30") == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "(3 rows)"
+    assert err == ("warning: result cut: only the first 3 rows are shown (the row limit); --limit ROWS and "
+                   "--max-cell CHARS change the limits (0: none)\n")
+    assert cli("query", finished_run, "SELECT * FROM range(5000)", "--limit", "0", "--format", "csv") == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 5001 and err == ""
+    assert cli("query", finished_run, "SELECT * FROM range(3)", "--limit", "3") == 0
+    assert capsys.readouterr().err == ""  # exactly the limit: nothing cut
+
+
+def test_a_huge_cell_is_cut_before_it_is_fetched(finished_run, capsys):
+    assert cli("query", finished_run, "SELECT repeat('é', 50) AS s, '{\"a\": 1}'::JSON AS j, 7 AS n, "
+               "repeat('x', 20) AS s", "--max-cell", "10", "--format", "json") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [{"s": "x" * 10, "j": {"a": 1}, "n": 7}] or \
+        json.loads(out) == [{"s": "é" * 10, "j": {"a": 1}, "n": 7}]  # two columns named s
+    assert "2 text cells longer than 10 characters cut to that length" in err
+
+
+def test_result_limits_in_rows_bytes_and_cells():
+    from askspec.runtime.store.readonly import Limits
+
+    con = duckdb.connect(":memory:")
+    sql = "SELECT range AS i, repeat('y', 100) AS s FROM range(10000)"
+    r = run_readonly(con, sql, limits=Limits(rows=2500))
+    assert (r.table.num_rows, r.rows) == (2500, None) and "first 2,500 rows" in r.cut
+    r = run_readonly(con, sql, limits=Limits(rows=2500, count=True))
+    assert (r.table.num_rows, r.rows) == (2500, 10000)
+    r = run_readonly(con, sql, timeout=10, limits=Limits(rows=None, bytes=200_000))
+    assert 0 < r.table.num_rows < 10000 and r.table.nbytes <= 200_000 and "the size limit" in r.cut
+    r = run_readonly(con, sql, limits=Limits(rows=None, bytes=None, cell_chars=5))
+    assert r.table.column("s")[0].as_py() == "yyyyy" and r.cut.startswith("10,000 text cells")
+    r = run_readonly(con, sql, limits=Limits(None, None, None))
+    assert (r.table.num_rows, r.cut, r.rows) == (10000, None, 10000)
+
+
+def test_queries_run_under_a_memory_limit(finished_run, capsys):
+    from askspec.runtime.store.readonly import MEMORY_LIMIT
+
+    assert query(finished_run, "SELECT current_setting('memory_limit') AS m").to_pylist() != [{"m": ""}]
+    assert MEMORY_LIMIT.endswith("MiB") and int(MEMORY_LIMIT[:-3]) >= 2048
+    assert cli("query", finished_run, "SELECT current_setting('memory_limit') AS m", "--memory-limit", "300MB",
+               "--format", "csv") == 0
+    assert capsys.readouterr().out.splitlines()[1] in ("286.1 MiB", "300.0 MB")
+    # work past the limit fails (one line) instead of growing
+    rc = cli("query", finished_run, "SELECT count(*) FROM (SELECT range FROM range(20000000) ORDER BY random())",
+             "--memory-limit", "20MB")
+    out, err = capsys.readouterr()
+    assert rc == 1 and err.startswith("error: Out of Memory Error") and err.count("\n") == 1, err
+    rc = cli("query", finished_run, "SELECT 1", "--memory-limit", "lots")
+    out, err = capsys.readouterr()
+    assert rc == 1 and "Memory must have a number (e.g. 1GB)" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5"])
+def test_bad_limits_are_usage_errors(finished_run, capsys, value):
+    for flag in ("--limit", "--max-cell"):
+        with pytest.raises(SystemExit) as info:
+            cli("query", finished_run, "SELECT 1", flag, value)
+        assert info.value.code == 2 and "whole number" in capsys.readouterr().err
+
+
+def test_the_tui_console_fetches_a_bounded_result(finished_run):
+    """The console shows its first rows and counts the rest without keeping them; a
+    huge cell is cut inside DuckDB (the table shows one line of it)."""
+    from askspec.tui import data
+
+    source = data.Source(finished_run)
+    table, total = data.run_sql(source, "SELECT * FROM range(250000)", 1000)
+    assert (table.num_rows, total) == (1000, 250000)
+    table, total = data.run_sql(source, "SELECT repeat('x', 100000) AS s", 1000)
+    assert total == 1 and table.column("s")[0].as_py() == "x" * data.SQL_CELL_CHARS
