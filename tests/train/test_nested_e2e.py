@@ -1,7 +1,7 @@
-"""The `nested` schedule end to end on CPU (real SmolLM2, 8 new tokens): SOAR's loop in
-miniature (tests/train/specs/tiny_nested.ask: 2 datasets of 4 replies, 2 copies, 2 inner
-steps, 2 outer steps, a threshold every step passes), killed with
-SIGKILL in the middle of the second outer step and resumed. The recorded inner steps,
+"""The `nested` schedule end to end on CPU (the tiny random Llama of tests/conftest.py, 8
+new tokens): SOAR's loop in miniature (tests/train/specs/tiny_nested.ask: 2 datasets of 4
+replies, 2 copies, 2 inner steps, 2 outer steps, a threshold every step passes), killed
+with SIGKILL in the middle of the second outer step and resumed. The recorded inner steps,
 outer rewards, decisions and promotions are checked against the schedule."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def resumed_run(tmp_path_factory, e2e) -> Path:
+def resumed_run(tmp_path_factory, e2e, tiny_model) -> Path:
     out = tmp_path_factory.mktemp("nested") / "runs"
 
     def inside_the_second_inner_loop(out: Path) -> bool | None:
@@ -26,7 +26,8 @@ def resumed_run(tmp_path_factory, e2e) -> Path:
         work = list(out.glob("*/checkpoints/nested/work/*.safetensors")) if out.exists() else []
         return True if e2e.latest_step(out) == 1 and work else None
 
-    e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet"), out, inside_the_second_inner_loop, 800)
+    e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet", "--set", f'weights="{tiny_model}"'), out,
+                      inside_the_second_inner_loop, 800)
     run_dir = e2e.only_run(out)
     e2e.resume(run_dir)
     return run_dir
