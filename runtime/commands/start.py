@@ -198,7 +198,12 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], 
     except (SessionFailed, BackendError) as e:
         await resolver.aclose()
         raise UsageError(str(e)) from None
-    if trainer is not None and not load_training(trainer, opts, res, resolver):
+    try:
+        loaded = trainer is None or load_training(trainer, opts, res, resolver)
+    except UsageError:  # a damaged checkpoint
+        await resolver.aclose()
+        raise
+    if not loaded:
         await resolver.aclose()
         return None
     writer = open_writer(opts, manifest, res, ehash, seed, params, plan, resolver, base)
@@ -230,7 +235,7 @@ def prepare_training(opts: RunOptions, manifest: dict | None, res, params: dict,
     a resumed run does what it did before), None when it does not, False when it refuses
     (its diagnostics printed, at the spec's lines)."""
     from askspec.runtime.train import runner as train_runner
-    from askspec.runtime.train.trainer import TrainingRefused
+    from askspec.runtime.train.trainer import CheckpointDamaged, TrainingRefused
 
     if not train_runner.wants_training(res.ir, opts.eval_only, manifest):
         return None
@@ -238,29 +243,38 @@ def prepare_training(opts: RunOptions, manifest: dict | None, res, params: dict,
         raise UsageError("--sessions is for --eval-only runs: a training run plays each train block's `batch` sessions "
                          "per step for its `steps` (change them with --set on parameters, or in the spec)")
     try:
-        return train_runner.prepare(res.ir, params=params, datasets=datasets, seed=seed, resolver=None, run_dir=None)
+        trainer = train_runner.prepare(res.ir, params=params, datasets=datasets, seed=seed, resolver=None, run_dir=None)
     except TrainingRefused as e:
         train_runner.report_refusal(e, res.sources)
         return False
     except ValueError as e:
         raise UsageError(f"cannot plan training: {e}") from None
+    if opts.resume:  # a damaged checkpoint is told before any model loads
+        trainer.run_dir = Path(opts.resume)
+        try:
+            trainer.start_step = trainer.latest_checkpoint()
+            problem = trainer.resume_problem(trainer.start_step) if trainer.start_step else None
+        except CheckpointDamaged as e:
+            problem = str(e)
+        if problem is not None:
+            raise UsageError(f"cannot resume {opts.resume}: {problem}")
+    return trainer
 
 
 def load_training(trainer, opts: RunOptions, res, resolver: ModelResolver) -> bool:
     """Load the trained weights (the newest checkpoint's on resume) before a new run
     directory exists, so that a refusal leaves nothing behind; False when refused."""
     from askspec.runtime.train import runner as train_runner
-    from askspec.runtime.train.trainer import TrainingRefused
+    from askspec.runtime.train.trainer import CheckpointDamaged, TrainingRefused
 
     trainer.resolver = resolver
-    if opts.resume:
-        trainer.run_dir = Path(opts.resume)
-        trainer.start_step = trainer.latest_checkpoint()
     try:
         trainer.load_policies(resume_from=trainer.run_dir if trainer.start_step else None)
     except TrainingRefused as e:
         train_runner.report_refusal(e, res.sources)
         return False
+    except CheckpointDamaged as e:
+        raise UsageError(f"cannot resume {opts.resume}: {e}") from None
     return True
 
 

@@ -293,13 +293,16 @@ class TrainedPolicy:
             shutil.rmtree(folder)
         os.replace(tmp, folder)
 
-    def load_optimizer(self, folder: Path) -> None:
+    def load_optimizer(self, folder: Path, moments: bool = True) -> None:
         """Restore AdamW moments and the step count from a checkpoint (weights are loaded
-        by the constructor's `init_from`)."""
+        by the constructor's `init_from`); `moments=False`: the step count only, AdamW
+        starting afresh (an earlier checkpoint resumed after a damaged newest one)."""
         from safetensors.torch import load_file
 
         state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
         self.version = int(state["version"])
+        if not moments:
+            return
         path = folder / "optimizer.safetensors"
         if not path.exists():
             raise FileNotFoundError(f"{folder} has no optimizer state (only the newest checkpoint keeps it)")

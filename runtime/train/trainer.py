@@ -55,6 +55,39 @@ class TrainingStopped(Exception):
     message says which role and steps, and what to do."""
 
 
+class CheckpointDamaged(Exception):
+    """A checkpoint `--resume` needs cannot be read: the message names the file and says
+    what to do (an earlier intact checkpoint to continue from, if there is one)."""
+
+
+def checkpoint_problem(folder: Path, *, optimizer: bool) -> str | None:
+    """Why `folder` cannot be resumed from, naming the file; None when its state, config
+    and weights (and, with `optimizer`, AdamW's moments) read. Safetensors headers are
+    read whole, so a truncated or emptied file is found without loading the weights."""
+    from safetensors import safe_open
+
+    if not folder.is_dir():
+        return f"{folder} is missing"
+    for name in ("trainer_state.json", "config.json"):
+        path = folder / name
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return f"{path} cannot be read ({e.__class__.__name__}: {e})"
+    files = sorted(folder.glob("*.safetensors"))
+    if not any(p.name != "optimizer.safetensors" for p in files):
+        return f"{folder} holds no weights (model.safetensors)"
+    if optimizer and not (folder / "optimizer.safetensors").exists():
+        return f"{folder / 'optimizer.safetensors'} is missing"
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                f.keys()
+        except Exception as e:  # safetensors raises its own SafetensorError (and OSError)
+            return f"{path} is damaged ({e.__class__.__name__}: {e})"
+    return None
+
+
 # ---------------------------------------------------------------------------------------
 # which sessions a step plays
 
@@ -354,6 +387,10 @@ class LocalTrainer:
         from askspec.runtime.train.policy import TrainedPolicy
 
         problems = []
+        if resume_from is not None:
+            problem = self.resume_problem(self.start_step)
+            if problem is not None:
+                raise CheckpointDamaged(problem)
         for t, cfg in zip(self.exp.training, self.configs):
             role = self.exp.role(cfg.role)
             try:
@@ -373,9 +410,17 @@ class LocalTrainer:
             init = None
             if resume_from is not None:
                 init = self.run_dir / CHECKPOINTS / cfg.role / f"step-{self.start_step}"
-            policy = TrainedPolicy(cfg, binding.weights, {k: v for k, v in options.items() if v is not None}, init_from=init)
-            if init is not None:
-                policy.load_optimizer(init)
+            try:
+                policy = TrainedPolicy(cfg, binding.weights, {k: v for k, v in options.items() if v is not None},
+                                       init_from=init)
+                if init is not None:
+                    policy.load_optimizer(init, moments=(init / "optimizer.safetensors").exists())
+            except Exception as e:
+                if init is None:
+                    raise
+                # a file the header check passed but the load did not (a damaged tensor, a config transformers refuses)
+                raise CheckpointDamaged(f"checkpoint step {self.start_step} cannot be resumed from: {init} does not "
+                                        f"load ({e.__class__.__name__}: {e})") from None
             # the RL learning-rate schedule counts from the first RL update, after the sft stages' steps
             policy.lr_step0 = sum(1 for s in self.slots if s.phase.kind == "sft" and cfg.role in s.phase.roles)
             self.policies[cfg.role] = policy
@@ -425,10 +470,58 @@ class LocalTrainer:
     # -- resume ------------------------------------------------------------------------------
 
     def latest_checkpoint(self) -> int:
+        """The step `--resume` continues after: the one latest.json names, or, when its
+        folders were moved aside (a damaged checkpoint, see resume_problem), the newest
+        step every role still has (0: none)."""
+        root = self.run_dir / CHECKPOINTS
+        step = self._named_step()
+        if step == 0 or all((root / c.role / f"step-{step}").is_dir() for c in self.configs):
+            return step
+        return max(self._steps_of_every_role(), default=0)
+
+    def _named_step(self) -> int:
+        """The step latest.json names (0: none written)."""
         path = self.run_dir / CHECKPOINTS / LATEST
         if not path.exists():
             return 0
-        return int(json.loads(path.read_text(encoding="utf-8"))["step"])
+        try:
+            return int(json.loads(path.read_text(encoding="utf-8"))["step"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointDamaged(f"{path} cannot be read ({e.__class__.__name__}: {e}); it names the newest "
+                                    f"checkpoint. Rewrite it as {{\"step\": N}} for the newest step N that every "
+                                    f"role has under {path.parent}, then resume again") from None
+
+    def _steps_of_every_role(self) -> list[int]:
+        root = self.run_dir / CHECKPOINTS
+        per_role = [{int(p.name[5:]) for p in (root / c.role).glob("step-*") if p.name[5:].isdigit() and p.is_dir()}
+                    for c in self.configs]
+        return sorted(set.intersection(*per_role)) if per_role else []
+
+    def resume_problem(self, step: int) -> str | None:
+        """Why checkpoint `step` cannot be resumed from, with the earlier intact checkpoint
+        to continue from when there is one (and how); None when every role's reads."""
+        root = self.run_dir / CHECKPOINTS
+        # the checkpoint latest.json names keeps AdamW's moments; an earlier one resumed from (the
+        # named one moved aside) restarts them
+        newest = step == self._named_step()
+        problems = [p for c in self.configs
+                    if (p := checkpoint_problem(root / c.role / f"step-{step}", optimizer=newest)) is not None]
+        if not problems:
+            return None
+        text = f"checkpoint step {step} cannot be resumed from: {problems[0]}"
+        kept = [d for d in (BUFFERS, "nested") if (root / d / f"step-{step}.json").exists()]
+        earlier = [m for m in reversed(self._steps_of_every_role()) if m < step and not kept and all(
+            checkpoint_problem(root / c.role / f"step-{m}", optimizer=False) is None for c in self.configs)]
+        if not earlier:
+            why = (f" (the {' and '.join(kept)} state is kept for the newest checkpoint only)" if kept else "")
+            return f"{text}. No earlier checkpoint can be resumed from{why}: start the run again"
+        m = earlier[0]
+        moves = "; ".join(f"mv {root / c.role / f'step-{step}'} {root / c.role / f'damaged-step-{step}'}"
+                          for c in self.configs)
+        again = f"step {step} is" if m + 1 == step else f"steps {m + 1}-{step} are"
+        return (f"{text}. Checkpoint step {m} is intact: to continue from it ({again} played again; "
+                f"AdamW's moments restart, only the newest checkpoint keeps them), move step {step} aside and "
+                f"resume again: {moves}; askspec run --resume {self.run_dir}")
 
     # -- the loop ----------------------------------------------------------------------------
 
