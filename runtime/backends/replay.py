@@ -23,6 +23,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from askspec.lang.paths import FileRefused, resolve_spec_path
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, SpecContext
 from askspec.runtime.backends.loop import let_loop_run, loop_due
 
@@ -38,15 +39,21 @@ class ReplayBackend(Backend):
 
     @classmethod
     def spec_options(cls, model: str, options: dict[str, Any], context: SpecContext) -> dict[str, Any]:
-        """--replay FILE wins over the spec's `file`, which wins over the model name
-        (`replay("answers.json")`); a relative path that does not exist from the working
-        folder is read relative to the spec."""
+        """--replay FILE (the user's own path, as given) wins over the spec's `file`, which
+        wins over the model name (`replay("answers.json")`). A path the spec gives is
+        relative to the spec's folder and confined to it, like its templates and data
+        (``askspec.lang.paths``; the checker's E304): a recording's replies become turns
+        that other roles, and so their endpoints, are sent."""
         out = dict(options)
         file = context.replay or options.get("file") or model
         if not file:
             raise BackendError("the replay backend needs a recording: pass --replay FILE")
-        if not os.path.isabs(file) and not os.path.exists(file):
-            file = os.path.join(context.spec_dir, file)
+        if not context.replay:
+            try:
+                file = resolve_spec_path(context.spec_dir, file)
+            except FileRefused as e:
+                raise BackendError(f"replay file refused: {e} (a spec reads only files inside its own folder; "
+                                   f"pass --replay FILE to use another recording)") from None
         out["file"] = file
         return out
 

@@ -13,6 +13,7 @@ start."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any, Callable
@@ -83,8 +84,13 @@ class ModelResolver:
         if self.options.max_tokens:
             cap = self.options.max_tokens
             sampling["max_tokens"] = min(int(sampling.get("max_tokens", cap)), cap)
+        context = self.context
+        if kind == "replay" and m is None and not context.replay:
+            # --model ROLE=replay:FILE: a recording named on the command line, the user's own
+            # path like --replay's (a spec's is confined to its folder)
+            context = dataclasses.replace(context, replay=weights)
         try:  # the registry shares one backend per (kind, weights, options)
-            backend = backend_for_spec(kind, weights, spec_options, self.context)
+            backend = backend_for_spec(kind, weights, spec_options, context)
         except BackendError as e:
             raise SessionFailed(str(e)) from None
         return name, declared, kind, weights, sampling, backend, m is not None or ":" in name

@@ -164,3 +164,57 @@ async def test_a_session_of_replay_calls_can_be_cancelled(tmp_path):
     with pytest.raises(asyncio.CancelledError):
         await task
     assert answered < 100_000
+
+
+# --------------------------------------------------------------- a spec's recording is confined
+
+def _spec_folder(tmp_path):
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    (spec_dir / "rec.json").write_text(json.dumps(RECORDING))
+    (tmp_path / "outside.json").write_text(json.dumps(RECORDING))
+    (spec_dir / "link.json").symlink_to(tmp_path / "outside.json")
+    return spec_dir
+
+
+@pytest.mark.parametrize(("named", "why"), [
+    ("../outside.json", "../outside.json is outside the spec's folder"),
+    ("ABS", "is outside the spec's folder"),
+    ("link.json", "link.json leads through a symlink to "),
+])
+def test_a_spec_recording_outside_the_spec_folder_is_refused(tmp_path, named, why):
+    from askspec.runtime.backends.base import SpecContext
+
+    spec_dir = _spec_folder(tmp_path)
+    named = str(tmp_path / "outside.json") if named == "ABS" else named
+    for model, options in ((named, {}), ("rec.json", {"file": named})):
+        with pytest.raises(BackendError, match="replay file refused: .*" + why.replace(".", r"\.")):
+            ReplayBackend.spec_options(model, options, SpecContext(spec_dir=str(spec_dir)))
+
+
+def test_a_spec_recording_is_read_from_the_spec_folder_not_the_working_one(tmp_path, monkeypatch):
+    from askspec.runtime.backends.base import SpecContext
+
+    spec_dir = _spec_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rec.json").write_text("{}")  # (a file of the same name where askspec runs)
+    options = ReplayBackend.spec_options("rec.json", {}, SpecContext(spec_dir=str(spec_dir)))
+    assert options["file"] == str((spec_dir / "rec.json").resolve())
+    # --replay FILE is the user's own choice, taken as given
+    given = ReplayBackend.spec_options("rec.json", {}, SpecContext(spec_dir=str(spec_dir), replay="../x.json"))
+    assert given["file"] == "../x.json"
+
+
+def test_a_recording_named_on_the_command_line_may_lie_anywhere(tmp_path):
+    from askspec.runtime.commands.run import run_spec
+
+    spec_dir = _spec_folder(tmp_path)
+    spec = spec_dir / "s.ask"
+    spec.write_text('model m = replay("rec.json")\nrole questioner { model = m; prompt = "ask" }\n'
+                    "game g {\n    ask questioner\n}\n")
+    rc, run_dir = asyncio.run(run_spec(str(spec), eval_only=True, out=str(tmp_path / "runs"), sessions=1,
+                                       model=[f"questioner=replay:{tmp_path / 'outside.json'}"]))
+    assert rc == 0
+    from pathlib import Path
+
+    assert '"q0"' in (Path(run_dir) / "events" / "turns.ndjson").read_text()
