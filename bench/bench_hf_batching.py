@@ -72,10 +72,13 @@ async def main() -> None:
     args = ap.parse_args()
 
     backend = HFBackend(args.model, max_batch=args.requests, num_threads=args.threads)
+    import torch
+
+    # this script owns its process: torch's threads set here, as `askspec run` does, before the load thread
+    torch.set_num_threads(backend.torch_threads())
     t0 = time.perf_counter()
     await asyncio.to_thread(backend.load)
     load_s = time.perf_counter() - t0
-    import torch
 
     reqs = _requests(args.requests, args.max_tokens)
     await backend.complete(reqs[0])  # warm-up: first-call allocations and lazy inits

@@ -137,9 +137,12 @@ async def main() -> None:
                                                                    num_threads=args.threads,
                                                                    prefix_cache=(flag == "on"), quantize=q)
                 for flag in ("off", "on") for q in quantize}
+    import torch
+
+    # this script owns its process: torch's threads set here, as `askspec run` does, before any load thread
+    torch.set_num_threads(next(iter(backends.values())).torch_threads())
     for b in backends.values():
         await asyncio.to_thread(b.load)
-    import torch
 
     modes = [m.strip() if q == "none" else f"{m.strip()}-{q}"
              for m in args.modes.split(",") if m.strip() for q in quantize]
