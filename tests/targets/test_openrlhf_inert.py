@@ -211,3 +211,27 @@ def test_hostile_text_stays_data(monkeypatch, name, out, trained, frozen, remote
         job = compile_hostile(root, ALTERNATING if alternating else SINGLE, name, values, out_name=out + "-job")
         m.setenv("ASKSPEC_RUNS", os.path.join(tmp, "runs"))
         assert_inert(root, job, values, f"{name}.ask", m)
+
+
+def test_a_file_name_that_is_not_utf8_is_refused(tmp_path, capsys) -> None:
+    spec = tmp_path / os.fsdecode(b"sur\xffx.ask")  # the undecodable byte arrives as "\udcff"
+    spec.write_text(SINGLE.format(trained='"smollm2-135m-instruct"', frozen='"org/f"', remote='"j"',
+                                  url='"http://h:1/v1"', value='"v"'), encoding="utf-8")
+    res = compile_file(str(spec), {})
+    assert res.ok
+    assert compile_job(res, str(spec), str(tmp_path / "job"), {}) == 1
+    assert "sur\\udcffx.ask is not valid UTF-8: rename the file" in capsys.readouterr().err
+    assert not (tmp_path / "job").exists()
+
+
+def test_data_that_is_not_utf8_is_refused(tmp_path, capsys) -> None:
+    (tmp_path / "d.jsonl").write_text('{"q": "a\\udcffb"}\n', encoding="utf-8")  # JSON's escape for a lone surrogate
+    spec = tmp_path / "s.ask"
+    spec.write_text(SINGLE.replace('game a for x in [{value}, "plain"]', 'data d = jsonl("d.jsonl") {{ fields = {{q: string}} }}\n'
+                                   'game a for x in d').format(trained='"smollm2-135m-instruct"', frozen='"org/f"',
+                                                              remote='"j"', url='"http://h:1/v1"'), encoding="utf-8")
+    res = compile_file(str(spec), {})
+    assert res.ok, [d.message for d in res.sink.items]
+    assert compile_job(res, str(spec), str(tmp_path / "job"), {}) == 1
+    assert "hold '\\udcff', which is not valid UTF-8" in capsys.readouterr().err
+    assert not (tmp_path / "job").exists()

@@ -363,30 +363,32 @@ def _prepare(out: Path) -> None:
 
 def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec_path: str, out: Path,
            substitutes: dict[str, str]) -> None:
-    texts = _render_all(exp, plan, phases, spec_path, substitutes)  # before touching `out`: a refusal writes nothing
-    _prepare(out)
-    ehash = experiment_hash(exp)
-    try:
+    try:  # every file in memory before `out` is touched: a refusal writes nothing
+        files = _render_all(exp, plan, phases, spec_path, substitutes)
+        ehash = experiment_hash(exp)
+        job_exp = _job_experiment(exp, spec_path)
         for p in phases:
-            folder = out / p.dir
-            folder.mkdir(parents=True, exist_ok=True)
-            job_exp = _copy_spec(exp, res, spec_path, folder / "spec")
             job = {"format": 1, "experiment": job_exp.model_dump(mode="json"), "experiment_hash": ehash,
                    "trained_role": p.role, "group": p.group, "games": p.games,
                    "seed": int(exp.options.get("seed", 0) or 0), "endpoints": p.endpoints, "spec_files": res.files}
-            (folder / "job.json").write_text(json.dumps(job, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-            with open(folder / "prompts.jsonl", "w", encoding="utf-8") as f:
-                for line in p.lines:
-                    f.write(json.dumps(line, ensure_ascii=False) + "\n")
-        for path, text in texts.items():
-            (out / path).write_text(text, encoding="utf-8")
+            files[os.path.join(p.dir, "job.json")] = json.dumps(job, indent=1, ensure_ascii=False) + "\n"
+            files[os.path.join(p.dir, "prompts.jsonl")] = "".join(json.dumps(line, ensure_ascii=False) + "\n"
+                                                                  for line in p.lines)
+        blobs = {path: text.encode("utf-8") for path, text in files.items()}
+    except UnicodeEncodeError as e:  # a data set's lone "\udcff", a --set value's undecodable byte
+        raise JobError(f"the spec's data or parameters hold {e.object[e.start:e.end]!r}, which is not valid UTF-8: "
+                       "fix the data file or the --set value") from None
+    _prepare(out)
+    try:
+        for p in phases:
+            (out / p.dir).mkdir(parents=True, exist_ok=True)
+            _copy_spec(exp, res, spec_path, out / p.dir / "spec")
+        for path, blob in blobs.items():
+            (out / path).write_bytes(blob)
             if path.endswith(".sh"):
                 (out / path).chmod(0o755)
     except OSError as e:
         raise JobError(f"cannot write {out}: {e.strerror or e}") from None
-    except UnicodeEncodeError as e:  # a file name's undecodable bytes, a data set's lone "\udcff"
-        raise JobError(f"cannot write {out}: the spec's file name or data holds {e.object[e.start:e.end]!r}, "
-                       "which is not valid UTF-8; rename the file or fix the data") from None
 
 
 def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec_path: str,
@@ -418,23 +420,27 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
     return texts
 
 
-def _copy_spec(exp: ir.Experiment, res, spec_path: str, dest: Path) -> ir.Experiment:
-    """Copy the spec, its prompt files and its data files; returns the IR the agent loads
-    (data paths that leave the spec's folder become absolute)."""
+def _copy_spec(exp: ir.Experiment, res, spec_path: str, dest: Path) -> None:
+    """Copy the spec, its prompt files and the data files inside its folder."""
     spec_dir = Path(os.path.abspath(spec_path)).parent
     for rel, text in res.files.items():
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
+    for d in exp.datasets:
+        rel = os.path.normpath(d.path) if d.path else ""
+        if not rel or os.path.isabs(rel) or rel.startswith(".."):
+            continue  # _job_experiment points the agent at it where it is
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(spec_dir / d.path, dest / rel)
+
+
+def _job_experiment(exp: ir.Experiment, spec_path: str) -> ir.Experiment:
+    """The IR the agent loads: data paths that leave the spec's folder become absolute
+    (the others are copied into spec/ beside the spec)."""
+    spec_dir = Path(os.path.abspath(spec_path)).parent
     job_exp = exp.model_copy(deep=True)
     for d in job_exp.datasets:
-        if not d.path:
-            continue
-        src = Path(d.path) if os.path.isabs(d.path) else spec_dir / d.path
-        rel = os.path.normpath(d.path)
-        if os.path.isabs(d.path) or rel.startswith(".."):
-            d.path = str(src.resolve())
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest / rel)
+        if d.path and (os.path.isabs(d.path) or os.path.normpath(d.path).startswith("..")):
+            d.path = str((Path(d.path) if os.path.isabs(d.path) else spec_dir / d.path).resolve())
     return job_exp
