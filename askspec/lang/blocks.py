@@ -10,7 +10,7 @@ from typing import Any
 from ..ir import model as ir
 from . import ast as A
 from .exprs import ExprChecker, Scope, Sym, irspan, suggest
-from .paths import MAX_DATA_BYTES, FileRefused, open_spec_file
+from .paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, FileRefused, open_spec_file, record_too_large
 from .span import Span
 from .templates import CONFINED_HINT
 from .training import ALGORITHMS, GATE_SETTINGS, TrainingChecks
@@ -47,7 +47,7 @@ class BlockChecks(TrainingChecks):
             match src.func:
                 case "jsonl" | "parquet" | "knowledge":
                     ds.format, ds.path, ds.items = src.func, path, None
-            ds.digest = self.file_digest(path, src.args[0].span)
+            ds.digest = self.file_digest(path, src.args[0].span, lines=src.func != "parquet")
         else:
             self.err("E107", "data is jsonl(\"path\"), parquet(\"path\"), knowledge(\"path\") or a list literal", src.span)
             return
@@ -55,14 +55,30 @@ class BlockChecks(TrainingChecks):
         if fields is not None:
             self.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
 
-    def file_digest(self, rel: str, span: Span) -> str | None:
+    def file_digest(self, rel: str, span: Span, lines: bool = False) -> str | None:
         """sha256 of a data file (relative to the spec's folder), so that the experiment
-        hash changes when the data does."""
+        hash changes when the data does; with `lines` (jsonl), a record (line) past
+        MAX_RECORD_BYTES is E304, found on the same pass."""
         try:
             h = hashlib.sha256()
+            line, size = 1, 0  # the current line and its bytes so far (its newline included, as run time counts)
             with open_spec_file(self.spec_dir, rel, MAX_DATA_BYTES) as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
+                # a line wholly inside one chunk is at most a chunk long, so never past the limit:
+                # only the line that runs across chunk ends is measured (no Python loop per line)
+                for chunk in iter(lambda: f.read(MAX_RECORD_BYTES), b""):
                     h.update(chunk)
+                    if not lines:
+                        continue
+                    first = chunk.find(b"\n")
+                    size += len(chunk) if first < 0 else first + 1
+                    if size > MAX_RECORD_BYTES and first >= 0:
+                        self.err("E304", f"data file refused: {rel}:{line}: {record_too_large(size)}", span)
+                        lines = False
+                    elif first >= 0:
+                        line += chunk.count(b"\n")
+                        size = len(chunk) - chunk.rfind(b"\n") - 1
+            if lines and size > MAX_RECORD_BYTES:  # the last line, without a newline
+                self.err("E304", f"data file refused: {rel}:{line}: {record_too_large(size)}", span)
             return h.hexdigest()
         except FileRefused as e:
             self.err("E304", f"data file refused: {e}", span, CONFINED_HINT)

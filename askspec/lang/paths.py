@@ -12,7 +12,8 @@ to an endpoint of its author's choosing. Every spec-relative path, at check time
   socket or a folder); it is stat'ed before opening and opened non-blocking, so a FIFO
   can never block;
 - its size is capped: ``MAX_TEMPLATE_BYTES`` for template files (their text is embedded
-  in the IR), ``MAX_DATA_BYTES`` for data files.
+  in the IR), ``MAX_DATA_BYTES`` for data files, ``MAX_RECORD_BYTES`` for one record of
+  a data file.
 
 A refusal is a ``FileRefused`` (diagnostic E304); a file that does not exist is
 ``FileNotFoundError`` as before (E303).
@@ -26,6 +27,15 @@ from typing import BinaryIO
 
 MAX_TEMPLATE_BYTES = 1024 * 1024  # as for a spec file
 MAX_DATA_BYTES = 1024 * 1024 * 1024  # 1 GiB: data files are hashed at check time and loaded at run time
+# One data record (a jsonl line, a text field of a parquet row): 1 MiB of text is far past
+# any model's context, so a longer record is a mistake to report, not a prompt to send.
+MAX_RECORD_BYTES = 1024 * 1024
+
+
+def record_too_large(size: int) -> str:
+    """The message for a record of `size` bytes, past MAX_RECORD_BYTES."""
+    return (f"a record of {size:,} bytes, more than the limit of {MAX_RECORD_BYTES:,} bytes for one record "
+            f"(far past any model's context): shorten it or leave it out of the data set")
 
 
 class FileRefused(ValueError):

@@ -148,6 +148,56 @@ def resolve_weights(model: str, cache_dir: str | os.PathLike[str] | None = None)
     )
 
 
+def parameter_count(folder: Path) -> int | None:
+    """The parameters of the model in `folder`, counted from its config.json on the meta
+    device (nothing allocated; tied weights once). None when the config does not build:
+    loading it then reports why."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception:
+        return None
+    return sum(p.numel() for p in model.parameters())
+
+
+def available_memory(device: Any) -> int | None:
+    """Bytes free for weights on `device`: the GPU's free memory, else the machine's
+    available memory (/proc/meminfo's MemAvailable, else sysconf's available pages)."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(folder: Path, bytes_per_parameter: int, device: Any, what: str) -> None:
+    """Refuse (BackendError) a model whose parameters × `bytes_per_parameter`, counted from
+    its config before anything is allocated, exceed the memory available on `device`: a
+    config far larger than the machine would otherwise be allocated until the OS kills
+    the process."""
+    n, free = parameter_count(folder), available_memory(device)
+    if n is None or free is None or n * bytes_per_parameter <= free:
+        return
+    need = n * bytes_per_parameter
+    raise BackendError(f"{what}: {n:,} parameters × {bytes_per_parameter} bytes = {need / 2**30:,.1f} GiB, more than "
+                       f"the {free / 2**30:,.1f} GiB of memory available on the {device.type} "
+                       f"({folder / 'config.json'}); use a smaller model, or free memory")
+
+
 def pending_conversion(model: str, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Path, Path] | None:
     """(GGUF file, cache folder) when `model` is GGUF weights not converted yet, else None
     (converted already, a transformers folder, or a name resolve_weights refuses)."""
@@ -411,6 +461,7 @@ class HFBackend(Backend):
             folder = resolve_weights(self.model_name, self.cache_dir)
             device = self._pick_device(torch)
             dtype = self._pick_dtype(torch, device)
+            check_memory(folder, torch.empty((), dtype=dtype).element_size(), device, f"hf model {self.model_name!r}")
             try:
                 tokenizer = AutoTokenizer.from_pretrained(str(folder))
                 model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)

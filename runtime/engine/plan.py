@@ -7,7 +7,6 @@ so a resumed run re-creates exactly the same sessions."""
 from __future__ import annotations
 
 import hashlib
-import io
 import itertools
 import json
 import random
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from askspec.ir import model as ir
-from askspec.lang.paths import MAX_DATA_BYTES, open_spec_file
+from askspec.lang.paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, open_spec_file, record_too_large
 from askspec.ir.plansize import Unknown, cut_total, first_phase, game_sessions, replays_buffer, spec_range
 
 from askspec.runtime.engine.evaluator import Env, evaluate
@@ -48,8 +47,10 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
         with open_spec_file(spec_dir, path, MAX_DATA_BYTES) as raw:
             if ds.format in ("jsonl", "knowledge"):
                 items = []
-                for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8"), 1):
-                    line = line.strip()
+                for n, data in enumerate(raw, 1):
+                    if len(data) > MAX_RECORD_BYTES:
+                        raise ValueError(f"{path}:{n}: {record_too_large(len(data))}")
+                    line = data.decode("utf-8").strip()
                     if not line:
                         continue
                     try:
@@ -59,7 +60,9 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
             else:
                 import pyarrow.parquet as pq
 
-                items = pq.read_table(raw).to_pylist()
+                table = pq.read_table(raw)
+                _check_record_sizes(table, path)
+                items = table.to_pylist()
     split = ds.options.get("split")
     if split is not None:  # keep the items of that split only (SOAR's held-out test split stays out)
         items = [it for it in items if isinstance(it, dict) and it.get("split") == split]
@@ -69,6 +72,22 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
     if isinstance(limit, (int, float)) and limit >= 0:
         items = items[: int(limit)]
     return items
+
+
+def _check_record_sizes(table: Any, path: str) -> None:
+    """Refuse a parquet row whose text or bytes field is past MAX_RECORD_BYTES."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for name, col in zip(table.column_names, table.columns):
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_binary(col.type)
+                or pa.types.is_large_binary(col.type)):
+            continue
+        lengths = pc.binary_length(col)
+        longest = pc.max(lengths).as_py()
+        if longest is not None and longest > MAX_RECORD_BYTES:
+            row = pc.index(pc.greater(lengths, MAX_RECORD_BYTES), True).as_py()
+            raise ValueError(f"{path}: row {row + 1}, field '{name}': {record_too_large(lengths[row].as_py())}")
 
 
 class Plan:

@@ -39,7 +39,7 @@ class TrainedPolicy:
 
         hf_logging.disable_progress_bar()  # loading and saving bars would garble the run's progress line
 
-        from askspec.runtime.backends.hf import HFBackend, resolve_weights
+        from askspec.runtime.backends.hf import HFBackend, check_memory, resolve_weights
 
         options = dict(backend_options or {})
         self.cfg = cfg
@@ -49,6 +49,8 @@ class TrainedPolicy:
         device = options.get("device", "auto")
         device = "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
         self.device = torch.device(device)
+        # float32 weights, their gradients and AdamW's two moments, and the frozen KL reference
+        check_memory(folder, 16 + (4 if cfg.kl > 0 else 0), self.device, f"trained role '{cfg.role}' ({weights})")
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(self.device)
         self.model.eval()  # no dropout: the update sees the distribution the sampler saw

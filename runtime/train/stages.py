@@ -39,9 +39,11 @@ def sft_batch(records: list[Any], opts: dict[str, Any], n: int) -> list[tuple[in
 
 
 def sft_trajectories(tokenizer: Any, chat_template: str | None, end_id: int, records: list[tuple[int, dict]],
-                     opts: dict[str, Any], step: int) -> list[Trajectory]:
+                     opts: dict[str, Any], step: int, context: int | None = None) -> list[Trajectory]:
     """One single-turn trajectory per record. Loss mask: exactly the completion's tokens
-    and the end-of-turn token after them (what the model must learn to produce)."""
+    and the end-of-turn token after them (what the model must learn to produce). A record
+    longer than the model's `context` (tokens) is refused, never cut: a cut completion
+    would teach the model to stop mid-answer."""
     out = []
     for index, rec in records:
         if not isinstance(rec, dict) or not isinstance(rec.get(opts["prompt"]), str) \
@@ -55,6 +57,10 @@ def sft_trajectories(tokenizer: Any, chat_template: str | None, end_id: int, rec
         prompt_ids = chat_prompt_ids(tokenizer, chat_template, rec[opts["prompt"]],
                                      rec[system] if system is not None else None)
         completion_ids = list(tokenizer(rec[opts["completion"]], add_special_tokens=False)["input_ids"]) + [end_id]
+        if context is not None and len(prompt_ids) + len(completion_ids) > context:
+            raise ValueError(f"sft data set '{opts['data']}', record {index + 1}: {len(prompt_ids):,} prompt + "
+                             f"{len(completion_ids):,} completion tokens, more than the model's context of "
+                             f"{context:,}: shorten it or leave it out of the data set")
         key = f"sft-t{step:06d}-r{index:06d}"
         turn = Turn(session_id=key, attempt=1, turn_index=0, prompt_ids=prompt_ids, completion_ids=completion_ids,
                     logprobs=[], temperature=1.0, finish_reason="stop")

@@ -383,6 +383,7 @@ class LocalTrainer:
 
     def load_policies(self, resume_from: Path | None) -> None:
         """One TrainedPolicy per trained role, from the spec's weights or a checkpoint."""
+        from askspec.runtime.backends.base import BackendError
         from askspec.runtime.backends.hf import HFBackend
         from askspec.runtime.train.policy import TrainedPolicy
 
@@ -415,6 +416,9 @@ class LocalTrainer:
                                        init_from=init)
                 if init is not None:
                     policy.load_optimizer(init, moments=(init / "optimizer.safetensors").exists())
+            except BackendError as e:  # more parameters than the memory available, a model that does not load
+                problems.append((str(e), t.span))
+                continue
             except Exception as e:
                 if init is None:
                     raise
@@ -656,8 +660,9 @@ class LocalTrainer:
         role = sl.phase.roles[0]
         policy, opts = self.policies[role], stage.options
         batch = stages.sft_batch(self.datasets.get(opts["data"]) or [], opts, sl.n)
+        context = getattr(policy.model.config, "max_position_embeddings", None)
         trajectories = stages.sft_trajectories(policy.tokenizer, policy.backend.chat_template, policy.pad_id, batch,
-                                               opts, sl.step)
+                                               opts, sl.step, context)
         rl_cfg, policy.cfg = policy.cfg, stages.sft_config(policy.cfg, opts)
         version = policy.version
         try:
