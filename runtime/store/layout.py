@@ -294,21 +294,25 @@ def refused_file(run_dir: str | os.PathLike[str], rel: str) -> str | None:
     A run's writer makes only regular files and folders, but a run someone hands you can
     hold anything: a symbolic link (to ``~/.ssh/id_rsa``, or to another file of the run:
     one rule, and a link cannot be retargeted between this check and the read), a FIFO
-    (opening it blocks for good), a device or a socket. Checked with ``lstat``, never by
-    opening. ``run_dir`` itself may be reached through links (it is resolved first).
+    (opening it blocks for good), a device or a socket. Checked with ``lstat`` on each
+    component of ``rel`` (which holds no ``..``), never by opening. ``run_dir`` itself may
+    be reached through links: only what lies below it is checked.
     """
-    path = Path(run_dir) / rel
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return f"{rel} cannot be read ({e.strerror or e})"
-    if stat.S_ISLNK(st.st_mode):
-        return f"{rel} is a symbolic link (to {os.path.realpath(path)})"
-    real = os.path.realpath(path)
-    if real != os.path.join(os.path.realpath(run_dir), os.path.normpath(rel)):
-        return f"{rel} leads through a symbolically linked folder (to {real})"
+    path = os.fspath(run_dir)
+    parts = rel.split("/")
+    for i, part in enumerate(parts):  # one lstat a component below run_dir (no realpath: cheap)
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return f"{rel} cannot be read ({e.strerror or e})"
+        if stat.S_ISLNK(st.st_mode):
+            if i == len(parts) - 1:
+                return f"{rel} is a symbolic link (to {os.path.realpath(path)})"
+            return f"{rel} leads through a symbolically linked folder ({'/'.join(parts[:i + 1])} -> " \
+                   f"{os.path.realpath(path)})"
     if not stat.S_ISREG(st.st_mode):
         return f"{rel} is {_kind(st.st_mode)}, not a regular file"
     return None
