@@ -1,0 +1,259 @@
+"""Training you can watch and trust (issue #26, items 1, 2 and 4): a line per trained role
+and step on stderr and closing lines with a warning when most steps had no signal; a step
+whose advantages are all 0 skips its update and `train_steps.skipped` says so; `--log
+tensorboard` / `--log wandb` write every train_steps column, read back with their own
+readers. On the suite's tiny random Llama (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from askspec.ir import model as ir
+from askspec.runtime.commands.options import RunOptions, UsageError
+from askspec.runtime.commands.train_report import TrainReport
+from askspec.runtime.store.views import open_store
+from askspec.runtime.train.batch import Trajectory, Turn
+from askspec.runtime.train.config import config_from_ir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# every session of a group earns the same reward (`same`), or the reply's length (`len`)
+SPEC = """model m = hf("{model}") {{ max_tokens = 4; temperature = 1.0 }}
+role a {{ model = m; memory = none; prompt = "guess a number"; trained }}
+game g for i in range(0, 8) {{
+    x = ask a
+    reward a = {reward}
+}}
+train a with grpo {{ group = 2; batch = 4; steps = 2; save_every = 1; lr = 0.01 }}
+"""
+
+
+def policy_for(folder: Path, **hyper):
+    from askspec.runtime.train.policy import TrainedPolicy
+
+    exp = ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
+                        training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 0.01, **hyper})])
+    return TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
+
+
+def trajectories(rewards: list[float], completion: list[int] | None = None) -> list[Trajectory]:
+    done = [10, 11, 2] if completion is None else completion
+    return [Trajectory(f"s{i}/r", f"g{i // 2}", r, [Turn(f"s{i}", 1, 0, [1, 5, 8, 9], done, [-3.0] * len(done), 1.0,
+                                                          "stop")])
+            for i, r in enumerate(rewards)]
+
+
+def run(spec: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ASKSPEC_DEBUG", "WANDB_API_KEY")}
+    return subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def only_run(out: Path) -> Path:
+    (run_dir,) = [d for d in out.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    return run_dir
+
+
+# ---------------------------------------------------------------------------------------
+# the update
+
+
+def test_equal_rewards_skip_the_update_without_a_forward_pass(tiny_model, monkeypatch):
+    policy = policy_for(tiny_model)
+    before = [p.detach().clone() for p in policy.params]
+
+    def no_forward(*a, **k):
+        raise AssertionError("a skipped step ran the model")
+
+    monkeypatch.setattr(policy, "token_logprobs", no_forward)
+    m = policy.update(trajectories([1.0, 1.0, 0.0, 0.0]))  # two groups, each of equal rewards
+    assert m["skipped"] == "zero_advantage" and "2 of 2 group(s)" in m["skip_reason"]
+    assert m["zero_adv_share"] == 1.0 and m["reward_std"] == 0.5 and m["loss"] is None and m["grad_norm"] is None
+    assert all(torch.equal(a, p) for a, p in zip(before, policy.params)) and not policy.optimizer.state
+    assert policy.version == 1  # the learning-rate schedule counts the step (docs/training.md)
+    monkeypatch.undo()
+    m = policy.update(trajectories([1.0, 0.0, 0.0, 0.0]))  # one group with a signal: the update runs
+    assert "skipped" not in m and m["loss"] is not None and m["grad_norm"] > 0
+    assert any(not torch.equal(a, p) for a, p in zip(before, policy.params))
+
+
+def test_a_kl_term_keeps_the_step_and_no_tokens_skip_it(tiny_model):
+    policy = policy_for(tiny_model, kl=0.1)
+    m = policy.update(trajectories([1.0, 1.0]))  # no advantage, but the KL term is a loss of its own
+    assert "skipped" not in m and m["zero_adv_share"] == 1.0 and m["kl"] is not None and m["loss"] is not None
+    m = policy_for(tiny_model).update(trajectories([1.0, 0.0], completion=[]))
+    assert m["skipped"] == "no_tokens" and m["tokens"] == 0
+
+
+def test_the_report_counts_skips_and_warns_when_most_steps_had_no_signal():
+    report = TrainReport(3)
+    flat = {"reward_mean": 1.0, "reward_std": 0.0, "zero_adv_share": 1.0, "trajectories": 4, "skipped": "zero_advantage"}
+    line = report.step(1, {"a": {**flat, "stage": "rl", "generated_tokens": 12, "seconds_play": 2.0,
+                                  "seconds_update": 0.001}})[0]
+    assert line == ("step 1/3 rl a: reward 1.000 ± 0.000  zero-adv 100%  loss -  kl -  grad -  clip -  tokens 12  "
+                    "rollout 2.0 s  update 0.00 s  skipped: zero_advantage")
+    report.step(2, {"a": flat, "b": {"reward_mean": 0.5, "zero_adv_share": 0.0, "trajectories": 4, "loss": 0.1}})
+    report.step(3, {"a": {"reward_mean": 2.0, "zero_adv_share": 0.5, "trajectories": 4, "loss": 0.2},
+                    "b": {"skipped": "gate", "trajectories": 0}})
+    # a: 2 of 3 steps without a signal (most); b: its gate's skip is no sign of equal rewards
+    assert report.warnings() == ["a: 2 of 3 steps: every group had equal rewards — no gradient; widen the reward or "
+                                 "the group"]
+    assert report.summary() == [
+        "  training a: 3 step(s), reward mean 1.000 (step 1) -> 2.000 (step 3); 2 skipped (zero_advantage 2)",
+        "  training b: 2 step(s), reward mean 0.500 (step 2) -> 0.500 (step 2); 1 skipped (gate 1)"]
+    report.step(4, {"a": {"reward_mean": 2.5, "zero_adv_share": 0.0, "trajectories": 4, "loss": 0.1}})
+    assert report.warnings() == []  # 2 of 4: not most
+
+
+# ---------------------------------------------------------------------------------------
+# whole runs
+
+
+def test_a_run_without_signal_shows_each_step_skips_each_update_and_warns(tiny_model, tmp_path):
+    spec = tmp_path / "flat.ask"
+    spec.write_text(SPEC.format(model=tiny_model, reward="1.0"))
+    done = run(spec, tmp_path / "runs")
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("step ")]
+    assert len(lines) == 2, done.stderr
+    for n, line in enumerate(lines, 1):
+        assert re.fullmatch(rf"step {n}/2 online a: reward 1\.000 ± 0\.000  zero-adv 100%  loss -  kl -  grad -  "
+                            rf"clip -  tokens \d+  rollout \d+\.\d s  update \d\.\d\d s  skipped: zero_advantage",
+                            line), line
+    assert "  training a: 2 step(s), reward mean 1.000 (step 1) -> 1.000 (step 2); 2 skipped (zero_advantage 2)" \
+        in done.stderr
+    assert ("warning: a: 2 of 2 steps: every group had equal rewards — no gradient; widen the reward or the group"
+            in done.stderr)
+    run_dir = only_run(tmp_path / "runs")
+    rows = open_store(run_dir).execute("SELECT step, skipped, loss, zero_adv_share, metrics->>'skip_reason' "
+                                       "FROM train_steps ORDER BY step").fetchall()
+    assert [r[:4] for r in rows] == [(1, "zero_advantage", None, 1.0), (2, "zero_advantage", None, 1.0)]
+    assert all(r[4].startswith("every advantage is 0 (2 of 2 group(s)") for r in rows)
+    # a skipped step is still a resume point: its checkpoint is written (the weights are unchanged)
+    assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"] == 2
+    state = json.loads((run_dir / "checkpoints" / "a" / "step-2" / "trainer_state.json").read_text())
+    assert state["version"] == 2 and state["optimizer_steps"] == {}  # the schedule counted; AdamW never stepped
+    quiet = run(spec, tmp_path / "quiet", "--quiet")
+    assert quiet.returncode == 0 and "step 1/2" not in quiet.stderr and "every group had equal rewards" in quiet.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
+                    reason="the tensorboard package is not installed (pip install -e '.[dev]')")
+def test_live_lines_and_tensorboard_hold_the_train_steps(tiny_model, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    spec = tmp_path / "live.ask"
+    spec.write_text(SPEC.format(model=tiny_model, reward="len(x.text) + i"))
+    spec.write_text("param bonus = 0\n" + SPEC.format(model=tiny_model, reward="len(x.text) + i + bonus"))
+    board = tmp_path / "board"
+    done = run(spec, tmp_path / "runs", "--log", f"tensorboard:{board}", "--set", "bonus=1", "--seed", "7")
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("step ")]
+    assert len(lines) == 2 and all("skipped" not in ln for ln in lines), done.stderr
+    for line in lines:
+        assert re.search(r"reward [\d.]+ ± [\d.]+  zero-adv \d+%  loss \S+  kl 0  grad [\d.e+-]+  clip \d+%  "
+                         r"tokens \d+  rollout \d+\.\d s  update \d\.\d\d s$", line), line
+        assert not re.search(r"loss -|grad -", line), line
+    assert "equal rewards" not in done.stderr
+    run_dir = only_run(tmp_path / "runs")
+    rows = open_store(run_dir).execute("SELECT step, loss, reward_mean, reward_std, zero_adv_share, kl, clip_frac, "
+                                       "grad_norm, lr, tokens, seconds, skipped FROM train_steps ORDER BY step").fetchall()
+    assert all(r[-1] is None for r in rows)
+    acc = EventAccumulator(str(board / run_dir.name), size_guidance={"scalars": 0, "tensors": 0}).Reload()
+    cols = ("loss", "reward_mean", "reward_std", "zero_adv_share", "kl", "clip_frac", "grad_norm", "lr", "tokens",
+            "seconds")
+    for c, col in enumerate(cols, 1):
+        got = [(e.step, e.value) for e in acc.Scalars(f"a/{col}")]
+        assert got == [(r[0], pytest.approx(r[c], rel=1e-6, abs=1e-7)) for r in rows], col
+    assert [e.value for e in acc.Scalars("a/skipped")] == [0.0, 0.0]
+    assert {"a/seconds_play", "a/seconds_update", "a/generated_tokens"} <= set(acc.Tags()["scalars"])
+    config = json.loads(acc.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode().strip("`\n"))
+    assert config["experiment"] == "live" and config["seed"] == 7 and config["overrides"] == {"bonus": "1"}
+    assert config["run_id"] == run_dir.name and len(config["experiment_hash"]) >= 12
+
+
+# ---------------------------------------------------------------------------------------
+# options and the W&B writer
+
+
+def test_log_values_are_checked_before_the_run(monkeypatch):
+    with pytest.raises(UsageError, match=r"one of tensorboard\[:DIR\], wandb\[:PROJECT\]"):
+        RunOptions.from_kwargs("x.ask", log="mlflow")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(UsageError, match=r"--log wandb needs the wandb package.*pip install 'askspec\[wandb\]'"):
+        RunOptions.from_kwargs("x.ask", log=["wandb"])
+    monkeypatch.undo()
+    # a resumed run logs where the run did, unless told otherwise
+    saved = RunOptions.from_kwargs("x.ask", log="tensorboard:/tmp/tb").recorded()
+    assert RunOptions.from_kwargs(resume="r").resumed(saved).log == ("tensorboard:/tmp/tb",)
+
+
+def _wandb_records(path: Path) -> list:
+    """The records of a W&B run file: W&B's header, then LevelDB-log blocks holding its own
+    protobuf Records (wandb 0.31 ships no Python reader for it)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, pos, buf, out = path.read_bytes(), 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _crc, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if n == 0 and kind == 0:  # block padding
+            pos += left
+            continue
+        if pos + 7 + n > len(data):  # a record still being written
+            break
+        buf, pos = buf + data[pos + 7:pos + 7 + n], pos + 7 + n
+        if kind in (1, 4):  # a full record, or the last piece of one
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            out.append(rec)
+            buf = b""
+    return out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
+                    reason="wandb is not installed (pip install 'askspec[wandb]'; left out of dev: heavy)")
+def test_the_wandb_writer_logs_offline_without_a_key(tmp_path, monkeypatch):
+    from askspec.runtime.commands.loggers import WandbLogger
+
+    for var in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = WandbLogger("askspec-test", "r1", tmp_path, {"experiment": "e", "seed": 3, "overrides": {"n": "2"}})
+    logger.step(1, {"a": {"loss": 0.5, "reward_mean": 1.0, "tokens": 4}})
+    logger.step(2, {"a": {"reward_mean": 1.0, "stage": "rl", "skipped": "zero_advantage", "skip_reason": "all 0"}})
+    logger.close()
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-r1.wandb")
+    deadline = time.monotonic() + 60
+    # wandb-core, a process of its own, may still be writing the file when finish() returns
+    records = _wandb_records(run_file)
+    while not any(r.WhichOneof("record_type") == "exit" for r in records):
+        assert time.monotonic() < deadline, f"no exit record in {run_file} after 60 s"
+        time.sleep(0.2)
+        records = _wandb_records(run_file)
+    history = [{(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item}
+               for r in records if r.WhichOneof("record_type") == "history"]
+    assert [{k: v for k, v in h.items() if not k.startswith("_")} | {"_step": h["_step"]} for h in history] == [
+        {"a/loss": 0.5, "a/reward_mean": 1.0, "a/tokens": 4, "a/skipped": 0, "_step": 1},
+        {"a/rl/reward_mean": 1.0, "a/rl/skipped": 1, "a/rl/skip_reason": "zero_advantage: all 0", "_step": 2}]
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
+    assert (run.run_id, run.project, run.display_name) == ("r1", "askspec-test", "r1")
+    config = {i.key: json.loads(i.value_json) for i in run.config.update if not i.key.startswith("_")}
+    assert config == {"experiment": "e", "seed": 3, "overrides": {"n": "2"}}
