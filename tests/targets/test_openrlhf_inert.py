@@ -9,6 +9,7 @@ create a file named PWNED — and the stubs receive the weights exactly as writt
 from __future__ import annotations
 
 import ast
+import json
 import os
 import py_compile
 import shlex
@@ -115,6 +116,11 @@ def assert_inert(root: Path, job: Path, weights: dict[str, str], spec_name: str,
     pretrain = [f[f.index("--actor.model_name_or_path") + 1] for f in (train_flags(c) for c in calls if c[0] == "ray")]
     assert hf_id(weights["frozen"]) in served
     assert pretrain[0] == hf_id(weights["trained"])
+    # Ray's runtime environment is valid JSON naming the job's folder, whatever its name
+    for call in (c for c in calls if c[0] == "ray"):
+        (env,) = [a.split("=", 1)[1] for a in call if a.startswith("--runtime-env-json=")]
+        folder = Path(json.loads(env)["working_dir"])
+        assert folder == job or folder.parent == job
     # the README's command line, pasted into a shell, names the spec file
     with open(job / "README.md", encoding="utf-8", newline="") as f:  # a "\r" in the name stays one
         readme = f.read()
