@@ -201,3 +201,20 @@ def test_a_corrupt_only_copy_is_a_clear_refusal(kit, tmp_path):
     with pytest.raises(layout.RunDirError, match=r"cannot rebuild .*turns\.ndjson from turns\.parquet, the only copy"):
         RunWriter.open_for_resume(run_dir)
     assert pq.stat().st_size == 100 and not layout.ndjson_path(run_dir, "turns").exists()
+
+
+def test_parquet_copies_from_format_2_lack_train_steps_skipped_and_still_read(kit, tmp_path):
+    """A copy compacted by format 2 has no `train_steps.skipped` (format 3): read as NULL."""
+    run_dir = crashed_and_compacted(kit, tmp_path)
+    before = snapshot(run_dir)
+    assert [r["skipped"] for r in map(json.loads, before["train_steps"])] == [None]
+    pq = layout.parquet_path(run_dir, "train_steps")
+    old = [c for c in layout.columns("train_steps") if c != "skipped"]
+    tmp = pq.with_suffix(".v2")
+    duckdb.connect().execute(f"COPY (SELECT {', '.join(old)} FROM read_parquet('{pq}')) TO '{tmp}' (FORMAT parquet)")
+    tmp.replace(pq)
+    layout.ndjson_path(run_dir, "train_steps").unlink()
+    index = layout.read_compaction_index(run_dir)
+    index["format_version"] = 2
+    (run_dir / "events" / "compaction.json").write_text(json.dumps(index))
+    assert snapshot(run_dir) == before
