@@ -19,7 +19,7 @@ from .types import ANY, BOOL, NUM, STR, T, from_json_value, list_of, reply_type
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "max_tokens", "stop", "seed"}
 WHOLE_SAMPLING_KEYS = {"top_k", "max_tokens", "seed"}
 MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file", "prefix_cache",
-                     "quantize"}
+                     "quantize", "max_response_bytes"}
 QUANTIZE = ("none", "int8", "fp16")  # hf: reduced-precision weights in the linear layers (opt-in; runtime hf_quant)
 BACKENDS = {"hf", "openai", "vllm", "python", "replay"}
 ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",

@@ -12,6 +12,12 @@ one base_url share one concurrency limit (an asyncio.Semaphore per event loop an
 endpoint). Sampling fields OpenAI does not define (top_k, min_p, repetition_penalty)
 travel in `extra_body`, which vLLM and SGLang read.
 
+A reply's body is capped (`max_response_bytes`, default 16 MiB): a server answering with
+300 MB, or a body that never ends, fails the attempt once the cap is passed, before
+the client holds more than the cap (the raw stream is counted as it arrives, a
+Content-Length over the cap is refused before any of it is read, and bodies are asked
+for uncompressed, so that a small compressed body cannot unpack past the cap).
+
 Several servers of one model: `base_url` may be a list, and each attempt goes to the
 endpoint with the fewest calls in flight (ties in turn), a retry to another one when it
 can — the way to spread a large evaluation over machines (docs/cluster.md).
@@ -25,19 +31,23 @@ import logging
 import math
 import os
 import time
+import sys
 import weakref
-from typing import Any
+from functools import cache
+from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from askspec.runtime.backends.base import (Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling,
                                            SpecContext)
 from askspec.runtime.backends.registry import AttemptTimedOut, RetriesExhausted, retry_async
+from askspec.lang.paths import human_size
 from askspec.runtime.backends.replay import json_kind
 from askspec.terminal import printable
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024  # a chat reply is kilobytes; a few MB with long contexts
 
 # One semaphore per (event loop, base_url): asyncio primitives belong to one loop, and the
 # limit protects the endpoint whichever backend instance (model) calls it.
@@ -67,6 +77,58 @@ def chat_kwargs(sampling: Sampling) -> dict[str, Any]:
 class MalformedReply(Exception):
     """HTTP 200, but the body is not a chat completion we can read (retried: a proxy's
     error page or a half-restarted server is usually gone on the next try)."""
+
+
+class ReplyTooLarge(Exception):
+    """The server's body passed ``max_response_bytes`` (retried: a stuck generation or a
+    misrouted download may not happen again; each try reads at most the cap)."""
+
+
+@cache
+def _capped_stream(base: type) -> type:
+    """A response body stream (a subclass of the client's own ``AsyncByteStream``, which
+    it checks for) that fails with ReplyTooLarge past ``limit`` bytes."""
+
+    class CappedStream(base):  # type: ignore[valid-type,misc]
+        def __init__(self, inner: Any, limit: int) -> None:
+            self.inner = inner
+            self.limit = limit
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            seen = 0
+            async for chunk in self.inner:
+                seen += len(chunk)
+                if seen > self.limit:
+                    raise ReplyTooLarge(f"the body passed {human_size(self.limit)} and was cut off there "
+                                        f"(max_response_bytes = {self.limit})")
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return CappedStream
+
+
+def _body_cap(http: Any, limit: int) -> Callable[[Any], Any]:
+    """A response hook of the client's HTTP package ``http`` (httpx, or httpx2 in recent
+    openai releases) that bounds the body about to be read (the client reads it whole,
+    for an error status too)."""
+    stream_type = _capped_stream(http.AsyncByteStream)
+
+    async def cap(response: Any) -> None:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await response.aclose()
+            raise ReplyTooLarge(f"the server announced a body of {human_size(int(declared))}, over "
+                                f"{human_size(limit)} (max_response_bytes = {limit})")
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            await response.aclose()
+            # asked for identity: a compressed body could unpack to any size past the cap
+            raise MalformedReply(f"the body is compressed ({encoding}) though an uncompressed one was asked for")
+        response.stream = stream_type(response.stream, limit)
+
+    return cap
 
 
 def parse_completion(body: bytes, content_type: str = "") -> tuple[str, FinishReason, int, int]:
@@ -161,6 +223,8 @@ class OpenAIBackend(Backend):
       max_delay        backoff cap in seconds (default 30)
       max_concurrency  calls in flight per base_url (default 32)
       extra_body       dict merged into every request body (server-specific fields)
+      max_response_bytes  a reply's body at most (default 16 MiB); a longer one fails
+                       the attempt (retried) with an error naming the limit
     """
 
     name = "openai"
@@ -193,6 +257,7 @@ class OpenAIBackend(Backend):
         max_delay: float = 30.0,
         max_concurrency: int = 32,
         extra_body: dict[str, Any] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         try:
             import openai
@@ -231,6 +296,10 @@ class OpenAIBackend(Backend):
         for option, value in (("timeout", timeout), ("deadline", deadline)):
             if not (math.isfinite(float(value)) and float(value) > 0):
                 raise BackendError(f"openai backend for {model!r}: {option} must be a positive number of seconds, got {value!r}")
+        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes < 1:
+            raise BackendError(f"openai backend for {model!r}: max_response_bytes must be a positive number of bytes, "
+                               f"got {max_response_bytes!r}")
+        self.max_response_bytes = max_response_bytes
         self.timeout = float(timeout)
         self.deadline = float(deadline)
         self.attempts = int(attempts)
@@ -247,11 +316,16 @@ class OpenAIBackend(Backend):
         per_loop = self._clients.setdefault(asyncio.get_running_loop(), {})
         client = per_loop.get(base_url)
         if client is None:
+            client_class = self._openai.DefaultAsyncHttpxClient  # the client's own defaults, plus the cap
+            http_package = sys.modules[client_class.__mro__[1].__module__.partition(".")[0]]
+            http = client_class(timeout=self.timeout, headers={"Accept-Encoding": "identity"},
+                                event_hooks={"response": [_body_cap(http_package, self.max_response_bytes)]})
             client = per_loop[base_url] = self._openai.AsyncOpenAI(
                 base_url=base_url,
                 api_key=self.api_key,
                 timeout=self.timeout,
                 max_retries=0,  # we retry ourselves, with our own policy and limits
+                http_client=http,
             )
         return client
 
@@ -265,7 +339,7 @@ class OpenAIBackend(Backend):
 
     def _retryable(self, exc: BaseException) -> bool:
         o = self._openai
-        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError, MalformedReply)):
+        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError, MalformedReply, ReplyTooLarge)):
             return True
         if isinstance(exc, o.APIStatusError):
             # 501/505: the server does not do this at all; asking again will not change that
@@ -292,7 +366,12 @@ class OpenAIBackend(Backend):
 
         async def attempt() -> tuple[str, FinishReason, int, int]:
             client = self._client(slot.url)
-            raw = await client.chat.completions.with_raw_response.create(model=model, messages=messages, **kwargs)
+            try:
+                raw = await client.chat.completions.with_raw_response.create(model=model, messages=messages, **kwargs)
+            except self._openai.APIConnectionError as exc:  # (the client wraps what the body cap raised)
+                if isinstance(exc.__cause__, (ReplyTooLarge, MalformedReply)):
+                    raise exc.__cause__ from None
+                raise
             return parse_completion(raw.content, raw.headers.get("content-type", ""))
 
         def note_retry(n: int, exc: BaseException, delay: float) -> None:
@@ -382,6 +461,8 @@ class _EndpointSlot:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, MalformedReply):
         return f"malformed reply (HTTP 200): {exc}"
+    if isinstance(exc, ReplyTooLarge):
+        return f"reply too large: {exc}"
     if isinstance(exc, AttemptTimedOut):
         return f"timed out: {exc}"
     status = getattr(exc, "status_code", None)

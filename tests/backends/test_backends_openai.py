@@ -134,6 +134,25 @@ class FakeOpenAIServer:
             finally:
                 client_gone.cancel()
             return
+        if action in ("endless", "endless-500", "300MB"):  # a body without end (or of 300 MB), in chunks,
+            status = "500 Internal Server Error" if action == "endless-500" else "200 OK"  # until the client goes
+            length = "Content-Length: 300000000" if action == "300MB" else "Transfer-Encoding: chunked"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{length}\r\n"
+                         "Connection: close\r\n\r\n".encode())
+            chunk = b'{"choices": [{"message": {"content": "' + b"x" * 65536
+            frame = chunk if action == "300MB" else f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+            for _ in range(4096 if action == "300MB" else 64 * 1024):  # (the client hangs up long before)
+                writer.write(frame)
+                await writer.drain()
+            return
+        if action == "gzip":  # 10 MB of zeros as ~10 KB of gzip, though asked for no compression
+            import zlib
+
+            packer = zlib.compressobj(wbits=31)  # gzip, packed a piece at a time (little memory here)
+            zeros = b"0" * 65536
+            data = b"".join(packer.compress(zeros) for _ in range(150)) + packer.flush()
+            await self._send_bytes(writer, 200, data, "application/json", {"Content-Encoding": "gzip"})
+            return
         if action == "huge":  # ignores max_tokens: 2 MB of text
             body = self._completion(payload, "x" * 2_000_000)
             await self._send(writer, 200, body)

@@ -201,3 +201,61 @@ async def test_whatever_the_client_raises_is_a_backend_error_naming_the_endpoint
     with pytest.raises(BackendError, match=r"openai endpoint http://127.0.0.1:9/v1 \(model 'served-model'\): the request failed: TypeError"):
         await backend.complete(_req())
     await backend.aclose()
+
+
+# ------------------------------------------------------------------ a body past the cap
+
+CAP = 256 * 1024  # a small max_response_bytes, so the tests move little data
+
+
+@pytest.mark.parametrize(("action", "expected"), [
+    ("300MB", "reply too large: the server announced a body of 286 MiB, over 256 KiB (max_response_bytes = 262144)"),
+    ("endless", "reply too large: the body passed 256 KiB and was cut off there (max_response_bytes = 262144)"),
+    ("endless-500", "reply too large: the body passed 256 KiB and was cut off there"),
+    ("gzip", "malformed reply (HTTP 200): the body is compressed (gzip) though an uncompressed one was asked for"),
+])
+async def test_a_body_past_the_cap_fails_the_call_and_memory_stays_small(action, expected):
+    import tracemalloc
+
+    async with FakeOpenAIServer(script=[action] * 2) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=2, timeout=30,
+                                max_response_bytes=CAP, **FAST)
+        tracemalloc.start()
+        try:
+            with pytest.raises(BackendError) as info:
+                await asyncio.wait_for(backend.complete(_req()), timeout=20)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        await backend.aclose()
+    assert len(server.bodies) == 2  # retried like a malformed reply, then the call fails
+    assert f"openai endpoint {server.base_url} (model 'served-model') failed 2 time(s) in a row" in str(info.value)
+    assert expected in str(info.value)
+    # (before: the endless body grew until the machine ran out of memory)
+    assert peak < 8 * CAP + 2_000_000, f"{peak / 1e6:.1f} MB held while reading a body capped at {CAP} bytes"
+    assert server.headers[0].get("accept-encoding") == "identity"
+
+
+async def test_a_body_within_the_cap_is_read_as_before():
+    async with FakeOpenAIServer(script=["huge"]) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, api_key="k", attempts=1, **FAST)  # default cap
+        assert backend.max_response_bytes == 16 * 1024 * 1024
+        assert len((await backend.complete(_req())).text) == 2_000_000
+        await backend.aclose()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "16MB", True])
+def test_max_response_bytes_must_be_a_positive_whole_number(bad):
+    with pytest.raises(BackendError, match="max_response_bytes must be a positive number of bytes"):
+        OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", api_key="k", max_response_bytes=bad)
+
+
+async def test_a_spec_sets_max_response_bytes(tmp_path):
+    spec = tmp_path / "s.ask"
+    async with FakeOpenAIServer(script=["huge"] * 3) as server:
+        spec.write_text(f'model m = openai("served-model", base_url = "{server.base_url}", retries = 0, '
+                        f'max_response_bytes = {CAP})\nrole judge {{ model = m; prompt = "hi" }}\n'
+                        "game g {\n    ask judge\n}\n")
+        rc, run_dir = await run_spec(str(spec), eval_only=True, out=str(tmp_path / "runs"), sessions=1)
+    (error,) = open_store(run_dir).execute("SELECT error FROM sessions").fetchone()
+    assert "reply too large: the server announced a body of 1.91 MiB, over 256 KiB" in error
