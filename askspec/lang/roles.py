@@ -172,7 +172,7 @@ class RoleChecks(CheckerBase):
         else:
             self.err("E105", f"unknown model setting '{key}'", span, suggest(key, SAMPLING_KEYS | MODEL_OPTION_KEYS))
 
-    def replay_paths(self, m: ir.Model, base: A.Call, attrs: list[A.Attr]) -> None:
+    def replay_paths(self, m: ir.Model, base: A.Call, attrs: list[A.Attribute]) -> None:
         """E304: a recording a spec names (`replay("answers.json")`, `file = "..."`) lies
         in the spec's folder, like its templates and data: its replies become turns that
         other roles, and so their endpoints, are sent."""
