@@ -42,6 +42,7 @@ class CheckerBase:
         self.role_decls: dict[str, A.RoleDecl] = {}
         self.buffer_score_spans: dict[str, Span] = {}
         self.broken_templates: set[str] = set()  # named templates that failed to load
+        self.broken_params: set[str] = set()  # parameters whose default is reported as ill-typed
         self.session_vars: dict[str, dict[str, T]] = {}  # game -> its session variables (set by GameChecker)
         self.exp = ir.Experiment(name=os.path.splitext(os.path.basename(path))[0])
 
@@ -60,9 +61,12 @@ class CheckerBase:
         return True
 
     def const(self, e: A.Expr, what: str) -> Any:
-        for n in A.names_in(e):
+        names = A.names_in(e)
+        for n in names:
             if n in self.params:
                 self.used.add(("param", n))
+        if self.broken_params & names:
+            return None  # the parameter's own error is reported: its stand-in value proves nothing here
         try:
             return const_eval(e, self.params)
         except OutOfRange as nc:

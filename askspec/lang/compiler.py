@@ -75,7 +75,7 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
         with suggestion_budget():
             exp = Compiler(path, sink, sources, files, overrides or {}, profile).run(module)
             if all_profiles and profile is None:
-                _check_other_profiles(path, text, exp.options.get("profile"), overrides or {}, sink, sources)
+                _check_other_profiles(path, module, exp.options.get("profile"), overrides or {}, sink, sources)
         return CompileResult(None if sink.has_errors else exp, sink, sources, files)
     except RecursionError:
         sink.error("E005", "spec nested too deeply to compile", Span(path, 1, 1, 1, 2))
@@ -86,15 +86,14 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
     return CompileResult(None, sink, sources)
 
 
-def _check_other_profiles(path: str, text: str, selected: str | None, overrides: dict[str, str],
+def _check_other_profiles(path: str, module: A.Module, selected: str | None, overrides: dict[str, str],
                           sink: DiagnosticSink, sources: Sources) -> None:
     """Check each profile other than ``selected`` as `--profile NAME` would, and add to
     ``sink`` the errors the selected configuration does not have: an error in every
     configuration is reported once, one only some profiles have once with a note per
-    profile. Their warnings are left out (each configuration's own `check --profile`)."""
-    module = parse(path, text, DiagnosticSink())
-    if module is None:
-        return
+    profile. Their warnings are left out (each configuration's own `check --profile`).
+    The AST is shared: a compile reads it and never changes it (profiles.select applies
+    a profile to copies)."""
     seen = {(d.code, d.message, d.span) for d in sink.items}
     added: dict[tuple, Diagnostic] = {}
     checked: set[str] = set()
@@ -103,8 +102,7 @@ def _check_other_profiles(path: str, text: str, selected: str | None, overrides:
             continue  # the configuration already checked; a profile declared twice is E104
         checked.add(p.name)
         other = DiagnosticSink()
-        # a fresh AST per configuration: nothing one compile records on it reaches the next
-        Compiler(path, other, sources, {}, overrides, p.name).run(parse(path, text, DiagnosticSink()) or module)
+        Compiler(path, other, sources, {}, overrides, p.name).run(module)
         for d in other.items:
             key = (d.code, d.message, d.span)
             if not d.is_error or key in seen:
@@ -253,6 +251,7 @@ class Compiler(StageChecks):
             if problem:
                 self.err("E201", f"parameter '{p.name}' is {type_text} but its default is {problem}", p.default.span)
                 value = _zero(declared)  # a well-typed stand-in, so uses do not report again
+                self.broken_params.add(p.name)  # and no setting built from it is judged by that stand-in
         if p.name in self.overrides:
             value = self.override(p, declared, type_text, value)
         t = declared or (from_json_value(value) if value is not None else ANY)

@@ -193,29 +193,44 @@ def _nested_loop_problems(tree: nodes.Template) -> list[tuple[int, str, str]]:
     return out
 
 
+def _chain(node: nodes.Node) -> tuple[nodes.Name, tuple[str, ...]] | None:
+    """The variable and the fields read in order of ``node`` (``r["a"].b``: r, ("a", "b")),
+    cut at an index that is not a constant string (``xs[i].x``: "x" is a field of an
+    element, which only the run knows); None when no variable starts it."""
+    path: list[str] = []
+    while isinstance(node, (nodes.Getattr, nodes.Getitem)):
+        if isinstance(node, nodes.Getattr):
+            path.append(node.attr)
+        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+            path.append(node.arg.value)
+        else:
+            path = []  # what was read past this index depends on the index's value
+        node = node.node
+    return (node, tuple(reversed(path))) if isinstance(node, nodes.Name) and path else None
+
+
 def field_uses(tree: nodes.Template) -> list[tuple[str, tuple[str, ...], int]]:
     """(name, fields read in order, line) of each access chain on a variable the template
-    does not bind itself: ``item.claim`` -> ("item", ("claim",), 1), ``r["a"].b`` ->
-    ("r", ("a", "b"), 1). The checker types these against the protocol (E202). A chain
-    stops being checked at an index that is not a constant string (``xs[i].x``: "x" is
-    a field of an element, which only the run knows)."""
+    does not bind itself: ``item.claim`` -> ("item", ("claim",), 1). The checker types
+    these against the protocol (E202). Reads the template guards are left out, wherever
+    they are: a field tested with ``is defined`` or read through ``| default(...)``."""
     local = {n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")}
-    accesses = list(tree.find_all((nodes.Getattr, nodes.Getitem)))
+    guarded = {(c[0].name, c[1]) for c in (
+        [_chain(t.node) for t in tree.find_all(nodes.Test) if t.name in ("defined", "undefined")]
+        + [_chain(f.node) for f in tree.find_all(nodes.Filter) if f.name in ("default", "d") and f.node is not None])
+        if c is not None}
+    accesses = [a for a in tree.find_all((nodes.Getattr, nodes.Getitem)) if isinstance(a, (nodes.Getattr, nodes.Getitem))]
     inner = {id(a.node) for a in accesses}
     out: list[tuple[str, tuple[str, ...], int]] = []
     for access in accesses:
         if id(access) in inner:
             continue  # part of a longer chain, read with it
-        path: list[str] = []
-        node: nodes.Node = access
-        while isinstance(node, (nodes.Getattr, nodes.Getitem)):
-            if isinstance(node, nodes.Getattr):
-                path.append(node.attr)
-            elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
-                path.append(node.arg.value)
-            else:
-                path = []  # what was read past this index depends on the index's value
-            node = node.node
-        if isinstance(node, nodes.Name) and node.ctx == "load" and node.name not in local and path:
-            out.append((node.name, tuple(reversed(path)), access.lineno))
+        chain = _chain(access)
+        if chain is None:
+            continue
+        name, path = chain[0].name, chain[1]
+        if chain[0].ctx != "load" or name in local or any(
+                g == name and path[: len(p)] == p for g, p in guarded):
+            continue
+        out.append((name, path, access.lineno))
     return out

@@ -187,3 +187,32 @@ def test_parameters_another_configuration_uses_are_not_reported_unused():
     res = compile_source("e.ask", src.replace("param steps: int = 3 }", "param steps: int = 3; param idle: int = 1 }"),
                          None, "on")
     assert [d.message for d in res.sink.items if d.code == "W501"] == ["param 'idle' is never used"]
+
+
+def test_check_checks_every_profile_and_reports_each_error_once(tmp_path: Path) -> None:
+    """`askspec check` without --profile finds errors only profiles that are not the
+    default have (noted with each profile), reports an error of every configuration once
+    and leaves out the other profiles' warnings; --profile checks that one only."""
+    (tmp_path / "e.ask").write_text(
+        'experiment e { param n: int = 2; profile = ok }\n'
+        'model m = hf("smollm2-135m-instruct")\n'
+        'role q { model = m; prompt = "Hi." }\n'
+        'role unused { prompt = scroe }\n'           # every configuration: E110, once
+        'game g times n { ask q }\n'                 # n = 0 in two profiles: one E107, two notes
+        'profile ok { }\n'
+        'profile zero { param n = 0 }\n'
+        'profile zero_too { param n = 0 }\n'
+        'profile text { param n = "x"; param spare = 1 }\n')  # E201 here; E113 once
+    res = run_cli("check", "e.ask", cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    err = res.stderr
+    assert err.count("error[E110]: unknown template 'scroe'") == 1
+    assert err.count("error[E113]") == 1
+    [times] = [block for block in err.split("\ne.ask:") if "times must be" in block]
+    assert "e.ask:5:14" in "e.ask:" + times
+    assert "note: e.ask:7:9: in profile zero\n" in times and "note: e.ask:8:9: in profile zero_too" in times
+    assert "error[E201]" in err and "note: e.ask:9:9: in profile text" in err
+    assert "in profile ok" not in err and err.count("in profile") == 3
+    assert err.count("warning[") == 1  # W501 role 'unused': the default's; no profile adds its own copy
+    res = run_cli("check", "e.ask", "--profile", "ok", cwd=tmp_path)
+    assert "times must be" not in res.stderr and "in profile" not in res.stderr

@@ -48,6 +48,7 @@ def test_reply_fields_and_session_variables():
     "{% set r = {'y': 2} %}{{ r.y }}",
     "{{ item.items() | list }} {{ item.get('claim') }} {{ item.keys() | list }}",  # a record's own methods
     "{{ r.text.strip() }} {{ r.parsed }} {{ r.truncated }}",
+    "{% if item.note is defined %}{{ item.note }}{% endif %}{{ item.source | default('') }}",  # guarded reads
 ])
 def test_what_renders_is_not_reported(template):
     assert e202(game('r = ask oracle using "{{ item.claim }}"', f"ask oracle using {json.dumps(template)}")) == []
