@@ -318,7 +318,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"interrupt a query still running after SECONDS (0: never; default {QUERY_TIMEOUT:g})")
     p.add_argument("--limit", type=_count, default=QUERY_LIMITS.rows, metavar="ROWS",
                    help=f"print at most ROWS rows and {(QUERY_LIMITS.bytes or 0) >> 20} MiB of the result, "
-                        f"saying so when it is cut (0: no limit; default {QUERY_LIMITS.rows})")
+                        f"saying so when it is cut (0: no limit, the whole result held in memory; "
+                        f"default {QUERY_LIMITS.rows})")
     p.add_argument("--max-cell", type=_count, default=QUERY_LIMITS.cell_chars, metavar="CHARS",
                    help=f"cut a text cell to CHARS characters before it is fetched, in every format "
                         f"(0: no limit; default {QUERY_LIMITS.cell_chars})")
