@@ -221,15 +221,18 @@ def stage_metrics(exp: ir.Experiment, scopes: list[SessionScope], con, run_id: s
     weights), and an evaluate stage's pass@k / avg@n (docs/training.md, "Stages")."""
     from askspec.runtime.engine.passk import evaluation_rows
 
+    # a step skipped for zero advantage played and was rewarded like any other (only its
+    # update did not run: it has no loss); the other skips have no batch to speak of
     trained = con.execute(
-        "SELECT metrics->>'stage', role, count(*), avg(loss), avg(reward_mean), "
+        "SELECT metrics->>'stage', role, count(*), avg(loss), count(loss), avg(reward_mean), "
         "avg(CAST(metrics->>'abs_adv_mean' AS DOUBLE)), avg(1 - zero_adv_share) FROM train_steps "
-        "WHERE run_id = ? AND metrics->>'skipped' IS NULL GROUP BY ALL ORDER BY ALL", [run_id]).fetchall()
+        "WHERE run_id = ? AND (metrics->>'skipped' IS NULL OR metrics->>'skipped' = 'zero_advantage') "
+        "GROUP BY ALL ORDER BY ALL", [run_id]).fetchall()
     out: list[dict] = []
     for st in exp.stages:
-        for stage, role, steps, loss, reward, abs_adv, nonzero in trained:
+        for stage, role, steps, loss, losses, reward, abs_adv, nonzero in trained:
             if stage == st.name:
-                out.append({"stage": st.name, "metric": "loss", "by": {"role": role}, "value": loss, "n": steps})
+                out.append({"stage": st.name, "metric": "loss", "by": {"role": role}, "value": loss, "n": losses})
                 if st.kind != "sft":
                     out.append({"stage": st.name, "metric": "reward_mean", "by": {"role": role}, "value": reward, "n": steps})
                     # the trainer's advantages (its estimator): Reasoning Arena's Fig. 5 diagnostics
