@@ -174,6 +174,19 @@ def test_a_nul_in_the_weights_is_refused_and_nothing_is_written(tmp_path, capsys
     assert not (tmp_path / "job").exists()
 
 
+@pytest.mark.parametrize("field", ["trained", "frozen"])
+def test_a_leading_dash_in_the_weights_is_refused(tmp_path, capsys, field) -> None:
+    values = {"trained": '"smollm2-135m-instruct"', "frozen": '"org/f"', "remote": '"j"', "url": '"http://h:1/v1"',
+              "value": '"v"', field: '"--trust-remote-code"'}
+    spec = tmp_path / "dash.ask"
+    spec.write_text(SINGLE.format(**values), encoding="utf-8")
+    res = compile_file(str(spec), {})
+    assert res.ok
+    assert compile_job(res, str(spec), str(tmp_path / "job"), {}) == 1
+    assert "weights --trust-remote-code start with '-'" in capsys.readouterr().err
+    assert not (tmp_path / "job").exists()
+
+
 def test_a_template_cannot_emit_an_unescaped_value() -> None:
     """The job environment is fail-closed: a `{{ value }}` without an escape.py filter
     fails the render instead of writing the value as code."""
@@ -194,6 +207,8 @@ PIECES = ['"""', "'''", "'", '"', "\\", "\\\\", "\n", "\r", "\r\n", "\\N", "\\N{
           '__import__("os").system("touch PWNED")', '""";open("PWNED","w");"""', "-", "--x", "~", "*", "?", "!"]
 hostile = st.lists(st.sampled_from(PIECES) | st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"),
                                                    max_size=3), min_size=1, max_size=6).map("".join)
+# weights: a leading "-" is refused (an option to vllm serve), test_a_leading_dash_... below
+weights = hostile.filter(lambda s: not s.startswith("-"))
 # a file name: no "/" or NUL, at most 255 bytes with ".ask"
 file_names = hostile.map(lambda s: s.replace("/", "_")).filter(lambda s: len(s.encode("utf-8")) <= 200)
 
@@ -202,7 +217,7 @@ file_names = hostile.map(lambda s: s.replace("/", "_")).filter(lambda s: len(s.e
 # shrinking a job compile takes minutes)
 @settings(max_examples=25, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(name=file_names, out=file_names, trained=hostile, frozen=hostile, remote=hostile, url=hostile, value=hostile,
+@given(name=file_names, out=file_names, trained=weights, frozen=weights, remote=hostile, url=hostile, value=hostile,
        alternating=st.booleans())
 @example(name='x"""; open("PWNED", "w"); """', out="o", trained="t", frozen="x\ntouch PWNED\n#", remote="r",
          url="u", value="v", alternating=False)

@@ -181,7 +181,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         if any(_calls(g, "diversity") for g in games):
             notes.append("diversity() keeps its window per rollout process (each vLLM engine sees its own sessions)")
         out.append(_PhaseOut(phase=phase, dir=f"phase-{k}-{phase.role}" if len(plan.phases) > 1 else ".",
-                             pretrain=mapping.hf_id(model.weights), elements=len(lines), lines=lines, flags=flags,
+                             pretrain=_weights(model), elements=len(lines), lines=lines, flags=flags,
                              explained=explained, servers=servers, endpoints=endpoints, frozen=frozen,
                              frozen_trained=others, notes=notes))
     return out
@@ -290,7 +290,7 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
 
     for other in others:
         m = exp.model(exp.role(other).model)
-        s = server_for(mapping.hf_id(m.weights), f"CKPT_{other.upper()}", f"askspec-{other}",
+        s = server_for(_weights(m), f"CKPT_{other.upper()}", f"askspec-{other}",
                        f"trained role '{other}', frozen in this phase: its latest checkpoint")
         endpoints["roles"][other] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
         rows.append({"role": other, "model": f"checkpoint of {other}", "endpoint": f"port {s.port} ({s.served})"})
@@ -310,7 +310,7 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
         if m is None:
             continue
         if m.backend in ("hf", "vllm"):
-            s = server_for(mapping.hf_id(m.weights), None, m.weights, f"weights {m.weights}")
+            s = server_for(_weights(m), None, m.weights, f"weights {m.weights}")
             endpoints["models"][name] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
             where = f"port {s.port} ({s.served})"
         else:
@@ -330,6 +330,16 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
         if row["model"] == "bound per session":
             row["endpoint"] = f"the bound model's: {bindable}" if bindable else "the bound model's endpoint"
     return servers, endpoints, rows
+
+
+def _weights(m: ir.Model) -> str:
+    """What vLLM and DeepSpeed load for `m`. A leading "-" would reach `vllm serve` and
+    train_ppo_ray as an option rather than a model (no Hugging Face id starts with one)."""
+    weights = mapping.hf_id(m.weights)
+    if weights.startswith("-"):
+        raise JobError(f"model '{m.name}': weights {escape.line(weights)} start with '-', which vllm serve and "
+                       f"train_ppo_ray would read as an option; write a local path as ./{escape.line(weights)}")
+    return weights
 
 
 def _url(port: int) -> str:
