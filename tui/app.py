@@ -203,14 +203,19 @@ class AskspecApp(Loader, App):
         self._error_times = [t for t in self._error_times if now - t < ERROR_BURST[1]] + [now]
         log.error("unexpected error in the TUI", exc_info=error)
         if len(self._error_times) >= ERROR_BURST[0] or not self.is_running or not self.screen_stack:
-            for source in self._sources:
-                source.close()
-            super()._handle_exception(error)
+            self._fatal(error)
             return
         try:
             self._show_error(error)
         except Exception:  # showing it failed too: exit, with the first error's traceback
-            super()._handle_exception(error)
+            self._fatal(error)
+
+    def _fatal(self, error: Exception) -> None:
+        """Exit as Textual does on an error (its traceback printed, return code 1), its
+        queries interrupted first (see ``exit``)."""
+        for source in self._sources:
+            source.close()
+        super()._handle_exception(error)
 
     def _show_error(self, error: BaseException) -> None:
         text = describe(error)
