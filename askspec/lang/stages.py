@@ -12,6 +12,7 @@ from ..ir import model as ir
 from . import ast as A
 from .blocks import BlockChecks
 from .exprs import irspan, suggest
+from ..ir.plansize import MAX_STEP_SESSIONS, MAX_TRAINING_STEPS
 from .training import HYPERPARAMETERS
 
 STAGE_KINDS = ("sft", "train", "evaluate", "retrain")
@@ -25,6 +26,14 @@ WEIGHTS = ("trained", "initial")
 
 
 class StageChecks(BlockChecks):
+    def _bounded(self, value: int | None, key: str, span: Any, where: str) -> None:
+        """A stage's steps (warm-up, curriculum) and records per step are bounded as a train
+        block's are (askspec.ir.plansize): the schedule lists every step, and a step's
+        records are held whole."""
+        limit = MAX_STEP_SESSIONS if key == "batch" else MAX_TRAINING_STEPS
+        if value is not None and value > limit:
+            self.err("E405", f"{where} '{key}' is {value:,}, more than the limit of {limit:,}", span)
+
     def stages(self, decls: list[A.StageDecl]) -> None:
         """Check the stage list (after games, training and the schedule are known)."""
         if not decls:
@@ -92,6 +101,7 @@ class StageChecks(BlockChecks):
         for key in ("steps", "batch"):
             if key in a:
                 opts[key] = self.const_int(a[key].value, f"sft stage '{key}'", 1)
+                self._bounded(opts[key], key, a[key].value.span, "sft stage")
         if "lr" in a:
             opts["lr"] = self.setting_value("lr", HYPERPARAMETERS["lr"], a["lr"].value, "sft stage")
         for key in ("prompt", "completion", "system"):  # system: none unless named
@@ -220,6 +230,7 @@ class StageChecks(BlockChecks):
         for key, low in (("steps", 1), ("curriculum", 0), ("warmup", 0)):
             if key in a:
                 opts[key] = self.const_int(a[key].value, f"retrain stage '{key}'", low)
+                self._bounded(opts[key], key, a[key].value.span, "retrain stage")
         if "lr" in a:
             opts["lr"] = self.setting_value("lr", HYPERPARAMETERS["lr"], a["lr"].value, "retrain stage")
         if None in (opts["steps"], opts["curriculum"], opts.get("warmup", 0), opts.get("lr", 1)):
