@@ -43,7 +43,10 @@ def _reading(db: Source | RunMirror | duckdb.DuckDBPyConnection) -> Iterator[duc
     except duckdb.Error as e:
         raise DataError(one_line(e)) from None
     finally:
-        cur.close()
+        try:
+            cur.close()
+        except duckdb.Error:  # still busy with a query run_readonly's watchdog gave up on
+            pass
 
 
 def _rows(cur: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:

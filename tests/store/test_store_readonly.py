@@ -463,3 +463,23 @@ def test_the_tui_console_fetches_a_bounded_result(finished_run):
     assert (table.num_rows, total) == (1000, 250000)
     table, total = data.run_sql(source, "SELECT repeat('x', 100000) AS s", 1000)
     assert total == 1 and table.column("s")[0].as_py() == "x" * data.SQL_CELL_CHARS
+
+
+@pytest.mark.timeout(60)
+def test_the_tui_console_reports_an_abandoned_query(finished_run, monkeypatch):
+    """The console's cursor stays busy with an abandoned query: closing it must not turn
+    the time-limit message into a 'Resource In Use' one."""
+    from askspec.tui import data
+
+    side = layout.events_dir(finished_run) / "overflow" / "late.txt"
+    side.parent.mkdir(exist_ok=True)
+    side.write_text("x")
+    source = data.Source(finished_run)
+    assert data.run_sql(source, "SELECT count(*) AS n FROM turns", 10)[1] == 1  # the store is open
+    side.unlink()
+    os.mkfifo(side)
+    monkeypatch.setattr(data, "SQL_TIMEOUT", 0.3)
+    with pytest.raises(data.DataError, match="it did not stop, so it was abandoned"):
+        data.run_sql(source, f"SELECT * FROM read_text('{side}')", 10)
+    os.close(os.open(side, os.O_WRONLY))  # unblock the abandoned query
+    assert data.run_sql(source, "SELECT count(*) AS n FROM turns", 10)[0].to_pylist() == [{"n": 8}]
