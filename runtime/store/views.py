@@ -221,12 +221,14 @@ def _partial_tail(path: Path, live: bool) -> int:
 # Lines up to this size are read; the writer keeps its lines under ~4 MiB (longer
 # strings go to events/overflow/), so this only matters for runs written by older
 # versions or by hand. DuckDB's default (16 MiB) made one huge reply break every query.
-MAX_LINE_BYTES = 1 << 30
-# DuckDB reserves twice the maximum object size for each scan's buffer, counted against its
-# memory limit (a 1 GiB maximum made every view need 4 GB of it), and no line is longer
-# than its file: each read_json call is given the size of its largest file, rounded up to a
-# power of two, at least MIN_LINE_BYTES (above the writer's longest line, so a file that
-# grows after the views are made stays readable) and at most MAX_LINE_BYTES.
+# DuckDB reads a file in buffers of twice the maximum object size, counted against its
+# memory limit: 256 MiB keeps one scan's buffer at 512 MiB (1 GiB made it 2 GiB, and a
+# query's default limit is 2 GiB on a small machine, see readonly.py).
+MAX_LINE_BYTES = 256 << 20
+# No line is longer than its file: each read_json call is given the size of its largest
+# file rounded up to a power of two, at least MIN_LINE_BYTES (above the writer's longest
+# line, so a file that grows after the views are made stays readable) and at most
+# MAX_LINE_BYTES. A run of small files then needs 32 MiB a scan, not 512.
 MIN_LINE_BYTES = 16 << 20
 
 
