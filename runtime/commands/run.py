@@ -150,7 +150,8 @@ class Run:
         print(f"run {writer.run_id}: {what} of {printable(s.exp.name)} ({s.experiment_hash[:12]}) "
               f"-> {writer.run_dir}", file=sys.stderr)
         progress.begin()
-        report, loggers = None, []
+        report: Any = None
+        loggers: list = []
         if trainer is not None:
             made = self._training_output(s, progress)
             if made is None:
@@ -162,8 +163,13 @@ class Run:
                 if not opts.quiet:
                     for line in lines:
                         progress.note(line)
-                for logger in loggers:
-                    logger.step(step, metrics)
+                for logger in list(loggers):
+                    try:
+                        logger.step(step, metrics)
+                    except Exception as e:  # a full disk, W&B gone: the training goes on, unlogged
+                        loggers.remove(logger)
+                        progress.warn(f"--log: {e.__class__.__name__}: {e}; no more steps are logged there "
+                                      f"(train_steps has them all)")
 
             task = asyncio.ensure_future(trainer.run(engine, log, on_step))
         else:
@@ -187,7 +193,10 @@ class Run:
             try:
                 progress.close()
                 for logger in loggers:
-                    logger.close()
+                    try:
+                        logger.close()
+                    except Exception as e:  # the run's own records are complete either way
+                        progress.warn(f"--log: {e.__class__.__name__}: {e}")
             finally:
                 self.abandon(status)
         if not opts.quiet:

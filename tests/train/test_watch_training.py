@@ -183,6 +183,19 @@ def test_live_lines_and_tensorboard_hold_the_train_steps(tiny_model, tmp_path):
     assert config["run_id"] == run_dir.name and len(config["experiment_hash"]) >= 12
 
 
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
+                    reason="the tensorboard package is not installed (pip install -e '.[dev]')")
+def test_a_logger_that_cannot_start_fails_the_run_before_any_step(tiny_model, tmp_path):
+    spec = tmp_path / "live.ask"
+    spec.write_text(SPEC.format(model=tiny_model, reward="len(x.text)"))
+    (tmp_path / "afile").write_text("not a folder")
+    done = run(spec, tmp_path / "runs", "--log", f"tensorboard:{tmp_path / 'afile'}")
+    assert done.returncode == 1 and "error: --log: " in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "step 1/2" not in done.stderr
+    manifest = json.loads((only_run(tmp_path / "runs") / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+
+
 # ---------------------------------------------------------------------------------------
 # options and the W&B writer
 
