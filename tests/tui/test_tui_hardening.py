@@ -90,19 +90,19 @@ async def test_every_filter_form_that_matches_nothing_says_so_in_place(tmp_path)
 async def test_a_removed_table_asked_to_paint_paints_nothing():
     # what crashed the app with KeyError 'vtable--header' (a filter matching nothing
     # removes the table; the compositor may still paint it once, its styles gone)
+    from textual.geometry import Region
+
     class One(App):
         def compose(self) -> ComposeResult:
             yield VirtualTable(pa.table({"a": [1, 2]}))
 
     app = One()
     async with app.run_test(size=(40, 8)) as pilot:
-        vt = app.query_one(VirtualTable)
-        vt.focus()
+        widget = app.screen.children[0]
+        widget.focus()
         await pilot.pause()
-        await vt.remove()  # (its blur forgets the styles it looked up)
-        from textual.geometry import Region
-
-        strips = vt.render_lines(Region(0, 0, 20, 3))
+        await widget.remove()  # (its blur forgets the styles it looked up)
+        strips = widget.render_lines(Region(0, 0, 20, 3))
         assert len(strips) == 3 and all(not s.text.strip() for s in strips)
 
 
