@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -278,6 +279,19 @@ def _fetch(rel: duckdb.DuckDBPyRelation, limits: Limits) -> tuple[pa.Table, str 
     return pa.Table.from_batches(batches, schema=reader.schema), cut, seen if counted else None
 
 
+def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> bool:
+    """Interrupt what runs on ``con`` until it is ``done`` (True) or STUCK_GRACE seconds
+    pass (False). Again and again: an interrupt that comes while no statement is running
+    (between two of several) is lost."""
+    deadline = time.monotonic() + STUCK_GRACE
+    while True:
+        con.interrupt()
+        if done.wait(0.1):
+            return True
+        if time.monotonic() > deadline:
+            return False
+
+
 def run_readonly(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None,
                  limits: Limits = Limits()) -> QueryResult:
     """Run ``sql`` (one or more queries) on a read-only store connection.
@@ -321,12 +335,10 @@ def run_readonly(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None
     try:
         timed_out = not done.wait(timeout)
     except BaseException:  # Ctrl-C while waiting: stop the query too
-        con.interrupt()
-        done.wait(STUCK_GRACE)
+        _stop(con, done)
         raise
     if timed_out:
-        con.interrupt()
-        if not done.wait(STUCK_GRACE):
+        if not _stop(con, done):
             raise QueryTimeout(f"query interrupted after {timeout:g} s (the time limit); it did not stop, "
                                "so it was abandoned (a file it reads may be blocking)")
     result = outcome[0]
