@@ -1,11 +1,12 @@
-"""specs/pasodoble.ask itself, end to end on CPU (real SmolLM2, 8 new tokens), with the
-smoke settings of its header: the cold start (one sft step per role), the offline schedule
-(T_P = 2, T_S = 1, 2 iterations, I = J = 2) and the evaluation stage, killed with SIGKILL
-during the train stage after the sft stages finished, then resumed; every stage's steps,
-sessions, buffer events and metrics are checked against the schedule. The online profile
-runs too, and its update gate skips the updates of a batch without a valid question.
+"""specs/pasodoble.ask itself, end to end on CPU (on the tiny random Llama of
+tests/conftest.py, 8 new tokens), with the smoke settings of its header: the cold start
+(one sft step per role), the offline schedule (T_P = 2, T_S = 1, 2 iterations, I = J = 2)
+and the evaluation stage, killed with SIGKILL during the train stage after the sft stages
+finished, then resumed; every stage's steps, sessions, buffer events and metrics are
+checked against the schedule. The online profile runs too, and its update gate skips the
+updates of a batch without a valid question.
 
-With 8 new tokens the proposer never writes a well-formed <problem>/<answer> pair, so no
+A random model with 8 new tokens never writes a well-formed <problem>/<answer> pair, so no
 question is valid, nothing is pushed and the solver phases replay an empty buffer (the
 buffer's pushes, replays and evictions with a filled buffer: test_schedule_e2e.py); the
 checks below hold whatever the model writes."""
@@ -13,6 +14,7 @@ checks below hold whatever the model writes."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import pytest
 
 from askspec.runtime.store.views import open_store
 
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "pasodoble.ask"
+SPECS = Path(__file__).resolve().parents[2] / "specs"
 pytestmark = pytest.mark.slow
 SMOKE = ["--set", "proposals=2", "--set", "solutions=2", "--set", "max_tokens=8", "--set", "cold_steps=1",
          "--set", "cold_batch=1", "--set", "eval_items=1", "--set", "eval_samples=1", "--set", "eval_tokens=8",
@@ -34,10 +36,23 @@ EVAL_STEP = 9
 
 
 @pytest.fixture(scope="module")
-def offline_run(tmp_path_factory, e2e) -> tuple[Path, int]:
+def spec(tmp_path_factory, tiny_model) -> Path:
+    """A copy of specs/pasodoble.ask (with its prompts and data: a spec reads files inside its
+    own folder only) whose base model is the tiny one."""
+    folder = tmp_path_factory.mktemp("paso_spec")
+    for sub in ("prompts", "data"):
+        shutil.copytree(SPECS / sub, folder / sub)
+    text = (SPECS / "pasodoble.ask").read_text()
+    assert text.count('hf("smollm2-135m-instruct")') == 1, "pasodoble.ask's base model moved: update this copy"
+    (folder / "pasodoble.ask").write_text(text.replace('hf("smollm2-135m-instruct")', f'hf("{tiny_model}")'))
+    return folder / "pasodoble.ask"
+
+
+@pytest.fixture(scope="module")
+def offline_run(tmp_path_factory, e2e, spec) -> tuple[Path, int]:
     out = tmp_path_factory.mktemp("paso") / "runs"
     # the sft stages and the first rl step are checkpointed; the rl stage is being played
-    killed_at = e2e.kill_run_when(e2e.cmd("run", str(SPEC), "--out", str(out), "--quiet", *SMOKE, *OFFLINE), out,
+    killed_at = e2e.kill_run_when(e2e.cmd("run", str(spec), "--out", str(out), "--quiet", *SMOKE, *OFFLINE), out,
                                   lambda o: s if (s := e2e.latest_step(o)) is not None and s >= 3 else None, 800)
     run_dir = e2e.only_run(out)
     assert killed_at < EVAL_STEP, "the run finished before it could be killed"
@@ -124,9 +139,9 @@ def test_metrics_per_stage(offline_run, e2e):
         assert row["n"] == 1 and row["value"] == float(correct)
 
 
-def test_the_online_profile_skips_the_update_of_a_batch_without_a_valid_question(tmp_path, e2e):
+def test_the_online_profile_skips_the_update_of_a_batch_without_a_valid_question(tmp_path, e2e, spec):
     out = tmp_path / "runs"
-    done = subprocess.run(e2e.cmd("run", str(SPEC), "--profile", "online", "--set", "online_steps=1", "--out",
+    done = subprocess.run(e2e.cmd("run", str(spec), "--profile", "online", "--set", "online_steps=1", "--out",
                                       str(out), "--quiet", *SMOKE), capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, done.stderr
     run_dir = e2e.only_run(out)
