@@ -1,7 +1,7 @@
 """Suite-wide fixtures.
 
 `tiny_model`: a tiny random Llama with SmolLM2's tokenizer and context (1 layer, hidden
-size 16; a ~3 MB folder, built once a session). The training update tests and the
+size 16; a ~6 MB folder, built once a session). The training update tests and the
 end-to-end training tests run on it: they check what an update, a schedule or a stage
 did, not what a model learned, and a real SmolLM2 step costs seconds where this one costs
 milliseconds.
