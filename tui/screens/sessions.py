@@ -99,6 +99,7 @@ class SessionsPane(Loader, Vertical):
         self._indexing = False
         self._force = True  # the user asked for this reload: show it even when paused
         self._rest: Timer | None = None  # the cursor resting on a row: then its transcript is read ahead
+        self._refocus = False  # a filter was applied: the table takes focus when its rows come
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder=FILTER_HINT, id="filter")
@@ -194,8 +195,9 @@ class SessionsPane(Loader, Vertical):
         flt = self.filter_text.strip()
         await view.update(rows.shown, rows.layout, key="session", to_end=to_end,
                           empty=f"no session matches {flt}" if flt else "no sessions yet")
-        if focus or self.screen.focused is None:
-            view.focus_table()
+        if focus or self._refocus or self.screen.focused is None:
+            view.focus_table()  # (none after an empty result: the filter box keeps it, to be edited)
+        self._refocus = False
         self._status(self._describe(rows.shown.num_rows))
 
     def on_load_failed(self, msg: LoadFailed) -> None:
@@ -254,6 +256,7 @@ class SessionsPane(Loader, Vertical):
     @on(Input.Submitted, "#filter")
     def _filter(self, event: Input.Submitted) -> None:
         self.filter_text = event.value
+        self._refocus = True
         self.reload()
         self.query_one("#sessions", ArrowTable).focus_table()
 
