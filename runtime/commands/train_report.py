@@ -45,6 +45,7 @@ class _RoleRecord:
     last: tuple[int, float] | None = None
     skipped: Counter = field(default_factory=Counter)
     no_signal: int = 0
+    alone: int = 0  # of those, steps whose every group had one trajectory (no group to compare within)
 
 
 class TrainReport:
@@ -68,6 +69,7 @@ class TrainReport:
                 rec.skipped[str(m["skipped"])] += 1
             if m.get("skipped") in NO_SIGNAL_SKIPS or (m.get("trajectories") and m.get("zero_adv_share") == 1.0):
                 rec.no_signal += 1
+                rec.alone += int(m.get("groups") == m.get("trajectories") and not m.get("zero_var_groups"))
             lines.append(step_line(role, step, self.total, m))
         return lines
 
@@ -85,10 +87,16 @@ class TrainReport:
         return [printable(line, single_line=True) for line in lines]
 
     def warnings(self) -> list[str]:
-        """A warning per role when most of its steps had no signal (every group's rewards equal)."""
+        """A warning per role when most of its steps had no signal: every group's rewards
+        equal, or (said apart) every group of one trajectory."""
         out = []
         for role, rec in self.roles.items():
-            if rec.no_signal and rec.no_signal * 2 > rec.steps:
-                out.append(printable(f"{role}: {rec.no_signal} of {rec.steps} steps: every group had equal rewards — "
-                                     f"no gradient; widen the reward or the group", single_line=True))
+            if not rec.no_signal or rec.no_signal * 2 <= rec.steps:
+                continue
+            if rec.alone == rec.no_signal:
+                why = ("every group had one trajectory — no gradient; set `group` in the train block (e.g. group = 4) "
+                       "so that each prompt's rollouts are compared")
+            else:
+                why = "every group had equal rewards — no gradient; widen the reward or the group"
+            out.append(printable(f"{role}: {rec.no_signal} of {rec.steps} steps: {why}", single_line=True))
         return out

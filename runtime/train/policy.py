@@ -184,9 +184,10 @@ class TrainedPolicy:
         # every advantage 0: the policy loss and its gradient are exactly 0, so only a KL term
         # (or sft's −log π, which has no advantage) could move the weights; no forward pass then
         if cfg.loss != "sft" and self.ref is None and bool(zero.all()):
-            return self._skipped(metrics, t0, "zero_advantage",
-                                 f"every advantage is 0 ({metrics['zero_var_groups']} of {len(group_ids)} group(s) "
-                                 f"had equal rewards): no gradient")
+            single = int((torch.bincount(groups) == 1).sum())  # a group of one has advantage 0 (but reinforce)
+            why = f"{metrics['zero_var_groups']} of {len(group_ids)} group(s) had equal rewards"
+            why += f", {single} had one trajectory" if single else ""
+            return self._skipped(metrics, t0, "zero_advantage", f"every advantage is 0 ({why}): no gradient")
         # one row per turn; whole trajectories per micro-batch (GSPO's ratio spans all their rows)
         rows = [(ti, turn) for ti, t in enumerate(trajectories) for turn in t.turns if turn.completion_ids]
         row_traj = torch.tensor([ti for ti, _ in rows])

@@ -94,6 +94,10 @@ def test_a_kl_term_keeps_the_step_and_no_tokens_skip_it(tiny_model):
     assert "skipped" not in m and m["zero_adv_share"] == 1.0 and m["kl"] is not None and m["loss"] is not None
     m = policy_for(tiny_model).update(trajectories([1.0, 0.0], completion=[]))
     assert m["skipped"] == "no_tokens" and m["tokens"] == 0
+    one = trajectories([1.0, 0.0])
+    one[1].group_key = "g1"  # two groups of one trajectory: nothing to compare within
+    m = policy_for(tiny_model).update(one)
+    assert m["skipped"] == "zero_advantage" and "0 of 2 group(s) had equal rewards, 2 had one trajectory" in m["skip_reason"]
 
 
 def test_the_report_counts_skips_and_warns_when_most_steps_had_no_signal():
@@ -114,6 +118,11 @@ def test_the_report_counts_skips_and_warns_when_most_steps_had_no_signal():
         "  training b: 2 step(s), reward mean 0.500 (step 2) -> 0.500 (step 2); 1 skipped (gate 1)"]
     report.step(4, {"a": {"reward_mean": 2.5, "zero_adv_share": 0.0, "trajectories": 4, "loss": 0.1}})
     assert report.warnings() == []  # 2 of 4: not most
+    # groups of one trajectory (no `group` in a GRPO block) are named as the cause
+    alone = TrainReport(1)
+    alone.step(1, {"a": {**flat, "groups": 4, "zero_var_groups": 0}})
+    assert alone.warnings() == ["a: 1 of 1 steps: every group had one trajectory — no gradient; set `group` in the "
+                                "train block (e.g. group = 4) so that each prompt's rollouts are compared"]
 
 
 # ---------------------------------------------------------------------------------------
