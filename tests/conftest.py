@@ -1,5 +1,11 @@
 """Suite-wide fixtures.
 
+A helper module beside its tests (tests/runtime/fake_models.py, which the python backend
+also imports by name; tests/train/reference_impls.py) is imported by name without a
+sys.path insert: pytest's default import mode puts a test's folder first on sys.path (the
+folders have no __init__.py, and no two test or helper modules share a name). Fixtures
+shared across tests live in a conftest.py (this one, tests/train/conftest.py's `e2e`).
+
 `tiny_model`: a tiny random Llama with SmolLM2's tokenizer and context (1 layer, hidden
 size 16; a ~6 MB folder, built once a session). The training update tests and the
 end-to-end training tests run on it: they check what an update, a schedule or a stage

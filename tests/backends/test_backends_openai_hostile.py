@@ -9,19 +9,15 @@ transient, and a spec run records it on the session while the other sessions go 
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_backends_openai import FAST, FakeOpenAIServer, _req
 
-from test_backends_openai import FAST, FakeOpenAIServer, _req  # noqa: E402
-
-from askspec.runtime.backends.base import BackendError  # noqa: E402
-from askspec.runtime.backends.openai_backend import OpenAIBackend, parse_completion, MalformedReply  # noqa: E402
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.runtime.backends.base import BackendError
+from askspec.runtime.backends.openai_backend import OpenAIBackend, parse_completion, MalformedReply
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.store.views import open_store
 
 # (server action, what the error says about the body)
 MALFORMED = [

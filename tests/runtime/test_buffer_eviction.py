@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.scoring.buffers import ReplayBuffer  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.scoring.buffers import ReplayBuffer
+from askspec.runtime.store.views import open_store
 
 
 def filled(eviction: str, n: int = 3, capacity: int = 10, patience: int = 2):

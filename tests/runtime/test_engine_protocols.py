@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+import fake_models
 
-import fake_models  # noqa: E402
-
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.store.views import open_store
 
 
 def run(tmp_path: Path, spec: str, expect_rc: int = 0, **options):

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.store.views import open_store
 
 ARENA = Path(__file__).resolve().parents[2] / "specs" / "reasoning_arena.ask"
 

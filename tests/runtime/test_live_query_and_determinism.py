@@ -11,10 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.store.views import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent

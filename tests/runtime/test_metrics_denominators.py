@@ -7,16 +7,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from askspec.runtime.commands import metrics as metrics_cmd  # noqa: E402
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.engine.metrics import run_metrics  # noqa: E402
+from askspec.runtime.commands import metrics as metrics_cmd
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.engine.metrics import run_metrics
 
 SPEC = """
 model m = python("fake_models:always_one")

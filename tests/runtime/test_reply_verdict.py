@@ -5,16 +5,12 @@ gets a fallback `answer` but is not parsed, so recovery fires)."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from askspec.ir import model as ir  # noqa: E402
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.engine.calls import parse_reply  # noqa: E402
-from askspec.runtime.replies import parsers  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.ir import model as ir
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.engine.calls import parse_reply
+from askspec.runtime.replies import parsers
+from askspec.runtime.store.views import open_store
 
 SPEC = """
 model m = python("fake_models:boxed_on_second_try")

@@ -137,12 +137,3 @@ def test_routing_needs_no_engine():
     tree = ast.parse(Path(routing.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "askspec.runtime.engine.session" not in imported
-
-
-@pytest.fixture(autouse=True)
-def _fake_models_on_path():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    yield

@@ -5,17 +5,14 @@ dunder keys in `vars` of runs recorded before the column existed."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from askspec.lang.compiler import compile_file  # noqa: E402
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.engine.plan import plan_sessions  # noqa: E402
-from askspec.runtime.engine.resume import load_prior  # noqa: E402
-from askspec.runtime.engine.state import DroppedTurns, SessionBook, StatefulCall  # noqa: E402
-from askspec.runtime.store.writer import RunWriter  # noqa: E402
+from askspec.lang.compiler import compile_file
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.engine.plan import plan_sessions
+from askspec.runtime.engine.resume import load_prior
+from askspec.runtime.engine.state import DroppedTurns, SessionBook, StatefulCall
+from askspec.runtime.store.writer import RunWriter
 
 SPEC = """
 buffer kept { capacity = 8; fields = {q: number} }

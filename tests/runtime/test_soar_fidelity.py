@@ -10,17 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from askspec.lang.compiler import compile_file  # noqa: E402
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.engine.plan import load_dataset  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.lang.compiler import compile_file
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.engine.plan import load_dataset
+from askspec.runtime.store.views import open_store
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 SPEC = SPECS / "soar.ask"

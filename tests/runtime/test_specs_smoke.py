@@ -4,17 +4,14 @@ model whose reply satisfies every parser, so each game's whole protocol executes
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from askspec.ir import model as ir  # noqa: E402
-from askspec.lang.compiler import compile_file  # noqa: E402
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.ir import model as ir
+from askspec.lang.compiler import compile_file
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.store.views import open_store
 
 SPECS = sorted((Path(__file__).resolve().parents[2] / "specs").glob("*.ask"))
 

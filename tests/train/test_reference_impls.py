@@ -5,18 +5,14 @@ missing (`scripts/setup.sh` installs both: TRL through the dev extra, OpenRLHF w
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+import reference_impls as ref
 
-import reference_impls as ref  # noqa: E402
-
-from askspec.runtime.train.advantages import advantages  # noqa: E402
-from askspec.runtime.train.losses import aggregate, kl_penalty, policy_token_loss, row_weights  # noqa: E402
+from askspec.runtime.train.advantages import advantages
+from askspec.runtime.train.losses import aggregate, kl_penalty, policy_token_loss, row_weights
 
 needs_trl = pytest.mark.skipif(ref.trl_nanstd() is None, reason="trl==1.16.0 is not installed (pip install -e '.[dev]')")
 needs_openrlhf = pytest.mark.skipif(ref.openrlhf_root() is None,
