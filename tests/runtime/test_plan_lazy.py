@@ -105,7 +105,6 @@ def test_resume_finds_the_done_sessions_of_a_lazy_plan(tmp_path):
     spec = tmp_path / "slow.ask"
     spec.write_text('model m = python("slow_model:reply")\nrole a { model = m; memory = none; prompt = "q {{ i }}" }\n'
                     "game g for i in range(1, 10000000) {\n    x = ask a\n}\n")
-    sys.path.insert(0, str(HERE))
     out = tmp_path / "runs"
 
     async def go():

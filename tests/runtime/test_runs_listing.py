@@ -43,7 +43,6 @@ def _runs_cli(*args: str) -> subprocess.CompletedProcess:
 def test_runs_tells_runs_apart_and_finds_subfolders(tmp_path):
     spec = tmp_path / "tell_apart.ask"
     spec.write_text(SPEC)
-    sys.path.insert(0, str(HERE))
     root = tmp_path / "experiments"
     rc1, run1 = asyncio.run(run_spec(str(spec), out=str(root / "ablation" / "a"), set=["k=3"], concurrency=2,
                                      max_tokens=50))
