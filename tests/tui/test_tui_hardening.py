@@ -121,8 +121,12 @@ async def test_ids_paths_and_filters_holding_markup_show_as_written(tmp_path):
         await pilot.press(*"open run")
         await wait_until(pilot, shows(app, "open run 20260102-030405-plain-[bold]a"), what="the palette")
         await pilot.press("escape")
-        await pilot.press("space", "down", "space")  # marked to compare
+        await pilot.press("space", "down", "space")  # marked, then compared (their ids in the head line)
         await wait_until(pilot, shows(app, "marked: 20260102-030405-plain-[bold]a, 20260102-030406-plain-[i]b"))
+        await pilot.press("c")
+        await wait_until(pilot, shows(app, "A: 20260102-030405-plain-[bold]a", "B: 20260102-030406-plain-[i]b",
+                                      "rate solved"), what="the comparison")
+        await pilot.press("escape")
         app.post_message(tui_app.OpenRun(run_a.name))
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and "3 sessions" in screen_text(app))
         assert all(s in screen_text(app) for s in MARKUP_SESSIONS)
