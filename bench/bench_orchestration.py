@@ -67,7 +67,11 @@ def askspec_side(sessions: int, turns: int, record: bool, callable_name: str = "
     SPEC_CALLABLE = callable_name
     sys.path.insert(0, str(HERE))
     from askspec.lang.compiler import compile_source
-    from askspec.runtime.commands.heap import frozen_heap
+    try:  # as `askspec run` does for its own process (commands/run.py): the heap frozen per phase
+        from askspec.runtime.commands.heap import frozen_heap
+        around_phase = {"around_phase": frozen_heap}
+    except ImportError:  # a commit before #21 item 5 (--before): its engine froze the heap itself
+        around_phase = {}
     from askspec.runtime.commands.options import RunOptions
     from askspec.runtime.commands.resolver import ModelResolver
     from askspec.runtime.engine.session import Engine
@@ -92,9 +96,8 @@ def askspec_side(sessions: int, turns: int, record: bool, callable_name: str = "
         else:
             writer = NullWriter()
         resolver = ModelResolver(exp, RunOptions(file=str(spec)), tmp)
-        # as `askspec run` does for its own process (commands/run.py): the heap frozen per phase
         engine = Engine(exp, params=params, datasets={}, writer=writer, resolve_model=resolver.resolve, concurrency=64,
-                        around_phase=frozen_heap)
+                        **around_phase)
 
         async def go():
             c0, t0 = time.process_time(), time.perf_counter()

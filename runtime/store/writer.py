@@ -55,7 +55,7 @@ import operator
 import os
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Callable
 
 from askspec.runtime.store import layout
 from askspec.runtime.store.overflow import LINE_CHARS
@@ -102,15 +102,14 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-# Encoding is most of the cost of an event, so events are encoded by hand for
-# their fixed schema: each method formats its line's fields straight into one
-# f-string (no event dict, no generic walk over it). Free-form values (params,
-# parsed fields, vars, prompt deltas ...) go through orjson where it writes the same
-# (see _j), else through CPython's C encoder, called
-# directly (skips building a JSONEncoder per call) with check_circular=False
-# (engine values are trees; a cycle still fails loudly with RecursionError).
-# Non-finite floats in free-form values are written as NaN / Infinity, as json.dumps
-# does; DuckDB and Python's json both read them back. A number column (_f) writes null.
+# A line is encoded in one call (`_LineFormat.body`): orjson, 5-10x faster than CPython's
+# encoder on the small values of a turn, with dataclasses and datetimes passed to
+# _json_default (orjson's own forms differ); what orjson refuses (non-string keys, integers
+# beyond 64 bits, lone surrogates, nesting past 254 levels) goes to CPython's C encoder,
+# called directly (skips building a JSONEncoder per call) with check_circular=False
+# (engine values are trees; a cycle still fails loudly with RecursionError). orjson writes
+# a non-finite float as null; the fallback path does the same (`_finite`), so no line ever
+# holds a bare NaN or Infinity, which is not JSON.
 _encode = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), default=_json_default, check_circular=False
 ).encode
@@ -126,13 +125,6 @@ try:
 except (ImportError, TypeError):  # pragma: no cover - no C accelerator (e.g. PyPy)
     from json.encoder import py_encode_basestring as _enc_str
 
-# Free-form values (a turn's prompt delta and parsed fields above all) go through orjson
-# first: 5-10x faster than the C encoder on the small values of a turn. Its output is used
-# only where it equals what the encoder above would write (as JSON values): orjson writes
-# NaN and Infinity as null, so any output holding a null is encoded again the old way (a
-# real None pays twice, the rarer case); what orjson refuses (non-string keys, integers
-# beyond 64 bits, lone surrogates, nesting past 254 levels) falls back too. Dataclasses
-# and datetimes go to _json_default as before (orjson's own forms differ).
 try:
     import orjson as _orjson
 
@@ -142,58 +134,108 @@ except ImportError:  # pragma: no cover - orjson is a dependency; without it, th
     _orjson_dumps = None
 
 
-def _j(x: Any) -> str:  # a JSON-typed column
-    if x is None:
-        return "null"
-    if _orjson_dumps is not None:
-        try:
-            out = _orjson_dumps(x, default=_json_default, option=_ORJSON_OPTIONS).decode()
-        except Exception:  # refused (see above): the C encoder decides, and raises what it raises
-            return _encode(x)
-        # decoded first: `in` on a str parses no arguments (bytes.find does), and on bytes
-        # it first tries its operand as an int, raising and clearing a TypeError
-        if "null" not in out:
-            return out
-    return _encode(x)
+def _finite(x: Any) -> Any:
+    """`x` with every non-finite float inside it replaced by None (what orjson writes)."""
+    if type(x) is float:
+        return x if x - x == 0.0 else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
-def _s(x: Any) -> str:  # a VARCHAR column
+def _s(x: Any) -> str:  # a VARCHAR value, encoded
     if type(x) is str:
         return _enc_str(x)
     return "null" if x is None else _enc_str(str(x))
 
 
-def _i(x: Any) -> str:  # an INTEGER / BIGINT column
-    if type(x) is int:
-        return str(x)
-    if x is None:
-        return "null"
+def _as_str(x: Any) -> str:  # a VARCHAR column's value that is not a str
+    return str(x)
+
+
+def _as_int(x: Any) -> int | None:  # an INTEGER / BIGINT column's value that is not an int
     try:
-        return str(operator.index(x))  # bool, numpy integers
+        return operator.index(x)  # bool, numpy integers
     except TypeError:
         pass
     try:
         f = float(x)
     except (TypeError, ValueError):
-        return "null"
-    return str(int(f)) if f.is_integer() else "null"
+        return None
+    return int(f) if f.is_integer() else None
 
 
-def _f(x: Any) -> str:  # a DOUBLE column
-    if type(x) is not float:
-        if x is None:
-            return "null"
-        try:
-            x = float(x)
-        except (TypeError, ValueError):
-            return "null"
-    if x - x == 0.0:  # finite (inf - inf and nan - nan are nan)
-        return repr(x)
-    return "null"  # a number column never holds a bare NaN / Infinity (not JSON): no value
+def _as_float(x: Any) -> float | None:  # a DOUBLE column's value that is not a float
+    try:
+        return float(x)  # a non-finite one is written as null
+    except (TypeError, ValueError):
+        return None
 
 
-# train_steps' flat columns other than DOUBLE (layout.EVENT_SCHEMAS["train_steps"])
-_TRAIN_STEP_FORMAT = {"tokens": _i, "skipped": _s}
+def _as_str_list(x: Any) -> list[str | None]:  # a VARCHAR[] column's value
+    return [None if v is None else str(v) for v in x]
+
+
+# a column's DuckDB type in layout.EVENT_SCHEMAS -> (the Python types written as they are,
+# how any other value is made one of them)
+_COLUMN_TYPES: dict[str, tuple[tuple[type, ...], Callable[[Any], Any]] | None] = {
+    "VARCHAR": ((str,), _as_str),
+    "INTEGER": ((int,), _as_int),
+    "BIGINT": ((int,), _as_int),
+    "DOUBLE": ((float, int), _as_float),
+    "JSON": None,  # free-form: any JSON value, written as it is
+    "VARCHAR[]": ((), _as_str_list),
+}
+
+
+class _LineFormat:
+    """One event file's line body, from its columns in layout.EVENT_SCHEMAS (the one
+    schema: a column's type there decides what is written). Each value is made its
+    column's type, then the line is encoded in one call: orjson, which writes a
+    non-finite float as null (a number column never holds a bare NaN, nor does a free-form
+    value), else CPython's encoder for what orjson refuses (non-string keys, integers
+    beyond 64 bits, nesting past 254 levels), with non-finite floats made null there too. A
+    column the schema lacks is a bug, and raises."""
+
+    __slots__ = ("event", "columns")
+
+    def __init__(self, event: str) -> None:
+        self.event = event
+        self.columns = {col: _COLUMN_TYPES[t] for col, t in layout.EVENT_SCHEMAS[event].items()}
+
+    def body(self, head: str, fields: dict[str, Any]) -> str:
+        """The line after '"seq":N,' (spliced in at flush time): `head` (timestamp, run
+        id, generation), then `fields`, which this may change in place."""
+        columns = self.columns
+        for col, value in fields.items():
+            try:
+                typed = columns[col]
+            except KeyError:
+                raise ValueError(f"{self.event} events have no column {col!r} (layout.EVENT_SCHEMAS)") from None
+            if typed is not None and value is not None and type(value) not in typed[0]:
+                fields[col] = typed[1](value)
+        if _orjson_dumps is not None:
+            try:
+                return head + _orjson_dumps(fields, default=_json_default, option=_ORJSON_OPTIONS)[1:].decode()
+            except TypeError:  # orjson.JSONEncodeError: refused (see above)
+                pass
+        return head + _encode(_finite(fields))[1:]
+
+
+_LINES = {event: _LineFormat(event) for event in layout.EVENT_SCHEMAS}
+
+
+@dataclasses.dataclass(slots=True)
+class _PromptChain:
+    """A role's prompts in one session attempt (see `RunWriter.turn`): the last prompt
+    sent (a copy), the turn whose prompt is stored whole, and the last delta's number."""
+
+    attempt: int
+    last: list[Any]
+    start: int
+    link: int = 0
 
 _write_all = layout.write_all  # a module global, so a test can make a write fail
 
@@ -316,7 +358,7 @@ class RunWriter:
         # session -> role -> (attempt, copy of the last prompt, turn where its chain
         # starts, its link number in the chain, model, the line's encoded fields from
         # session_id to prompt, around turn_index)
-        self._prompts: dict[str, dict[str, list[Any]]] = {}
+        self._prompts: dict[str, dict[str, _PromptChain]] = {}
         edir = layout.events_dir(self.run_dir)
         self._fds: dict[str, int] = {
             name: os.open(edir / f"{name}.ndjson", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -483,9 +525,12 @@ class RunWriter:
         return writer
 
     # ------------------------------------------------------------------ events
-    # Each method formats its line by hand (see _encode's comment); the body
-    # starts after '"seq":N,' (seq is spliced in at flush time). Arguments keep
+    # Each method gives its event's fields to the event's `_LineFormat` (layout.EVENT_SCHEMAS);
+    # the body starts after '"seq":N,' (seq is spliced in at flush time). Arguments keep
     # their historical names and order.
+
+    def _head_now(self) -> str:
+        return f'"ts":"{self._clock.now()}",{self._head}'
 
     def session_started(
         self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int
@@ -495,10 +540,9 @@ class RunWriter:
         self._attempts[session_id] = attempt
         self._completed.discard(session_id)
         self._prompts.pop(session_id, None)
-        body = (f'"ts":"{self._clock.now()}",{self._head}"event":"started","session_id":{_s(session_id)},'
-                f'"attempt":{attempt},"index":{_i(index)},"game":{_s(game)},"group_id":{_s(group_id)},'
-                f'"params":{_j(params)}}}')
-        self._emit("sessions:pre", body)
+        self._emit("sessions:pre", _LINES["sessions"].body(self._head_now(), {
+            "event": "started", "session_id": session_id, "attempt": attempt, "index": index, "game": game,
+            "group_id": group_id, "params": params}))
         return attempt
 
     def turn(
@@ -529,66 +573,34 @@ class RunWriter:
             tokens["tokens_in"] += tokens_in
         if type(tokens_out) is int:
             tokens["tokens_out"] += tokens_out
-        delta = ""
-        # The line's fields from session_id to "prompt": the same for every turn of a
-        # role in a session attempt on one model, so encoded once per chain (below)
-        # rather than on every turn. Judge calls (group_id set) are encoded each time.
-        ids = None
-        chain = None
+        fields: dict[str, Any] = {"session_id": session_id, "attempt": attempt, "turn_index": turn_index,
+                                  "role": role, "model": model}
         if type(prompt) is list and group_id is None:  # (a judge call's prompt is stored whole)
             roles = self._prompts.get(session_id)
             if roles is None:
                 roles = self._prompts[session_id] = {}
-            # [attempt, copy of the last prompt, turn where its chain starts, its link
-            # number in the chain, model, the encoded ids below], updated in place
             chain = roles.get(role)
-            # A prompt that extends the previous one (memory = full) is stored as
-            # the new messages only; anything else starts a new chain, stored whole.
-            # The chain holds a copy, so an engine that later mutates its list cannot
-            # make a prefix look shared when it is not.
-            if (chain is not None and chain[0] == attempt and (n := len(chain[1])) and len(prompt) >= n
-                    and prompt[:n] == chain[1]):
-                chain[1] = prompt[:]
-                link = chain[3] = chain[3] + 1
-                if chain[4] == model:
-                    ids = chain[5]
-                else:
-                    chain[4] = model
-                delta = f',"prompt_chain":{chain[2]},"prompt_link":{link}'
-                prompt = prompt[n:]
+            # A prompt that extends the previous one (memory = full) is stored as the new
+            # messages only; anything else starts a new chain, stored whole. The chain
+            # holds a copy, so an engine that later mutates its list cannot make a prefix
+            # look shared when it is not.
+            if (chain is not None and chain.attempt == attempt and (n := len(chain.last)) and len(prompt) >= n
+                    and prompt[:n] == chain.last):
+                chain.last = prompt[:]
+                chain.link += 1
+                fields.update(prompt=prompt[n:], prompt_chain=chain.start, prompt_link=chain.link)
             else:
-                chain = roles[role] = [attempt, prompt[:], turn_index, 0, model, None]
-        # The common types are tested inline: a function call per field costs more
-        # than encoding the field itself.
-        es = _enc_str
-        if ids is None:
-            ids = (f'"session_id":{es(session_id) if type(session_id) is str else _s(session_id)},'
-                   f'"attempt":{attempt if type(attempt) is int else _i(attempt)},"turn_index":',
-                   f',"role":{es(role) if type(role) is str else _s(role)},'
-                   f'"model":{es(model) if type(model) is str else _s(model)},"prompt":')
-            if chain is not None:  # kept for the chain's next turns
-                chain[5] = ids
-        # the two free-form values: _j's orjson path inline (what it would return), else _j
-        # (decoded before the null check, as in _j)
-        try:
-            pjs = _orjson_dumps(prompt, default=_json_default, option=_ORJSON_OPTIONS).decode()  # type: ignore[misc]
-            qjs = _orjson_dumps(parsed, default=_json_default, option=_ORJSON_OPTIONS).decode()  # type: ignore[misc]
-        except Exception:
-            pjs = qjs = "null"
-        if "null" in pjs or "null" in qjs:
-            pjs, qjs = _j(prompt), _j(parsed)
-        judged = "" if group_id is None else f',"group_id":{_s(group_id)}'
+                roles[role] = _PromptChain(attempt, prompt[:], turn_index)
+                fields["prompt"] = prompt
+        else:
+            fields["prompt"] = prompt
+        fields.update(text=text, parsed=parsed, finish_reason=finish_reason, tokens_in=tokens_in,
+                      tokens_out=tokens_out, latency_ms=latency_ms, error=error)
+        if group_id is not None:
+            fields["group_id"] = group_id
         if ttft_ms is not None:  # absent (null) on backends that cannot tell
-            judged += f',"ttft_ms":{_f(ttft_ms)}'
-        body = (f'"ts":"{self._clock.now()}",{self._head}{ids[0]}'
-                f'{turn_index if type(turn_index) is int else _i(turn_index)}{ids[1]}{pjs}{delta},'
-                f'"text":{es(text) if type(text) is str else _s(text)},"parsed":{qjs},'
-                f'"finish_reason":{es(finish_reason) if type(finish_reason) is str else _s(finish_reason)},'
-                f'"tokens_in":{tokens_in if type(tokens_in) is int else _i(tokens_in)},'
-                f'"tokens_out":{tokens_out if type(tokens_out) is int else _i(tokens_out)},'
-                f'"latency_ms":{repr(latency_ms) if type(latency_ms) is float and latency_ms - latency_ms == 0.0 else _f(latency_ms)},'
-                f'"error":{"null" if error is None else _s(error)}{judged}}}')
-        self._emit("turns", body)
+            fields["ttft_ms"] = ttft_ms
+        self._emit("turns", _LINES["turns"].body(self._head_now(), fields))
 
     def reward(
         self,
@@ -603,10 +615,9 @@ class RunWriter:
     ) -> None:
         if kind not in ("turn", "terminal"):
             raise ValueError(f"reward kind must be 'turn' or 'terminal', not {kind!r}")
-        body = (f'"ts":"{self._clock.now()}",{self._head}"session_id":{_s(session_id)},"attempt":{_i(attempt)},'
-                f'"role":{_s(role)},"turn_index":{_i(turn_index)},"name":{_s(name)},"value":{_f(value)},'
-                f'"kind":"{kind}"}}')
-        self._emit("rewards", body)
+        self._emit("rewards", _LINES["rewards"].body(self._head_now(), {
+            "session_id": session_id, "attempt": attempt, "role": role, "turn_index": turn_index, "name": name,
+            "value": value, "kind": kind}))
 
     def session_finished(
         self,
@@ -626,17 +637,15 @@ class RunWriter:
         if attempt >= self._attempts.get(session_id, 0):
             self._completed.add(session_id)
         self._prompts.pop(session_id, None)
-        body = (f'"ts":"{self._clock.now()}",{self._head}"event":"finished","session_id":{_s(session_id)},'
-                f'"attempt":{_i(attempt)},"status":"{status}","outcome":{_s(outcome)},"error":{_s(error)},'
-                f'"vars":{_j(vars)},"bookkeeping":{_j(bookkeeping)}}}')
-        self._emit("sessions:post", body)
+        self._emit("sessions:post", _LINES["sessions"].body(self._head_now(), {
+            "event": "finished", "session_id": session_id, "attempt": attempt, "status": status, "outcome": outcome,
+            "error": error, "vars": vars, "bookkeeping": bookkeeping}))
 
     def group(self, group_id: str, *, route: str, stats: dict, members: list[str], judge_calls: int | None = None,
               unparsed: int | None = None) -> None:
-        body = (f'"ts":"{self._clock.now()}",{self._head}"group_id":{_s(group_id)},"route":{_s(route)},'
-                f'"stats":{_j(stats)},"members":[{",".join(_s(m) for m in members)}],'
-                f'"judge_calls":{_i(judge_calls)},"unparsed":{_i(unparsed)}}}')
-        self._emit("groups", body)
+        self._emit("groups", _LINES["groups"].body(self._head_now(), {
+            "group_id": group_id, "route": route, "stats": stats, "members": members, "judge_calls": judge_calls,
+            "unparsed": unparsed}))
 
     def match(
         self,
@@ -649,31 +658,29 @@ class RunWriter:
         outcome: float | None,
         raw: str | None,
     ) -> None:
-        body = (f'"ts":"{self._clock.now()}",{self._head}"group_id":{_s(group_id)},"a":{_s(a)},"b":{_s(b)},'
-                f'"first_shown":{_s(first_shown)},"verdict":{_s(verdict)},"outcome":{_f(outcome)},'
-                f'"raw":{_s(raw)}}}')
-        self._emit("matches", body)
+        self._emit("matches", _LINES["matches"].body(self._head_now(), {
+            "group_id": group_id, "a": a, "b": b, "first_shown": first_shown, "verdict": verdict, "outcome": outcome,
+            "raw": raw}))
 
     def train_step(self, role: str, step: int, metrics: dict) -> None:
         # the flat columns (layout.TRAIN_STEP_COLUMNS) come from `metrics`, which is also kept whole
-        flat = "".join(f'"{k}":{_TRAIN_STEP_FORMAT.get(k, _f)(metrics.get(k))},' for k in layout.TRAIN_STEP_COLUMNS)
-        body = (f'"ts":"{self._clock.now()}",{self._head}"role":{_s(role)},"step":{_i(step)},{flat}'
-                f'"metrics":{_j(metrics)}}}')
-        self._emit("train_steps", body)
+        fields: dict[str, Any] = {"role": role, "step": step}
+        fields.update((k, metrics.get(k)) for k in layout.TRAIN_STEP_COLUMNS)
+        fields["metrics"] = metrics
+        self._emit("train_steps", _LINES["train_steps"].body(self._head_now(), fields))
 
     def buffer_event(self, *, buffer: str, event: str, item: int, value: Any = None, reason: str | None = None,
                      score: float | None = None, best: float | None = None, replays: int | None = None,
                      step: int | None = None, phase: str | None = None) -> None:
-        body = (f'"ts":"{self._clock.now()}",{self._head}"buffer":{_s(buffer)},"event":{_s(event)},"item":{_i(item)},'
-                f'"value":{_j(value)},"reason":{_s(reason)},"score":{_f(score)},"best":{_f(best)},'
-                f'"replays":{_i(replays)},"step":{_i(step)},"phase":{_s(phase)}}}')
-        self._emit("buffer_events", body)
+        self._emit("buffer_events", _LINES["buffer_events"].body(self._head_now(), {
+            "buffer": buffer, "event": event, "item": item, "value": value, "reason": reason, "score": score,
+            "best": best, "replays": replays, "step": step, "phase": phase}))
 
     def nested_event(self, *, step: int, event: str, dataset: int | None = None, copy: int | None = None,
                      inner_step: int | None = None, value: float | None = None, data: Any = None) -> None:
-        body = (f'"ts":"{self._clock.now()}",{self._head}"step":{_i(step)},"event":{_s(event)},"dataset":{_i(dataset)},'
-                f'"copy":{_i(copy)},"inner_step":{_i(inner_step)},"value":{_f(value)},"data":{_j(data)}}}')
-        self._emit("nested_events", body)
+        self._emit("nested_events", _LINES["nested_events"].body(self._head_now(), {
+            "step": step, "event": event, "dataset": dataset, "copy": copy, "inner_step": inner_step, "value": value,
+            "data": data}))
 
     def _shrunk(self, body: str) -> str:
         # Rare path: a line over LINE_CHARS. Decode the line we built (exactly the

@@ -254,9 +254,11 @@ def test_failed_write_leaves_a_consistent_prefix(kit, tmp_path, monkeypatch):
 
 
 def test_free_form_values_read_back_as_the_c_encoder_wrote_them(kit, tmp_path):
-    """The fast encoder of JSON columns (orjson, writer._j) stores what the C encoder did,
-    value for value, including where orjson alone would differ (NaN as null, non-string
-    keys, huge integers, dataclasses, datetimes, lone surrogates, deep nesting)."""
+    """A line is encoded by orjson where it can, else by the C encoder (writer._LineFormat):
+    either way a free-form value reads back the same, value for value, including where
+    orjson refuses (non-string keys, huge integers, lone surrogates, deep nesting) or needs
+    _json_default (dataclasses, datetimes, sets); a non-finite float is null on both paths
+    (never a bare NaN, which is not JSON)."""
     import dataclasses
     import datetime
 
@@ -273,7 +275,6 @@ def test_free_form_values_read_back_as_the_c_encoder_wrote_them(kit, tmp_path):
     values = [
         {"question": "Wie viel ist 6·7? ✓", "parsed": True, "truncated": False},
         [{"role": "user", "content": "a \"quoted\" line\nand a tab\t"}],
-        {"score": float("nan"), "best": float("inf"), "worst": float("-inf"), "none": None},
         {1: "int key", "s": "str key"},
         {"big": 2 ** 70, "neg": -(2 ** 65)},
         {"point": Point(1, 2.5), "when": datetime.datetime(2026, 11, 23, 9, 0, 0, 123456),
@@ -282,17 +283,26 @@ def test_free_form_values_read_back_as_the_c_encoder_wrote_them(kit, tmp_path):
         {"floats": [0.1, 1e-07, 1e16, 123456789.125, -0.0]},
         deep,
     ]
+    line = writer_mod._LINES["turns"]
     for value in values:
-        fast = writer_mod._j(value)
-        slow = writer_mod._encode(value)
-        assert json.loads(fast) == json.loads(slow) or (fast == slow), value
-        if "nan" in slow.lower() or "infinity" in slow.lower():
-            assert fast == slow  # NaN and Infinity survive, not as null
+        written = json.loads("{" + line.body("", {"parsed": value}))["parsed"]
+        assert written == json.loads(writer_mod._encode(value)), value
+    for value in ({"score": float("nan"), "best": float("inf"), "worst": float("-inf"), "none": None},
+                  {1: [float("nan")], "s": 2 ** 70}):  # the orjson path, and the fallback path
+        encoded = line.body("", {"parsed": value})
+        assert "NaN" not in encoded and "Infinity" not in encoded
+        assert None in json.loads("{" + encoded)["parsed"].values() or json.loads("{" + encoded)["parsed"]["1"] == [None]
     w = kit.new_writer(tmp_path, flush_interval=0)
     a = w.session_started("s", game="g", group_id=None, params={}, index=0)
     w.turn("s", a, turn_index=0, role="r", model="m", prompt=[{"role": "user", "content": "hi"}], text="t",
            parsed={"value": float("nan"), "answer": "42"}, finish_reason="stop", tokens_in=1, tokens_out=1,
            latency_ms=1.0)
-    (line,) = read_lines(w.run_dir, "turns")
-    assert math.isnan(line["parsed"]["value"]) and line["parsed"]["answer"] == "42"
+    (line_read,) = read_lines(w.run_dir, "turns")
+    assert line_read["parsed"]["value"] is None and line_read["parsed"]["answer"] == "42"
     w.close()
+
+
+def test_a_column_the_schema_lacks_is_refused(kit, tmp_path):
+    """The line formats come from layout.EVENT_SCHEMAS: a field it does not declare is a bug."""
+    with pytest.raises(ValueError, match="no column 'bogus'"):
+        writer_mod._LINES["rewards"].body("", {"session_id": "s", "bogus": 1})
