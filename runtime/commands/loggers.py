@@ -108,8 +108,11 @@ class WandbLogger:
         import wandb
 
         mode = os.environ.get("WANDB_MODE") or ("online" if _wandb_key() else "offline")
+        # console="off": W&B would otherwise wrap the process's stdout and stderr (the
+        # progress line's, and stdout's run directory) to copy them into its run
         self.run = wandb.init(project=project, name=run_id, id=run_id, resume="allow", dir=str(run_dir),
-                              config=config, mode=mode)  # type: ignore[arg-type]  # mode: a str checked by wandb
+                              config=config, mode=mode,  # type: ignore[arg-type]  # a str, checked by wandb
+                              settings=wandb.Settings(console="off"))
 
     def step(self, step: int, metrics: dict[str, dict[str, Any]]) -> None:
         row: dict[str, Any] = {}
