@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from askspec.ir import model as ir
+from askspec.lang.training import lower_training
 from askspec.runtime.commands.options import RunOptions, UsageError
 from askspec.runtime.commands.train_report import TrainReport
 from askspec.runtime.store.views import open_store
@@ -28,22 +29,23 @@ from askspec.runtime.train.config import config_from_ir
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# every session of a group earns the same reward (`same`), or the reply's length (`len`)
+# two groups of 4 a step; the reward is the test's: a constant (no signal), or one that
+# varies with the reply (four replies of equal length in both groups would be a skip)
 SPEC = """model m = hf("{model}") {{ max_tokens = 4; temperature = 1.0 }}
 role a {{ model = m; memory = none; prompt = "guess a number"; trained }}
 game g for i in range(0, 8) {{
     x = ask a
     reward a = {reward}
 }}
-train a with grpo {{ group = 2; batch = 4; steps = 2; save_every = 1; lr = 0.01 }}
+train a with grpo {{ group = 4; batch = 8; steps = 2; save_every = 1; lr = 0.01 }}
 """
 
 
 def policy_for(folder: Path, **hyper):
     from askspec.runtime.train.policy import TrainedPolicy
 
-    exp = ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                        training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 0.01, **hyper})])
+    exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
+                                       training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 0.01, **hyper})]))
     return TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
 
 
@@ -173,7 +175,7 @@ def test_live_lines_and_tensorboard_hold_the_train_steps(tiny_model, tmp_path):
     for line in lines:
         assert re.search(r"reward [\d.]+ ± [\d.]+  zero-adv \d+%  loss \S+  kl 0  grad [\d.e+-]+  clip \d+%  "
                          r"tokens \d+  rollout \d+\.\d s  update \d\.\d\d s$", line), line
-        assert not re.search(r"loss -|grad -", line), line
+        assert "loss -  " not in line and "grad -  " not in line, line  # "-" alone: no value
     assert "equal rewards" not in done.stderr
     run_dir = only_run(tmp_path / "runs")
     rows = open_store(run_dir).execute("SELECT step, loss, reward_mean, reward_std, zero_adv_share, kl, clip_frac, "
