@@ -181,8 +181,9 @@ class TrainedPolicy:
         metrics["abs_adv_mean"] = float(adv.abs().double().mean()) if n else None  # Reasoning Arena Fig. 5 (right)
         if n == 0 or metrics["tokens"] == 0:
             return self._skipped(metrics, t0, "no_tokens", "no trajectory with a trained token")
-        # every advantage 0: the policy loss and its gradient are exactly 0, so only a KL term
-        # (or sft's −log π, which has no advantage) could move the weights; no forward pass then
+        # every advantage 0 (|A| < 1e-8, as zero_adv_share counts): the policy loss and its
+        # gradient vanish, so only a KL term (or sft's −log π, which has no advantage) could
+        # move the weights; no forward pass then
         if cfg.loss != "sft" and self.ref is None and bool(zero.all()):
             single = int((torch.bincount(groups) == 1).sum())  # a group of one has advantage 0 (but reinforce)
             why = f"{metrics['zero_var_groups']} of {len(group_ids)} group(s) had equal rewards"
