@@ -356,12 +356,54 @@ class Game(Node):
     call_bounds: dict[str, int] = Field(default_factory=dict)
 
 
+class TrainSettings(BaseModel):
+    """A train block's settings as the trainer runs them, lowered by the compiler
+    (askspec/lang/training.py, `lower_training`): every default filled in, the algorithm
+    resolved into an advantage estimator, a policy loss and an aggregation, and `steps`
+    resolved against the schedule. It is part of the experiment hash, so a changed default
+    changes the hash (and `--resume` refuses the run)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    estimator: str | None  # None for sft
+    loss: str  # ppo | gspo | cispo | sft
+    aggregation: str  # token | sequence | constant
+    clip_low: float
+    clip_high: float
+    dual_clip: float | None
+    min_reward: float | None
+    group: int | None  # the block's `group`; a `sample N` game's N wins (plansize.group_size)
+    steps: int  # the learning-rate schedule's length (plansize.training_steps)
+    batch: int | None
+    micro_batch: int
+    epochs: int
+    lr: float
+    warmup: int
+    decay: str
+    min_lr: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+    grad_clip: float
+    kl: float
+    kl_estimator: str
+    save_every: int
+    keep_checkpoints: int
+    max_nonfinite_steps: int
+    dtype: str
+    replay: str | None
+
+
 class Training(Node):
+    """A train block: `algorithm_args` and `hyper` hold what the spec says (targets map
+    those), `config` the lowered settings the trainer runs (None only in an IR written
+    before settings were lowered, such as an old run's ir.json)."""
+
     role: str
     algorithm: str
     algorithm_args: dict[str, Any] = Field(default_factory=dict)
     hyper: dict[str, Any] = Field(default_factory=dict)
     update_when: Expr | None = None  # the online gate: a yes/no over the step's sessions (metric scope)
+    config: TrainSettings | None = None
 
 
 class Schedule(Node):

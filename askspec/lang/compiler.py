@@ -20,6 +20,7 @@ from .exprs import irspan, suggest, suggestion_budget
 from .games import GameChecker
 from .parser import decode_source, parse, read_source
 from .plan_check import check_plan_size, check_training_size
+from .training import lower_training
 from .span import Span
 from .types import ANY, OPEN_RECORD, T, TYPE_NAMES, from_json_value, is_a, list_of
 
@@ -213,6 +214,7 @@ class Compiler(StageChecks):
         if schedules:
             self.block_schedule(schedules[0])
         self.stages([d for d in decls if isinstance(d, A.StageDecl)])
+        lower_training(self.exp)
         check_training_size(self.exp, {d.role: {"": d.span, **{a.name: a.value.span for a in d.attrs}}
                                        for d in decls if isinstance(d, A.TrainDecl)}, self.sink)
         metrics = [d for d in decls if isinstance(d, A.MetricDecl)]

@@ -2,14 +2,17 @@
 range and default, and the checks that turn a bad one into a diagnostic.
 
 This table is the one source of truth for training settings: the checker validates specs
-against it, and the local trainer (`askspec.runtime.train.config`) reads its defaults
-from it, so a setting can never be accepted here and ignored there."""
+against it, and `lower_training` fills its defaults into the IR's `Training.config`, which
+is all the trainer reads, so a setting can never be accepted here and ignored there, and a
+changed default changes the experiment hash."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ..ir import model as ir
+from ..ir.plansize import training_steps
 from . import ast as A
 from .roles import RoleChecks
 
@@ -129,6 +132,45 @@ ALIASES = {"learning_rate": "lr", "warmup_steps": "warmup", "lr_warmup": "warmup
            "lr_scheduler": "decay", "lr_schedule": "decay", "num_generations": "group", "group_size": "group",
            "max_steps": "steps", "num_steps": "steps", "eps_clip": "clip", "epsilon": "clip",
            "epsilon_high": "clip_high", "epsilon_low": "clip_low", "loss_agg": "aggregation"}
+
+
+def lower_training(exp: ir.Experiment) -> ir.Experiment:
+    """Fill in each train block's `config`: the checked settings with the defaults above,
+    the algorithm resolved into estimator, loss and aggregation, and the steps resolved
+    against the schedule. The compiler calls it once the schedule is known; the trainer
+    reads only the result."""
+    for t in exp.training:
+        t.config = _lowered(t, exp)
+    return exp
+
+
+def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
+    estimator, loss, aggregation = ALGORITHM_DEFAULTS[t.algorithm]
+    args = {k: s.default for k, s in ALGORITHM_ARGS[t.algorithm].items()}
+    args.update(t.algorithm_args)
+    hyper: dict[str, Any] = {k: s.default for k, s in HYPERPARAMETERS.items()}
+    hyper.update(t.hyper)
+    if "estimator" in args:
+        estimator = args["estimator"]
+    if loss == "ppo":
+        base = args.get("clip", 0.2)
+        clip_low = args.get("clip_low") if args.get("clip_low") is not None else base
+        clip_high = args.get("clip_high") if args.get("clip_high") is not None else base
+    else:  # gspo, cispo: their own defaults; gspo's `clip` sets both sides unless one is given
+        given = t.algorithm_args
+        base = given.get("clip")
+        clip_low = given.get("clip_low", base if base is not None else args.get("clip_low") or 0.0)
+        clip_high = given.get("clip_high", base if base is not None else args.get("clip_high") or 0.0)
+    return ir.TrainSettings(
+        estimator=estimator, loss=loss, aggregation=hyper.get("aggregation") or aggregation,
+        clip_low=float(clip_low), clip_high=float(clip_high), dual_clip=args.get("dual_clip"),
+        min_reward=args.get("min_reward"), group=hyper.get("group"), steps=training_steps(t, exp),
+        batch=hyper.get("batch"), micro_batch=int(hyper["micro_batch"]), epochs=int(hyper["epochs"]),
+        lr=float(hyper["lr"]), warmup=int(hyper["warmup"]), decay=str(hyper["decay"]), min_lr=float(hyper["min_lr"]),
+        weight_decay=float(hyper["weight_decay"]), beta1=float(hyper["beta1"]), beta2=float(hyper["beta2"]),
+        grad_clip=float(hyper["grad_clip"]), kl=float(hyper["kl"]), kl_estimator=str(hyper["kl_estimator"]),
+        save_every=int(hyper["save_every"]), keep_checkpoints=int(hyper["keep_checkpoints"]),
+        max_nonfinite_steps=int(hyper["max_nonfinite_steps"]), dtype=str(hyper["dtype"]), replay=hyper.get("replay"))
 
 
 def closest(name: str, candidates) -> str | None:

@@ -82,7 +82,8 @@ def compile_spec(opts: RunOptions, manifest: dict | None):
     if manifest is not None and manifest.get("experiment_hash") != ehash:
         raise UsageError(f"refusing to resume {opts.resume}: its experiment hash "
                          f"{str(manifest.get('experiment_hash', '?'))[:12]} differs from the current spec's {ehash[:12]} "
-                         f"(the spec, a prompt, a --set value or the --profile changed)")
+                         f"(the spec, a prompt, a --set value, the --profile or a training default of this askspec "
+                         "version changed)")
     return res, ehash
 
 

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from askspec.ir import model as ir
@@ -86,8 +85,8 @@ def chat_prompt_ids(tokenizer: Any, chat_template: str | None, prompt: str, syst
 def sft_config(cfg: Any, opts: dict[str, Any]) -> Any:
     """The role's train config as an sft stage runs it: the sft loss, the stage's lr
     (default the role's), constant, one epoch, no KL."""
-    return dataclasses.replace(cfg, algorithm="sft", estimator=None, loss="sft", aggregation="token", min_reward=None,
-                               lr=float(opts.get("lr") or cfg.lr), warmup=0, decay="constant", epochs=1, kl=0.0)
+    return cfg.model_copy(update=dict(algorithm="sft", estimator=None, loss="sft", aggregation="token", min_reward=None,
+                                      lr=float(opts.get("lr") or cfg.lr), warmup=0, decay="constant", epochs=1, kl=0.0))
 
 
 # ---------------------------------------------------------------------------------------
@@ -134,5 +133,5 @@ def retrain_items(opts: dict[str, Any], promotions: list[dict], datasets: dict[s
 def retrain_config(cfg: Any, opts: dict[str, Any]) -> Any:
     """The role's train config as a retrain stage runs it: its algorithm and sizes, the
     stage's steps (the learning-rate schedule's length), warm-up and lr (default the role's)."""
-    return dataclasses.replace(cfg, steps=int(opts["steps"]), warmup=int(opts.get("warmup", cfg.warmup)),
-                               lr=float(opts.get("lr") or cfg.lr))
+    return cfg.model_copy(update=dict(steps=int(opts["steps"]), warmup=int(opts.get("warmup", cfg.warmup)),
+                                      lr=float(opts.get("lr") or cfg.lr)))

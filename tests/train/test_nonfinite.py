@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from askspec.ir import model as ir
+from askspec.lang.training import lower_training
 from askspec.runtime.train.batch import Trajectory, Turn
 from askspec.runtime.train.config import config_from_ir
 
@@ -24,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def policy_for(folder: Path, **hyper):
     from askspec.runtime.train.policy import TrainedPolicy
 
-    exp = ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                        training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 0.01, **hyper})])
+    exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
+                                       training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 0.01, **hyper})]))
     return TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from askspec.ir import model as ir
+from askspec.lang.training import lower_training
 from askspec.runtime.train.batch import Trajectory, Turn
 from askspec.runtime.train.config import config_from_ir
 
@@ -20,9 +21,9 @@ pytestmark = pytest.mark.slow  # builds a tiny model with SmolLM2's tokenizer (t
 def policy_for(folder: Path, algorithm: str = "grpo", args: dict | None = None, **hyper):
     from askspec.runtime.train.policy import TrainedPolicy
 
-    exp = ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                        training=[ir.Training(role="r", algorithm=algorithm, algorithm_args=args or {},
-                                              hyper={"lr": 0.01, **hyper})])
+    exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
+                                       training=[ir.Training(role="r", algorithm=algorithm, algorithm_args=args or {},
+                                                             hyper={"lr": 0.01, **hyper})]))
     return TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from askspec.ir import model as ir
+from askspec.lang.training import lower_training
 from askspec.runtime.backends.base import ChatRequest, Sampling
 from askspec.runtime.train.batch import Turn
 from askspec.runtime.train.config import config_from_ir
@@ -20,8 +21,8 @@ pytestmark = pytest.mark.slow
 def test_recorded_logprobs_match_the_trainers_forward():
     from askspec.runtime.train.policy import TrainedPolicy
 
-    exp = ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                        training=[ir.Training(role="r", algorithm="grpo")])
+    exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
+                                       training=[ir.Training(role="r", algorithm="grpo")]))
     policy = TrainedPolicy(config_from_ir(exp.training[0], exp), "smollm2-135m-instruct")
 
     async def ask(text: str, temperature: float, seed: int):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from askspec.ir import model as ir
+from askspec.lang.training import lower_training
 from askspec.lang.compiler import compile_file
 from askspec.lang.paths import MAX_RECORD_BYTES
 from askspec.runtime.backends.base import BackendError
@@ -106,7 +107,7 @@ def test_a_trained_model_larger_than_memory_is_refused(huge_config):
     from askspec.runtime.train.config import config_from_ir
     from askspec.runtime.train.policy import TrainedPolicy
 
-    exp = ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                        training=[ir.Training(role="r", algorithm="grpo")])
+    exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
+                                       training=[ir.Training(role="r", algorithm="grpo")]))
     with pytest.raises(BackendError, match=r"trained role 'r' .*parameters × 16 bytes"):
         TrainedPolicy(config_from_ir(exp.training[0], exp), str(huge_config), {"device": "cpu"})

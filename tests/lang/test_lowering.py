@@ -1,0 +1,61 @@
+"""Training settings are lowered at compile time: the IR's `Training.config` holds every
+default, the algorithm's estimator, loss and aggregation, and the schedule's steps; it is
+part of the experiment hash, so changing a default that a spec relies on changes the hash."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from askspec.ir.canonical import experiment_hash, from_json, to_json
+from askspec.lang import training
+from askspec.lang.compiler import compile_source
+from askspec.runtime.train.config import config_from_ir
+
+SPEC = """model m = hf("smollm2-135m-instruct")
+role a {{ model = m; prompt = "guess a number"; trained }}
+game g for i in range(0, 8) {{
+    x = ask a
+    reward a = 1.0
+}}
+train a with {algo} {{ {settings} }}
+schedule online {{ steps = 7 }}
+"""
+
+
+def compile_ok(tmp_path: Path, algo: str = "grpo", settings: str = "group = 2"):
+    res = compile_source(str(tmp_path / "s.ask"), SPEC.format(algo=algo, settings=settings))
+    assert res.ok, [d.message for d in res.sink.diagnostics]
+    return res.ir
+
+
+def test_the_ir_holds_every_default_and_the_schedule_steps(tmp_path):
+    cfg = compile_ok(tmp_path).training[0].config
+    assert cfg is not None
+    assert (cfg.lr, cfg.beta2, cfg.micro_batch, cfg.dtype) == (1e-6, 0.999, 8, "auto")
+    assert (cfg.estimator, cfg.loss, cfg.aggregation, cfg.clip_low, cfg.clip_high) == ("grpo", "ppo", "sequence", 0.2, 0.2)
+    assert (cfg.group, cfg.steps) == (2, 7)  # steps from the online schedule
+    gspo = compile_ok(tmp_path, "gspo(clip_low = 0.001)").training[0].config
+    assert gspo is not None and (gspo.loss, gspo.clip_low, gspo.clip_high) == ("gspo", 0.001, 4e-4)
+
+
+def test_the_trainer_reads_the_lowered_settings(tmp_path):
+    exp = compile_ok(tmp_path, "cispo", "lr = 0.001; kl = 0.1")
+    exp.training[0].config = exp.training[0].config.model_copy(update={"lr": 0.5})  # type: ignore[union-attr]
+    cfg = config_from_ir(exp.training[0], exp)
+    assert (cfg.role, cfg.algorithm, cfg.loss, cfg.lr, cfg.kl) == ("a", "cispo", "cispo", 0.5, 0.1)
+
+
+def test_the_config_round_trips_through_json(tmp_path):
+    exp = compile_ok(tmp_path)
+    assert from_json(to_json(exp)).training[0].config == exp.training[0].config
+
+
+def test_a_changed_default_changes_the_hash_of_a_spec_that_relies_on_it(tmp_path, monkeypatch):
+    relies, states = compile_ok(tmp_path), compile_ok(tmp_path, settings="group = 2; beta2 = 0.999")
+    before = experiment_hash(relies), experiment_hash(states)
+    monkeypatch.setitem(training.HYPERPARAMETERS, "beta2",
+                        dataclasses.replace(training.HYPERPARAMETERS["beta2"], default=0.95))
+    after = experiment_hash(compile_ok(tmp_path)), experiment_hash(compile_ok(tmp_path, settings="group = 2; beta2 = 0.999"))
+    assert after[0] != before[0]
+    assert after[1] == before[1]  # a spec that gives the setting does not depend on its default

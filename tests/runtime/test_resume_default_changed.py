@@ -1,0 +1,34 @@
+"""`--resume` refuses a run whose spec now trains differently because a training default
+changed (the lowered settings are part of the experiment hash), and accepts it otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from askspec.lang import training
+from askspec.runtime.commands.options import RunOptions, UsageError
+from askspec.runtime.commands.start import compile_spec
+
+SPEC = """model m = hf("smollm2-135m-instruct")
+role a { model = m; prompt = "guess a number"; trained }
+game g for i in range(0, 8) {
+    x = ask a
+    reward a = 1.0
+}
+train a with grpo { group = 2; steps = 3 }
+"""
+
+
+def test_resume_refuses_when_a_default_the_spec_relies_on_changed(tmp_path, monkeypatch):
+    spec = tmp_path / "s.ask"
+    spec.write_text(SPEC, encoding="utf-8")
+    opts = RunOptions(file=str(spec), resume=str(tmp_path / "run"))
+    _, recorded = compile_spec(opts, None)
+    manifest = {"experiment_hash": recorded}
+    assert compile_spec(opts, manifest)[1] == recorded  # the same spec and defaults resume
+    monkeypatch.setitem(training.HYPERPARAMETERS, "grad_clip",
+                        dataclasses.replace(training.HYPERPARAMETERS["grad_clip"], default=0.5))
+    with pytest.raises(UsageError, match=r"refusing to resume .*experiment hash .* differs"):
+        compile_spec(opts, manifest)
