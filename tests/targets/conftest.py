@@ -4,8 +4,12 @@ and says so in the header; in CI (`CI` set) a missing openrlhf fails the run ins
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+import sys
+
+import pytest
 
 MISSING = importlib.util.find_spec("openrlhf") is None and not os.environ.get("CI")
 collect_ignore_glob = ["test_openrlhf_*.py"] if MISSING else []
@@ -15,3 +19,26 @@ def pytest_report_header(config):
     if MISSING:
         return "tests/targets: openrlhf 0.11.2 is not installed, its tests are not collected (run scripts/setup.sh)"
     return None
+
+
+@pytest.fixture
+def job_extension(monkeypatch):
+    """`load(job)`: the CISPO extension a compiled job folder ships (askspec_ext.cispo),
+    imported from that folder, with OpenRLHF's own loss.py loaded on CPU beside it
+    (openrlhf_harness.load_policy_loss); returns (the extension's cispo module, loss module).
+    Everything is unloaded afterwards."""
+    from openrlhf_harness import load_policy_loss
+
+    def ours() -> list[str]:
+        return [n for n in sys.modules if n == "askspec_ext" or n.startswith("askspec_ext.")]
+
+    def load(job):
+        loss = load_policy_loss(lambda name, module: monkeypatch.setitem(sys.modules, name, module))
+        monkeypatch.syspath_prepend(str(job))
+        for name in ours():
+            monkeypatch.delitem(sys.modules, name)
+        return importlib.import_module("askspec_ext.cispo"), loss
+
+    yield load
+    for name in ours():
+        del sys.modules[name]

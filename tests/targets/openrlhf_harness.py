@@ -21,8 +21,8 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Callable
+from types import ModuleType, SimpleNamespace
+from typing import Callable, Optional
 
 import openrlhf
 from openrlhf.utils.agent import AgentExecutorBase
@@ -59,6 +59,30 @@ def _function(rel: str, name: str, cls: str | None = None) -> Callable:
     scope = {"AgentExecutorBase": AgentExecutorBase, "asyncio": asyncio, "importlib": importlib}
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(OPENRLHF / rel), "exec"), scope)
     return scope[name]
+
+
+def load_policy_loss(register: Callable[[str, ModuleType], None]) -> ModuleType:
+    """OpenRLHF's own `openrlhf/models/loss.py` as `openrlhf.models.loss`, on CPU. The real
+    `openrlhf.models` package imports peft and DeepSpeed and `openrlhf.models.utils` imports
+    DeepSpeed at module top, so they are registered (through `register(name, module)`, e.g.
+    monkeypatch.setitem on sys.modules) as a bare package and a module holding OpenRLHF's
+    own `masked_mean`, extracted from utils.py."""
+    package = ModuleType("openrlhf.models")
+    package.__path__ = [str(OPENRLHF / "models")]
+    register("openrlhf.models", package)
+    utils = ModuleType("openrlhf.models.utils")
+    tree = _source("models/utils.py")
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "masked_mean")
+    utils.__dict__.update({"torch": importlib.import_module("torch"), "Optional": Optional})
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(OPENRLHF / "models/utils.py"), "exec"), utils.__dict__)
+    register("openrlhf.models.utils", utils)
+    spec = importlib.util.spec_from_file_location("openrlhf.models.loss", OPENRLHF / "models/loss.py")
+    assert spec is not None and spec.loader is not None
+    loss = importlib.util.module_from_spec(spec)
+    register("openrlhf.models.loss", loss)
+    spec.loader.exec_module(loss)
+    package.loss = loss  # type: ignore[attr-defined]
+    return loss
 
 
 def load_agent_executor(path: str | Path) -> AgentExecutorBase:
@@ -175,8 +199,12 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
     return calls
 
 
+# OpenRLHF's entry point, and askspec's wrapper of it that installs the CISPO loss first
+ENTRY_POINTS = ("openrlhf.cli.train_ppo_ray", "askspec_ext.train_ppo_ray")
+
+
 def train_flags(call: list[str]) -> list[str]:
     """The train_ppo_ray arguments of a `ray job submit ... -- python3 -m ...` call."""
     i = call.index("--")
-    assert call[i + 1: i + 4] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"], call
+    assert call[i + 1: i + 3] == ["python3", "-m"] and call[i + 3] in ENTRY_POINTS, call
     return call[i + 4:]

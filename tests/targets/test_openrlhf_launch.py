@@ -19,7 +19,9 @@ ALTERNATING = Path(__file__).parent / "specs" / "alternating.ask"
 # spec, compile options, expected (estimator, loss, samples per prompt, clip low/high)
 JOBS = [
     ("askbench.ask", [], ("group_norm", "ppo", 8, (0.2, 0.2))),
+    ("ask_e.ask", ["--profile", "training"], ("group_norm", "cispo", 16, (0.75, 3.0))),
     ("ask_e.ask", ["--profile", "training", "--substitute", "cispo=grpo"], ("group_norm", "ppo", 16, (0.75, 3.0))),
+    ("reasoning_arena.ask", [], ("group_norm", "cispo", 8, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--substitute", "cispo=grpo"], ("group_norm", "ppo", 8, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--substitute", "cispo=gspo", "--set", "group_size=4"], ("group_norm", "gspo", 4, (1.0, 2.0))),
     ("askbench.ask", ["--set", "rollouts=2"], ("group_norm", "ppo", 2, (0.2, 0.2))),
@@ -33,13 +35,21 @@ def compile_to(tmp_path: Path, spec: Path, options: list[str]) -> Path:
 
 
 @pytest.mark.parametrize("spec,options,want", JOBS, ids=[f"{s}{' '.join(o)}" for s, o, _ in JOBS])
-def test_launch_script_parses_with_openrlhf(tmp_path, spec, options, want) -> None:
+def test_launch_script_parses_with_openrlhf(tmp_path, job_extension, spec, options, want) -> None:
     job = compile_to(tmp_path, ROOT / "specs" / spec, options)
     calls = launch_argv(job / "launch.sh", tmp_path, {"ACTOR_GPUS": "8", "VLLM_ENGINES": "4"})
     (call,) = calls
     assert call[:3] == ["ray", "job", "submit"]
-    args = parse_train_ppo_ray(train_flags(call))
     estimator, loss, n, clip = want
+    entry = call[call.index("--") + 3]
+    # a CISPO job starts OpenRLHF through the extension it ships, which adds the choice
+    assert (entry == "askspec_ext.train_ppo_ray") == (loss == "cispo") == (job / "askspec_ext").is_dir()
+    if loss == "cispo":
+        cispo, _ = job_extension(job)
+        with cispo.parser_accepts_cispo():
+            args = parse_train_ppo_ray(train_flags(call))
+    else:
+        args = parse_train_ppo_ray(train_flags(call))
     assert args.algo.advantage.estimator == estimator
     assert args.actor.policy_loss_type == loss
     assert args.rollout.n_samples_per_prompt == n == args.eval.n_samples_per_prompt

@@ -23,6 +23,7 @@ HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
 CASES = sorted(GOLDEN.glob("*.ask"))
 ROOT = HERE.parents[1]
+CISPO = HERE / "specs" / "cispo.ask"
 TARGET_CODES = {c for c in CODES if c.startswith(("E6", "W6"))}
 
 
@@ -70,14 +71,14 @@ def test_the_five_specs_refuse_as_documented() -> None:
 
 def test_refused_spec_writes_nothing(tmp_path, capsys) -> None:
     out = tmp_path / "job"
-    assert main(["compile", str(GOLDEN / "E601_cispo.ask"), "--target", "openrlhf", "-o", str(out)]) == 1
+    assert main(["compile", str(GOLDEN / "E601_sft.ask"), "--target", "openrlhf", "-o", str(out)]) == 1
     assert "error[E601]" in capsys.readouterr().err
     assert not out.exists()
 
 
 def test_substitution_compiles_and_is_recorded(tmp_path) -> None:
     out = tmp_path / "job"
-    assert main(["compile", str(GOLDEN / "E601_cispo.ask"), "--target", "openrlhf", "-o", str(out),
+    assert main(["compile", str(CISPO), "--target", "openrlhf", "-o", str(out),
                  "--substitute", "cispo=grpo"]) == 0
     readme = (out / "README.md").read_text()
     assert "--substitute cispo=grpo" in readme and "Substituted algorithm" in readme
@@ -92,7 +93,7 @@ def test_substitution_compiles_and_is_recorded(tmp_path) -> None:
 ])
 def test_command_line_errors(tmp_path, capsys, argv, message) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert main(["compile", str(GOLDEN / "E601_cispo.ask"), *argv]) == 1  # usage errors exit 1
+    assert main(["compile", str(CISPO), *argv]) == 1  # usage errors exit 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 

@@ -27,9 +27,13 @@ from askspec.runtime.targets.openrlhf import escape, mapping
 from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check
 
 MARKER = ".askspec-job"
-GENERATED = ("README.md", "driver.sh", "agent.py", "job.json", "prompts.jsonl", "launch.sh", "serve_frozen.sh", "spec")
+GENERATED = ("README.md", "driver.sh", "agent.py", "job.json", "prompts.jsonl", "launch.sh", "serve_frozen.sh", "spec",
+             "askspec_ext")
 FIRST_PORT = 8001
 _TEMPLATES = Path(__file__).parent / "templates"
+# copied as they are into the folder of every phase that trains with a loss OpenRLHF lacks
+_EXTENSION = Path(__file__).parent / "askspec_ext"
+EXTENSION_LOSSES = ("cispo",)
 
 # where each flag comes from, for the README's table
 _WHY = {
@@ -394,6 +398,7 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
             (out / p.dir).mkdir(parents=True, exist_ok=True)
             _copy_spec(exp, res, spec_path, out / p.dir / "spec")
         for path, blob in blobs.items():
+            (out / path).parent.mkdir(parents=True, exist_ok=True)
             (out / path).write_bytes(blob)
             if path.endswith(".sh"):
                 (out / path).chmod(0o755)
@@ -415,7 +420,11 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
                    "algorithm_text": f"{p.algorithm}: {estimator} advantages, {loss} loss"
                                      + (f"; substituted for {p.substituted}" if p.substituted else ""),
                    "with_ref": any(f == "--algo.kl.init_coef" and float(v[0]) > 0 for f, v in p.flags),
-                   "with_critic": estimator == "gae", "servers": p.servers}
+                   "with_critic": estimator == "gae", "servers": p.servers,
+                   "extension": any(f == "--actor.policy_loss_type" and v[0] in EXTENSION_LOSSES for f, v in p.flags)}
+            if ctx["extension"]:  # launch.sh runs `python3 -m askspec_ext.train_ppo_ray` (docs/cluster.md)
+                for source in sorted(_EXTENSION.glob("*.py")):
+                    texts[os.path.join(p.dir, "askspec_ext", source.name)] = source.read_text(encoding="utf-8")
             for name in ("agent.py", "launch.sh", "serve_frozen.sh"):
                 texts[os.path.join(p.dir, name)] = env.get_template(name + ".j2").render(**ctx)
         ctx = {**common, "phases": phases, "iterations": plan.iterations, "phase_names": [p.dir for p in phases],

@@ -17,14 +17,12 @@ ALGORITHMS: dict[str, tuple[str, str]] = {
     "reinforce": ("reinforce", "ppo"),
     "reinforce_baseline": ("reinforce_baseline", "ppo"),
     "gspo": ("group_norm", "gspo"),
+    "cispo": ("group_norm", "cispo"),  # the job's askspec_ext adds the loss (askspec_ext/cispo.py)
     "ppo": ("gae", "ppo"),
 }
 
 # algorithms OpenRLHF 0.11.2 lacks -> (what is missing, nearest supported algorithm or None)
 MISSING: dict[str, tuple[str, str | None]] = {
-    "cispo": ("OpenRLHF 0.11.2 has no CISPO loss (a clipped, detached importance weight that keeps the "
-              "gradient of clipped tokens); its nearest is 'grpo': group-normalised advantages with the "
-              "PPO-clip loss over the same ratio range, which drops the gradient of clipped tokens", "grpo"),
     "sft": ("supervised fine-tuning is not a PPO-family job in OpenRLHF 0.11.2 (it is `openrlhf.cli.train_sft` "
             "on a fixed data set, with no agent)", None),
 }
@@ -128,7 +126,7 @@ def training_flags(algorithm: str, hyper: dict, args: dict, group: int, sched: S
               ("--actor.max_norm", [_num(settings.get("grad_clip", 1.0))])]
     if settings.get("aggregation") in LOSS_AGGREGATION:
         flags.append(("--actor.loss_agg_mode", [LOSS_AGGREGATION[settings["aggregation"]]]))
-    if "clip_low" in settings or "clip_high" in settings:
+    if "clip_low" in settings or "clip_high" in settings or loss == "cispo":  # cispo's defaults are not OpenRLHF's
         default = settings.get("clip", 0.2)
         flags.append(("--actor.eps_clip_low_high", [_num(settings.get("clip_low", default)),
                                                    _num(settings.get("clip_high", default))]))

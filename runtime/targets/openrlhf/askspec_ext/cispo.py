@@ -1,0 +1,145 @@
+"""CISPO as an OpenRLHF 0.11.2 policy loss: `--actor.policy_loss_type cispo`.
+
+    loss_t = −sg(clip(r_t, 1 − ε_low, 1 + ε_high)) · A_t · log π(a_t)
+
+with r_t = exp(log π − log π_old) and ε_low/ε_high from `--actor.eps_clip_low_high` (the
+spec's `cispo(clip_low = .., clip_high = ..)`): the weight is detached, so a clipped
+token still passes gradient through log π (MiniMax-M1), as askspec's own trainer computes
+it (askspec.runtime.train.losses). Aggregation, data-parallel scaling and the logged
+statistics are OpenRLHF's own (`aggregate_loss`, `masked_mean`).
+
+`install()` wraps `PolicyLoss.__init__` and `PolicyLoss.forward` (every other loss type
+goes to OpenRLHF's code unchanged); `parser_accepts_cispo()` adds `cispo` to the choices
+of train_ppo_ray's `--actor.policy_loss_type`. Both refuse to run on any OpenRLHF whose
+hooked code is not 0.11.2's (a version and a fingerprint of that code). This module needs
+only torch and OpenRLHF: it is copied into every job folder that trains with CISPO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.metadata
+import inspect
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+WRITTEN_FOR = "0.11.2"
+# sha256 of the hooked code as OpenRLHF 0.11.2 ships it (`fingerprint()`)
+FINGERPRINT = "be616e1319a178a7d98e78068da1170e89f734730a75957ce33109d215eed6b5"
+POLICY_LOSS_FLAG = "--actor.policy_loss_type"
+NAME = "cispo"
+
+
+class VersionMismatch(RuntimeError):
+    """The installed OpenRLHF is not the one this extension hooks."""
+
+
+def _hooked_sources() -> list[str]:
+    """The code the extension depends on: PolicyLoss's constructor and forward, the parser
+    line of --actor.policy_loss_type, and the trainer's PolicyLoss(...) call."""
+    from openrlhf.models import loss
+
+    # once installed, the class holds our wrappers: fingerprint the functions they wrap
+    init, forward = getattr(loss.PolicyLoss, "_askspec_wrapped", (loss.PolicyLoss.__init__, loss.PolicyLoss.forward))
+    sources = [inspect.getsource(init), inspect.getsource(forward)]
+    package = Path(loss.__file__).parents[1]  # read, not imported: both modules import ray at module top
+    for rel, pattern in (("cli/train_ppo_ray.py", r'parser\.add_argument\("--actor\.policy_loss_type".*'),
+                         ("trainer/ray/ppo_actor.py", r"self\.actor_loss_fn = PolicyLoss\((?s:.*?)\n\s*\)")):
+        path = package / rel
+        found = re.search(pattern, path.read_text(encoding="utf-8")) if path.exists() else None
+        sources.append(found.group(0) if found else f"<{rel}: not found>")
+    return sources
+
+
+def fingerprint() -> str:
+    return hashlib.sha256("\0".join(_hooked_sources()).encode("utf-8")).hexdigest()
+
+
+def check_version() -> None:
+    """Raise VersionMismatch unless the installed OpenRLHF is the one this was written for."""
+    try:
+        found = importlib.metadata.version("openrlhf")
+    except importlib.metadata.PackageNotFoundError:
+        found = "none"
+    problems = []
+    if found != WRITTEN_FOR:
+        problems.append(f"openrlhf {found} is installed")
+    elif fingerprint() != FINGERPRINT:
+        problems.append(f"openrlhf {found}'s PolicyLoss, train_ppo_ray parser or trainer differ from the released "
+                        f"{WRITTEN_FOR}'s (a patched install?)")
+    if problems:
+        raise VersionMismatch(
+            f"askspec's CISPO extension was written for OpenRLHF {WRITTEN_FOR} (it hooks "
+            f"openrlhf.models.loss.PolicyLoss and train_ppo_ray's {POLICY_LOSS_FLAG}), but {problems[0]}: "
+            f"install openrlhf=={WRITTEN_FOR} on every node, or recompile the job with `--substitute cispo=grpo`")
+
+
+def install() -> None:
+    """Add `cispo` to OpenRLHF's PolicyLoss (idempotent). Run in every process that builds
+    one: the job's entry point and, through Ray's worker_process_setup_hook, every worker."""
+    from openrlhf.models import loss
+
+    cls = loss.PolicyLoss
+    if getattr(cls, "_askspec_wrapped", None) is not None:
+        return
+    check_version()
+    original_init, original_forward = cls.__init__, cls.forward
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        if self.policy_loss_type == NAME:
+            if self.dual_clip is not None:
+                raise ValueError("--actor.dual_clip does not apply to cispo (its weight is clipped on both sides "
+                                 "already): leave it out")
+            if self.is_correction_level != "off":
+                raise ValueError("askspec's CISPO extension does not implement --algo.advantage.is_correction_level: "
+                                 "leave it at off, or train with grpo")
+
+    def forward(self, log_probs, old_log_probs, advantages, action_mask=None, rollout_log_probs=None, dp_size=1,
+                batch_num_tokens=None, global_batch_size=None):
+        if self.policy_loss_type != NAME:
+            return original_forward(self, log_probs, old_log_probs, advantages, action_mask=action_mask,
+                                    rollout_log_probs=rollout_log_probs, dp_size=dp_size,
+                                    batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size)
+        log_ratio = log_probs - old_log_probs
+        ratio = log_ratio.clamp(min=-20.0, max=20.0).exp()
+        low, high = 1 - self.clip_eps_low, 1 + self.clip_eps_high
+        weight = ratio.clamp(low, high).detach()
+        token_loss = -weight * advantages * log_probs
+        total = loss.aggregate_loss(token_loss, action_mask, token_level_loss=self.token_level_loss, dp_size=dp_size,
+                                    batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size)
+        clip_ratio = loss.masked_mean(((ratio < low) | (ratio > high)).float(), action_mask, dim=None)
+        ppo_kl = loss.masked_mean(-log_ratio.detach(), action_mask, dim=None)
+        return total, clip_ratio, ppo_kl, None, None
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.forward = forward
+    cls._askspec_wrapped = (original_init, original_forward)
+
+
+@contextlib.contextmanager
+def parser_accepts_cispo() -> Iterator[None]:
+    """While open, an ArgumentParser's `--actor.policy_loss_type` also accepts `cispo`
+    (train_ppo_ray builds its parser inside its `__main__` block, so there is no parser
+    object to change from outside)."""
+    check_version()
+    cls = argparse.ArgumentParser
+    had = "add_argument" in cls.__dict__
+    previous = cls.add_argument
+
+    def add_argument(self, *args: Any, **kwargs: Any):
+        if POLICY_LOSS_FLAG in args and NAME not in kwargs.get("choices", [NAME]):
+            kwargs["choices"] = [*kwargs["choices"], NAME]
+        return previous(self, *args, **kwargs)
+
+    cls.add_argument = add_argument  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if had:
+            cls.add_argument = previous  # type: ignore[method-assign]
+        else:
+            del cls.add_argument

@@ -1,0 +1,156 @@
+"""The CISPO extension a job ships (askspec_ext/): run through OpenRLHF 0.11.2's own
+`PolicyLoss` on CPU it equals askspec's local CISPO (values and gradients), every other
+loss type is OpenRLHF's unchanged, train_ppo_ray's parser accepts `cispo` only with the
+extension, and the extension refuses an OpenRLHF it was not written for."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+from askspec.cli import main
+from askspec.runtime.train.losses import aggregate, policy_token_loss, row_weights
+
+from openrlhf_harness import launch_argv, parse_train_ppo_ray, train_flags
+
+SPEC = Path(__file__).parent / "specs" / "cispo.ask"
+
+
+@pytest.fixture
+def job(tmp_path, job_extension):
+    """A compiled CISPO job: (its folder, the cispo module it ships, OpenRLHF's loss module)."""
+    out = tmp_path / "job"
+    assert main(["compile", str(SPEC), "--target", "openrlhf", "-o", str(out)]) == 0
+    return (out, *job_extension(out))
+
+
+def _batch(seed: int, rows: int = 5, steps: int = 7, empty_row: bool = True):
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, steps, 11, generator=gen, dtype=torch.float64)
+    tokens = torch.randint(0, 11, (rows, steps), generator=gen)
+    # old log-probs up to e^±2.5 away: tokens clipped on both sides
+    old = logits.log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1) + 2.5 * (
+        2 * torch.rand(rows, steps, generator=gen, dtype=torch.float64) - 1)
+    mask = (torch.rand(rows, steps, generator=gen) < 0.7).double()
+    mask[:, 0] = 1
+    if empty_row:  # a rollout with no trained token (action_ranges = [])
+        mask[0] = 0
+    adv = torch.randn(rows, generator=gen, dtype=torch.float64)
+    return logits, tokens, old, mask, adv
+
+
+def _logp(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    theta = logits.clone().requires_grad_(True)
+    return theta, theta.log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("mode,aggregation", [("token-mean", "token"), ("seq-mean-token-mean", "sequence")])
+@pytest.mark.parametrize("clip", [(0.75, 3.0), (1.0, 2.0), (0.2, 0.28)])
+def test_policy_loss_cispo_equals_local_cispo(job, seed, mode, aggregation, clip) -> None:
+    _, cispo, loss = job
+    cispo.install()
+    # OpenRLHF's seq-mean-token-mean leaves a sequence with no trained token out of the mean,
+    # where askspec's `sequence` counts every trajectory of the batch: they agree when each
+    # trajectory has a trained token (askspec's trainer builds rows from trained turns only)
+    logits, tokens, old, mask, adv = _batch(seed, empty_row=aggregation == "token")
+    low, high = clip
+    # OpenRLHF's call path: PolicyLoss built as its PPO actor builds it, called as it calls it
+    fn = loss.PolicyLoss(clip_eps_low=low, clip_eps_high=high, dual_clip=None, token_level_loss=mode == "token-mean",
+                         policy_loss_type="cispo")
+    theta_o, logp_o = _logp(logits, tokens)
+    got, clip_ratio, ppo_kl, vllm_kl, is_filter = fn(logp_o, old, adv[:, None].expand_as(logp_o), action_mask=mask,
+                                                     rollout_log_probs=None)
+    got.backward()
+    # askspec's local trainer: one row per trajectory
+    theta_l, logp_l = _logp(logits, tokens)
+    traj = torch.arange(logits.shape[0])
+    token_loss, clipped = policy_token_loss("cispo", logp_l, old, adv, mask, traj, clip_low=low, clip_high=high)
+    want = aggregate(token_loss, mask, row_weights(aggregation, mask.sum(-1), traj))
+    want.backward()
+    assert torch.allclose(got, want, atol=1e-6, rtol=0), (float(got.detach()), float(want.detach()))
+    assert theta_o.grad is not None and theta_l.grad is not None
+    assert torch.allclose(theta_o.grad, theta_l.grad, atol=1e-6, rtol=0)
+    assert torch.count_nonzero(theta_o.grad * (1 - mask)[..., None]) == 0  # untrained tokens: no gradient
+    assert float(clip_ratio) == pytest.approx(float((clipped.double() * mask).sum() / mask.sum()))
+    assert 0 < float(clip_ratio) < 1 and vllm_kl is None and is_filter is None
+    assert float(ppo_kl) == pytest.approx(float(((old - logp_l.detach()) * mask).sum() / mask.sum()))
+
+
+def test_other_loss_types_stay_openrlhfs(job, monkeypatch) -> None:
+    """`ppo` and `gspo` go to OpenRLHF's own forward, unchanged, once the extension is in."""
+    _, cispo, loss = job
+    logits, tokens, old, mask, adv = _batch(5)
+    before = {}
+    for kind in ("ppo", "gspo"):
+        fn = loss.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28, policy_loss_type=kind)
+        before[kind] = fn(_logp(logits, tokens)[1], old, adv[:, None].expand(-1, old.shape[1]), action_mask=mask)
+    cispo.install()
+    cispo.install()  # idempotent
+    cispo.check_version()  # the fingerprint is of OpenRLHF's code, not of the installed wrappers
+    for kind in ("ppo", "gspo"):
+        fn = loss.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28, policy_loss_type=kind)
+        after = fn(_logp(logits, tokens)[1], old, adv[:, None].expand(-1, old.shape[1]), action_mask=mask)
+        for a, b in zip(before[kind], after):
+            assert (a is None and b is None) or torch.equal(a, b), kind
+
+
+def test_without_the_extension_openrlhf_has_no_cispo(job) -> None:
+    _, _, loss = job
+    logits, tokens, old, mask, adv = _batch(0)
+    fn = loss.PolicyLoss(policy_loss_type="cispo")
+    with pytest.raises(ValueError, match="Invalid policy loss type: cispo"):
+        fn(_logp(logits, tokens)[1], old, adv[:, None].expand(-1, old.shape[1]), action_mask=mask)
+
+
+def test_cispo_refuses_settings_it_does_not_implement(job) -> None:
+    _, cispo, loss = job
+    cispo.install()
+    with pytest.raises(ValueError, match="dual_clip"):
+        loss.PolicyLoss(policy_loss_type="cispo", dual_clip=3.0)
+    with pytest.raises(ValueError, match="is_correction_level"):
+        loss.PolicyLoss(policy_loss_type="cispo", is_correction_level="token")
+
+
+def test_launch_line_parses_only_with_the_extension(job, tmp_path) -> None:
+    out, cispo, _ = job
+    (call,) = launch_argv(out / "launch.sh", tmp_path)
+    assert call[call.index("--") + 1:call.index("--") + 4] == ["python3", "-m", "askspec_ext.train_ppo_ray"]
+    env = next(a for a in call if a.startswith("--runtime-env-json="))
+    assert '"worker_process_setup_hook": "askspec_ext.cispo.install"' in env
+    with pytest.raises(SystemExit):  # OpenRLHF's own parser: invalid choice 'cispo'
+        parse_train_ppo_ray(train_flags(call))
+    with cispo.parser_accepts_cispo():
+        args = parse_train_ppo_ray(train_flags(call))
+    assert args.actor.policy_loss_type == "cispo" and tuple(args.actor.eps_clip_low_high) == (0.75, 3.0)
+    assert args.algo.advantage.estimator == "group_norm"
+    with pytest.raises(SystemExit):  # the parser is OpenRLHF's again once the block ends
+        parse_train_ppo_ray(train_flags(call))
+
+
+def test_refuses_another_openrlhf_version(job, monkeypatch) -> None:
+    _, cispo, loss = job
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "0.12.0" if name == "openrlhf" else real(name))
+    for attempt in (cispo.install, cispo.parser_accepts_cispo().__enter__):
+        with pytest.raises(cispo.VersionMismatch, match=r"written for OpenRLHF 0\.11\.2.*openrlhf 0\.12\.0 is installed"):
+            attempt()
+    assert getattr(loss.PolicyLoss, "_askspec_wrapped", None) is None  # nothing was hooked
+
+
+def test_refuses_changed_hooked_code_under_the_same_version(job, monkeypatch) -> None:
+    """A patched or re-released 0.11.2 whose PolicyLoss.forward differs: the fingerprint."""
+    _, cispo, loss = job
+
+    def forward(self, log_probs, old_log_probs, advantages, action_mask=None, rollout_log_probs=None, dp_size=1,
+                batch_num_tokens=None, global_batch_size=None):
+        raise AssertionError("a changed OpenRLHF")
+
+    monkeypatch.setattr(loss.PolicyLoss, "forward", forward)
+    with pytest.raises(cispo.VersionMismatch, match=r"differ from the released 0\.11\.2's.*--substitute cispo=grpo"):
+        cispo.install()
+    assert loss.PolicyLoss.forward is forward
