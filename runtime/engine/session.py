@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from typing import Any, Awaitable, Callable, ContextManager, Iterable, NamedTuple
 
@@ -424,7 +423,7 @@ class Engine:
             r = self.roles[role]
             base, model_seed = self.calls.sampling(role, r, binding)
             hit = self._role_calls[(role, name)] = _RoleCall(
-                r, binding, Sampling(**base), model_seed, r.recover.retries,
+                r, binding, base, model_seed, r.recover.retries,
                 int(r.reply.args.get("retries", 0)) if r.reply.kind == "json" else 0,
                 r.memory.kind, r.memory.size, role in self.rollout_roles, reply_parser(r.reply),
                 role_seed_part(role, model_seed), r.prompt, r.system)
@@ -481,7 +480,7 @@ class Engine:
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
         # call_seed(st.plan.seed, role, call_index, rc.model_seed), its role's part kept per role
-        samp = dataclasses.replace(rc.sampling, seed=seed_from_part(rc.seed_part, st.plan.seed, call_index))
+        samp = Sampling(**rc.sampling, seed=seed_from_part(rc.seed_part, st.plan.seed, call_index))
         stream = self.calls.stream()
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
                           session_index=st.plan.index, call_index=call_index, rollout=rc.rollout,
@@ -538,7 +537,7 @@ class _RoleCall(NamedTuple):
 
     role: ir.Role
     binding: ModelBinding
-    sampling: Sampling  # its seed set per call (`dataclasses.replace`)
+    sampling: dict[str, Any]  # its Sampling's fields but the seed, which is set per call
     model_seed: int | None
     retries: int  # recovery prompts
     json_retries: int
