@@ -48,6 +48,7 @@ def main() -> int:
     import torch
 
     from askspec.ir import model as ir
+    from askspec.lang.training import lower_training
     from askspec.runtime.train.batch import Trajectory, Turn
     from askspec.runtime.train.config import config_from_ir
     from askspec.runtime.train.policy import TrainedPolicy
@@ -56,8 +57,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "tiny"
         tiny_model(folder, args.hidden, args.layers)
-        exp = ir.Experiment(name="bench", roles=[ir.Role(name="r", trained=True)],
-                            training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 1e-5})])
+        exp = lower_training(ir.Experiment(name="bench", roles=[ir.Role(name="r", trained=True)],
+                                           training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 1e-5})]))
         policy = TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
         gen = torch.Generator().manual_seed(0)
 
