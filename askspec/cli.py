@@ -133,7 +133,7 @@ def _compile_target(args, res) -> int:
         print(f"error: --substitute: OpenRLHF 0.11.2 cannot run {', '.join(bad)}; "
               f"choose one of {', '.join(ALGORITHMS)}", file=sys.stderr)
         return 1  # a usage error (module docstring)
-    return compile_job(res, args.file, args.output, substitutes)
+    return compile_job(res, args.file, args.output, substitutes, _overrides(args.set))
 
 
 def cmd_fmt(args) -> int:

@@ -77,6 +77,8 @@ class RunOptions:
     quiet: bool = False
     verbose: bool = False
     eval_only: bool = False  # play a spec with train blocks without training
+    stage: str | None = None  # --stage NAME: play one evaluate stage's sessions (with --eval-only)
+    weights: str | None = None  # --weights trained|initial: what a --stage run's sessions are recorded as
     log: tuple[str, ...] = ()  # --log tensorboard[:DIR] | wandb[:PROJECT] (commands/loggers.py)
 
     def __post_init__(self) -> None:
@@ -112,6 +114,13 @@ class RunOptions:
                              f"--backend {self.backend}")
         if not self.file and not self.resume:
             raise UsageError("give a spec file (or --resume RUN_DIR)")
+        if self.stage is not None and not self.eval_only:
+            raise UsageError("--stage plays an evaluate stage's games against the models as given, without "
+                             "training: add --eval-only")
+        if self.stage is not None and self.sessions is not None:
+            raise UsageError("--stage plays every session of the stage: it cannot be combined with --sessions")
+        if self.weights is not None and (self.stage is None or self.weights not in ("trained", "initial")):
+            raise UsageError(f"--weights is trained or initial, with --stage; got {self.weights!r}")
         from askspec.runtime.commands.loggers import parse_log
 
         for value in self.log:
@@ -127,6 +136,7 @@ class RunOptions:
                    replay=args.replay, concurrency=args.concurrency, resume=args.resume, max_tokens=args.max_tokens,
                    base_url=_url(args.base_url), served_models=parse_served(args.served_model), quiet=args.quiet,
                    verbose=args.verbose, eval_only=getattr(args, "eval_only", False),
+                   stage=getattr(args, "stage", None), weights=getattr(args, "weights", None),
                    log=tuple(getattr(args, "log", None) or ()))
 
     @classmethod
@@ -158,7 +168,7 @@ class RunOptions:
                 "sessions": self.sessions, "max_tokens": self.max_tokens, "models": dict(self.models),
                 "base_url": self.base_url, "served_models": dict(self.served_models),
                 "concurrency": self.concurrency, "profile": self.profile, "log": list(self.log),
-                "eval_only": self.eval_only}
+                "eval_only": self.eval_only, "stage": self.stage, "weights": self.weights}
 
     def resumed(self, saved: Mapping[str, Any]) -> RunOptions:
         """These options completed by an earlier run's recorded ones (the flags given now
@@ -169,9 +179,12 @@ class RunOptions:
             raise UsageError(f"refusing to resume {self.resume}: it ran {before}, and its remaining sessions must "
                              f"come from the same server as its first ones (start a new run to use {self.base_url})")
         changes: dict[str, Any] = {}
-        for key in ("backend", "replay", "sessions", "max_tokens", "base_url", "profile"):
+        for key in ("backend", "replay", "sessions", "max_tokens", "base_url", "profile", "stage",
+                    "weights"):
             if getattr(self, key) is None and saved.get(key) is not None:
                 changes[key] = saved[key]
+        if "stage" in changes:  # a stage run is an --eval-only run
+            changes["eval_only"] = True
         if not self.models and saved.get("models"):
             changes["models"] = dict(saved["models"])
         if not self.served_models and saved.get("served_models"):

@@ -43,6 +43,11 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, metavar="N", help="cap every model call at N new tokens (small CPU runs)")
     p.add_argument("--eval-only", action="store_true",
                    help="play the games without training, even when the spec has train blocks")
+    p.add_argument("--stage", metavar="NAME",
+                   help="with --eval-only: play one evaluate stage of the spec (its games, `samples` sessions per "
+                        "element), recorded as the stage so `askspec metrics` reports its pass@k")
+    p.add_argument("--weights", choices=("trained", "initial"),
+                   help="with --stage: which weights the models run (recorded with each session; default trained)")
     p.add_argument("--log", action="append", metavar="tensorboard[:DIR]|wandb[:PROJECT]",
                    help="also log every training step to TensorBoard (default folder: RUN_DIR/tensorboard) or "
                         "Weights & Biases (offline unless WANDB_MODE or an API key says otherwise)")

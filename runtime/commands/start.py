@@ -107,6 +107,8 @@ def make_plan(opts: RunOptions, exp: ir.Experiment, spec_dir: str, seed: int):
     params = exp.param_values()
     try:
         datasets = {d.name: load_dataset(d, spec_dir, seed) for d in exp.datasets}
+        if opts.stage is not None:
+            return params, datasets, stage_plan(exp, opts.stage, opts.weights or "trained", params, datasets, seed)
         full = plan_sessions(exp, params, datasets, seed)
         plan = plan_sessions(exp, params, datasets, seed, opts.sessions) if opts.sessions else full
     except OSError as e:
@@ -123,6 +125,48 @@ def make_plan(opts: RunOptions, exp: ir.Experiment, spec_dir: str, seed: int):
     if plan.total == 0:
         raise UsageError("the spec plans no sessions (no games, or an empty data set)")
     return params, datasets, plan
+
+
+@dataclass
+class StagePlan:
+    """`--stage NAME`: an evaluate stage's sessions for one weights, as the local trainer
+    plans them (runtime/train/stages.py, eval_plans): the same seeds, groups and bindings."""
+
+    stage: ir.Stage
+    plans: list
+
+    @property
+    def total(self) -> int:
+        return len(self.plans)
+
+    def __len__(self) -> int:
+        return len(self.plans)
+
+    def __iter__(self):
+        return iter(self.plans)
+
+
+def stage_plan(exp: ir.Experiment, name: str, weights: str, params: dict, datasets: dict, seed: int) -> StagePlan:
+    from askspec.runtime.train.stages import eval_plans
+    from askspec.runtime.train.trainer import StepPlanner
+
+    stage = next((s for s in exp.stages if s.name == name), None)
+    if stage is None or stage.kind != "evaluate":
+        names = [s.name for s in exp.stages if s.kind == "evaluate"]
+        raise UsageError(f"--stage {name}: no evaluate stage of that name{did_you_mean(name, names)}"
+                         + (f"; evaluate stages: {', '.join(names)}" if names else " (the spec has none)"))
+    games = [g for g in exp.games if g.name in stage.options["games"]]
+    elements = StepPlanner(exp, games, params, dict(datasets), seed, 1, None).elements
+    one = stage.model_copy(update={"options": {**stage.options, "weights": [weights]}})
+    return StagePlan(stage, eval_plans(one, elements, seed, 0, 0)[weights])
+
+
+def stage_experiment(exp: ir.Experiment, plan) -> ir.Experiment:
+    """The experiment the engine plays: for a --stage run, only the stage's games (the
+    others, buffer replays included, are not part of it)."""
+    if not isinstance(plan, StagePlan):
+        return exp
+    return exp.model_copy(update={"games": [g for g in exp.games if g.name in plan.stage.options["games"]]})
 
 
 def check_replay(opts: RunOptions) -> None:
@@ -208,7 +252,8 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], 
         await resolver.aclose()
         return None
     writer = open_writer(opts, manifest, res, ehash, seed, params, plan, resolver, base)
-    started = Started(opts, exp, ehash, seed, params, datasets, plan, resolver, writer, trainer=trainer)
+    started = Started(opts, stage_experiment(exp, plan), ehash, seed, params, datasets, plan, resolver, writer,
+                      trainer=trainer)
     if trainer is not None:
         from askspec.runtime.train import runner as train_runner
 

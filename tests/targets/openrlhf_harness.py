@@ -39,14 +39,23 @@ def _source(rel: str) -> ast.Module:
 def parse_train_ppo_ray(argv: list[str]):
     """Parse `argv` with train_ppo_ray's own parser and run its own validation (every
     statement of its main block except `train(args)`); returns the hierarchical args."""
-    tree = _source("cli/train_ppo_ray.py")
+    return _parse_cli("cli/train_ppo_ray.py", argv)
+
+
+def parse_train_sft(argv: list[str]):
+    """The same for openrlhf.cli.train_sft (the `sft` stages' trainer)."""
+    return _parse_cli("cli/train_sft.py", argv)
+
+
+def _parse_cli(rel: str, argv: list[str]):
+    tree = _source(rel)
     main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
     body = [s for s in main.body if not (isinstance(s, ast.Expr) and ast.unparse(s) == "train(args)")]
     module = ast.Module(body=body, type_ignores=[])
     # `parser.parse_args()` reads sys.argv: hand it ours
     code = ast.unparse(module).replace("parser.parse_args()", "parser.parse_args(ARGV)")
     scope = {"argparse": argparse, "datetime": datetime.datetime, "os": os, "ARGV": list(argv)}
-    exec(compile(code, str(OPENRLHF / "cli/train_ppo_ray.py"), "exec"), scope)
+    exec(compile(code, str(OPENRLHF / rel), "exec"), scope)
     return scope["args"]
 
 
@@ -154,10 +163,12 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(str(resolve_weights("smollm2-135m-instruct")))
 
 
-def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[str]]:
-    """Run a generated shell script with `ray`, `vllm` and `curl` stubbed on PATH; returns
-    each stub call's argv (first element: the program). A `ray job submit` stub writes a
-    `config.json` into `--ckpt.output_dir`, as a finished job leaves its HF checkpoint."""
+def launch_argv(script: Path, tmp: Path, env: dict | None = None, fail: str | None = None) -> list[list[str]]:
+    """Run a generated shell script with `ray`, `deepspeed`, `vllm`, `curl` and `askspec`
+    stubbed on PATH; returns each stub call's argv (first element: the program). A `ray
+    job submit` or `deepspeed` stub writes a `config.json` into `--ckpt.output_dir`, as a
+    finished job leaves its HF checkpoint. The program named by `fail` exits 1 (after
+    logging its call), as a failed job does; the script's own failure is then expected."""
     bindir = tmp / "stubs"
     bindir.mkdir(exist_ok=True)
     log = tmp / "calls.log"
@@ -169,7 +180,7 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
             # records interleave and merge (a call goes missing from the parsed log); the
             # argument count keeps empty arguments and ones holding newlines intact
             '{ flock 9; printf "%s\\0" "$(basename "$0")" "$#" "$@" >> "$STUB_LOG"; } 9>>"$STUB_LOG.lock"\n'
-            'if [ "$(basename "$0")" = ray ]; then\n'
+            'if [ "$(basename "$0")" = ray ] || [ "$(basename "$0")" = deepspeed ]; then\n'
             '  prev=""; for a in "$@"; do if [ "$prev" = --ckpt.output_dir ]; then mkdir -p "$a"; '
             'echo "{}" > "$a/config.json"; fi; prev="$a"; done\n'
             'fi\n'
@@ -184,12 +195,12 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
             '  for _ in $(seq 200); do rm "$STUB_LOG.up.${BASH_REMATCH[1]}" 2>/dev/null && exit 0; sleep 0.05; done\n'
             '  exit 1\n'
             'fi\n')
-    for name in ("ray", "vllm", "curl"):
-        (bindir / name).write_text(stub)
+    for name in ("ray", "deepspeed", "vllm", "curl", "askspec"):
+        (bindir / name).write_text(stub + ('exit 1\n' if name == fail else ''))
         (bindir / name).chmod(0o755)
     run_env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "STUB_LOG": str(log), **(env or {})}
-    subprocess.run(["bash", str(script)], check=True, env=run_env, cwd=tmp, timeout=60,
-                   stdout=subprocess.DEVNULL)
+    done = subprocess.run(["bash", str(script)], env=run_env, cwd=tmp, timeout=60, stdout=subprocess.DEVNULL)
+    assert (done.returncode != 0) == (fail is not None), f"{script} exited {done.returncode}"
     calls = []
     parts = (log.read_bytes() if log.exists() else b"").split(b"\0")[:-1]  # each field ends with a NUL
     while parts:
@@ -201,6 +212,13 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None) -> list[list[s
 
 # OpenRLHF's entry point, and askspec's wrapper of it that installs the CISPO loss first
 ENTRY_POINTS = ("openrlhf.cli.train_ppo_ray", "askspec_ext.train_ppo_ray")
+
+
+def sft_flags(call: list[str]) -> list[str]:
+    """The train_sft arguments of a `deepspeed ... --module openrlhf.cli.train_sft ...` call."""
+    i = call.index("--module")
+    assert call[i + 1] == "openrlhf.cli.train_sft", call
+    return call[i + 2:]
 
 
 def train_flags(call: list[str]) -> list[str]:

@@ -1,5 +1,6 @@
 """Which parts of a compiled spec an OpenRLHF 0.11.2 job can express, as a plan of
-phase jobs, and diagnostics (E601-E607, W601, with spans) for everything it cannot.
+phase jobs and stage jobs (sft, evaluate, retrain), and diagnostics (E601-E607, W601,
+with spans) for everything it cannot.
 
 Every refusal says what cannot be mapped, why, and the alternative; the checks run to
 the end so one compile lists every problem (docs/cluster.md lists them per spec)."""
@@ -15,8 +16,8 @@ from askspec.lang.exprs import suggest
 from askspec.lang.span import Span
 
 from askspec.runtime.engine.plan import replays_buffer
-from askspec.runtime.targets.openrlhf.mapping import (ALGORITHMS, GROUPED_ESTIMATORS, LOSS_AGGREGATION, MISSING,
-                                                      SETTINGS)
+from askspec.runtime.targets.openrlhf.mapping import (ALGORITHMS, DTYPES, GROUPED_ESTIMATORS, LOSS_AGGREGATION,
+                                                      MISSING, REFUSED, SETTINGS, openrlhf_algorithm)
 
 TRAINABLE_BACKENDS = ("hf", "vllm")
 
@@ -32,6 +33,21 @@ class Phase:
     substituted: str | None  # the spec's algorithm, when --substitute replaced it
     group: int
     steps: int | None  # optimizer steps of this phase (None: one pass over the elements)
+    dir: str = "."  # its folder in the job
+    data: str | None = None  # a retrain stage's data set, whose items replace the game's own
+
+
+@dataclass
+class StageJob:
+    """One stage of the spec as the job runs it (in the spec's order): `train` is the RL
+    schedule's place; `sft` trains `role` with openrlhf.cli.train_sft; `evaluate` serves
+    `role`'s weights and plays the stage's games against them (`askspec run --stage`);
+    `retrain` is a PPO job (`phase`) from `role`'s initial weights."""
+
+    stage: ir.Stage
+    dir: str  # its folder in the job ("" for the train stage)
+    role: str | None = None
+    phase: Phase | None = None
 
 
 @dataclass
@@ -39,6 +55,12 @@ class JobPlan:
     phases: list[Phase]
     iterations: int = 1  # cycles of the phase sequence (alternating schedules)
     notes: list[str] = field(default_factory=list)
+    stages: list[StageJob] = field(default_factory=list)  # empty: the spec declares no stages
+
+    @property
+    def driven(self) -> bool:
+        """Whether driver.sh runs the job (several phases, or stages around the RL schedule)."""
+        return len(self.phases) > 1 or any(s.stage.kind != "train" for s in self.stages)
 
 
 def span_of(s: ir.Span | None, fallback_file: str) -> Span:
@@ -100,21 +122,16 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
                    "declare `schedule alternating { ROLE = STEPS ... }`: each phase becomes a job that starts from "
                    "the previous phase's checkpoints")
 
-    for stage in exp.stages:
-        if stage.kind != "train":  # the job is the RL schedule: say what it leaves out, not silently
-            sink.warn("W601", f"stage '{stage.name}' ({stage.kind}) is not part of the OpenRLHF job, which runs "
-                              "the RL schedule (the `train` stage) only", span_of(stage.span, spec_file),
-                      "run it with askspec's own trainer (`askspec run`), before the job (sft) or against its "
-                      "checkpoint (evaluate)")
-
     phases: list[Phase] = []
     for t in exp.training:
+        _check_settings(t, span_of(t.span, spec_file), sink)
         phase = _check_training(exp, t, sources, spec_file, substitutes, sink)
         if phase is not None:
             phases.append(phase)
+    stages = [_check_stage(exp, st, k, sources, spec_file, substitutes, sink) for k, st in enumerate(exp.stages, 1)]
     if sink.has_errors:
         return None
-    plan = JobPlan(phases=phases)
+    plan = JobPlan(phases=phases, stages=[j for j in stages if j is not None])
     if sched is not None and sched.kind == "online" and "steps" in sched.options and len(phases) == 1:
         phases[0].steps = int(sched.options["steps"])
     if sched is not None and sched.kind == "alternating":
@@ -124,11 +141,118 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
             if p.role in sched.options:
                 p.steps = int(sched.options[p.role])
         plan.iterations = int(sched.options.get("iterations", 1))
+    for k, p in enumerate(plan.phases, 1):
+        p.dir = f"phase-{k}-{p.role}" if len(plan.phases) > 1 else "."
     return plan
 
 
+def _check_stage(exp: ir.Experiment, stage: ir.Stage, k: int, sources: Sources, spec_file: str,
+                 substitutes: dict[str, str], sink: DiagnosticSink) -> StageJob | None:
+    """How the job runs a stage, or None when it leaves it out (W601 says why)."""
+    o, folder = stage.options, f"stage-{k}-{stage.name}"
+    if stage.kind == "train":
+        return StageJob(stage, "")
+    if stage.kind == "sft":
+        return StageJob(stage, folder, role=o["role"])
+    if stage.kind == "evaluate":
+        owner, why = _evaluated_owner(exp, o["games"])
+        if owner is None:
+            sink.warn("W601", f"stage '{stage.name}' (evaluate) is not part of the OpenRLHF job: {why}",
+                      span_of(stage.span, spec_file), "run it with askspec's own trainer (`askspec run`), with the "
+                                                      "job's checkpoints as the trained roles' models")
+            return None
+        return StageJob(stage, folder, role=owner)
+    if o["promoted"]:
+        # promoted datasets exist only under a nested schedule, which E602 refuses already
+        return None
+    t = next(t for t in exp.training if t.role == o["role"])
+    game = next(g for g in exp.games if g.name == o["game"])
+    phase = _check_training(exp, _retrained(t, o), sources, spec_file, substitutes, sink, games=[game])
+    if phase is None:
+        return None
+    phase.dir, phase.data, phase.steps = folder, o["data"], int(o["steps"])
+    return StageJob(stage, folder, role=o["role"], phase=phase)
+
+
+def _retrained(t: ir.Training, opts: dict) -> ir.Training:
+    """The role's train block as a retrain stage runs it: the stage's steps, warm-up and lr."""
+    update: dict = {"steps": int(opts["steps"])}
+    for key in ("warmup", "lr"):
+        if opts.get(key) is not None:
+            update[key] = opts[key]
+    changed: dict = {"hyper": {**t.hyper, **update}}
+    config = getattr(t, "config", None)  # the lowered settings, where the IR has them
+    if config is not None:
+        changed["config"] = config.model_copy(update=update)
+    return t.model_copy(update=changed)
+
+
+def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, str]:
+    """(the trained role whose weights an evaluate stage's games play, or None and why).
+    The stage's run has one endpoint (`askspec run --base-url`): every role its games ask
+    must play that role's weights (the role itself, or a `current(role)` model), or run in
+    process (a python model)."""
+    trained = {t.role for t in exp.training}
+    owners: set[str] = set()
+    for g in exp.games:
+        if g.name not in games:
+            continue
+        for name in roles_asked(exp, [g]):
+            role = exp.role(name)
+            model = exp.model(role.model) if role.model else None
+            if name in trained:
+                owners.add(name)
+            elif model is not None and model.weights_of in trained:
+                owners.add(model.weights_of)
+            elif model is None:
+                return None, f"game '{g.name}' asks role '{name}', whose model is bound per session"
+            elif model.backend != "python":
+                return None, (f"game '{g.name}' asks role '{name}' on model '{model.name}' ({model.backend}), which "
+                              "would need a server beside the evaluated weights' (the evaluation run has one endpoint)")
+    if len(owners) != 1:
+        what = f"the weights of {', '.join(sorted(owners))}" if owners else "no trained role's weights"
+        return None, f"its games play {what}: the evaluation run serves one trained role's weights"
+    return owners.pop(), ""
+
+
+def roles_asked(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
+    """The roles `games` ask, and the judges of their routes' contests."""
+    names = [r.name for r in exp.roles if any(True for g in games for _ in asks_of(g.body, r.name))]
+    for g in games:
+        for route in g.routes:
+            for arm in route.arms:
+                contest = next((c for c in [*exp.tournaments, *exp.judges] if c.name == arm.target), None)
+                if contest is not None and contest.judge not in names:
+                    names.append(contest.judge)
+    return names
+
+
+def _check_settings(t: ir.Training, tspan: Span, sink: DiagnosticSink) -> None:
+    """Every setting the block gives is mapped (mapping.SETTINGS) or refused, naming it."""
+    given = {**t.hyper, **t.algorithm_args}
+    if t.update_when is not None:
+        given["update_when"] = "..."
+    for key, value in given.items():
+        if key == "replay":
+            sink.error("E605", f"`replay = {value}`: {REFUSED['replay']}", tspan,
+                       "train on the games' own elements, or with askspec's own trainer")
+        elif key == "aggregation" and value not in LOSS_AGGREGATION:
+            sink.error("E604", f"`aggregation = {value}` has no OpenRLHF 0.11.2 equivalent (its loss "
+                               f"aggregations: {', '.join(LOSS_AGGREGATION)})", tspan,
+                       "aggregate by token or sequence, or train with askspec's own trainer")
+        elif key == "dtype" and value not in DTYPES:
+            sink.error("E604", f"`dtype = {value}`: OpenRLHF 0.11.2 trains in bf16 or fp16 (--ds.param_dtype)", tspan,
+                       "leave dtype out (bf16), or train with askspec's own trainer")
+        elif key in REFUSED:
+            sink.error("E604", f"training setting '{key}' cannot be mapped: {REFUSED[key]}", tspan,
+                       f"remove '{key}' from the job's spec (a profile can), or train with askspec's own trainer")
+        elif key not in SETTINGS:
+            sink.error("E604", f"training setting '{key}' has no OpenRLHF 0.11.2 equivalent in askspec's mapping",
+                       tspan, suggest(key, SETTINGS) or f"settings: {', '.join(SETTINGS)}")
+
+
 def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_file: str,
-                    substitutes: dict[str, str], sink: DiagnosticSink) -> Phase | None:
+                    substitutes: dict[str, str], sink: DiagnosticSink, games: list[ir.Game] | None = None) -> Phase | None:
     tspan = span_of(t.span, spec_file)
     algorithm, substituted = t.algorithm, None
     if algorithm in MISSING:
@@ -149,19 +273,8 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
         sink.error("E606", f"trained role '{t.role}' has {what}: OpenRLHF trains Hugging Face weights "
                            "(an hf or vllm model)", span_of(role.span, spec_file),
                    f"give '{t.role}' a model declared as hf(\"org/name\") or vllm(\"org/name\")")
-    for key in t.hyper:
-        if key == "replay":
-            sink.error("E605", f"`replay = {t.hyper[key]}`: a buffer lives in one run, and an OpenRLHF job's prompt "
-                               "data set is fixed when it starts", tspan,
-                       "train on the games' own elements, or with askspec's own trainer")
-        elif key == "aggregation" and t.hyper[key] not in LOSS_AGGREGATION:
-            sink.error("E604", f"`aggregation = {t.hyper[key]}` has no OpenRLHF 0.11.2 equivalent (its loss "
-                               f"aggregations: {', '.join(LOSS_AGGREGATION)})", tspan,
-                       "aggregate by token or sequence, or train with askspec's own trainer")
-        elif key not in SETTINGS:
-            sink.error("E604", f"training setting '{key}' has no OpenRLHF 0.11.2 equivalent in askspec's mapping",
-                       tspan, suggest(key, SETTINGS) or f"settings: {', '.join(SETTINGS)}")
-    games = _phase_games(exp, t.role)
+    if games is None:
+        games = _phase_games(exp, t.role)
     sizes = set()
     for g in games:
         if replays_buffer(g) is not None:
@@ -196,7 +309,8 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
         sink.error("E604", f"`group = {hyper_group}` but the game samples {group} sessions per element: OpenRLHF "
                            "groups the samples of one prompt (--rollout.n_samples_per_prompt)", tspan,
                    f"make them agree (e.g. `group = {group}`)")
-    if algorithm in ALGORITHMS and ALGORITHMS[algorithm][0] in GROUPED_ESTIMATORS and group < 2:
+    if algorithm in ALGORITHMS and openrlhf_algorithm(algorithm, t.algorithm_args)[0] in GROUPED_ESTIMATORS \
+            and group < 2:
         sink.error("E604", f"'{algorithm}' normalises rewards within a group, but '{t.role}' has groups of 1",
                    tspan, "set `group = N` (samples per element) or sample the game (`sample N`)")
     if not games:

@@ -23,8 +23,8 @@ from askspec.lang.diagnostics import DiagnosticSink
 from askspec.terminal import printable
 
 from askspec.runtime.engine.plan import game_elements, load_dataset
-from askspec.runtime.targets.openrlhf import escape, mapping
-from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check
+from askspec.runtime.targets.openrlhf import escape, mapping, stages
+from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check, roles_asked
 
 MARKER = ".askspec-job"
 GENERATED = ("README.md", "driver.sh", "agent.py", "job.json", "prompts.jsonl", "launch.sh", "serve_frozen.sh", "spec",
@@ -56,7 +56,19 @@ _WHY = {
     "--actor.eps_clip": "`clip`",
     "--algo.kl.init_coef": "`kl` (0: no reference model)",
     "--algo.kl.use_loss": "`kl` > 0: KL as a loss term (GRPO style)",
-    "--algo.kl.estimator": "`kl` > 0: k3 estimator",
+    "--algo.kl.estimator": "`kl` > 0: `kl_estimator` (k3 unless the block says)",
+    "--ckpt.save_steps": "`save_every` (askspec's default 25; one OpenRLHF step per askspec step)",
+    "--ckpt.max_num": "`keep_checkpoints` (askspec's default 2)",
+    "--train.micro_batch_size": "`micro_batch` (per GPU)",
+    "--train.max_epochs": "`epochs`: updates per rollout batch",
+    "--actor.dual_clip": "`dual_clip`",
+    "--ds.param_dtype": "`dtype`",
+    "--actor.adam.betas": "`beta1`, `beta2` (askspec's defaults 0.9, 0.999)",
+    "--actor.adam.weight_decay": "`weight_decay` (default 0)",
+    "--actor.max_norm": "`grad_clip` (default 1.0)",
+    "--actor.lr_scheduler": "`decay`: constant (the default) or cosine",
+    "--actor.min_lr_ratio": "`min_lr` / `lr`",
+    "--actor.loss_agg_mode": "`aggregation`",
 }
 
 
@@ -111,7 +123,8 @@ class _PhaseOut:
         return self.phase.substituted
 
 
-def compile_job(res, spec_path: str, out_dir: str, substitutes: dict[str, str]) -> int:
+def compile_job(res, spec_path: str, out_dir: str, substitutes: dict[str, str],
+                overrides: dict[str, str] | None = None) -> int:
     """Check `res` (a successful language compile) against OpenRLHF and write the job;
     returns the exit code. Refusals are diagnostics on stderr, and nothing is written."""
     exp: ir.Experiment = res.ir
@@ -122,7 +135,7 @@ def compile_job(res, spec_path: str, out_dir: str, substitutes: dict[str, str]) 
         return 1
     try:
         phases = _build(exp, plan, spec_path)
-        _write(exp, res, plan, phases, spec_path, Path(out_dir), substitutes)
+        _write(exp, res, plan, phases, spec_path, Path(out_dir), substitutes, overrides or {})
     except JobError as e:
         print(f"error: {printable(str(e), single_line=True)}", file=sys.stderr)
         return 1
@@ -138,16 +151,12 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
     except UnicodeEncodeError:
         raise JobError(f"the spec's file name {escape.line(os.path.basename(spec_path))} is not valid UTF-8: "
                        "rename the file (the name becomes the experiment's)") from None
-    spec_dir = os.path.dirname(os.path.abspath(spec_path))
     seed = int(exp.options.get("seed", 0) or 0)
     params = exp.param_values()
-    try:
-        datasets = {d.name: load_dataset(d, spec_dir, seed) for d in exp.datasets}
-    except (OSError, ValueError) as e:
-        raise JobError(f"cannot read the spec's data: {e}") from None
+    datasets = _datasets(exp, spec_path)
     trained = [p.role for p in plan.phases]
     out = []
-    for k, phase in enumerate(plan.phases, 1):
+    for phase in [*plan.phases, *(s.phase for s in plan.stages if s.phase is not None)]:
         role = exp.role(phase.role)
         model = exp.model(role.model)
         sampling = {**model.sampling, **role.sampling}
@@ -156,8 +165,9 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         games = [g for g in exp.games if g.name in phase.games]
         lines = []
         for g in games:
-            try:
-                elements = game_elements(g, params, datasets)
+            try:  # a retrain stage plays the game over its own data set's items
+                elements = [{g.pattern[0]: item} for item in datasets[phase.data]] if phase.data else \
+                    game_elements(g, params, datasets)
             except Exception as e:  # EvalError or ValueError from the game's `for` expression
                 raise JobError(f"game {g.name}: cannot list its elements: {e}") from None
             for i, bindings in enumerate(elements):
@@ -170,6 +180,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         sched = mapping.schedule(len(lines), phase.group, int(hyper["batch"]) if "batch" in hyper else None, phase.steps)
         flags = mapping.training_flags(phase.algorithm, phase.training.hyper, phase.training.algorithm_args,
                                        phase.group, sched, sampling, max_len, seed)
+        flags += mapping.setting_flags(phase.training.hyper, phase.training.algorithm_args)
         explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
         others = [r for r in trained if r != phase.role and _asked(games, r)]
         servers, endpoints, frozen = _frozen(exp, games, phase.role, others)
@@ -184,11 +195,19 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
                          "(docs/cluster.md, \"What differs from a local run\")")
         if any(_calls(g, "diversity") for g in games):
             notes.append("diversity() keeps its window per rollout process (each vLLM engine sees its own sessions)")
-        out.append(_PhaseOut(phase=phase, dir=f"phase-{k}-{phase.role}" if len(plan.phases) > 1 else ".",
+        out.append(_PhaseOut(phase=phase, dir=phase.dir,
                              pretrain=_weights(model), elements=len(lines), lines=lines, flags=flags,
                              explained=explained, servers=servers, endpoints=endpoints, frozen=frozen,
                              frozen_trained=others, notes=notes))
     return out
+
+
+def _datasets(exp: ir.Experiment, spec_path: str) -> dict[str, list]:
+    spec_dir = os.path.dirname(os.path.abspath(spec_path))
+    try:
+        return {d.name: load_dataset(d, spec_dir, int(exp.options.get("seed", 0) or 0)) for d in exp.datasets}
+    except (OSError, ValueError) as e:
+        raise JobError(f"cannot read the spec's data: {e}") from None
 
 
 def _derives_from(exp: ir.Experiment, name: str | None, base: str) -> bool:
@@ -224,17 +243,6 @@ def _calls(node: Any, fn: str) -> bool:
     if isinstance(node, dict):
         return any(_calls(x, fn) for x in node.values())
     return False
-
-
-def _roles_asked(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
-    names = [r.name for r in exp.roles if _asked(games, r.name)]
-    for g in games:  # judges of the routes' contests
-        for route in g.routes:
-            for arm in route.arms:
-                contest = next((c for c in [*exp.tournaments, *exp.judges] if c.name == arm.target), None)
-                if contest is not None and contest.judge not in names:
-                    names.append(contest.judge)
-    return names
 
 
 def _bindable_models(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
@@ -299,7 +307,7 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
         endpoints["roles"][other] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
         rows.append({"role": other, "model": f"checkpoint of {other}", "endpoint": f"port {s.port} ({s.served})"})
     names = []
-    for role in _roles_asked(exp, games):
+    for role in roles_asked(exp, games):
         if role == trained or role in others:
             continue
         name = exp.role(role).model
@@ -368,7 +376,7 @@ def _prepare(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         for entry in out.iterdir():  # an earlier job: replace what askspec wrote, keep ckpt/, runs/, logs/
-            if entry.name in GENERATED or entry.name.startswith("phase-"):
+            if entry.name in GENERATED or entry.name.startswith(("phase-", "stage-")):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         (out / MARKER).write_text("written by askspec compile --target openrlhf\n", encoding="utf-8")
     except OSError as e:
@@ -376,9 +384,10 @@ def _prepare(out: Path) -> None:
 
 
 def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec_path: str, out: Path,
-           substitutes: dict[str, str]) -> None:
+           substitutes: dict[str, str], overrides: dict[str, str]) -> None:
     try:  # every file in memory before `out` is touched: a refusal writes nothing
         files = _render_all(exp, plan, phases, spec_path, substitutes)
+        files.update(_stage_texts(exp, plan, phases, spec_path, overrides))
         ehash = experiment_hash(exp)
         job_exp = _job_experiment(exp, spec_path)
         for p in phases:
@@ -394,9 +403,10 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
                        "fix the data file or the --set value") from None
     _prepare(out)
     try:
-        for p in phases:
-            (out / p.dir).mkdir(parents=True, exist_ok=True)
-            _copy_spec(exp, res, spec_path, out / p.dir / "spec")
+        # the phases' agents read the spec's data; an evaluate stage's `askspec run` the spec itself
+        for folder in [p.dir for p in phases] + [s.dir for s in plan.stages if s.stage.kind == "evaluate"]:
+            (out / folder).mkdir(parents=True, exist_ok=True)
+            _copy_spec(exp, res, spec_path, out / folder / "spec")
         for path, blob in blobs.items():
             (out / path).parent.mkdir(parents=True, exist_ok=True)
             (out / path).write_bytes(blob)
@@ -415,7 +425,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
     texts = {}
     try:
         for p in phases:
-            estimator, loss = mapping.ALGORITHMS[p.algorithm]
+            estimator, loss = mapping.openrlhf_algorithm(p.algorithm, p.phase.training.algorithm_args)
             ctx = {**common, "role": p.role, "pretrain": p.pretrain, "flags": p.flags,
                    "algorithm_text": f"{p.algorithm}: {estimator} advantages, {loss} loss"
                                      + (f"; substituted for {p.substituted}" if p.substituted else ""),
@@ -427,13 +437,50 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
                     texts[os.path.join(p.dir, "askspec_ext", source.name)] = source.read_text(encoding="utf-8")
             for name in ("agent.py", "launch.sh", "serve_frozen.sh"):
                 texts[os.path.join(p.dir, name)] = env.get_template(name + ".j2").render(**ctx)
-        ctx = {**common, "phases": phases, "iterations": plan.iterations, "phase_names": [p.dir for p in phases],
-               "roles": [p.role for p in phases], "pretrain": {p.role: p.pretrain for p in phases},
-               "spec_name": os.path.basename(spec_path), "askspec_version": __version__,
+        rl = [p for p in phases if any(p.phase is q for q in plan.phases)]  # the schedule's (not a retrain's)
+        retrains = {p.phase.dir: p for p in phases if p not in rl}
+        order = [{"kind": s.stage.kind, "name": s.stage.name, "dir": s.dir, "role": s.role,
+                  "frozen_trained": retrains[s.dir].frozen_trained if s.dir in retrains else []}
+                 for s in plan.stages] or [{"kind": "train"}]
+        ctx = {**common, "phases": rl, "iterations": plan.iterations, "phase_names": [p.dir for p in rl],
+               "roles": [p.role for p in rl], "pretrain": {p.role: p.pretrain for p in rl}, "order": order,
+               "stage_jobs": plan.stages, "spec_name": os.path.basename(spec_path), "askspec_version": __version__,
                "substitutes": [f"{a}={b}" for a, b in sorted(substitutes.items())]}
-        if len(phases) > 1:
+        if plan.driven:
             texts["driver.sh"] = env.get_template("driver.sh.j2").render(**ctx)
         texts["README.md"] = env.get_template("README.md.j2").render(**ctx)
+    except escape.Unrepresentable as e:
+        raise JobError(f"cannot write the job: {e}") from None
+    return texts
+
+
+def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec_path: str,
+                 overrides: dict[str, str]) -> dict[str, str]:
+    """The files of the sft and evaluate stages (stages.py), by path inside the job folder."""
+    env = _environment()
+    common = {"experiment": exp.name, "hash12": experiment_hash(exp)[:12]}
+    seed = int(exp.options.get("seed", 0) or 0)
+    by_role = {p.role: p for p in phases if any(p.phase is q for q in plan.phases)}
+    texts: dict[str, str] = {}
+    datasets = _datasets(exp, spec_path) if any(s.stage.kind == "sft" for s in plan.stages) else {}
+    try:
+        for job in plan.stages:
+            if job.role is None or job.stage.kind not in ("sft", "evaluate"):
+                continue
+            p = by_role[job.role]
+            if job.stage.kind == "sft":
+                max_len = int(next(v[0] for f, v in p.flags if f == "--data.max_len"))
+                texts.update(stages.sft_files(env, common, job, p.phase.training, stages.sft_records(job, datasets),
+                                              p.pretrain, max_len, seed))
+            else:
+                server = _Server(stages.EVAL_PORT, f"askspec-{job.role}", p.pretrain,
+                                 f"the evaluated weights of '{job.role}' (CKPT_{job.role.upper()}, else the initial)",
+                                 f"CKPT_{job.role.upper()}")
+                profile = exp.options.get("profile")
+                texts.update(stages.evaluate_files(env, common, job, server, p.pretrain, os.path.basename(spec_path),
+                                                   str(profile) if profile else None, overrides))
+    except stages.StageError as e:
+        raise JobError(str(e)) from None
     except escape.Unrepresentable as e:
         raise JobError(f"cannot write the job: {e}") from None
     return texts

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from askspec.ir import model as ir
+
 # askspec algorithm -> (--algo.advantage.estimator, --actor.policy_loss_type)
 ALGORITHMS: dict[str, tuple[str, str]] = {
     "grpo": ("group_norm", "ppo"),
@@ -30,9 +32,28 @@ MISSING: dict[str, tuple[str, str | None]] = {
 # estimators whose baseline is the prompt group: they need n_samples_per_prompt > 1
 GROUPED_ESTIMATORS = {"group_norm", "rloo", "reinforce_baseline", "dr_grpo"}
 
-# training settings the OpenRLHF target maps (the rest are refused, never ignored)
-SETTINGS = ("group", "lr", "steps", "batch", "kl", "warmup", "clip", "clip_low", "clip_high", "max_len",
-            "decay", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip", "aggregation")
+# training settings the OpenRLHF target maps (the rest are refused, never ignored):
+# docs/cluster.md's settings table; tests/targets/test_openrlhf_settings.py walks the
+# language's list (askspec/lang/training.py) against this one and REFUSED
+SETTINGS = ("group", "lr", "steps", "batch", "kl", "kl_estimator", "warmup", "clip", "clip_low", "clip_high",
+            "dual_clip", "estimator", "decay", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip",
+            "aggregation", "micro_batch", "epochs", "save_every", "keep_checkpoints", "dtype")
+
+# settings a job cannot honour -> why (E604 names the setting and says this)
+REFUSED = {
+    "max_nonfinite_steps": "OpenRLHF 0.11.2 has no bound on steps with a NaN or infinite loss or gradient (it "
+                           "applies or skips them without counting)",
+    "min_reward": "the sft algorithm is not a PPO-family job (E601), and OpenRLHF's SFT trains on every record",
+    "update_when": "an OpenRLHF job updates after every rollout batch; it has no gate over a step's sessions",
+    "replay": "a buffer lives in one run, and an OpenRLHF job's prompt data set is fixed when it starts",
+}
+
+# `dtype` -> --ds.param_dtype (OpenRLHF trains in bf16 or fp16 only)
+DTYPES = {"auto": "bf16", "bfloat16": "bf16"}
+
+# askspec's estimator names -> --algo.advantage.estimator (an algorithm's `estimator` argument)
+ESTIMATORS = {"grpo": "group_norm", "group_norm": "group_norm", "dr_grpo": "dr_grpo", "rloo": "rloo",
+              "reinforce": "reinforce", "reinforce_baseline": "reinforce_baseline"}
 
 # `aggregation` values OpenRLHF 0.11.2 has (--actor.loss_agg_mode); Dr. GRPO's `constant` is not one
 LOSS_AGGREGATION = {"token": "token-mean", "sequence": "seq-mean-token-mean"}
@@ -90,7 +111,7 @@ def training_flags(algorithm: str, hyper: dict, args: dict, group: int, sched: S
                    max_len: int, seed: int) -> list[tuple[str, list[str]]]:
     """The train_ppo_ray flags a job derives from its `train` block (in launch order).
     `algorithm` is the effective (supported) one."""
-    estimator, loss = ALGORITHMS[algorithm]
+    estimator, loss = openrlhf_algorithm(algorithm, args)
     settings = {**hyper, **args}
     flags: list[tuple[str, list[str]]] = [
         ("--algo.advantage.estimator", [estimator]),
@@ -142,3 +163,54 @@ def training_flags(algorithm: str, hyper: dict, args: dict, group: int, sched: S
 def _num(x) -> str:
     x = float(x)
     return str(int(x)) if x.is_integer() else repr(x)
+
+
+def openrlhf_algorithm(algorithm: str, args: dict) -> tuple[str, str]:
+    """(--algo.advantage.estimator, --actor.policy_loss_type) of a supported algorithm,
+    with the block's own `estimator` argument when it gives one (ppo, gspo, cispo)."""
+    estimator, loss = ALGORITHMS[algorithm]
+    if args.get("estimator") in ESTIMATORS:
+        estimator = ESTIMATORS[args["estimator"]]
+    return estimator, loss
+
+
+def setting_flags(hyper: dict, args: dict) -> list[tuple[str, list[str]]]:
+    """The train_ppo_ray flags of the settings training_flags leaves to this function:
+    checkpoints (askspec's defaults when the block leaves them out, since OpenRLHF's keep
+    no intermediate checkpoint), and the ones written only when the block gives them."""
+    from askspec.lang.training import HYPERPARAMETERS
+
+    every = hyper.get("save_every", HYPERPARAMETERS["save_every"].default)
+    keep = hyper.get("keep_checkpoints", HYPERPARAMETERS["keep_checkpoints"].default)
+    # OpenRLHF's global step is one per rollout batch, which is one askspec step (schedule())
+    flags: list[tuple[str, list[str]]] = [("--ckpt.save_steps", [str(int(every))]), ("--ckpt.max_num", [str(int(keep))])]
+    if "micro_batch" in hyper:
+        flags.append(("--train.micro_batch_size", [str(int(hyper["micro_batch"]))]))
+    if "epochs" in hyper:
+        flags.append(("--train.max_epochs", [str(int(hyper["epochs"]))]))
+    if args.get("dual_clip") is not None:
+        flags.append(("--actor.dual_clip", [_num(args["dual_clip"])]))
+    if hyper.get("dtype") in DTYPES:
+        flags.append(("--ds.param_dtype", [DTYPES[hyper["dtype"]]]))
+    return flags
+
+
+def sft_flags(opts: dict, t: ir.Training, max_len: int, seed: int) -> list[tuple[str, list[str]]]:
+    """The train_sft flags of an `sft` stage (`opts`, its IR options) of the role trained
+    by `t`: one pass over a data set of exactly steps x batch records (`batch` records per
+    optimizer step), in OpenRLHF's chat format (messages under `prompt` and `completion`),
+    trained as askspec's own trainer trains the stage (runtime/train/stages.py,
+    sft_config): the stage's lr (default the role's), constant, no warm-up, and the role's
+    AdamW settings with askspec's defaults."""
+    from askspec.lang.training import HYPERPARAMETERS
+
+    def setting(key: str):
+        return t.hyper.get(key, HYPERPARAMETERS[key].default)
+
+    return [("--data.input_key", ["prompt"]), ("--data.output_key", ["completion"]),
+            ("--data.apply_chat_template", []), ("--data.max_len", [str(max_len)]),
+            ("--train.batch_size", [str(int(opts["batch"]))]), ("--train.max_epochs", ["1"]),
+            ("--train.seed", [str(seed)]), ("--adam.lr", [_num(opts.get("lr") or setting("lr"))]),
+            ("--adam.betas", [_num(setting("beta1")), _num(setting("beta2"))]),
+            ("--adam.weight_decay", [_num(setting("weight_decay"))]), ("--max_norm", [_num(setting("grad_clip"))]),
+            ("--lr_scheduler", ["constant_with_warmup"]), ("--lr_warmup_ratio", ["0"])]

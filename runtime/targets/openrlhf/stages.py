@@ -1,0 +1,71 @@
+"""The `sft` and `evaluate` stages of a spec as an OpenRLHF job runs them (docs/cluster.md,
+"Stages"): an sft stage is `openrlhf.cli.train_sft` on its records, written in the chat
+format OpenRLHF's SFTDataset reads; an evaluate stage serves the evaluated role's weights
+with vLLM (serve_frozen.sh) and plays the stage's games against them with
+`askspec run --eval-only --stage`. A `retrain` stage is a PPO phase of its own (generate.py
+builds it like the schedule's). Files come back in memory, by path; generate.py writes."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import jinja2
+
+from askspec.ir import model as ir
+
+from askspec.runtime.targets.openrlhf import mapping
+from askspec.runtime.targets.openrlhf.check import StageJob
+from askspec.runtime.train.stages import sft_batch
+
+EVAL_PORT = 8001  # the evaluated weights' server (the stage's own serve_frozen.sh)
+
+
+class StageError(Exception):
+    """A stage's data cannot become the job's (a record without its fields)."""
+
+
+def sft_records(job: StageJob, datasets: dict[str, list]) -> list[dict]:
+    """The stage's steps x batch records in the order askspec's trainer takes them
+    (runtime/train/stages.py, sft_batch), as OpenRLHF chat messages: `prompt` is the
+    system message (when the stage names a `system` field) and the user message,
+    `completion` the assistant message."""
+    o = job.stage.options
+    try:
+        batches = [sft_batch(datasets.get(o["data"]) or [], o, n) for n in range(1, int(o["steps"]) + 1)]
+    except ValueError as e:
+        raise StageError(f"stage '{job.stage.name}': {e}") from None
+    out = []
+    for index, rec in (pair for batch in batches for pair in batch):
+        fields = [o["prompt"], o["completion"]] + ([o["system"]] if o.get("system") else [])
+        if not isinstance(rec, dict) or not all(isinstance(rec.get(f), str) for f in fields):
+            raise StageError(f"stage '{job.stage.name}': sft data set '{o['data']}', record {index + 1}: needs string "
+                             f"fields {', '.join(repr(f) for f in fields)}")
+        prompt = ([{"role": "system", "content": rec[o["system"]]}] if o.get("system") else []) + \
+            [{"role": "user", "content": rec[o["prompt"]]}]
+        out.append({"prompt": prompt, "completion": [{"role": "assistant", "content": rec[o["completion"]]}]})
+    return out
+
+
+def sft_files(env: jinja2.Environment, common: dict, job: StageJob, training: ir.Training, records: list[dict],
+              pretrain: str, max_len: int, seed: int) -> dict[str, str]:
+    """sft.jsonl and sft.sh of an sft stage."""
+    o = job.stage.options
+    flags = mapping.sft_flags(o, training, max_len, seed)
+    ctx = {**common, "stage": job.stage.name, "role": job.role, "pretrain": pretrain, "flags": flags,
+           "records": len(records), "steps": int(o["steps"]), "batch": int(o["batch"]), "data": o["data"]}
+    return {os.path.join(job.dir, "sft.jsonl"): "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+            os.path.join(job.dir, "sft.sh"): env.get_template("sft.sh.j2").render(**ctx)}
+
+
+def evaluate_files(env: jinja2.Environment, common: dict, job: StageJob, server: Any, initial: str,
+                   spec_name: str, profile: str | None, overrides: dict[str, str]) -> dict[str, str]:
+    """evaluate.sh and the stage's serve_frozen.sh (one server: the evaluated weights)."""
+    o = job.stage.options
+    ctx = {**common, "stage": job.stage.name, "role": job.role, "games": o["games"], "samples": int(o["samples"]),
+           "weights": list(o["weights"]), "initial": initial, "spec": spec_name, "profile": profile,
+           "sets": [f"{k}={v}" for k, v in overrides.items()], "port": server.port, "served": server.served,
+           "servers": [server]}
+    return {os.path.join(job.dir, "evaluate.sh"): env.get_template("evaluate.sh.j2").render(**ctx),
+            os.path.join(job.dir, "serve_frozen.sh"): env.get_template("serve_frozen.sh.j2").render(**ctx)}
