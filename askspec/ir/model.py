@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .vocab import Backend, ParserKind, StageKind
+
 
 class Span(BaseModel):
     model_config = ConfigDict(frozen=True, defer_build=True)
@@ -228,7 +230,7 @@ class Param(Node):
 
 class Model(Node):
     name: str
-    backend: Literal["hf", "openai", "vllm", "python", "replay"]
+    backend: Backend
     weights: str
     sampling: dict[str, Any] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -247,7 +249,7 @@ class Template(Node):
 
 class ReplyParser(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    kind: Literal["text", "sections", "boxed", "summary", "json", "tags"] = "text"
+    kind: ParserKind = "text"
     args: dict[str, Any] = Field(default_factory=dict)
     fields: list[str] = Field(default_factory=list)
     required: list[str] = Field(default_factory=list)
@@ -418,7 +420,7 @@ class Stage(Node):
     game, promoted, data, steps, curriculum, warmup?, lr?}."""
 
     name: str
-    kind: Literal["sft", "train", "evaluate", "retrain"]
+    kind: StageKind
     options: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -161,13 +161,23 @@ def training_steps(t: ir.Training, exp: ir.Experiment) -> int:
     return int(steps or 1)
 
 
+def group_size(game: ir.Game, group: int | None) -> int:
+    """The sessions of one group of `game` when a train block with `group` trains on it:
+    a `sample N` game's N, else the block's `group` (1 without one)."""
+    return game.group_size if game.group_size > 1 else int(group or 1)
+
+
+def whole_groups(batch: int | None, size: int) -> int:
+    """`batch` sessions rounded up to whole groups of `size` (one group without a batch)."""
+    return -(-int(batch or size) // size) * size
+
+
 def training_step_sessions(t: ir.Training, games: list[ir.Game]) -> int:
     """The most sessions one step of a train block plays: `batch` rounded up to whole
     groups (a `sample N` game's N, else the block's `group`), at least one group."""
     group = t.hyper.get("group")
-    size = max([g.group_size if g.group_size > 1 else int(group or 1) for g in games] or [int(group or 1)])
-    batch = int(t.hyper.get("batch") or size)
-    return -(-batch // size) * size
+    size = max([group_size(g, group) for g in games] or [int(group or 1)])
+    return whole_groups(t.hyper.get("batch"), size)
 
 
 def iter_game_counts(games: list[ir.Game], params: Mapping[str, Any],

@@ -9,6 +9,7 @@ from math import comb
 
 from . import model as ir
 from .canonical import experiment_hash
+from .plansize import group_size, training_steps, whole_groups
 
 
 def expr_text(e: ir.Expr | None) -> str:
@@ -463,15 +464,12 @@ def _schedule_steps(exp: ir.Experiment) -> int:
         return sum(int(v) for k, v in opts.items() if any(r.name == k for r in exp.roles)) * int(opts.get("iterations") or 1)
     if sched is not None and sched.kind == "nested":
         outer = next((t for t in exp.training if t.role == opts.get("outer")), None)
-        return int(opts.get("outer_steps") or (outer.hyper.get("steps") if outer else None) or 1)
-    steps = [t.hyper.get("steps") or opts.get("steps") or 1 for t in exp.training]
-    return int(max(steps)) if steps else 0
+        return training_steps(outer, exp) if outer else int(opts.get("outer_steps") or 1)
+    return max((training_steps(t, exp) for t in exp.training), default=0)
 
 
 def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
     """The nested schedule's outer steps, each one's inner loop and model-call bounds."""
-    import math
-
     outer, inner = str(opts.get("outer")), str(opts.get("inner"))
     blocks = {t.role: t.hyper for t in exp.training}
     steps = opts.get("outer_steps") or blocks.get(outer, {}).get("steps") or 1
@@ -494,8 +492,8 @@ def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
     extra, m = int(opts.get("extra_inner_steps") or 0), int(opts.get("reward_questions") or 1)
     practice, evaluate = games.get(opts.get("practice") or ""), games.get(opts.get("evaluate") or "")
     hyper = blocks.get(inner, {})
-    size = practice.group_size if practice is not None and practice.group_size > 1 else int(hyper.get("group") or 1)
-    per_step = math.ceil(int(hyper.get("batch") or size) / size) * size
+    size = group_size(practice, hyper.get("group")) if practice is not None else int(hyper.get("group") or 1)
+    per_step = whole_groups(hyper.get("batch"), size)
     longer = f" ({n + extra} after a promotion)" if extra else ""
     out.append(f"  inner loop: {k} dataset(s) × {r} copies of {inner} × {n} step(s){longer} = "
                f"{k * r * n}{f'-{k * r * (n + extra)}' if extra else ''} inner update(s) per outer step, "

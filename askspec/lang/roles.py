@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir import model as ir
+from ..ir.vocab import (BACKENDS, JSON_RETRIES, PARSERS, SAMPLING_FIELDS, SUMMARY_KEEP, SUMMARY_MAX_CHARS, SUMMARY_TAGS,
+                        WHOLE_SAMPLING_FIELDS)
 from . import ast as A
 from .checker_base import CheckerBase
 from .consts import INVALID
@@ -16,14 +18,11 @@ from .span import Span
 from .templates import CONFINED_HINT
 from .types import ANY, BOOL, NUM, STR, T, from_json_value, list_of, reply_type
 
-SAMPLING_KEYS = {"temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty", "max_tokens", "stop", "seed"}
-WHOLE_SAMPLING_KEYS = {"top_k", "max_tokens", "seed"}
 MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retries", "max_batch", "file", "prefix_cache",
                      "quantize", "max_response_bytes"}
 QUANTIZE = ("none", "int8", "fp16")  # hf: reduced-precision weights in the linear layers (opt-in; runtime hf_quant)
-BACKENDS = {"hf", "openai", "vllm", "python", "replay"}
 ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",
-             "recover_malformed", "retries", "max_tokens"} | (SAMPLING_KEYS - {"max_tokens"})
+             "recover_malformed", "retries", "max_tokens", *SAMPLING_FIELDS}
 
 
 class RoleChecks(CheckerBase):
@@ -144,14 +143,14 @@ class RoleChecks(CheckerBase):
         elif isinstance(v, bool) or not isinstance(v, (int, float)):
             self.err("E201", f"'{key}' must be a number, found {from_json_value(v)}", value.span)
             return None
-        elif (v < 0 and key != "presence_penalty") or (key in WHOLE_SAMPLING_KEYS and v != int(v)):
-            whole = "whole " if key in WHOLE_SAMPLING_KEYS else ""
+        elif (v < 0 and key != "presence_penalty") or (key in WHOLE_SAMPLING_FIELDS and v != int(v)):
+            whole = "whole " if key in WHOLE_SAMPLING_FIELDS else ""
             self.err("E107", f"'{key}' must be a {whole}number ≥ 0, found {v}", value.span)
             return None
         return v
 
     def model_attr(self, m: ir.Model, key: str, value: A.Expr, span: Span) -> None:
-        if key in SAMPLING_KEYS:
+        if key in SAMPLING_FIELDS:
             v = self.sampling_value(key, value)
             if v is not None:
                 m.sampling[key] = v
@@ -170,7 +169,7 @@ class RoleChecks(CheckerBase):
             v = self.const(value, f"model setting '{key}'")
             m.options[key] = v
         else:
-            self.err("E105", f"unknown model setting '{key}'", span, suggest(key, SAMPLING_KEYS | MODEL_OPTION_KEYS))
+            self.err("E105", f"unknown model setting '{key}'", span, suggest(key, {*SAMPLING_FIELDS, *MODEL_OPTION_KEYS}))
 
     def replay_paths(self, m: ir.Model, base: A.Call, attrs: list[A.Attribute]) -> None:
         """E304: a recording a spec names (`replay("answers.json")`, `file = "..."`) lies
@@ -280,8 +279,8 @@ class RoleChecks(CheckerBase):
                     rec.retries = n
             if "max_tokens" in attrs:
                 r.max_tokens = self.const_int(attrs["max_tokens"].value, "max_tokens", 1)
-            for key in SAMPLING_KEYS - {"max_tokens"}:
-                if key in attrs:
+            for key in SAMPLING_FIELDS:
+                if key in attrs and key != "max_tokens":  # a role's own setting, checked above
                     v = self.sampling_value(key, attrs[key].value)
                     if v is not None:
                         r.sampling[key] = v
@@ -305,7 +304,7 @@ class RoleChecks(CheckerBase):
         if name == "text":
             return ir.ReplyParser(kind="text")
         if name == "boxed":
-            return ir.ReplyParser(kind="boxed", fields=["answer"], required=["answer"])
+            return ir.ReplyParser(kind="boxed", fields=list(PARSERS["boxed"].fields), required=list(PARSERS["boxed"].required))
         if name == "sections":
             tags = [self.const(a, "a section tag") for a in args]
             if not tags or not all(isinstance(t, str) and t for t in tags):
@@ -316,23 +315,26 @@ class RoleChecks(CheckerBase):
         if name == "summary":
             after = kwargs.get("after")
             given = self.const(after, "summary tags") if after is not None else None
-            tags = ["#Summary#", "#Output#"] if given is None else [given] if isinstance(given, str) else given
+            tags = list(SUMMARY_TAGS) if given is None else [given] if isinstance(given, str) else given
             if not isinstance(tags, list) or not tags or not all(isinstance(t, str) and t for t in tags):
                 self.err("E107", "after is a tag string or a list of them", after.span if after is not None else e.span)
-                tags = ["#Summary#", "#Output#"]
-            max_chars = (self.const_int(kwargs["max_chars"], "max_chars", 1) or 2000) if "max_chars" in kwargs else 2000
-            keep = "boxed"
+                tags = list(SUMMARY_TAGS)
+            max_chars = SUMMARY_MAX_CHARS
+            if "max_chars" in kwargs:
+                max_chars = self.const_int(kwargs["max_chars"], "max_chars", 1) or SUMMARY_MAX_CHARS
+            keep = SUMMARY_KEEP[0]
             if "keep" in kwargs:
                 kv = kwargs["keep"]
                 keep = kv.id if isinstance(kv, A.Name) else ""
-                if keep not in ("boxed", "none"):
+                if keep not in SUMMARY_KEEP:
                     self.err("E107", "keep is boxed (the last \\boxed{} answer always survives the cut) or none", kv.span)
-                    keep = "boxed"
+                    keep = SUMMARY_KEEP[0]
+            options = PARSERS["summary"].args
             for k in kwargs:
-                if k not in ("after", "max_chars", "keep"):
-                    self.err("E109", f"summary() has no option '{k}'", e.span, "options: after, max_chars, keep")
+                if k not in options:
+                    self.err("E109", f"summary() has no option '{k}'", e.span, f"options: {', '.join(options)}")
             return ir.ReplyParser(kind="summary", args={"after": tags, "max_chars": max_chars, "keep": keep},
-                                  fields=["summary", "answer"])
+                                  fields=list(PARSERS["summary"].fields))
         if name == "tags":
             tags = [self.const(a, "a tag name") for a in args]
             if not tags or not all(isinstance(t, str) and t and t.replace("_", "").replace("-", "").isalnum() for t in tags):
@@ -363,7 +365,7 @@ class RoleChecks(CheckerBase):
                     self.err("E107", f"json schema field '{k}' must be bool, number, string, list or any", v.span)
                     tname = "any"
                 schema[k] = tname
-            retries = (self.const_int(kwargs["retries"], "retries") or 0) if "retries" in kwargs else 2
+            retries = (self.const_int(kwargs["retries"], "retries") or 0) if "retries" in kwargs else JSON_RETRIES
             return ir.ReplyParser(kind="json", args={"schema": schema, "retries": retries}, fields=list(schema), required=list(schema))
         self.err("E107", "reply is text, boxed, sections(...), tags(...), summary(...) or json({...})", e.span)
         return ir.ReplyParser(kind="text")

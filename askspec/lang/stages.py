@@ -13,9 +13,9 @@ from . import ast as A
 from .blocks import BlockChecks
 from .exprs import irspan, suggest
 from ..ir.plansize import MAX_STEP_SESSIONS, MAX_TRAINING_STEPS
+from ..ir.vocab import STAGE_KINDS
 from .training import HYPERPARAMETERS
 
-STAGE_KINDS = ("sft", "train", "evaluate", "retrain")
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "sft": ("role", "data", "steps", "batch", "lr", "prompt", "completion", "system"),
     "train": (),

@@ -13,25 +13,9 @@ from typing import Any
 
 from ..ir import model as ir
 from ..ir.plansize import training_steps
+from ..ir.vocab import AGGREGATIONS, ALGORITHM_DEFAULTS, ESTIMATORS
 from . import ast as A
 from .roles import RoleChecks
-
-# advantage estimators (how a trajectory's reward becomes its advantage)
-ESTIMATORS = ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")
-# algorithm -> (estimator, policy loss, aggregation) when the spec does not choose
-ALGORITHM_DEFAULTS: dict[str, tuple[str | None, str, str]] = {
-    "grpo": ("grpo", "ppo", "sequence"),
-    "dr_grpo": ("dr_grpo", "ppo", "constant"),
-    "group_norm": ("group_norm", "ppo", "token"),
-    "rloo": ("rloo", "ppo", "token"),
-    "reinforce": ("reinforce", "ppo", "token"),
-    "reinforce_baseline": ("reinforce_baseline", "ppo", "token"),
-    "ppo": ("grpo", "ppo", "token"),
-    "gspo": ("grpo", "gspo", "sequence"),
-    "cispo": ("grpo", "cispo", "token"),
-    "sft": (None, "sft", "token"),
-}
-ALGORITHMS = frozenset(ALGORITHM_DEFAULTS)
 
 
 @dataclass(frozen=True)
@@ -114,7 +98,7 @@ HYPERPARAMETERS: dict[str, Setting] = {
     "kl_estimator": Setting("name", "k3", "per-token KL estimate: k1 = log π/π_ref, k3 = r − 1 − log r", choices=("k1", "k3")),
     "aggregation": Setting("name", None, "how token losses become the batch loss: token (over all tokens), "
                            "sequence (per trajectory, then over trajectories), constant (Dr. GRPO: sum / "
-                           "(trajectories × max_tokens)); default per algorithm", choices=("token", "sequence", "constant")),
+                           "(trajectories × max_tokens)); default per algorithm", choices=AGGREGATIONS),
     "save_every": Setting("int", 25, "write a checkpoint every N steps (and after the last)", 1, 1_000_000),
     "keep_checkpoints": Setting("int", 2, "checkpoints kept (the final one always stays)", 1, 1000),
     "max_nonfinite_steps": Setting("int", 3, "how many steps may have a NaN or infinite advantage, loss or gradient: "

@@ -14,6 +14,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
+from askspec.ir.vocab import SAMPLING_NUMBERS
+
 FinishReason = Literal["stop", "length", "error"]
 
 # Sampling, ChatRequest and ChatResult are values: built once per model call and never
@@ -24,7 +26,8 @@ FinishReason = Literal["stop", "length", "error"]
 
 @dataclass(slots=True)
 class Sampling:
-    """Sampling fields a spec may set on a model; None means the backend's default."""
+    """Sampling fields a spec may set on a model (askspec.ir.vocab.SAMPLING_FIELDS, one
+    attribute each); None means the backend's default."""
 
     temperature: float = 1.0
     top_p: float | None = None
@@ -40,7 +43,7 @@ class Sampling:
         """The fields that are set (None ones and an empty `stop` left out), typed as the
         wire formats want them (`stop` as a list): what a backend maps onto its API."""
         out: dict[str, Any] = {}
-        for name, cast in _SAMPLING_TYPES.items():
+        for name, cast in SAMPLING_NUMBERS.items():
             value = getattr(self, name)
             if value is not None:
                 out[name] = cast(value)
@@ -48,9 +51,6 @@ class Sampling:
             out["stop"] = list(self.stop)
         return out
 
-
-_SAMPLING_TYPES = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "presence_penalty": float,
-                   "repetition_penalty": float, "max_tokens": int, "seed": int}
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# kind -> (module in this package, class name)
+# kind (askspec.ir.vocab.BACKENDS) -> (module in this package, class name)
 BACKENDS: dict[str, tuple[str, str]] = {
     "hf": ("hf", "HFBackend"),
     "openai": ("openai_backend", "OpenAIBackend"),

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-BACKEND_KINDS = ("hf", "openai", "vllm", "python", "replay")
+from askspec.ir.vocab import BACKENDS as BACKEND_KINDS
 
 # Exit codes of `askspec run` (documented in the README).
 EXIT_OK = 0  # the run finished and at least one session succeeded

@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from askspec.ir.vocab import PARSERS as KINDS
+from askspec.ir.vocab import SUMMARY_KEEP, SUMMARY_MAX_CHARS, SUMMARY_TAGS
+
 __all__ = [
     "ParsedReply",
     "NO_SUMMARY_PLACEHOLDER",
@@ -56,8 +59,6 @@ __all__ = [
 # The paper gives no literal wording, only that the placeholder indicates "the model
 # failed to produce a structured answer" (App. F); this constant says exactly that.
 NO_SUMMARY_PLACEHOLDER = "(The model failed to produce a structured answer.)"
-
-SUMMARY_TAGS: tuple[str, ...] = ("#Summary#", "#Output#")
 
 # Field names every parse() result carries; spec-declared parts may not reuse `text`.
 RESERVED_FIELDS = frozenset({"text"})
@@ -494,7 +495,7 @@ def is_truncated(finish_reason: Any, text: Any = None) -> bool:
 def summary(
     text: Any,
     after: Sequence[str] = SUMMARY_TAGS,
-    max_chars: int | None = 2000,
+    max_chars: int | None = SUMMARY_MAX_CHARS,
     keep_boxed: bool = True,
 ) -> ParsedReply:
     """Ask-E's boundary-model summary (App. D and App. F, "Boundary models -> Questioner").
@@ -741,7 +742,7 @@ def json_reply(text: Any, schema: Mapping[str, str]) -> ParsedReply:
 
 
 def _p_text(text: str, args: Mapping[str, Any]) -> ParsedReply:
-    _no_args("text", args, ())
+    _no_args("text", args)
     ok = bool(text.strip())
     return ParsedReply(
         fields={"text": text, "answer": fallback_answer(text)},
@@ -752,7 +753,7 @@ def _p_text(text: str, args: Mapping[str, Any]) -> ParsedReply:
 
 
 def _p_boxed(text: str, args: Mapping[str, Any]) -> ParsedReply:
-    _no_args("boxed", args, ())
+    _no_args("boxed", args)
     box = last_boxed(text)
     ok = box is not None
     return ParsedReply(
@@ -764,28 +765,28 @@ def _p_boxed(text: str, args: Mapping[str, Any]) -> ParsedReply:
 
 
 def _p_sections(text: str, args: Mapping[str, Any]) -> ParsedReply:
-    _no_args("sections", args, ("tags", "required"))
+    _no_args("sections", args, ("required",))
     if "tags" not in args:
         raise ValueError("parser 'sections' needs a 'tags' argument")
     return sections(text, args["tags"], args.get("required"))
 
 
 def _p_summary(text: str, args: Mapping[str, Any]) -> ParsedReply:
-    _no_args("summary", args, ("after", "max_chars", "keep_boxed", "keep"))
+    _no_args("summary", args, ("keep_boxed",))
     keep_boxed = args.get("keep_boxed", True)
     if "keep" in args:  # the spec sketch writes `keep = boxed`
         keep = args["keep"]
-        if keep not in ("boxed", None, "none", True, False):
+        if keep not in (*SUMMARY_KEEP, None, True, False):
             raise ValueError(f"parser 'summary': keep must be 'boxed' or 'none', got {keep!r}")
         keep_boxed = keep in ("boxed", True)
     after = args.get("after", SUMMARY_TAGS)
     if isinstance(after, str):
         after = (after,)
-    return summary(text, after=after, max_chars=args.get("max_chars", 2000), keep_boxed=bool(keep_boxed))
+    return summary(text, after=after, max_chars=args.get("max_chars", SUMMARY_MAX_CHARS), keep_boxed=bool(keep_boxed))
 
 
 def _p_json(text: str, args: Mapping[str, Any]) -> ParsedReply:
-    _no_args("json", args, ("schema", "retries"))  # retries is the engine's business
+    _no_args("json", args)  # retries is the engine's business
     return json_reply(text, args.get("schema", {}))
 
 
@@ -828,13 +829,16 @@ def xml_tags(text: Any, tags: Sequence[str], boxed: str | None = None) -> Parsed
 
 
 def _p_tags(text: str, args: Mapping[str, Any]) -> ParsedReply:
-    _no_args("tags", args, ("tags", "boxed"))
+    _no_args("tags", args)
     if not args.get("tags"):
         raise ValueError("parser 'tags' needs a 'tags' argument")
     return xml_tags(text, list(args["tags"]), args.get("boxed"))
 
 
-def _no_args(name: str, args: Mapping[str, Any], allowed: Sequence[str]) -> None:
+def _no_args(name: str, args: Mapping[str, Any], also: Sequence[str] = ()) -> None:
+    """Refuse arguments that are not the parser's (askspec.ir.vocab.PARSERS), nor `also`:
+    ones this module's callers may pass besides a spec's."""
+    allowed = (*KINDS[name].args, *also)
     extra = sorted(set(args) - set(allowed))
     if extra:
         allowed_s = ", ".join(allowed) if allowed else "none"

@@ -19,9 +19,22 @@ the mean and variance are token-weighted exactly as there.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-ESTIMATORS = ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")
+from askspec.ir.vocab import ESTIMATORS
+
+Raw = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# estimator -> its advantage from (reward, group size, group mean, group std) per trajectory
+_RAW: dict[str, Raw] = {
+    "grpo": lambda r, n, mean, std: (r - mean) / (std + 1e-4),
+    "group_norm": lambda r, n, mean, std: (r - mean) / (std + 1e-9),
+    "dr_grpo": lambda r, n, mean, std: r - mean,
+    "rloo": lambda r, n, mean, std: r - (mean * n - r) / (n - 1).clamp(min=1),
+    "reinforce_baseline": lambda r, n, mean, std: r - mean,
+    "reinforce": lambda r, n, mean, std: r.clone(),
+}
 
 
 def _group_stats(rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -40,25 +53,14 @@ def _group_stats(rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Ten
 def advantages(estimator: str, rewards: torch.Tensor, groups: torch.Tensor,
                token_counts: torch.Tensor | None = None) -> torch.Tensor:
     """Advantages [N] (float32) for trajectory rewards [N] in groups [N] (long, 0..G-1)."""
-    if estimator not in ESTIMATORS:
+    if estimator not in _RAW:
         raise ValueError(f"unknown advantage estimator {estimator!r}; one of {', '.join(ESTIMATORS)}")
     r = rewards.double()
     if r.numel() == 0:
         return r.float()
     n, mean, std = _group_stats(r, groups)
     alone = n < 2
-    if estimator == "grpo":
-        adv = (r - mean) / (std + 1e-4)
-    elif estimator == "group_norm":
-        adv = (r - mean) / (std + 1e-9)
-    elif estimator == "dr_grpo":
-        adv = r - mean
-    elif estimator == "rloo":
-        adv = (r - (mean * n - r) / (n - 1).clamp(min=1))
-    elif estimator == "reinforce_baseline":
-        adv = r - mean
-    else:  # reinforce
-        adv = r.clone()
+    adv = _RAW[estimator](r, n, mean, std)
     if estimator != "reinforce":
         adv = torch.where(alone, torch.zeros_like(adv), adv)
     if estimator in ("reinforce", "reinforce_baseline"):

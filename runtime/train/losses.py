@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import torch
 
-LOSSES = ("ppo", "gspo", "cispo", "sft")
-AGGREGATIONS = ("token", "sequence", "constant")
+from askspec.ir.vocab import AGGREGATIONS, LOSSES
 
 
 def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, traj: torch.Tensor,

@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import math
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from askspec.ir import model as ir
+from askspec.ir.plansize import group_size, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed
 
@@ -190,9 +190,8 @@ class InnerLoop:
         """(group, sessions per inner step) of the practice game."""
         assert self.practice is not None
         cfg = self.trainer.by_role[self.s.inner]
-        size = self.practice.group_size if self.practice.group_size > 1 else (cfg.group or 1)
-        batch = cfg.batch or size
-        return cfg.group, math.ceil(batch / size) * size
+        size = group_size(self.practice, cfg.group)
+        return cfg.group, whole_groups(cfg.batch, size)
 
     def _eval_items(self) -> int:
         assert self.evaluate is not None

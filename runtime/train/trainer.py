@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from askspec.ir import model as ir
+from askspec.ir.plansize import group_size, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
 from askspec.runtime.train.batch import SessionRecord, build_batch
@@ -123,7 +124,7 @@ class StepPlanner:
                 items = evaluate(game.iter, Env(vars={}, params=params, collections=collections))
                 if not isinstance(items, list):
                     raise ValueError(f"game {game.name}: 'for' did not produce a list")
-            size = game.group_size if game.group_size > 1 else (group or 1)
+            size = group_size(game, group)
             for k, item in enumerate(items):
                 if game.pattern and len(game.pattern) == 1:
                     bindings = {game.pattern[0]: item}
@@ -317,8 +318,8 @@ class LocalTrainer:
     def _replay_shape(self, ph: schedule.Phase, game: ir.Game) -> tuple[int, int]:
         """(items, sessions per item) one step of `ph` replays from `game`'s buffer."""
         group, batch = self._sizes(ph)
-        size = game.group_size if game.group_size > 1 else (group or 1)
-        return max(1, -(-(batch or size) // size)), size
+        size = group_size(game, group)
+        return whole_groups(batch, size) // size, size
 
     def planner_over(self, games: list[ir.Game], collections: dict[str, list], seed: int, group: int | None,
                      batch: int | None) -> StepPlanner:
@@ -632,8 +633,8 @@ class LocalTrainer:
     def _retrain_shape(self, stage: ir.Stage) -> tuple[int, int]:
         """(group, sessions per step) of a retrain stage: its role's train block, whole groups."""
         cfg, game = self.by_role[stage.options["role"]], self._game(stage.options["game"])
-        size = game.group_size if game.group_size > 1 else (cfg.group or 1)
-        return size, -(-(cfg.batch or size) // size) * size
+        size = group_size(game, cfg.group)
+        return size, whole_groups(cfg.batch, size)
 
     def _stage(self, sl: schedule.Slot) -> ir.Stage:
         return next(s for s in self.exp.stages if s.name == sl.phase.stage)

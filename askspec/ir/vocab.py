@@ -1,0 +1,77 @@
+"""The vocabulary of a spec, defined once: the kinds of backend, reply parser, sampling
+field, stage, advantage estimator, policy loss and aggregation, with their fields. The
+checker validates against these tables, the IR types its fields with them, the runtime
+dispatches on them and targets map from them; none of them defines its own list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+# ---- models ----------------------------------------------------------------------------
+Backend = Literal["hf", "openai", "vllm", "python", "replay"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
+
+# Sampling fields a model or role may set -> the type a backend sends (int: a whole
+# number); `stop` (a list of strings) is the one field that is not a number.
+SAMPLING_NUMBERS: dict[str, type] = {"temperature": float, "top_p": float, "top_k": int, "min_p": float,
+                                     "presence_penalty": float, "repetition_penalty": float, "max_tokens": int,
+                                     "seed": int}
+SAMPLING_FIELDS: tuple[str, ...] = (*SAMPLING_NUMBERS, "stop")
+WHOLE_SAMPLING_FIELDS = frozenset(k for k, t in SAMPLING_NUMBERS.items() if t is int)
+
+
+# ---- reply parsers ---------------------------------------------------------------------
+ParserKind = Literal["text", "sections", "boxed", "summary", "json", "tags"]
+
+
+@dataclass(frozen=True)
+class Parser:
+    """A reply parser: the arguments it takes (the spec's and the IR's names) and, for the
+    parsers whose fields do not depend on their arguments, the fields and the required ones."""
+
+    args: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()
+
+
+SUMMARY_TAGS: tuple[str, ...] = ("#Summary#", "#Output#")  # summary()'s `after` when the spec gives none
+SUMMARY_MAX_CHARS = 2000
+SUMMARY_KEEP = ("boxed", "none")  # the first is the default
+JSON_RETRIES = 2  # json()'s `retries` when the spec gives none
+
+PARSERS: dict[str, Parser] = {
+    "text": Parser(),
+    "boxed": Parser(fields=("answer",), required=("answer",)),
+    "sections": Parser(args=("tags",)),  # fields: one per tag, the last required
+    "summary": Parser(args=("after", "max_chars", "keep"), fields=("summary", "answer")),
+    "tags": Parser(args=("tags", "boxed")),  # fields: one per tag (+ answer with boxed), all required
+    "json": Parser(args=("schema", "retries")),  # fields: the schema's, all required
+}
+
+
+# ---- stages ----------------------------------------------------------------------------
+StageKind = Literal["sft", "train", "evaluate", "retrain"]
+STAGE_KINDS: tuple[str, ...] = get_args(StageKind)
+
+
+# ---- training --------------------------------------------------------------------------
+# advantage estimators (how a trajectory's reward becomes its advantage)
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")
+LOSSES: tuple[str, ...] = ("ppo", "gspo", "cispo", "sft")  # policy losses
+AGGREGATIONS: tuple[str, ...] = ("token", "sequence", "constant")  # how token losses become the batch loss
+
+# algorithm -> (estimator, policy loss, aggregation) when the spec does not choose
+ALGORITHM_DEFAULTS: dict[str, tuple[str | None, str, str]] = {
+    "grpo": ("grpo", "ppo", "sequence"),
+    "dr_grpo": ("dr_grpo", "ppo", "constant"),
+    "group_norm": ("group_norm", "ppo", "token"),
+    "rloo": ("rloo", "ppo", "token"),
+    "reinforce": ("reinforce", "ppo", "token"),
+    "reinforce_baseline": ("reinforce_baseline", "ppo", "token"),
+    "ppo": ("grpo", "ppo", "token"),
+    "gspo": ("grpo", "gspo", "sequence"),
+    "cispo": ("grpo", "cispo", "token"),
+    "sft": (None, "sft", "token"),
+}
+ALGORITHMS = frozenset(ALGORITHM_DEFAULTS)
