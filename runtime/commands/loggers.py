@@ -10,42 +10,16 @@ reason as text."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from askspec.runtime.commands.options import UsageError
+from askspec.runtime.commands.options import LogTarget
 from askspec.runtime.store.layout import TRAIN_STEP_COLUMNS
 
-KINDS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # --log kind -> the package it needs (and the extra)
 # numbers the trainer records besides the flat columns (metrics JSON), logged alongside them
 EXTRA_NUMBERS = ("seconds_play", "seconds_update", "generated_tokens", "trajectories", "groups", "abs_adv_mean")
-
-
-@dataclass(frozen=True)
-class LogTarget:
-    kind: str  # tensorboard | wandb
-    where: str | None  # tensorboard: the folder; wandb: the project
-
-
-def parse_log(value: str) -> LogTarget:
-    """`tensorboard`, `tensorboard:DIR`, `wandb` or `wandb:PROJECT` (a UsageError otherwise,
-    or when the package is not installed)."""
-    kind, sep, where = value.partition(":")
-    kind = kind.strip().lower()
-    if kind not in KINDS:
-        raise UsageError(f"--log {value!r}: one of tensorboard[:DIR], wandb[:PROJECT]")
-    if sep and not where.strip():
-        raise UsageError(f"--log {value!r}: give a {'folder' if kind == 'tensorboard' else 'project'} after the ':', "
-                         f"or leave the ':' out")
-    package = KINDS[kind]
-    if importlib.util.find_spec(package) is None:
-        raise UsageError(f"--log {kind} needs the {package} package, which is not installed: "
-                         f"pip install 'askspec[{package}]'")
-    return LogTarget(kind, where.strip() or None)
 
 
 def step_values(metrics: dict[str, Any]) -> tuple[dict[str, float], str | None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -24,6 +25,33 @@ MAX_SEED = 2**63 - 1  # the store keeps seeds as BIGINT
 
 class UsageError(Exception):
     """A bad flag, a bad value or a combination that cannot work: one `error:` line, exit 1."""
+
+
+# --log: parsed here, with the other flags; the loggers themselves are commands/loggers.py
+KINDS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # --log kind -> the package it needs (and the extra)
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    kind: str  # tensorboard | wandb
+    where: str | None  # tensorboard: the folder; wandb: the project
+
+
+def parse_log(value: str) -> LogTarget:
+    """`tensorboard`, `tensorboard:DIR`, `wandb` or `wandb:PROJECT` (a UsageError otherwise,
+    or when the package is not installed)."""
+    kind, sep, where = value.partition(":")
+    kind = kind.strip().lower()
+    if kind not in KINDS:
+        raise UsageError(f"--log {value!r}: one of tensorboard[:DIR], wandb[:PROJECT]")
+    if sep and not where.strip():
+        raise UsageError(f"--log {value!r}: give a {'folder' if kind == 'tensorboard' else 'project'} after the ':', "
+                         f"or leave the ':' out")
+    package = KINDS[kind]
+    if importlib.util.find_spec(package) is None:
+        raise UsageError(f"--log {kind} needs the {package} package, which is not installed: "
+                         f"pip install 'askspec[{package}]'")
+    return LogTarget(kind, where.strip() or None)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
@@ -121,8 +149,6 @@ class RunOptions:
             raise UsageError("--stage plays every session of the stage: it cannot be combined with --sessions")
         if self.weights is not None and (self.stage is None or self.weights not in ("trained", "initial")):
             raise UsageError(f"--weights is trained or initial, with --stage; got {self.weights!r}")
-        from askspec.runtime.commands.loggers import parse_log
-
         for value in self.log:
             parse_log(value)  # a bad value, or a missing package, before anything starts
 

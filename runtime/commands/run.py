@@ -225,7 +225,8 @@ class Run:
     def _training_output(self, s, progress) -> tuple[Any, list] | None:
         """The per-step console lines' report and the --log loggers (None after printing
         why one could not start)."""
-        from askspec.runtime.commands.loggers import open_loggers, parse_log
+        from askspec.runtime.commands.loggers import open_loggers
+        from askspec.runtime.commands.options import parse_log
         from askspec.runtime.commands.train_report import TrainReport
 
         config = {"experiment": s.exp.name, "experiment_hash": s.experiment_hash, "seed": s.seed,
