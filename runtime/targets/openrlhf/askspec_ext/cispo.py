@@ -115,7 +115,7 @@ def install() -> None:
         ppo_kl = loss.masked_mean(-log_ratio.detach(), action_mask, dim=None)
         return total, clip_ratio, ppo_kl, None, None
 
-    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.__init__ = __init__
     cls.forward = forward
     cls._askspec_wrapped = (original_init, original_forward)
 
