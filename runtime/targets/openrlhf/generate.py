@@ -178,9 +178,8 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         calls = max(g.call_bounds.get(phase.role, 1) for g in games)
         max_len = int(hyper.get("max_len") or calls * int(sampling.get("max_tokens", 256)) + mapping.CONTEXT_ALLOWANCE)
         sched = mapping.schedule(len(lines), phase.group, int(hyper["batch"]) if "batch" in hyper else None, phase.steps)
-        flags = mapping.training_flags(phase.algorithm, phase.training.hyper, phase.training.algorithm_args,
-                                       phase.group, sched, sampling, max_len, seed)
-        flags += mapping.setting_flags(phase.training.hyper, phase.training.algorithm_args)
+        flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
+        flags += mapping.setting_flags(phase.training)
         explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
         others = [r for r in trained if r != phase.role and _asked(games, r)]
         servers, endpoints, frozen = _frozen(exp, games, phase.role, others)

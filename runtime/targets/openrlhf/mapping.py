@@ -107,12 +107,14 @@ def schedule(elements: int, group: int, batch: int | None, steps: int | None) ->
     return Schedule(prompts, prompts * group, episodes, total, notes)
 
 
-def training_flags(algorithm: str, hyper: dict, args: dict, group: int, sched: Schedule, sampling: dict,
+def training_flags(algorithm: str, t: ir.Training, group: int, sched: Schedule, sampling: dict,
                    max_len: int, seed: int) -> list[tuple[str, list[str]]]:
     """The train_ppo_ray flags a job derives from its `train` block (in launch order).
-    `algorithm` is the effective (supported) one."""
-    estimator, loss = openrlhf_algorithm(algorithm, args)
-    settings = {**hyper, **args}
+    `algorithm` is the effective (supported) one. A setting's value is the lowered one
+    (`t.config`, defaults included); whether a flag is passed depends on what the spec says."""
+    estimator, loss = openrlhf_algorithm(algorithm, t.algorithm_args)
+    settings = {**t.hyper, **t.algorithm_args}
+    cfg = lowered(t)
     flags: list[tuple[str, list[str]]] = [
         ("--algo.advantage.estimator", [estimator]),
         ("--actor.policy_loss_type", [loss]),
@@ -131,32 +133,28 @@ def training_flags(algorithm: str, hyper: dict, args: dict, group: int, sched: S
     if sampling.get("top_p") is not None:
         flags.append(("--rollout.top_p", [_num(sampling["top_p"])]))
     if "lr" in settings:
-        flags.append(("--actor.adam.lr", [_num(settings["lr"])]))
-    warmup = settings.get("warmup")
+        flags.append(("--actor.adam.lr", [_num(cfg.lr)]))
+    warmup = cfg.warmup
     flags.append(("--actor.lr_warmup_ratio", [_num(min(1.0, warmup / sched.steps) if warmup else 0)]))
     # The optimiser as askspec's own trainer runs it, defaults included: OpenRLHF's differ
     # (cosine decay to 10%, β2 0.95), and a job should train as a local run of the same spec.
-    if settings.get("decay", "constant") == "cosine":
-        lr = float(settings.get("lr", 1e-6))
+    if cfg.decay == "cosine":
         flags += [("--actor.lr_scheduler", ["cosine_with_min_lr"]),
-                  ("--actor.min_lr_ratio", [_num(float(settings.get("min_lr", 0.0)) / lr if lr else 0)])]
+                  ("--actor.min_lr_ratio", [_num(cfg.min_lr / cfg.lr if cfg.lr else 0)])]
     else:
         flags.append(("--actor.lr_scheduler", ["constant_with_warmup"]))
-    flags += [("--actor.adam.betas", [_num(settings.get("beta1", 0.9)), _num(settings.get("beta2", 0.999))]),
-              ("--actor.adam.weight_decay", [_num(settings.get("weight_decay", 0.0))]),
-              ("--actor.max_norm", [_num(settings.get("grad_clip", 1.0))])]
+    flags += [("--actor.adam.betas", [_num(cfg.beta1), _num(cfg.beta2)]),
+              ("--actor.adam.weight_decay", [_num(cfg.weight_decay)]),
+              ("--actor.max_norm", [_num(cfg.grad_clip)])]
     if settings.get("aggregation") in LOSS_AGGREGATION:
         flags.append(("--actor.loss_agg_mode", [LOSS_AGGREGATION[settings["aggregation"]]]))
     if "clip_low" in settings or "clip_high" in settings or loss == "cispo":  # cispo's defaults are not OpenRLHF's
-        default = settings.get("clip", 0.2)
-        flags.append(("--actor.eps_clip_low_high", [_num(settings.get("clip_low", default)),
-                                                   _num(settings.get("clip_high", default))]))
+        flags.append(("--actor.eps_clip_low_high", [_num(cfg.clip_low), _num(cfg.clip_high)]))
     elif "clip" in settings:
         flags.append(("--actor.eps_clip", [_num(settings["clip"])]))
-    kl = float(settings.get("kl", 0.0) or 0.0)
-    flags.append(("--algo.kl.init_coef", [_num(kl)]))
-    if kl > 0 and estimator != "gae":  # GRPO-style: KL as a loss term (k3), not a reward penalty
-        flags += [("--algo.kl.use_loss", []), ("--algo.kl.estimator", ["k3"])]
+    flags.append(("--algo.kl.init_coef", [_num(cfg.kl)]))
+    if cfg.kl > 0 and estimator != "gae":  # GRPO-style: KL as a loss term, not a reward penalty
+        flags += [("--algo.kl.use_loss", []), ("--algo.kl.estimator", [cfg.kl_estimator])]
     return flags
 
 
@@ -174,16 +172,21 @@ def openrlhf_algorithm(algorithm: str, args: dict) -> tuple[str, str]:
     return estimator, loss
 
 
-def setting_flags(hyper: dict, args: dict) -> list[tuple[str, list[str]]]:
+def lowered(t: ir.Training) -> ir.TrainSettings:
+    """The block's settings with askspec's defaults, as the compiler lowered them."""
+    if t.config is None:
+        raise ValueError(f"train {t.role}: the IR holds no lowered training settings (compile the spec first)")
+    return t.config
+
+
+def setting_flags(t: ir.Training) -> list[tuple[str, list[str]]]:
     """The train_ppo_ray flags of the settings training_flags leaves to this function:
     checkpoints (askspec's defaults when the block leaves them out, since OpenRLHF's keep
     no intermediate checkpoint), and the ones written only when the block gives them."""
-    from askspec.lang.training import HYPERPARAMETERS
-
-    every = hyper.get("save_every", HYPERPARAMETERS["save_every"].default)
-    keep = hyper.get("keep_checkpoints", HYPERPARAMETERS["keep_checkpoints"].default)
+    hyper, args, cfg = t.hyper, t.algorithm_args, lowered(t)
     # OpenRLHF's global step is one per rollout batch, which is one askspec step (schedule())
-    flags: list[tuple[str, list[str]]] = [("--ckpt.save_steps", [str(int(every))]), ("--ckpt.max_num", [str(int(keep))])]
+    flags: list[tuple[str, list[str]]] = [("--ckpt.save_steps", [str(cfg.save_every)]),
+                                          ("--ckpt.max_num", [str(cfg.keep_checkpoints)])]
     if "micro_batch" in hyper:
         flags.append(("--train.micro_batch_size", [str(int(hyper["micro_batch"]))]))
     if "epochs" in hyper:
@@ -202,15 +205,11 @@ def sft_flags(opts: dict, t: ir.Training, max_len: int, seed: int) -> list[tuple
     trained as askspec's own trainer trains the stage (runtime/train/stages.py,
     sft_config): the stage's lr (default the role's), constant, no warm-up, and the role's
     AdamW settings with askspec's defaults."""
-    from askspec.lang.training import HYPERPARAMETERS
-
-    def setting(key: str):
-        return t.hyper.get(key, HYPERPARAMETERS[key].default)
-
+    cfg = lowered(t)
     return [("--data.input_key", ["prompt"]), ("--data.output_key", ["completion"]),
             ("--data.apply_chat_template", []), ("--data.max_len", [str(max_len)]),
             ("--train.batch_size", [str(int(opts["batch"]))]), ("--train.max_epochs", ["1"]),
-            ("--train.seed", [str(seed)]), ("--adam.lr", [_num(opts.get("lr") or setting("lr"))]),
-            ("--adam.betas", [_num(setting("beta1")), _num(setting("beta2"))]),
-            ("--adam.weight_decay", [_num(setting("weight_decay"))]), ("--max_norm", [_num(setting("grad_clip"))]),
+            ("--train.seed", [str(seed)]), ("--adam.lr", [_num(opts.get("lr") or cfg.lr)]),
+            ("--adam.betas", [_num(cfg.beta1), _num(cfg.beta2)]),
+            ("--adam.weight_decay", [_num(cfg.weight_decay)]), ("--max_norm", [_num(cfg.grad_clip)]),
             ("--lr_scheduler", ["constant_with_warmup"]), ("--lr_warmup_ratio", ["0"])]
