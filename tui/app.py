@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from askspec.runtime.store import layout
 from askspec.tui import data
+from askspec.tui.columns import state_dir
 from askspec.tui.commands import RunsProvider
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.transcript_view import text_width
@@ -263,8 +264,7 @@ class AskspecApp(Loader, App):
 def log_file() -> Path:
     """Where ``askspec tui`` logs (a terminal app cannot write to its own screen):
     ``$XDG_STATE_HOME/askspec/tui.log``, else ``~/.local/state/askspec/tui.log``."""
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "askspec" / "tui.log"
+    return state_dir() / "tui.log"
 
 
 def run(path: str | os.PathLike[str] = "runs") -> int:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from askspec.runtime.store import readonly
 from askspec.terminal import printable
 from askspec.tui import shaping
-from askspec.tui.filters import Filter, escape_like, like_pattern
+from askspec.tui.filters import Filter, VarTest, escape_like, like_pattern
 from askspec.tui.mirror import RunMirror
 from askspec.tui.source import DataError, Source, check_path, fingerprint, one_line
 
@@ -248,24 +248,58 @@ def _filter_sql(f: Filter) -> tuple[list[str], list[Any]]:
         where.append(_any_of("s.game", f.game, params))
     if f.group:
         where.append(_any_of("s.group_id", f.group, params))
+    if f.stage:
+        where.append(_any_of("s.stage", f.stage, params))
     if f.needs_turns:
         where.append("s.session_id IN (SELECT session_id FROM _turn_matches)")
     if f.reward:
-        lo, hi = f.reward
         total = "(SELECT sum(total) FROM fin WHERE fin.session_id = s.session_id" + (
             " AND fin.role = ?)" if f.role else ")")
         if f.role:
             params.append(f.role)
-        if lo is not None and hi is not None:
-            where.append(f"{total} BETWEEN ? AND ?")
-            params += [lo, hi]
-        elif lo is not None:
-            where.append(f"{total} >= ?")
-            params.append(lo)
-        elif hi is not None:
-            where.append(f"{total} <= ?")
-            params.append(hi)
+        _in_range(total, f.reward, where, params)
+    if f.step:
+        _in_range(STEP_SQL, f.step, where, params)
+    for v in f.vars:
+        where.append(_var_sql(v, params))
     return where, params
+
+
+def _in_range(value_sql: str, bounds: tuple[float | None, float | None], where: list[str], params: list[Any]) -> None:
+    lo, hi = bounds
+    if lo is not None and hi is not None:
+        where.append(f"{value_sql} BETWEEN ? AND ?")
+        params += [lo, hi]
+    elif lo is not None:
+        where.append(f"{value_sql} >= ?")
+        params.append(lo)
+    elif hi is not None:
+        where.append(f"{value_sql} <= ?")
+        params.append(hi)
+
+
+def _var_path(name: str) -> str:
+    """The JSON path of session variable ``name`` (quoted: any name is one key)."""
+    return '$."' + name.replace('"', '') + '"'
+
+
+def _var_sql(v: VarTest, params: list[Any]) -> str:
+    """One ``var:`` term as a condition on ``s.vars``."""
+    text = "json_extract_string(s.vars, ?)"
+    num = "TRY_CAST(json_extract_string(s.vars, ?) AS DOUBLE)"
+    path = _var_path(v.name)
+    if v.op in ("=", "!="):
+        if v.value.lower() in ("-", "none", "null"):
+            params.append(path)
+            return f"{text} IS {'NOT ' if v.op == '!=' else ''}NULL"
+        params += [path, like_pattern(v.value)]
+        cond = f"{text} LIKE ? ESCAPE '\\'"
+        if v.number is not None:  # 2 matches 2.0 in the JSON
+            params += [path, v.number]
+            cond = f"({cond} OR {num} = ?)"
+        return f"coalesce({cond}, false)" if v.op == "=" else f"NOT coalesce({cond}, false)"
+    params += [path, v.number]
+    return f"{num} {v.op} ?"
 
 
 CHEAP_REWARDS = 8 << 20  # bytes of rewards.ndjson read along with a run's first paint
@@ -284,23 +318,29 @@ def rewards_are_cheap(source: Source, run_id: str) -> bool:
         return True
 
 
-def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewards: bool = True) -> pa.Table:
+def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewards: bool = True,
+                   tokens: bool = False) -> pa.Table:
     """The sessions of a run in plan order: one row each, with (``rewards``) each role's
     final reward. Reads what was appended to the run's files since the last call.
 
     Without ``rewards`` only the run's sessions are read (the first paint of a large
     run); the reward columns come with the next call. Columns: #, session, game, group,
-    status, outcome, one per rewarded role, started, seconds, error; columns that are
-    null in every row (a role never rewarded, no errors) are left out."""
+    status, outcome, step, stage, item (the bound data item: its ``id`` field, or the
+    value), one per session variable (``vars``, less the engine's ``__`` keys and the
+    names the item is bound to; a name taken by another column is ``var:NAME``), one per rewarded role, with
+    ``tokens`` tokens in and out per role (``ROLE in``, ``ROLE out``: a scan of the
+    turns), started, seconds, error; columns that are null in every row (a role never
+    rewarded, no errors, no training step) are left out."""
     flt = flt or Filter()
     mirror = source.mirror(run_id)
     needs_rewards = rewards or flt.reward is not None
     matches = _turn_matches(source, run_id, flt) if flt.needs_turns else None
+    token_table = session_tokens(source, run_id) if tokens else None
     mirror.refresh(("sessions", "groups") + (("rewards",) if needs_rewards else ()))
     version = mirror.version  # (before the query: a refresh meanwhile only costs a recomputation)
     key = ("sessions", repr(flt), needs_rewards)
     hit = mirror.memo.get(key)
-    if matches is None and hit is not None and hit[0] == version:
+    if matches is None and token_table is None and hit is not None and hit[0] == version:
         return hit[1]
     with _reading(mirror) as cur:
         roles = [r for (r,) in cur.execute("SELECT DISTINCT role FROM rewards WHERE run_id = ? ORDER BY role",
@@ -308,13 +348,116 @@ def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewar
         roles = _ordered_roles(source, run_id, roles)
         if matches is not None:
             cur.register("_turn_matches", matches)
-        sql, params = _sessions_sql(run_id, flt, roles, needs_rewards)
+        extra = _session_columns(cur, run_id, roles, _patterns(source, run_id))
+        sql, params = _sessions_sql(run_id, flt, roles, needs_rewards, extra)
         table = cur.sql(sql, params=params).to_arrow_table()
+    if token_table is not None:
+        table = _join_tokens(table, token_table, roles)
     table = displayable(drop_null_columns(table, keep=SESSION_COLUMNS))
-    if matches is None:
+    if matches is None and token_table is None:
         if len(mirror.memo) > 8:
             mirror.memo.clear()
         mirror.memo[key] = (version, table)
+    return table
+
+
+# the training step a session was played for (the trainer binds it; null when evaluating)
+STEP_SQL = "TRY_CAST(json_extract_string(s.params, '$.__step__') AS BIGINT)"
+_NUMERIC_JSON = {"UBIGINT", "BIGINT", "DOUBLE"}
+
+
+def _patterns(source: Source, run_id: str) -> dict[str, list[str]]:
+    """Each game's ``for`` pattern (the names its data item is bound to), from the IR."""
+    exp = shaping.load_ir(_run_dir(source, run_id))
+    return {g.name: list(g.pattern) for g in exp.games if g.pattern} if exp is not None else {}
+
+
+def _item_sql(patterns: dict[str, list[str]]) -> str:
+    """The session's data item as text: a single bound value's ``id`` field, else the
+    value itself; several bound names (``for (a, b) in ...``) joined by ", "."""
+    arms = []
+    for game, names in patterns.items():
+        if len(names) == 1:
+            p = _sql_text(_var_path(names[0]))
+            expr = (f"coalesce(json_extract_string(s.params, {_sql_text(_var_path(names[0]) + '.id')}), "
+                    f"json_extract_string(s.params, {p}))")
+        else:
+            expr = "concat_ws(', ', " + ", ".join(f"json_extract_string(s.params, {_sql_text(_var_path(n))})"
+                                                  for n in names) + ")"
+        arms.append(f"WHEN {_sql_text(game)} THEN {expr}")
+    return f"CASE s.game {' '.join(arms)} END" if arms else "NULL::VARCHAR"
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _session_columns(cur: duckdb.DuckDBPyConnection, run_id: str, roles: list[str],
+                     patterns: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """(SQL expression, column name) of the columns after ``outcome``: step, stage, item
+    and one per session variable, typed by the JSON values it holds (numbers sort as
+    numbers, booleans as booleans, the rest as text)."""
+    extra = [(STEP_SQL, "step"), ("s.stage", "stage"), (_item_sql(patterns), "item")]
+    rows = cur.execute(
+        "SELECT j.key, list(DISTINCT json_type(j.value)) FROM sessions s, json_each(s.vars) j "
+        "WHERE s.run_id = ? AND NOT starts_with(j.key, '__') GROUP BY j.key ORDER BY j.key", [run_id]).fetchall()
+    taken = set(SESSION_COLUMNS) | {"step", "stage", "item", "started", "seconds", "error"} | set(roles)
+    bound = {n for names in patterns.values() for n in names}
+    for name, types in rows:
+        if name in bound:  # the data item (its id in ``item``; the transcript shows it whole)
+            continue
+        kinds = {t for t in types if t not in ("NULL", None)}
+        text = f"json_extract_string(s.vars, {_sql_text(_var_path(name))})"
+        if kinds and kinds <= _NUMERIC_JSON:
+            expr = f"TRY_CAST({text} AS {'DOUBLE' if 'DOUBLE' in kinds else 'BIGINT'})"
+        elif kinds == {"BOOLEAN"}:
+            expr = f"TRY_CAST({text} AS BOOLEAN)"
+        else:
+            expr = text
+        extra.append((expr, f"var:{name}" if name in taken else name))
+    return extra
+
+
+def session_tokens(source: Source, run_id: str) -> pa.Table:
+    """Tokens in and out per (session, role) of a run's turns (a scan of its turns; kept
+    while the turns file keeps its size)."""
+    mirror = source.mirror(run_id)
+    src = mirror.sources.get("turns")
+    try:
+        size = src.path.stat().st_size if src is not None else 0
+    except OSError:
+        size = 0
+    hit = mirror.memo.get(("tokens",))
+    if hit is not None and hit[0] == size:
+        return hit[1]
+    with _reading(source) as cur:
+        table = cur.sql("SELECT session_id, role, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out "
+                        "FROM turns WHERE run_id = ? AND group_id IS NULL GROUP BY ALL",
+                        params=[run_id]).to_arrow_table()
+    mirror.memo[("tokens",)] = (size, table)
+    return table
+
+
+def token_column(role: str, direction: str) -> str:
+    """The name of a role's token column: ``ROLE in`` or ``ROLE out``."""
+    return f"{role} {direction}"
+
+
+def _join_tokens(table: pa.Table, tokens: pa.Table, roles: list[str]) -> pa.Table:
+    """``table`` with ``ROLE in`` / ``ROLE out`` columns before ``started`` (roles in the
+    order of the reward columns, then the others)."""
+    by: dict[str, dict[str, tuple[int | None, int | None]]] = {}
+    for r in tokens.to_pylist():
+        by.setdefault(r["role"], {})[r["session_id"]] = (r["tokens_in"], r["tokens_out"])
+    order = [r for r in roles if r in by] + sorted(r for r in by if r not in roles)
+    sessions = table.column("session").to_pylist()
+    at = table.column_names.index("started") if "started" in table.column_names else table.num_columns
+    for role in order:
+        got = by[role]
+        for j, suffix in enumerate(("in", "out")):
+            col = pa.array([got.get(sid, (None, None))[j] for sid in sessions], type=pa.int64())
+            table = table.add_column(at, token_column(role, suffix), col)
+            at += 1
     return table
 
 
@@ -354,9 +497,11 @@ def first_sessions(source: Source, run_id: str, rows: int = FIRST_PAGE) -> pa.Ta
     return displayable(drop_null_columns(table, keep=SESSION_COLUMNS))
 
 
-def _sessions_sql(run_id: str, flt: Filter, roles: list[str], rewards: bool) -> tuple[str, list[Any]]:
-    """The sessions table's query over a mirror: one row per session, a final-reward
-    column per role in ``roles`` (``rewards``), the filter's conditions."""
+def _sessions_sql(run_id: str, flt: Filter, roles: list[str], rewards: bool,
+                  extra: list[tuple[str, str]] | None = None) -> tuple[str, list[Any]]:
+    """The sessions table's query over a mirror: one row per session, the ``extra``
+    columns (SQL, name) after ``outcome``, a final-reward column per role in ``roles``
+    (``rewards``), the filter's conditions."""
     if rewards:
         pivot = "".join(f", sum(total) FILTER (WHERE role = ?) AS {_ident(r)}" for r in roles)
         head = (f"WITH fin AS ({FINAL_REWARDS}), fin_pivot AS (SELECT session_id{pivot} FROM fin "
@@ -370,7 +515,8 @@ def _sessions_sql(run_id: str, flt: Filter, roles: list[str], rewards: bool) -> 
     role_cols = "".join(f", fin_pivot.{_ident(r)}" for r in roles)
     sql = head + (
         "SELECT s.\"index\" AS \"#\", s.session_id AS session, s.game, s.group_id AS \"group\", s.status, "
-        "s.outcome" + role_cols + ", strftime(s.started_at, '%H:%M:%S') AS started, "
+        "s.outcome" + "".join(f", {expr} AS {_ident(name)}" for expr, name in extra or ())
+        + role_cols + ", strftime(s.started_at, '%H:%M:%S') AS started, "
         "round(epoch(s.ended_at) - epoch(s.started_at), 2) AS seconds, s.error "
         "FROM sessions s LEFT JOIN fin_pivot USING (session_id) WHERE s.run_id = ? "
         + "".join(f" AND {w}" for w in where)

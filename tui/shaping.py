@@ -17,6 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from askspec.tui.numbers import number
+
 # -------------------------------------------------------------------------- the IR
 
 
@@ -282,9 +284,7 @@ def _fired_arm(run_dir: str | None, params: dict, group: dict, base: list[float]
 
 
 def _num(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+    return number(v)
 
 
 def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: str | None,

@@ -51,6 +51,8 @@ def test_transcript_screen(snap_compare, demo_app):
         await pilot.press("enter")
         await _ready(pilot, "6 sessions")
         await pilot.press("down", "down", "enter")
+        await _ready(pilot, "vars: missing_question=true")
+        await pilot.press("G")  # (the head's vars line pushed the recovery turns below the fold)
         await _ready(pilot, "⟲ recovery")
     assert snap_compare(demo_app, terminal_size=SIZE, run_before=run_before)
 

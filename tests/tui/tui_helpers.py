@@ -196,3 +196,62 @@ async def wait_until(pilot, condition, timeout: float = 15.0, what: str = "") ->
 
 def shows(app, *needles: str):
     return lambda: all(n in screen_text(app) for n in needles)
+
+
+GRPO_REWARDS = [  # (format, answer) per member, per group: what a GRPO step of arith.ask might score
+    [(0.5, 0.5), (0.5, 0.0), (0.5, 0.0), (0.0, 0.0)],  # a spread: non-zero advantages
+    [(-0.4, 0.0)] * 4,  # all equal (-0.4 each): zero advantage, its mean exactly -0.4
+    [(0.1, 0.0), (0.2, 0.0), (-0.3, 0.0), (0.0, 0.0)],  # rewards that cancel: mean -2.78e-17 in floats
+]
+
+
+def build_grpo_run(out: Path, run_id: str = "20260102-030405-arith-grpo01", shift: float = 0.0,
+                   seed: int = 0, overrides: dict | None = None, stages: bool = False) -> Path:
+    """An arith.ask-shaped GRPO run written with the real RunWriter, as the trainer writes
+    one: 2 steps of 3 groups of 4 sessions (``params`` bind the data item and ``__step__``,
+    ``vars`` hold the spec's variables, routes ``none``), per-step train metrics with the
+    trainer's bookkeeping, and the compiled specs/arith.ask as its IR. ``shift`` moves
+    every reward and curve (a second run to compare); ``stages``: step 1 is stage
+    ``warmup``, step 2 ``main`` (as a spec with stages binds ``__stage__``)."""
+    from askspec.ir.canonical import to_json
+    from askspec.lang.compiler import compile_file
+
+    ir = to_json(compile_file(str(ROOT / "specs" / "arith.ask")).ir)
+    w = RunWriter.create(out, experiment="arith", experiment_hash=("ab12" if shift else "5eed") * 16, ir_json=ir,
+                         spec_files={"arith.ask": (ROOT / "specs" / "arith.ask").read_text()}, seed=seed,
+                         roles={"solver": {"model": "policy", "trained": True}}, params={"steps": 2, "group_size": 4},
+                         planned_sessions=24, argv=["askspec", "run", "arith.ask"], flush_interval=0)
+    w.manifest["overrides"] = overrides or {}  # (as `askspec run --set` records them)
+    w.manifest["run_options"] = {"backend": "hf", "profile": "cpu" if shift else None, "concurrency": 8}
+    k = 0
+    for step in (1, 2):
+        for g, members in enumerate(GRPO_REWARDS):
+            gid = f"solve-t{step:06d}-e{g:03d}"
+            ids = []
+            for m, (fmt, ans) in enumerate(members):
+                sid = f"s{k:06d}"
+                item = {"id": f"p{g + 3 * (step - 1)}", "question": f"{g}+{m}", "answer": str(g + m)}
+                bound = {"item": item, "__step__": step}
+                if stages:
+                    bound["__stage__"] = "warmup" if step == 1 else "main"
+                att = w.session_started(sid, game="solve", group_id=gid, params=bound, index=k)
+                w.turn(sid, att, turn_index=0, role="solver", model="policy",
+                       prompt=[{"role": "user", "content": f"What is {g}+{m}?"}], text=f"\\boxed{{{g + m}}}",
+                       parsed={"answer": str(g + m)}, finish_reason="stop", tokens_in=20 + m, tokens_out=5 + g,
+                       latency_ms=50.0)
+                w.reward(sid, att, role="solver", turn_index=None, name="format", value=fmt + shift, kind="terminal")
+                w.reward(sid, att, role="solver", turn_index=None, name="answer", value=ans, kind="terminal")
+                w.session_finished(sid, att, status="ok", outcome=None, error=None,
+                                   vars={"item": item, "__step__": step, "s": f"\\boxed{{{g + m}}}",
+                                         "has_box": fmt > 0, "correct": ans > 0, "questions": m + 1})
+                ids.append(sid)
+                k += 1
+            w.group(gid, route="none", stats={"count": 0}, members=ids)
+        w.train_step("solver", step, {
+            "trajectories": 12, "groups": 3, "lr": 2e-05, "reward_mean": 0.2 * step + shift, "reward_std": 0.3,
+            "zero_var_groups": 1, "tokens": 72, "zero_adv_share": 0.3333, "abs_adv_mean": 0.6, "loss": 0.5 / step,
+            "clip_frac": 0.0, "kl": 0.001 * step, "grad_norm": 1.5 / step, "epochs": 1, "seconds_update": 0.05,
+            "step": step, "iteration": 1, "phase": "online", "stage": None, "algorithm": "grpo",
+            "generated_tokens": 72, "sessions": 12, "seconds_play": 0.1, "seconds": 0.15, "policy_version": step - 1})
+    w.finish("finished")
+    return freeze(w.run_dir, run_id)

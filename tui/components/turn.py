@@ -16,6 +16,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from askspec.terminal import printable
+from askspec.tui.numbers import number
 from askspec.tui.shaping import Highlight, Turn
 
 # Styles with their own background read on light and dark themes alike.
@@ -69,7 +70,7 @@ def header(turn: Turn) -> Text:
     if turn.error:
         t.append(f"  error: {printable(turn.error, single_line=True)}", style="bold red")
     for name, value in turn.rewards:
-        t.append(f"  reward {printable(name, single_line=True)}={value:+.4g}", style="bold green")
+        t.append(f"  reward {printable(name, single_line=True)}={number(value, sign=True)}", style="bold green")
     return t
 
 

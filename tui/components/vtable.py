@@ -32,6 +32,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from askspec.tui.components.guard import Guarded
+from askspec.tui.numbers import number
 
 BLOCK = 64  # rows fetched from Arrow and formatted at a time
 NULL = "-"
@@ -50,7 +51,7 @@ def cell_text(value: Any) -> str | None:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, (float, Decimal)):
-        return f"{value:n}"
+        return number(value)
     if isinstance(value, int):
         return str(value)
     if isinstance(value, (datetime, time)):
@@ -83,7 +84,7 @@ def _content_width(col: pa.ChunkedArray) -> int:
         return max(width, len(str(lo.as_py())), len(str(hi.as_py())))
     if pa.types.is_boolean(t):
         return max(width, 5)
-    # floats ("n" format: its length is not monotonic in the value) and the rest: each
+    # floats (``number``: its length is not monotonic in the value) and the rest: each
     # distinct value as shown
     return max(width, *(len(str(cell_text(v))) for v in pc.unique(col).to_pylist() if v is not None))
 

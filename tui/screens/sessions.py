@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.timer import Timer
-from textual.widgets import Input, Static
+from textual.widgets import Input, Static, TabbedContent, TabPane
 
-from askspec.tui import data
+from askspec.tui import columns, data
+from askspec.tui.columns import ColumnChoice
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable, prepare
 from askspec.tui.components.transcript_view import text_width
@@ -35,6 +36,7 @@ from askspec.tui.components.vtable import TableLayout
 from askspec.tui.filters import Filter, FilterError, parse_filter
 from askspec.tui.messages import Loaded, LoadFailed, OpenSession, StoreChanged
 from askspec.tui.screens import transcript
+from askspec.tui.screens.columns import ColumnsScreen
 
 if TYPE_CHECKING:
     from askspec.tui.app import AskspecApp
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
 
 PREFETCH_REST = 0.15  # seconds on a row before its transcript is read ahead
 
-FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward:0.5..1 "text in a turn"'
-               "  (Enter applies)")
+FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward:0.5..1 step:3 stage:S '
+               'var:NAME=V var:NAME>2 "text in a turn"  (Enter applies)')
 
 
 @dataclass
@@ -57,13 +59,17 @@ class Rows:
     rewards: bool
 
 
-def fetch(source: data.Source, run_id: str, flt: Filter, rewards: bool, sort: str | None, desc: bool) -> Rows:
-    """Worker side of a sessions load: query, sort, measure."""
+def fetch(source: data.Source, run_id: str, flt: Filter, rewards: bool, sort: str | None, desc: bool,
+          choice: ColumnChoice | None = None) -> Rows:
+    """Worker side of a sessions load: query, sort, hide the columns chosen hidden, measure."""
+    choice = choice or ColumnChoice()
     rewards = rewards or data.rewards_are_cheap(source, run_id)
-    full = data.sessions_table(source, run_id, flt, rewards=rewards)
+    full = data.sessions_table(source, run_id, flt, rewards=rewards, tokens=choice.tokens)
     shown = full
     if sort and sort in full.column_names:
         shown = full.sort_by([(sort, "descending" if desc else "ascending")])
+    if choice.hidden:
+        shown = shown.select([c for c in shown.column_names if c not in choice.hidden])
     return Rows(full, shown, prepare(shown), rewards)
 
 
@@ -79,6 +85,7 @@ class SessionsPane(Loader, Vertical):
 
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter"),
+        Binding("c", "columns", "Columns"),
         Binding("s", "sort", "Sort by next column"),
         Binding("S", "reverse", "Reverse sort"),
         Binding("f", "follow", "Follow"),
@@ -100,13 +107,17 @@ class SessionsPane(Loader, Vertical):
         self._force = True  # the user asked for this reload: show it even when paused
         self._rest: Timer | None = None  # the cursor resting on a row: then its transcript is read ahead
         self._refocus = False  # a filter was applied: the table takes focus when its rows come
+        self._typing = False  # since the filter was applied only letters were typed: they go to the filter
+        self.choice = ColumnChoice()  # the columns shown (``askspec.tui.columns``), read on mount
+        self.shown_columns: list[str] = []
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder=FILTER_HINT, id="filter")
+        yield Input(placeholder=FILTER_HINT, id="filter", select_on_focus=False)  # (typing goes on at the end)
         yield Static("loading sessions…", id="sessions-status", classes="status")
         yield ArrowTable(id="sessions", empty="loading sessions…")
 
     def on_mount(self) -> None:
+        self.choice = columns.load(self.screen.run.experiment)
         # a large run: its first sessions, from the head of its file, paint first; then
         # the whole file is read (after: both at once slowed the first page down)
         self.load("first-page", first_page, self.app.source, self.run_id)
@@ -121,7 +132,7 @@ class SessionsPane(Loader, Vertical):
         if flt.needs_turns:
             self._status("searching turns…")
         self.load("sessions", fetch, self.app.source, self.run_id, flt, self._rewards, self.sort_col,
-                  self.sort_desc)
+                  self.sort_desc, self.choice)
 
     @on(StoreChanged)
     def _changed(self) -> None:
@@ -157,7 +168,8 @@ class SessionsPane(Loader, Vertical):
             if page is not None and not self._loaded_once and not self.filter_text.strip() and not self.sort_col:
                 view = self.query_one("#sessions", ArrowTable)
                 await view.update(page.shown, page.layout, key="session")
-                view.focus_table()
+                if self._on_view():
+                    view.focus_table()
                 self._status(f"the first {page.shown.num_rows} sessions  ·  reading all sessions…")
             if not self._loaded_once:
                 self.reload(user=False)
@@ -190,15 +202,23 @@ class SessionsPane(Loader, Vertical):
 
     async def _show(self, rows: Rows, to_end: bool, focus: bool = False) -> None:
         self.full, self.pending, self._force = rows.full, None, False
+        self.shown_columns = rows.shown.column_names
         self._shown_rewards = rows.rewards
         view = self.query_one("#sessions", ArrowTable)
         flt = self.filter_text.strip()
         await view.update(rows.shown, rows.layout, key="session", to_end=to_end,
                           empty=f"no session matches {flt}" if flt else "no sessions yet")
-        if focus or self._refocus or self.screen.focused is None:
+        if (focus or self._refocus or self.screen.focused is None) and self._on_view():
             view.focus_table()  # (none after an empty result: the filter box keeps it, to be edited)
         self._refocus = False
         self._status(self._describe(rows.shown.num_rows))
+
+    def _on_view(self) -> bool:
+        """Whether the sessions tab is the one shown (focusing the table would switch
+        back to it from a tab the user went to while the sessions were read)."""
+        pane = next((a for a in self.ancestors if isinstance(a, TabPane)), None)
+        tabs = next((a for a in self.ancestors if isinstance(a, TabbedContent)), None)
+        return pane is None or tabs is None or tabs.active == pane.id
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "prefetch":  # said when the transcript is opened (and read again)
@@ -257,25 +277,66 @@ class SessionsPane(Loader, Vertical):
     def _filter(self, event: Input.Submitted) -> None:
         self.filter_text = event.value
         self._refocus = True
+        self._typing = True
         self.reload()
         self.query_one("#sessions", ArrowTable).focus_table()
+
+    def on_key(self, event: events.Key) -> None:
+        """Letters typed right after a filter was applied (the table has taken the focus)
+        go on into the filter box, never to the table's keys (``S`` would reverse the
+        sort); any other key (an arrow, Enter, Escape) ends that, and letters are keys
+        again."""
+        if not self._typing:
+            return
+        box = self.query_one("#filter", Input)
+        if self.screen.focused is box:
+            return
+        if event.is_printable and event.character is not None and event.key != "slash":
+            event.stop()
+            event.prevent_default()
+            box.focus()
+            box.cursor_position = len(box.value)
+            box.insert_text_at_cursor(event.character)
+        else:
+            self._typing = False
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
 
     def action_sort(self) -> None:
-        if self.full is None or not self.full.num_columns:
+        cols = self.shown_columns
+        if not cols:
             return
-        cols = self.full.column_names
         i = cols.index(self.sort_col) + 1 if self.sort_col in cols else 0
         self.sort_col = cols[i] if i < len(cols) else None
         self.sort_desc = False
         self.reload()
 
     def action_reverse(self) -> None:
-        if self.sort_col is None and self.full is not None and self.full.num_columns:
-            self.sort_col = self.full.column_names[0]
+        if self.sort_col is None and self.shown_columns:
+            self.sort_col = self.shown_columns[0]
         self.sort_desc = not self.sort_desc
+        self.reload()
+
+    def action_columns(self) -> None:
+        """The column chooser; the choice is remembered for the spec (``columns.save``)."""
+        if self.full is None:
+            return
+        tokens = frozenset(data.token_column(r, d) for r in self.screen.run.roles for d in ("in", "out"))
+        self.app.push_screen(ColumnsScreen(self.full.column_names, self.choice, self.screen.run.experiment, tokens),
+                             self._chose_columns)
+
+    def _chose_columns(self, choice: ColumnChoice | None) -> None:
+        if choice is None or choice == self.choice:
+            return
+        self.choice = choice
+        problem = columns.save(self.screen.run.experiment, choice)
+        if problem:
+            self.notify(problem, severity="warning", markup=False)
+        if self.sort_col in choice.hidden:
+            self.sort_col = None
+        if choice.tokens:
+            self._status("reading tokens…")  # (a scan of the run's turns)
         self.reload()
 
     async def action_follow(self) -> None:

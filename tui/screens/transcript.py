@@ -22,6 +22,7 @@ from askspec.tui.components.loader import Loader
 from askspec.tui.components.transcript_view import TranscriptView
 from askspec.tui.components.turn import TurnBlock
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
+from askspec.tui.numbers import number
 from askspec.tui.prefetch import TranscriptCache
 from askspec.tui.shaping import Transcript
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 
 def _short(v) -> str:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return number(v)
     s = json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else v
     s = printable(s, single_line=True)
     return s if len(s) <= 80 else s[:79] + "…"
@@ -49,26 +52,36 @@ def session_head(tr: Transcript) -> Text:
     if (s.get("attempt") or 1) > 1:
         t.append(f"  attempt {s['attempt']}")
     t.append(f"  {len(tr.turns)} turns")
+    params = s.get("params") if isinstance(s.get("params"), dict) else {}
+    for key, label in (("__step__", "step"), ("__stage__", "stage")):  # set by the trainer
+        if params.get(key) is not None:
+            t.append(f"  {label} {_short(params[key])}")
     if s.get("error"):
         t.append(f"\nerror: {printable(s['error'], single_line=True)}", style="bold red")
-    params = s.get("params") if isinstance(s.get("params"), dict) else {}
-    if params:
+    # (the engine's own keys, ``__step__``..., are said above, not listed)
+    shown = {k: v for k, v in params.items() if not str(k).startswith("__")}
+    if shown:
         t.append("\nparams: " + ", ".join(f"{printable(str(k), single_line=True)}={_short(v)}"
-                                          for k, v in params.items()))
+                                          for k, v in shown.items()))
+    variables = s.get("vars") if isinstance(s.get("vars"), dict) else {}
+    variables = {k: v for k, v in variables.items() if not str(k).startswith("__")}
+    if variables:
+        t.append("\nvars: ", style="bold")
+        t.append(", ".join(f"{printable(str(k), single_line=True)}={_short(v)}" for k, v in variables.items()))
     if tr.terminal_rewards:
         t.append("\nterminal rewards: ")
         for i, (r, n, v) in enumerate(tr.terminal_rewards):
             if i:
                 t.append(", ")
             counted = tr.counts(r, n)
-            t.append(f"{printable(r, single_line=True)} {printable(n, single_line=True)}={v:+.4g}",
+            t.append(f"{printable(r, single_line=True)} {printable(n, single_line=True)}={number(v, sign=True)}",
                      style="bold green" if counted else "dim strike")
             if not counted:
                 t.append(" (replaced by the group's route)" if r in tr.routed else " (not used: no route)",
                          style="dim")
     totals = tr.totals
     if totals:
-        t.append("   totals: " + ", ".join(f"{printable(r, single_line=True)} {v:+.4g}" for r, v in totals.items()))
+        t.append("   totals: " + ", ".join(f"{printable(r, single_line=True)} {number(v, sign=True)}" for r, v in totals.items()))
     return t
 
 

@@ -1,0 +1,141 @@
+"""The researcher's view (issue #23): session variables as columns and filters, groups
+that show what the trainer saw, the metrics dashboard and a comparison of two runs with
+their settings and intervals — over GRPO runs written as the trainer writes them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from askspec.tui import columns, data
+from askspec.tui.app import AskspecApp
+from askspec.tui.filters import parse_filter
+from askspec.tui.numbers import number
+from askspec.tui.screens.run import RunScreen
+from askspec.tui.screens.transcript import TranscriptScreen
+
+from tui_helpers import build_grpo_run, screen_text, shows, wait_until
+
+SIZE = (160, 40)
+RUN_A = "20260102-030405-arith-grpo01"
+RUN_B = "20260102-030406-arith-grpo02"
+
+
+@pytest.fixture(scope="module")
+def grpo_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grpo") / "runs"
+    build_grpo_run(out, RUN_A, stages=True)
+    build_grpo_run(out, RUN_B, shift=0.1, seed=7, overrides={"lr": 1e-05})
+    return out
+
+
+async def _open(pilot, app, run_id: str = RUN_A) -> None:
+    await wait_until(pilot, shows(app, "2 runs"))
+    if run_id == RUN_B:
+        await pilot.press("down")
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and "24 sessions" in screen_text(app)
+                     and "reading rewards" not in screen_text(app), what="the sessions")
+
+
+def _header(app) -> str:
+    return next(line for line in screen_text(app).splitlines() if re.match(r"\s*#\s+session ", line))
+
+
+# ------------------------------------------------------------ 2: session variables
+
+def test_numbers_have_four_significant_digits_and_no_rounding_noise():
+    assert number(-2.7755575615628914e-17) == "0"
+    assert number(0.1 + 0.2) == "0.3"
+    assert number(1234567.0) == "1.235e+06"
+    assert number(-0.4, sign=True) == "-0.4"
+    assert number(0.0, sign=True) == "+0"
+    assert number(3) == "3" and number(None) == "-" and number(float("nan")) == "nan"
+
+
+async def test_session_variables_step_and_item_are_columns_and_filters(grpo_runs):
+    app = AskspecApp(grpo_runs, follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, app)
+        head = _header(app)
+        for col in ("step", "stage", "item", "correct", "has_box", "questions", "solver"):
+            assert f" {col} " in head + " ", (col, head)
+        assert "__step__" not in head and "var:item" not in head  # (the engine's keys, the bound item)
+        # a variable, compared as a number, and the training step
+        await pilot.press("slash", *"var:questions>3 step:2", "enter")
+        await wait_until(pilot, shows(app, "3 sessions", "matching 'var:questions>3 step:2'"))
+        text = screen_text(app)
+        assert "s000015" in text and "s000019" in text and "s000023" in text and "s000003" not in text
+        await pilot.press("home")  # (a key on the table: letters are keys again)
+        app.screen.query_one("#filter").value = ""
+        await pilot.press("slash", *"var:correct=true stage:warmup", "enter")
+        await wait_until(pilot, shows(app, "1 session", "s000000"))
+        assert "s000012" not in screen_text(app)  # (the same item in stage main)
+
+
+async def test_letters_typed_after_a_filter_go_on_into_the_filter(grpo_runs):
+    app = AskspecApp(grpo_runs, follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, app)
+        await pilot.press("slash", *"step:1", "enter")
+        await wait_until(pilot, shows(app, "12 sessions"))
+        await pilot.press(*" Sfc")  # before: S reversed the sort, f followed, c opened the columns
+        await pilot.pause(0.3)
+        box = app.screen.query_one("#filter")
+        assert box.value == "step:1 Sfc" and app.focused is box
+        status = next(line for line in screen_text(app).splitlines() if "12 sessions" in line)
+        assert "sorted by" not in status and isinstance(app.screen, RunScreen)
+        await pilot.press("backspace", "backspace", "backspace", "backspace", "enter")
+        await wait_until(pilot, shows(app, "12 sessions", "matching 'step:1'"))
+        await pilot.press("down", "S")  # after a key on the table, S is the sort key again
+        await wait_until(pilot, shows(app, "sorted by # ↓"))
+
+
+async def test_column_chooser_hides_adds_tokens_and_is_remembered_per_spec(grpo_runs):
+    app = AskspecApp(grpo_runs, follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, app)
+        assert " game " in _header(app) and "solver in" not in _header(app)
+        await pilot.press("c")
+        await wait_until(pilot, shows(app, "Columns of arith's runs"))
+        await pilot.press("down", "space", "end", "space", "enter")  # game off, the token columns on
+        await wait_until(pilot, lambda: "solver in" in _header(app), what="the token columns")
+        head = _header(app)
+        assert " game " not in head and "solver out" in head
+        row = next(line for line in screen_text(app).splitlines() if "s000001" in line)
+        assert " 21 " in row and " 5 " in row  # tokens in, out of that session's turn
+    saved = json.loads(columns.prefs_file().read_text())
+    assert saved["arith"] == {"hidden": ["game"], "tokens": True}
+    # another run of the same spec opens with the same columns
+    app = AskspecApp(grpo_runs, follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, app, RUN_B)
+        await wait_until(pilot, lambda: "solver in" in _header(app), what="the remembered columns")
+        assert " game " not in _header(app)
+
+
+async def test_the_transcript_header_lists_the_sessions_variables(grpo_runs):
+    app = AskspecApp(grpo_runs, follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, app)
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen) and "vars:" in screen_text(app),
+                         what="the transcript")
+        text = screen_text(app)
+        assert "step 1" in text and "stage warmup" in text
+        assert "correct=false" in text and "has_box=true" in text and "questions=2" in text
+        assert "__step__" not in text
+
+
+def test_var_filters_compare_text_numbers_and_missing_values(grpo_runs):
+    src = data.Source(grpo_runs)
+
+    def ids(text: str) -> list[str]:
+        return data.sessions_table(src, RUN_A, parse_filter(text)).column("session").to_pylist()
+
+    assert len(ids("var:questions=2")) == 6 and len(ids("var:questions!=2")) == 18
+    assert ids("var:s=*{0}") == ["s000000", "s000012"]  # (a wildcard over the text)
+    assert ids("var:nothing=-") == ids("") and ids("var:nothing!=-") == []
+    assert len(ids("step:2..")) == 12 and len(ids("var:questions<=1 step:..1")) == 3
