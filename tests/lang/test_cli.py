@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 
-from conftest import ROOT, SPECS, run_cli
+from lang_helpers import ROOT, SPECS, run_cli
 
 DIAG = re.compile(r"^(?P<path>[^\s:]+):(?P<line>\d+):(?P<col>\d+): error\[(?P<code>E\d{3})\]: (?P<msg>.+)$")
 

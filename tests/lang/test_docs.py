@@ -10,7 +10,7 @@ from askspec.lang.blocks import ALGORITHMS, SCHEDULES
 from askspec.lang.diagnostics import CODES
 from askspec.lang.exprs import BUILTINS
 
-from conftest import ROOT
+from lang_helpers import ROOT
 
 DOC = (ROOT / "docs" / "language.md").read_text()
 

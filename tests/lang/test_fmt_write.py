@@ -12,7 +12,7 @@ import pytest
 
 from askspec import cli
 
-from conftest import run_cli
+from lang_helpers import run_cli
 
 UGLY = "param   x=1\n"
 PRETTY = "param x = 1\n"

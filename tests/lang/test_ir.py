@@ -11,7 +11,7 @@ from askspec.ir import canonical
 from askspec.ir.model import Experiment
 from askspec.lang.compiler import compile_file, compile_source
 
-from conftest import ROOT, run_cli
+from lang_helpers import ROOT, run_cli
 
 
 def compiled(path: Path, text: str | None = None, **overrides: str) -> Experiment:

@@ -16,7 +16,7 @@ from askspec.lang.compiler import compile_source
 from askspec.lang.diagnostics import MAX_PRINTED, Diagnostic, DiagnosticSink, Sources, format_diagnostic
 from askspec.lang.span import Span
 
-from conftest import run_cli
+from lang_helpers import run_cli
 
 
 def bad_params(n: int) -> str:

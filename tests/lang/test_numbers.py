@@ -11,7 +11,7 @@ import pytest
 from askspec.ir import canonical
 from askspec.lang.compiler import compile_source
 
-from conftest import run_cli
+from lang_helpers import run_cli
 
 BASE = 'model m = hf("smollm2-135m-instruct")\nrole q { model = m; prompt = "hi" }\n'
 

@@ -17,7 +17,7 @@ from askspec.lang import paths
 from askspec.lang.compiler import compile_file
 from askspec.runtime.engine.plan import load_dataset
 
-from conftest import ROOT, run_cli
+from lang_helpers import ROOT, run_cli
 
 SECRET = "root:hunter2-do-not-send"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from askspec.ir import canonical, render
 from askspec.lang.compiler import compile_source
 
-from conftest import ROOT, run_cli
+from lang_helpers import ROOT, run_cli
 
 BASE = """
 experiment e {

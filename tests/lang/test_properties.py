@@ -12,7 +12,7 @@ from askspec.ir.canonical import experiment_hash
 from askspec.lang.compiler import compile_bytes, compile_source
 from askspec.lang.fmt import _tokens, format_source
 
-from conftest import EXAMPLES, SPECS
+from lang_helpers import EXAMPLES, SPECS
 
 GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.ask"))
 SOURCES = [(p, p.read_bytes()) for p in EXAMPLES + GOLDEN]

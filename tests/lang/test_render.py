@@ -9,7 +9,7 @@ from pathlib import Path
 from askspec.ir import render
 from askspec.lang.compiler import compile_file
 
-from conftest import ROOT
+from lang_helpers import ROOT
 
 
 def ir_of(path: Path):

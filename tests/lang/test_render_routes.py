@@ -10,7 +10,7 @@ import pytest
 from askspec.ir import render
 from askspec.lang.compiler import compile_file
 
-from conftest import ROOT, run_cli
+from lang_helpers import ROOT, run_cli
 
 ARENA = ROOT / "specs" / "reasoning_arena.ask"
 
