@@ -5,8 +5,11 @@ extension, and the extension refuses an OpenRLHF it was not written for."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -120,7 +123,7 @@ def test_launch_line_parses_only_with_the_extension(job, tmp_path) -> None:
     (call,) = launch_argv(out / "launch.sh", tmp_path)
     assert call[call.index("--") + 1:call.index("--") + 4] == ["python3", "-m", "askspec_ext.train_ppo_ray"]
     env = next(a for a in call if a.startswith("--runtime-env-json="))
-    assert '"worker_process_setup_hook": "askspec_ext.cispo.install"' in env
+    assert "worker_process_setup_hook" not in env  # the entry point gives it to OpenRLHF's ray.init
     with pytest.raises(SystemExit):  # OpenRLHF's own parser: invalid choice 'cispo'
         parse_train_ppo_ray(train_flags(call))
     with cispo.parser_accepts_cispo():
@@ -154,3 +157,40 @@ def test_refuses_changed_hooked_code_under_the_same_version(job, monkeypatch) ->
     with pytest.raises(cispo.VersionMismatch, match=r"differ from the released 0\.11\.2's.*--substitute cispo=grpo"):
         cispo.install()
     assert loss.PolicyLoss.forward is forward
+
+
+def test_entry_point_installs_the_loss_then_runs_openrlhfs_main_with_the_hook(job, monkeypatch) -> None:
+    """`python3 -m askspec_ext.train_ppo_ray`: the loss is in before OpenRLHF's module runs
+    as __main__; inside it the parser accepts cispo and OpenRLHF's `ray.init(runtime_env=...)`
+    gets the worker setup hook beside its own env_vars; afterwards both are OpenRLHF's again.
+    (train_ppo_ray itself imports Ray, vLLM and DeepSpeed: a stand-in module plays it, running
+    OpenRLHF's own parser and the ray.init call its train() makes.)"""
+    out, cispo, loss = job
+    entry = importlib.import_module("askspec_ext.train_ppo_ray")
+    (call,) = launch_argv(out / "launch.sh", out.parent)
+    inits: list[dict] = []
+    ray = ModuleType("ray")
+    ray.init = lambda *a, **kw: inits.append(kw)  # type: ignore[attr-defined]
+    ray.is_initialized = lambda: False  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    seen = {}
+
+    def run_module(name, run_name, alter_sys):
+        assert (name, run_name) == ("openrlhf.cli.train_ppo_ray", "__main__")
+        seen["installed"] = getattr(loss.PolicyLoss, "_askspec_wrapped", None) is not None
+        seen["args"] = parse_train_ppo_ray(train_flags(call))
+        import ray as ray_module  # as train() does: `import ray` at module top, then ray.init(...)
+
+        ray_module.init(runtime_env={"env_vars": {"NCCL_DEBUG": "WARN"}})
+
+    monkeypatch.setattr(entry.runpy, "run_module", run_module)
+    entry.main()
+    assert seen["installed"] and seen["args"].actor.policy_loss_type == "cispo"
+    assert inits == [{"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"},
+                                      "worker_process_setup_hook": "askspec_ext.cispo.install"}}]
+    with pytest.raises(SystemExit):
+        parse_train_ppo_ray(train_flags(call))
+    ray.init(runtime_env={})
+    assert inits[-1] == {"runtime_env": {}}  # ray.init is Ray's again
+    # the hook Ray runs in each worker is the extension's install, importable from the job folder
+    assert importlib.import_module("askspec_ext.cispo").install is cispo.install

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 WRITTEN_FOR = "0.11.2"
 # sha256 of the hooked code as OpenRLHF 0.11.2 ships it (`fingerprint()`)
-FINGERPRINT = "be616e1319a178a7d98e78068da1170e89f734730a75957ce33109d215eed6b5"
+FINGERPRINT = "a212db3846a1678d4d95f21fa749cc7a9a8c68c3ff0a579a9361972bc6b85161"
 POLICY_LOSS_FLAG = "--actor.policy_loss_type"
 NAME = "cispo"
 
@@ -39,7 +39,8 @@ class VersionMismatch(RuntimeError):
 
 def _hooked_sources() -> list[str]:
     """The code the extension depends on: PolicyLoss's constructor and forward, the parser
-    line of --actor.policy_loss_type, and the trainer's PolicyLoss(...) call."""
+    line of --actor.policy_loss_type, train()'s ray.init call (train_ppo_ray adds the
+    worker setup hook to it) and the trainer's PolicyLoss(...) call."""
     from openrlhf.models import loss
 
     # once installed, the class holds our wrappers: fingerprint the functions they wrap
@@ -47,6 +48,7 @@ def _hooked_sources() -> list[str]:
     sources = [inspect.getsource(init), inspect.getsource(forward)]
     package = Path(loss.__file__).parents[1]  # read, not imported: both modules import ray at module top
     for rel, pattern in (("cli/train_ppo_ray.py", r'parser\.add_argument\("--actor\.policy_loss_type".*'),
+                         ("cli/train_ppo_ray.py", r"if not ray\.is_initialized\(\):(?s:.*?)\n    \w"),
                          ("trainer/ray/ppo_actor.py", r"self\.actor_loss_fn = PolicyLoss\((?s:.*?)\n\s*\)")):
         path = package / rel
         found = re.search(pattern, path.read_text(encoding="utf-8")) if path.exists() else None
@@ -68,12 +70,12 @@ def check_version() -> None:
     if found != WRITTEN_FOR:
         problems.append(f"openrlhf {found} is installed")
     elif fingerprint() != FINGERPRINT:
-        problems.append(f"openrlhf {found}'s PolicyLoss, train_ppo_ray parser or trainer differ from the released "
+        problems.append(f"openrlhf {found}'s PolicyLoss, train_ppo_ray or trainer differ from the released "
                         f"{WRITTEN_FOR}'s (a patched install?)")
     if problems:
         raise VersionMismatch(
             f"askspec's CISPO extension was written for OpenRLHF {WRITTEN_FOR} (it hooks "
-            f"openrlhf.models.loss.PolicyLoss and train_ppo_ray's {POLICY_LOSS_FLAG}), but {problems[0]}: "
+            f"openrlhf.models.loss.PolicyLoss and train_ppo_ray's {POLICY_LOSS_FLAG} and ray.init), but {problems[0]}: "
             f"install openrlhf=={WRITTEN_FOR} on every node, or recompile the job with `--substitute cispo=grpo`")
 
 

@@ -1,19 +1,58 @@
 """`python3 -m askspec_ext.train_ppo_ray ARGS`: OpenRLHF 0.11.2's own
 `python3 -m openrlhf.cli.train_ppo_ray ARGS` (its parser, validation and trainer, run as
 `__main__`), with the CISPO loss installed first and `cispo` among the choices of
-`--actor.policy_loss_type`. The Ray workers that build the loss install it through the
-job's `worker_process_setup_hook` (launch.sh)."""
+`--actor.policy_loss_type`.
+
+The Ray workers build the loss, so they install it too: OpenRLHF's `train()` starts Ray
+with `ray.init(runtime_env={"env_vars": ...})`, and this entry point adds
+`"worker_process_setup_hook": "askspec_ext.cispo.install"` to that call, which Ray runs in
+every worker process of the job before any actor code. (The hook is not in launch.sh's
+job-level runtime environment: a hook given at job submission and processed again by the
+driver's own `ray.init` trips an assertion in some Ray releases, ray-project/ray#61350.)"""
 
 from __future__ import annotations
 
+import contextlib
 import runpy
+from typing import Any, Iterator
 
 from . import cispo
+
+SETUP_HOOK = "askspec_ext.cispo.install"
+
+
+def with_setup_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """`runtime_env` (OpenRLHF's) with the worker setup hook that installs the loss."""
+    env = dict(runtime_env or {})
+    hook = env.get("worker_process_setup_hook")
+    if hook not in (None, SETUP_HOOK):
+        raise RuntimeError(f"OpenRLHF's ray.init already sets a worker_process_setup_hook ({hook!r}); askspec's CISPO "
+                           f"extension needs its own ({SETUP_HOOK}) and was written for OpenRLHF {cispo.WRITTEN_FOR}")
+    env["worker_process_setup_hook"] = SETUP_HOOK
+    return env
+
+
+@contextlib.contextmanager
+def workers_install_cispo() -> Iterator[None]:
+    """While open, `ray.init` starts Ray with the setup hook in its runtime environment."""
+    import ray
+
+    original = ray.init
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        kwargs["runtime_env"] = with_setup_hook(kwargs.get("runtime_env"))
+        return original(*args, **kwargs)
+
+    ray.init = init
+    try:
+        yield
+    finally:
+        ray.init = original
 
 
 def main() -> None:
     cispo.install()  # fails here, before Ray starts, on an OpenRLHF it was not written for
-    with cispo.parser_accepts_cispo():
+    with cispo.parser_accepts_cispo(), workers_install_cispo():
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
 
 
