@@ -112,6 +112,31 @@ def test_stages_only_import_downwards():
     assert not bad, "\n".join(sorted(bad))
 
 
+# The runtime reads the IR, not the checker (askspec/ir is the contract, its vocabulary
+# askspec/ir/vocab.py). From askspec.lang it takes the template sandbox and the spec
+# paths; the stages that run the compiler and print its diagnostics at the spec's lines
+# (commands, targets, the trainer's refusals) also take those, and only commands
+# runs the compiler itself.
+LANG_FOR_ALL = {"askspec.lang.templates", "askspec.lang.sandbox", "askspec.lang.paths"}
+DIAGNOSTICS = {"askspec.lang.diagnostics", "askspec.lang.span"}
+LANG_ALLOWED = {
+    "commands": LANG_FOR_ALL | DIAGNOSTICS | {"askspec.lang.compiler"},
+    "targets": LANG_FOR_ALL | DIAGNOSTICS,
+    "askspec.runtime.train.runner": LANG_FOR_ALL | DIAGNOSTICS,
+}
+
+
+def test_the_runtime_imports_of_the_language_only_the_sandbox_and_paths():
+    bad = []
+    for m, deps in graph().items():
+        if not m.startswith("askspec.runtime"):
+            continue
+        allowed = LANG_ALLOWED.get(m) or LANG_ALLOWED.get(stage(m) or "") or LANG_FOR_ALL
+        bad += [f"{m} imports {d}" for d in deps
+                if (d == "askspec.lang" or d.startswith("askspec.lang.")) and d not in allowed]
+    assert not bad, "\n".join(sorted(bad))
+
+
 def test_nothing_imports_the_tui():
     # askspec.cli, the entry point, is the one module that wires the `tui` command
     bad = [f"{m} imports {d}" for m, deps in graph().items() for d in deps

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from askspec.ir import model as ir
 from askspec.lang.diagnostics import DiagnosticSink, Sources
-from askspec.lang.exprs import suggest
 from askspec.lang.span import Span
 
 from askspec.runtime.engine.plan import replays_buffer
@@ -248,7 +247,7 @@ def _check_settings(t: ir.Training, tspan: Span, sink: DiagnosticSink) -> None:
                        f"remove '{key}' from the job's spec (a profile can), or train with askspec's own trainer")
         elif key not in SETTINGS:
             sink.error("E604", f"training setting '{key}' has no OpenRLHF 0.11.2 equivalent in askspec's mapping",
-                       tspan, suggest(key, SETTINGS) or f"settings: {', '.join(SETTINGS)}")
+                       tspan, f"settings it maps: {', '.join(SETTINGS)}")
 
 
 def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_file: str,
