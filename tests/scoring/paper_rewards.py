@@ -2,7 +2,7 @@
 
 Defaults are the papers' constants (section cited at each function). The engine never
 calls these: specs express the same formulas in the reward language, and
-tests/runtime/test_spec_rewards_match_papers.py checks that both agree. Outcomes may be
+tests/scoring/test_spec_rewards_match_papers.py checks that both agree. Outcomes may be
 given as strings or as enums whose ``.value`` is the string. The advantage estimators
 (`rloo`, `group_norm`) are the reference a trainer's estimators are compared against.
 """

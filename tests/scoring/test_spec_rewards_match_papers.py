@@ -1,10 +1,9 @@
 """The reward formulas written in the specs agree with the reference implementations of
-the papers' rewards (tests/scoring/paper_rewards.py), table-driven over the papers'
+the papers' rewards (paper_rewards.py beside it), table-driven over the papers'
 constants: the spec language expresses the paper, evaluated by the runtime evaluator."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ from askspec.ir import model as ir
 from askspec.lang.compiler import compile_file
 from askspec.runtime.engine.evaluator import Env, evaluate
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scoring"))
-from paper_rewards import ask_e_calibration_reward, pasodoble_proposer_reward  # noqa: E402
+from paper_rewards import ask_e_calibration_reward, pasodoble_proposer_reward
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
