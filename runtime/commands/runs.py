@@ -123,6 +123,9 @@ def settings_text(options: Any, overrides: Any, seed: Any = None) -> str:
             parts.append(f"--{key.replace('_', '-')} {options[key]}")
     if options.get("eval_only") is True:
         parts.append("--eval-only")
+    for key in ("stage", "weights"):  # one evaluate stage (an OpenRLHF job's evaluate.sh)
+        if isinstance(options.get(key), str):
+            parts.append(f"--{key} {options[key]}")
     for role, spec in (options.get("models") or {}).items():
         parts.append(f"--model {role}={spec}")
     for key, name in (options.get("served_models") or {}).items():

@@ -226,3 +226,8 @@ def train_flags(call: list[str]) -> list[str]:
     i = call.index("--")
     assert call[i + 1: i + 3] == ["python3", "-m"] and call[i + 3] in ENTRY_POINTS, call
     return call[i + 4:]
+
+
+def boxed_three(messages, request) -> str:
+    """A python model (test double) for `askspec run --model ROLE=python:openrlhf_harness:boxed_three`."""
+    return "\\boxed{3}"

@@ -104,3 +104,58 @@ def test_retrain_stage_is_a_fresh_ppo_job_on_its_data(tmp_path) -> None:
     # the evaluation after it plays the retrained copy
     served = [c[c.index("serve") + 1] for c in calls if c[0] == "vllm"]
     assert served[-1:] == [str(job / "ckpt" / "stage-4-again")]
+
+
+def test_askspec_run_plays_one_evaluate_stage(tmp_path, capsys) -> None:
+    """What evaluate.sh runs: only the stage's games, `samples` sessions per element,
+    recorded as the stage and the weights, so `askspec metrics` reports its pass@k."""
+    spec = SPECS / "retrain.ask"
+    argv = ["run", str(spec), "--eval-only", "--stage", "heldout", "--weights", "initial", "--model",
+            "s=python:openrlhf_harness:boxed_three", "--out", str(tmp_path / "runs"), "--quiet"]
+    assert main(argv) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    capsys.readouterr()
+    assert main(["metrics", str(run), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    got = {(r["stage"], r["metric"], r["by"]["weights"]): (r["value"], r["n"]) for r in rows if r.get("stage")}
+    assert got[("heldout", "pass@1", "initial")] == (1.0, 1)  # the one held-out item, answered right
+    assert got[("heldout", "pass@1", "trained")] == (None, 0)  # the other weights are another run's
+    # not the training game, nor the other evaluate stage's
+    assert main(["query", str(run), "select game, count(*) as n from sessions group by game", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"game": "test", "n": 1}]
+    assert main(["runs", str(tmp_path / "runs")]) == 0  # how it ran, as one would type it again
+    assert "--eval-only --stage heldout --weights initial" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--stage", "heldout"], "add --eval-only"),
+    (["--eval-only", "--stage", "nope"], "no evaluate stage of that name"),
+    (["--eval-only", "--weights", "initial"], "with --stage"),
+    (["--eval-only", "--stage", "heldout", "--sessions", "1"], "cannot be combined with --sessions"),
+])
+def test_stage_flag_errors(tmp_path, capsys, argv, message) -> None:
+    assert main(["run", str(SPECS / "stages.ask"), *argv, "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("spec,options", [
+    ("ask_e.ask", ["--profile", "training", "--substitute", "cispo=grpo"]),
+    ("reasoning_arena.ask", ["--profile", "cpu", "--substitute", "cispo=grpo"]),
+])
+def test_paper_specs_run_their_stages(tmp_path, spec, options) -> None:
+    """The papers' specs: the RL job, then the evaluate stage on the trained and the
+    initial weights, every line accepted by its program's own parser."""
+    job = compile_to(tmp_path, ROOT / "specs" / spec, options)
+    calls = launch_argv(job / "driver.sh", tmp_path)
+    (rl,) = [parse_train_ppo_ray(train_flags(c)) for c in calls if c[0] == "ray"]
+    runs = [RunOptions.from_args(build_parser().parse_args(c[1:])) for c in calls if c[0] == "askspec"]
+    assert [(o.stage, o.weights) for o in runs] == [(runs[0].stage, "trained"), (runs[0].stage, "initial")]
+    assert all(o.profile == options[1] and o.file.startswith("spec/") for o in runs)
+    stage_dir = next(job.glob("stage-*"))
+    assert (stage_dir / runs[0].file).exists()  # the spec the evaluation run reads is in the stage's folder
+    served = [c[c.index("serve") + 1] for c in calls if c[0] == "vllm"]
+    assert served[-2:] == [rl.ckpt.output_dir, rl.actor.model_name_or_path]
