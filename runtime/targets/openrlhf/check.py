@@ -217,10 +217,11 @@ def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, 
 def roles_asked(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
     """The roles `games` ask, and the judges of their routes' contests."""
     names = [r.name for r in exp.roles if any(True for g in games for _ in asks_of(g.body, r.name))]
+    contests: list[ir.Tournament | ir.PointwiseJudge] = [*exp.tournaments, *exp.judges]
     for g in games:
         for route in g.routes:
             for arm in route.arms:
-                contest = next((c for c in [*exp.tournaments, *exp.judges] if c.name == arm.target), None)
+                contest = next((c for c in contests if c.name == arm.target), None)
                 if contest is not None and contest.judge not in names:
                     names.append(contest.judge)
     return names
