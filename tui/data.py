@@ -646,19 +646,53 @@ def _routed_roles(mirror: RunMirror, run_id: str, group_id: str | None) -> set[s
 # --------------------------------------------------------------------------- groups
 
 def groups_table(source: Source, run_id: str) -> pa.Table:
-    """The groups of a run: route, the routed role's reward statistics, the number of
-    tournament matches and of members."""
+    """The groups of a run, as the trainer saw them: the training step, the members'
+    final rewards' count, mean and std, the route, the role it trains on (the route's,
+    else a trained role), the number of tournament matches and of members."""
     mirror = source.mirror(run_id)
-    mirror.refresh(("groups", "matches"))
+    mirror.refresh(("sessions", "rewards", "groups", "matches"))
+    trained = _trained_roles(source, run_id)
     with _reading(mirror) as cur:
         table = cur.sql(
-            "SELECT g.group_id AS \"group\", g.route, TRY_CAST(g.stats->>'$.mean' AS DOUBLE) AS mean, "
-            "TRY_CAST(g.stats->>'$.var' AS DOUBLE) AS var, coalesce(m.n, 0) AS matches, "
-            "len(g.members) AS members, g.stats->>'$.role' AS role "
-            "FROM groups g LEFT JOIN (SELECT group_id, count(*) AS n FROM matches WHERE run_id = ? "
-            "GROUP BY group_id) m USING (group_id) WHERE g.run_id = ? ORDER BY g.group_id",
-            params=[run_id, run_id]).to_arrow_table()
-    return displayable(table)
+            f"WITH fin AS ({FINAL_REWARDS}), "
+            "g AS (SELECT group_id, route, members, stats->>'$.role' AS role FROM groups WHERE run_id = ?), "
+            # the members' final rewards per role: the route's role, else the trained roles
+            "m AS (SELECT g.group_id, f.role, count(*) AS n, avg(f.total) AS mean, stddev_samp(f.total) AS std "
+            "      FROM g, unnest(g.members) AS u(session_id) JOIN fin f ON f.session_id = u.session_id "
+            "      AND f.run_id = ? WHERE f.role = g.role OR (g.role IS NULL AND (f.role IN (SELECT unnest(?)) "
+            "      OR len(?) = 0)) GROUP BY ALL), "
+            f"st AS (SELECT s.group_id, min({STEP_SQL}) AS step FROM sessions s WHERE s.run_id = ? "
+            "       AND s.group_id IS NOT NULL GROUP BY ALL), "
+            "mt AS (SELECT group_id, count(*) AS n FROM matches WHERE run_id = ? GROUP BY group_id) "
+            # (the numbers first: a narrow pane cuts the text at the right, never a number)
+            "SELECT g.group_id AS \"group\", st.step, coalesce(m.n, 0) AS n, m.mean, "
+            "coalesce(m.std, 0) * (m.n > 1)::INT AS std, g.route, coalesce(g.role, m.role) AS role, "
+            "coalesce(mt.n, 0) AS matches, len(g.members) AS members "
+            "FROM g LEFT JOIN m USING (group_id) LEFT JOIN st USING (group_id) LEFT JOIN mt USING (group_id) "
+            "ORDER BY st.step NULLS FIRST, g.group_id, role",
+            params=[run_id, run_id, trained, trained, run_id, run_id]).to_arrow_table()
+    table = pc_round(table, ("mean", "std"))
+    return displayable(drop_null_columns(table, keep=("group", "route")))
+
+
+def pc_round(table: pa.Table, names: tuple[str, ...], digits: int = 4) -> pa.Table:
+    """``table`` with its float columns ``names`` rounded (a mean of rewards that cancel
+    is 0, not 2.8e-17; a table sorts on what it shows)."""
+    for name in names:
+        if name in table.column_names:
+            i = table.column_names.index(name)
+            table = table.set_column(i, name, pc.round(table.column(name), digits))
+    return table
+
+
+def _trained_roles(source: Source, run_id: str) -> list[str]:
+    """The run's trained roles, in the order it declares them (its manifest's roles)."""
+    with _reading(source) as cur:
+        rows = cur.execute("SELECT roles FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    declared = _json(rows[0][0]) if rows else None
+    if not isinstance(declared, dict):
+        return []
+    return [r for r, spec in declared.items() if isinstance(spec, dict) and spec.get("trained")]
 
 
 def group_detail(source: Source, run_id: str, group_id: str) -> shaping.GroupDetail:
@@ -681,7 +715,7 @@ def group_detail(source: Source, run_id: str, group_id: str) -> shaping.GroupDet
     row["stats"] = _json(row["stats"]) or {}
     run_dir = run[0]["run_dir"] if run else None
     params = _json(run[0]["params"]) if run else {}
-    return shaping.build_group(row, matches, rewards, run_dir, params or {})
+    return shaping.build_group(row, matches, rewards, run_dir, params or {}, _trained_roles(source, run_id))
 
 
 # -------------------------------------------------------------------------- metrics

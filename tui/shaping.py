@@ -288,7 +288,10 @@ def _num(v: Any) -> str:
 
 
 def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: str | None,
-                params: dict) -> GroupDetail:
+                params: dict, trained: list[str] | None = None) -> GroupDetail:
+    """A group as the trainer saw it: per role it trains on (the route's role, else the
+    run's trained roles that were rewarded here, else every rewarded role) each member's
+    final reward, the group's statistics and the advantage each member got."""
     stats = group.get("stats") or {}
     role = stats.get("role")
     members = list(group.get("members") or [])
@@ -297,47 +300,144 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
     # As the trainer counts them: a tournament/judge route replaces the role's terminal
     # verifier rewards by the routed one; per-turn rewards count either way.
     was_routed = route.split(":", 1)[0] in routed_names
+    rewarded = list(dict.fromkeys(w["role"] for w in rewards))
+    if role is not None:
+        roles = [role]
+    else:
+        roles = [r for r in trained or [] if r in rewarded] or rewarded
     base: dict[str, float] = {}
     routed: dict[str, float] = {}
-    final: dict[str, float] = {}
+    final: dict[str, dict[str, float]] = {r: {} for r in roles}
     for w in rewards:
-        if role is not None and w["role"] != role:
+        if w["role"] not in final:
             continue
         sid = w["session_id"]
         is_routed = w["name"] in routed_names and w.get("turn_index") is None
-        if is_routed:
-            routed[sid] = routed.get(sid, 0.0) + w["value"]
-        else:
-            base[sid] = base.get(sid, 0.0) + w["value"]
+        if w["role"] == role:
+            if is_routed:
+                routed[sid] = routed.get(sid, 0.0) + w["value"]
+            else:
+                base[sid] = base.get(sid, 0.0) + w["value"]
         if w.get("turn_index") is not None or is_routed == was_routed:
-            final[sid] = final.get(sid, 0.0) + w["value"]
+            final[w["role"]][sid] = final[w["role"]].get(sid, 0.0) + w["value"]
+    estimators = train_estimators(run_dir)
     why = []
-    if stats.get("count") is not None:
-        parts = [f"{k} {_num(stats[k])}" for k in ("count", "mean", "var", "std", "min", "max") if k in stats]
-        why.append(f"{role or 'rewards'}: " + ", ".join(parts))
-    arm = _fired_arm(run_dir, params, group, [base.get(m, 0.0) for m in members])
+    if route == "none":
+        why.append("no route: the game routes no group, so the trainer keeps every member")
+    arm = _fired_arm(run_dir, params, group, [base.get(m, 0.0) for m in members]) if role is not None else None
     if arm:
         why.append(f"arm fired: {arm}")
+    if stats.get("count"):  # the statistics the route looked at (its role's base rewards)
+        parts = [f"{k} {_num(stats[k])}" for k in ("count", "mean", "var", "std", "min", "max") if k in stats]
+        why.append(f"route saw {role or 'rewards'}: " + ", ".join(parts))
     for k in ("pairing", "aggregate", "judge_calls"):
         if k in stats:
             why.append(f"{k}: {stats[k]}")
+    advantages: dict[str, list[float | None]] = {}
+    for r in roles:
+        values = [final[r].get(m) for m in members]
+        got = [v for v in values if v is not None]
+        est = estimators.get(r)
+        advantages[r] = group_advantages(est, values) if est else [None] * len(values)
+        line = f"{r}: count {len(got)}"
+        if got:
+            mean = sum(got) / len(got)
+            line += f", mean {_num(mean)}, std {_num(_std(got))}, min {_num(min(got))}, max {_num(max(got))}"
+        if est:
+            line += f";  advantage: {est} {ESTIMATOR_TEXT.get(est, '')}"
+            if len(got) > 1 and max(got) == min(got) and est not in ("reinforce",):
+                line += " — all rewards equal: every advantage is 0 (no learning signal from this group)"
+        why.append(line)
+    n = len(members)
     strengths = stats.get("strengths") if isinstance(stats.get("strengths"), list) else []
     routed_list = stats.get("routed") if isinstance(stats.get("routed"), list) else []
-    n = len(members)
-
-    def r4(v: float | None) -> float | None:
-        return None if v is None else round(float(v), 4)
-
-    members_table = pa.table({
-        "session": members,
-        "base": [r4(base.get(m)) for m in members],
-        "strength": [r4(strengths[i]) if i < len(strengths) else None for i in range(n)],
-        "routed": [r4(routed.get(m, routed_list[i] if i < len(routed_list) else None)) for i, m in enumerate(members)],
-        "final": [r4(final.get(m)) for m in members],
-    }, schema=pa.schema([("session", pa.string()), ("base", pa.float64()), ("strength", pa.float64()),
-                         ("routed", pa.float64()), ("final", pa.float64())]))
+    cols: dict[str, list] = {"session": members}
+    if role is not None:  # what the route looked at and what it gave
+        cols["base"] = [r4(base.get(m)) for m in members]
+        if strengths or routed_list or routed:
+            cols["strength"] = [r4(strengths[i]) if i < len(strengths) else None for i in range(n)]
+            cols["routed"] = [r4(routed.get(m, routed_list[i] if i < len(routed_list) else None))
+                              for i, m in enumerate(members)]
+    for r in roles:
+        suffix = f" {r}" if len(roles) > 1 else ""
+        cols["final" + suffix] = [r4(final[r].get(m)) for m in members]
+        if estimators.get(r):
+            cols["advantage" + suffix] = [r4(a) for a in advantages[r]]
+    members_table = pa.table({k: pa.array(v, type=pa.string() if k == "session" else pa.float64())
+                              for k, v in cols.items()})
     return GroupDetail(group_id=group["group_id"], route=route, role=role, stats=stats, why=why,
                        matches=matches, members=members_table)
+
+
+def r4(v: float | None) -> float | None:
+    """A reward or advantage kept to 4 decimals: the rounding noise of a sum (2.8e-17)
+    is 0, not a number to read."""
+    return None if v is None else round(float(v), 4) + 0.0  # (+ 0.0: -0.0 is 0)
+
+
+def _std(values: list[float]) -> float:
+    """Standard deviation with Bessel's correction (the trainer's, 0 for one value)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+# The trainer's estimators (runtime/train/advantages.py, which computes them on tensors for
+# a whole batch; a test checks these against it), per group: r the member's reward.
+ESTIMATOR_TEXT = {
+    "grpo": "(r − mean) / (std + 1e-4)",
+    "group_norm": "(r − mean) / (std + 1e-9)",
+    "dr_grpo": "r − mean",
+    "rloo": "r − mean of the others",
+    "reinforce_baseline": "r − mean (then whitened over the batch: not shown)",
+    "reinforce": "r (whitened over the batch: not shown)",
+}
+
+
+def group_advantages(estimator: str, rewards: list[float | None]) -> list[float | None]:
+    """Each member's advantage in its group (None for a member without a reward, which
+    the trainer leaves out); a member alone gets 0, as in the trainer."""
+    got = [r for r in rewards if r is not None]
+    n = len(got)
+    mean = sum(got) / n if n else 0.0
+    std = _std(got)
+    out: list[float | None] = []
+    for r in rewards:
+        if r is None:
+            out.append(None)
+        elif estimator == "reinforce":
+            out.append(r)
+        elif n < 2:
+            out.append(0.0)
+        elif estimator == "grpo":
+            out.append((r - mean) / (std + 1e-4))
+        elif estimator == "group_norm":
+            out.append((r - mean) / (std + 1e-9))
+        elif estimator == "rloo":
+            out.append(r - (mean * n - r) / (n - 1))
+        else:  # dr_grpo, reinforce_baseline (before its batch whitening)
+            out.append(r - mean)
+    return out
+
+
+def train_estimators(run_dir: str | None) -> dict[str, str]:
+    """Role -> the advantage estimator its `train` block uses (none for sft), from the IR."""
+    exp = load_ir(run_dir)
+    if exp is None:
+        return {}
+    from askspec.runtime.train.config import config_from_ir
+
+    out = {}
+    for t in exp.training:
+        try:
+            est = config_from_ir(t, exp).estimator
+        except Exception:  # an IR the trainer would refuse: nothing to show
+            continue
+        if est:
+            out[t.role] = est
+    return out
 
 
 # -------------------------------------------------------------------------- metrics

@@ -139,3 +139,44 @@ def test_var_filters_compare_text_numbers_and_missing_values(grpo_runs):
     assert ids("var:s=*{0}") == ["s000000", "s000012"]  # (a wildcard over the text)
     assert ids("var:nothing=-") == ids("") and ids("var:nothing!=-") == []
     assert len(ids("step:2..")) == 12 and len(ids("var:questions<=1 step:..1")) == 3
+
+
+# ------------------------------------------------------------------- 3: groups
+
+def test_group_advantages_are_the_trainers():
+    torch = pytest.importorskip("torch")
+    from askspec.runtime.train.advantages import ESTIMATORS, advantages
+    from askspec.tui.shaping import group_advantages
+
+    groups = [[1.0, 0.5, 0.5, 0.0], [-0.4] * 4, [0.1, 0.2, -0.3, 0.0], [0.7]]
+    flat = [r for g in groups for r in g]
+    ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
+    for est in ESTIMATORS:
+        if est in ("reinforce", "reinforce_baseline"):
+            continue  # (whitened over the whole batch: the screen shows them before it)
+        want = advantages(est, torch.tensor(flat), ids).tolist()
+        got = [a for g in groups for a in group_advantages(est, g)]
+        assert got == pytest.approx(want, abs=1e-5), est
+
+
+async def test_groups_show_members_rewards_mean_std_and_advantages(grpo_runs):
+    app = AskspecApp(grpo_runs, follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, app)
+        await pilot.press("2")
+        await wait_until(pilot, shows(app, "solve-t000002-e002", "advantage: grpo"), what="the groups")
+        text = screen_text(app)
+        # before: "route none  mean -  var -" and "rewards: count 0" beside four rewards
+        assert "count 0" not in text
+        assert "solver: count 4, mean 0.5, std 0.4082, min 0, max 1" in text
+        assert "no route: the game routes no group, so the trainer keeps every member" in text
+        row = next(line for line in text.splitlines() if "s000000" in line)
+        assert row.split()[-2:] == ["1", "1.224"]  # final reward, advantage (4 significant digits)
+        await pilot.press("down")  # the group whose rewards are all -0.4
+        await wait_until(pilot, shows(app, "every advantage is 0"))
+        await pilot.press("down")  # rewards that cancel: mean 0, not -2.77556e-17
+        await wait_until(pilot, shows(app, "s000010"))
+        text = screen_text(app)
+        assert "e-17" not in text and "mean 0, std 0.216" in text
+        table = next(line for line in text.splitlines() if line.lstrip().startswith("solve-t000001-e002"))
+        assert table.split()[:7] == ["solve-t000001-e002", "1", "4", "0", "0.216", "none", "solver"]

@@ -18,10 +18,19 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import Static
+from textual.widget import Widget
+from textual.widgets import Static, TabbedContent, TabPane
 
 from askspec.tui.components.guard import Guarded
 from askspec.tui.components.vtable import TableLayout, VirtualTable, measure
+
+
+def in_shown_tab(widget: Widget) -> bool:
+    """Whether ``widget`` is on the tab shown (or on no tab): focusing a widget on another
+    tab would switch to that tab."""
+    pane = next((a for a in widget.ancestors if isinstance(a, TabPane)), None)
+    tabs = next((a for a in widget.ancestors if isinstance(a, TabbedContent)), None)
+    return pane is None or tabs is None or tabs.active == pane.id
 
 
 def prepare(table: pa.Table) -> TableLayout:

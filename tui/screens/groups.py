@@ -1,6 +1,7 @@
-"""The groups tab: each group's route and why (its reward statistics, the route arm that
-fired), its tournament matches (who met whom, which was shown first, the verdict and the
-judge's reply), fitted strengths and the rewards its members ended with."""
+"""The groups tab: each group as the trainer saw it — its members' final rewards, their
+mean and std, the advantage each member got, the route and why (the statistics the
+route looked at, the arm that fired) — and its tournament matches (who met whom, which
+was shown first, the verdict and the judge's reply) with the fitted strengths."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from textual.widgets import Static
 from askspec.terminal import printable
 from askspec.tui import data
 from askspec.tui.components.loader import Loader
-from askspec.tui.components.table import ArrowTable
+from askspec.tui.components.table import ArrowTable, in_shown_tab
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
 from askspec.tui.shaping import GroupDetail
 
@@ -52,10 +53,10 @@ class GroupsPane(Loader, Horizontal):
         yield ArrowTable(id="groups", empty="loading groups…", max_width=40)
         with VerticalScroll(id="group-detail"):
             yield Static("select a group", id="group-why")
-            yield Static("matches", classes="section")
+            yield Static("matches", classes="section", id="matches-title")
             yield ArrowTable(id="matches", empty="no tournament matches in this group", max_width=50)
             yield Static("", id="judge-reply", classes="hidden")
-            yield Static("members: strengths and rewards", classes="section")
+            yield Static("members: rewards and the advantage each got", classes="section")
             yield ArrowTable(id="members", empty="-")
 
     def reload(self) -> None:
@@ -72,6 +73,8 @@ class GroupsPane(Loader, Horizontal):
             await table.update(msg.result, key="group",
                                empty="this run has no groups (no game samples groups or routes them)")
             self.query_one("#group-detail").display = bool(msg.result.num_rows)
+            if self.screen.focused is None and in_shown_tab(self):  # (shown before its rows came: keys work at once)
+                table.focus_table()
             if msg.result.num_rows and self.group_id is None:
                 self.show_group(msg.result.column("group")[0].as_py())
             elif self.group_id is not None:
@@ -85,6 +88,8 @@ class GroupsPane(Loader, Horizontal):
             why.append("\n".join(printable(w, single_line=True) for w in d.why) or "(no statistics recorded)")
             self.query_one("#group-why", Static).update(why)
             await self.query_one("#matches", ArrowTable).update(matches_table(d), key="#")
+            for part in ("#matches-title", "#matches"):  # (a group without a tournament has none)
+                self.query_one(part).display = bool(d.matches)
             await self.query_one("#members", ArrowTable).update(d.members, key="session")
             reply = self.query_one("#judge-reply", Static)
             reply.set_class(not d.matches, "hidden")

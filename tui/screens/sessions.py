@@ -25,12 +25,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.timer import Timer
-from textual.widgets import Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static
 
 from askspec.tui import columns, data
 from askspec.tui.columns import ColumnChoice
 from askspec.tui.components.loader import Loader
-from askspec.tui.components.table import ArrowTable, prepare
+from askspec.tui.components.table import ArrowTable, in_shown_tab, prepare
 from askspec.tui.components.transcript_view import text_width
 from askspec.tui.components.vtable import TableLayout
 from askspec.tui.filters import Filter, FilterError, parse_filter
@@ -168,7 +168,7 @@ class SessionsPane(Loader, Vertical):
             if page is not None and not self._loaded_once and not self.filter_text.strip() and not self.sort_col:
                 view = self.query_one("#sessions", ArrowTable)
                 await view.update(page.shown, page.layout, key="session")
-                if self._on_view():
+                if in_shown_tab(self):
                     view.focus_table()
                 self._status(f"the first {page.shown.num_rows} sessions  ·  reading all sessions…")
             if not self._loaded_once:
@@ -208,17 +208,10 @@ class SessionsPane(Loader, Vertical):
         flt = self.filter_text.strip()
         await view.update(rows.shown, rows.layout, key="session", to_end=to_end,
                           empty=f"no session matches {flt}" if flt else "no sessions yet")
-        if (focus or self._refocus or self.screen.focused is None) and self._on_view():
+        if (focus or self._refocus or self.screen.focused is None) and in_shown_tab(self):
             view.focus_table()  # (none after an empty result: the filter box keeps it, to be edited)
         self._refocus = False
         self._status(self._describe(rows.shown.num_rows))
-
-    def _on_view(self) -> bool:
-        """Whether the sessions tab is the one shown (focusing the table would switch
-        back to it from a tab the user went to while the sessions were read)."""
-        pane = next((a for a in self.ancestors if isinstance(a, TabPane)), None)
-        tabs = next((a for a in self.ancestors if isinstance(a, TabbedContent)), None)
-        return pane is None or tabs is None or tabs.active == pane.id
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "prefetch":  # said when the transcript is opened (and read again)
