@@ -121,12 +121,17 @@ def game_sessions(game: ir.Game, params: Mapping[str, Any], sizes: Mapping[str, 
     return items * game.times * game.group_size
 
 
+def held_out_games(exp: ir.Experiment) -> set[str]:
+    """The games evaluate stages play: held out of training (and of the first phase)."""
+    return {name for s in exp.stages if s.kind == "evaluate" for name in s.options.get("games", [])}
+
+
 def first_phase(exp: ir.Experiment) -> list[ir.Game]:
     """The games planned at the start of a run (not those replaying a buffer), what an
     `--eval-only` run plays: not the games of evaluate stages either (they compare trained
     with initial weights, which needs the stages), unless nothing else is left."""
     games = [g for g in exp.games if replays_buffer(g) is None]
-    held = {name for s in exp.stages if s.kind == "evaluate" for name in s.options.get("games", [])}
+    held = held_out_games(exp)
     return [g for g in games if g.name not in held] or games
 
 

@@ -10,6 +10,7 @@ from math import comb
 from . import model as ir
 from .canonical import experiment_hash
 from .plansize import group_size, training_steps, whole_groups
+from .walk import bodies
 
 
 def expr_text(e: ir.Expr | None) -> str:
@@ -90,15 +91,14 @@ def step_text(s: ir.Step) -> str:
 
 
 def _children(s: ir.Step) -> list[tuple[str | None, list]]:
-    match s:
-        case ir.RepeatStep() | ir.WhileStep() | ir.ForStep():
-            return [(None, s.body)]
-        case ir.IfStep():
-            out = [(f"elif {expr_text(b.cond)}" if i else None, b.body) for i, b in enumerate(s.branches)]
-            if s.orelse:
-                out.append(("else", s.orelse))
-            return out
-    return []
+    """The step lists nested in `s` (walk.bodies), each with the label it is shown under."""
+    if not isinstance(s, ir.IfStep):
+        return [(None, body) for _, body in bodies(s)]
+    out: list[tuple[str | None, list]] = [(f"elif {expr_text(b.cond)}" if i else None, b.body)
+                                          for i, b in enumerate(s.branches)]
+    if s.orelse:
+        out.append(("else", s.orelse))
+    return out
 
 
 def judged_pairs(t: ir.Tournament, n: int) -> int:
@@ -394,9 +394,9 @@ def schedule_lines(exp: ir.Experiment) -> list[str]:
 def _online_lines(exp: ir.Experiment, opts: dict) -> list[str]:
     """The online schedule: its steps, the roles every step updates (and their update
     gates), and the games' model-call bounds per session."""
-    from .plansize import replays_buffer
+    from .plansize import held_out_games, replays_buffer
 
-    held = {g for s in exp.stages if s.kind == "evaluate" for g in s.options["games"]}
+    held = held_out_games(exp)
     chosen = opts.get("games")
     names = chosen if isinstance(chosen, list) else [g.name for g in exp.games
                                                       if replays_buffer(g) is None and g.name not in held]

@@ -11,6 +11,7 @@ import functools
 from typing import TYPE_CHECKING, Callable
 
 from ..ir import model as ir
+from ..ir.walk import bodies
 from . import ast as A
 from .consts import NotConstant, OutOfRange, const_eval
 from .exprs import ExprChecker, Scope, Sym, irspan, name_list, suggest
@@ -677,22 +678,17 @@ class GameChecker:
                         if r.reply.kind == "json":
                             per_call = max(per_call, 1 + (r.reply.args.get("retries") or 0))
                         add(out, role, mult * n * per_call)
-                elif isinstance(s, ir.RepeatStep):
-                    for k, v in walk(s.body, mult * s.bound).items():
-                        add(out, k, v)
-                elif isinstance(s, ir.WhileStep):
-                    for k, v in walk(s.body, mult * s.limit).items():
-                        add(out, k, v)
-                elif isinstance(s, ir.ForStep):
-                    for k, v in walk(s.body, mult * s.limit).items():
-                        add(out, k, v)
-                elif isinstance(s, ir.IfStep):
+                elif isinstance(s, ir.IfStep):  # one branch runs: the most calls of any
                     best: dict[str, int] = {}
-                    for body in [b.body for b in s.branches] + [s.orelse]:
+                    for _, body in bodies(s):
                         for k, v in walk(body, mult).items():
                             best[k] = max(best.get(k, 0), v)
                     for k, v in best.items():
                         add(out, k, v)
+                else:
+                    for times, body in bodies(s):
+                        for k, v in walk(body, mult * times).items():
+                            add(out, k, v)
             return out
 
         bounds = walk(steps, 1)

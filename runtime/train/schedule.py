@@ -28,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import replays_buffer
+from askspec.ir.plansize import held_out_games, replays_buffer
+from askspec.ir.walk import all_steps
 
 
 @dataclass(frozen=True)
@@ -52,15 +53,7 @@ class Slot:
 
 def asked_roles(steps: list) -> set[str]:
     """Roles a game body asks (any depth)."""
-    out: set[str] = set()
-    for s in steps:
-        if isinstance(s, ir.AskStep):
-            out.update(s.roles)
-        for attr in ("body", "orelse"):
-            out |= asked_roles(getattr(s, attr, None) or [])
-        for b in getattr(s, "branches", None) or []:
-            out |= asked_roles(b.body)
-    return out
+    return {r for s in all_steps(steps) if isinstance(s, ir.AskStep) for r in s.roles}
 
 
 def phases(exp: ir.Experiment, configs: list) -> tuple[list[Phase], int]:
@@ -91,7 +84,7 @@ def phases(exp: ir.Experiment, configs: list) -> tuple[list[Phase], int]:
             g.name for g in exp.games if g.name not in inner_games and outer in asked_roles(g.body)]
         plain, replay = split(names)
         return [Phase("outer", (outer,), plain, replay, _by_role(configs, outer).steps)], 1
-    held = {g for s in exp.stages if s.kind == "evaluate" for g in s.options["games"]}  # evaluated: never trained on
+    held = held_out_games(exp)  # evaluated: never trained on
     names = opts["games"] if isinstance(opts.get("games"), list) else [
         g.name for g in exp.games if replays_buffer(g) is None and g.name not in held]
     plain, replay = split(names)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from askspec.ir import model as ir
+from askspec.ir.walk import bodies
 from askspec.lang.diagnostics import DiagnosticSink, Sources
 from askspec.lang.span import Span
 
@@ -83,19 +84,10 @@ def _algorithm_span(t: ir.Training, sources: Sources, fallback: str) -> Span:
 def asks_of(steps: list, role: str, mult: int = 1):
     """(ask step, how many times it can run per session) for every ask of `role`."""
     for s in steps:
-        k = s.kind
-        if k == "ask" and role in s.roles:
+        if s.kind == "ask" and role in s.roles:
             yield s, mult
-        elif k == "repeat":
-            yield from asks_of(s.body, role, mult * s.bound)
-        elif k == "while":
-            yield from asks_of(s.body, role, mult * s.limit)
-        elif k == "for":
-            yield from asks_of(s.body, role, mult * s.limit)
-        elif k == "if":
-            for b in s.branches:
-                yield from asks_of(b.body, role, mult)
-            yield from asks_of(s.orelse, role, mult)
+        for times, body in bodies(s):
+            yield from asks_of(body, role, mult * times)
 
 
 def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dict[str, str],

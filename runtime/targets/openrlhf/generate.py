@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from askspec import __version__
 from askspec.ir import model as ir
 from askspec.ir.canonical import experiment_hash
+from askspec.ir.walk import all_steps
 from askspec.lang.diagnostics import DiagnosticSink
 from askspec.terminal import printable
 
@@ -265,23 +266,13 @@ def _bindable_models(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
 
 
 def _has_bind(steps: list) -> bool:
-    return any(s.kind == "bind" or any(_has_bind(b) for b in _bodies(s)) for s in steps)
+    return any(s.kind == "bind" for s in all_steps(steps))
 
 
 def _bind_literals(steps: list, add) -> None:
-    for s in steps:
+    for s in all_steps(steps):
         if s.kind == "bind" and s.model.kind == "lit":
             add(s.model.value)
-        for body in _bodies(s):
-            _bind_literals(body, add)
-
-
-def _bodies(s) -> list[list]:
-    if s.kind in ("repeat", "while", "for"):
-        return [s.body]
-    if s.kind == "if":
-        return [b.body for b in s.branches] + [s.orelse]
-    return []
 
 
 def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list[str]):
