@@ -71,11 +71,24 @@ def _function(rel: str, name: str, cls: str | None = None) -> Callable:
 
 
 def load_policy_loss(register: Callable[[str, ModuleType], None]) -> ModuleType:
-    """OpenRLHF's own `openrlhf/models/loss.py` as `openrlhf.models.loss`, on CPU. The real
+    """OpenRLHF's own `openrlhf/models/loss.py` as `openrlhf.models.loss`, on CPU, beside
+    stand-ins for its package and utils (`stub_openrlhf_models`)."""
+    package = stub_openrlhf_models(register)
+    spec = importlib.util.spec_from_file_location("openrlhf.models.loss", OPENRLHF / "models/loss.py")
+    assert spec is not None and spec.loader is not None
+    loss = importlib.util.module_from_spec(spec)
+    register("openrlhf.models.loss", loss)
+    spec.loader.exec_module(loss)
+    package.loss = loss  # type: ignore[attr-defined]
+    return loss
+
+
+def stub_openrlhf_models(register: Callable[[str, ModuleType], None]) -> ModuleType:
+    """Make `import openrlhf.models.loss` (OpenRLHF's own file) work on CPU: the real
     `openrlhf.models` package imports peft and DeepSpeed and `openrlhf.models.utils` imports
     DeepSpeed at module top, so they are registered (through `register(name, module)`, e.g.
-    monkeypatch.setitem on sys.modules) as a bare package and a module holding OpenRLHF's
-    own `masked_mean`, extracted from utils.py."""
+    monkeypatch.setitem on sys.modules) as a bare package over the real folder and a module
+    holding OpenRLHF's own `masked_mean`, extracted from utils.py. Returns the package."""
     package = ModuleType("openrlhf.models")
     package.__path__ = [str(OPENRLHF / "models")]
     register("openrlhf.models", package)
@@ -85,13 +98,7 @@ def load_policy_loss(register: Callable[[str, ModuleType], None]) -> ModuleType:
     utils.__dict__.update({"torch": importlib.import_module("torch"), "Optional": Optional})
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(OPENRLHF / "models/utils.py"), "exec"), utils.__dict__)
     register("openrlhf.models.utils", utils)
-    spec = importlib.util.spec_from_file_location("openrlhf.models.loss", OPENRLHF / "models/loss.py")
-    assert spec is not None and spec.loader is not None
-    loss = importlib.util.module_from_spec(spec)
-    register("openrlhf.models.loss", loss)
-    spec.loader.exec_module(loss)
-    package.loss = loss  # type: ignore[attr-defined]
-    return loss
+    return package
 
 
 def load_agent_executor(path: str | Path) -> AgentExecutorBase:

@@ -17,7 +17,7 @@ import torch
 from askspec.cli import main
 from askspec.runtime.train.losses import aggregate, policy_token_loss, row_weights
 
-from openrlhf_harness import launch_argv, parse_train_ppo_ray, train_flags
+from openrlhf_harness import launch_argv, parse_train_ppo_ray, stub_openrlhf_models, train_flags
 
 SPEC = Path(__file__).parent / "specs" / "cispo.ask"
 
@@ -187,10 +187,39 @@ def test_entry_point_installs_the_loss_then_runs_openrlhfs_main_with_the_hook(jo
     entry.main()
     assert seen["installed"] and seen["args"].actor.policy_loss_type == "cispo"
     assert inits == [{"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"},
-                                      "worker_process_setup_hook": "askspec_ext.cispo.install"}}]
+                                      "worker_process_setup_hook": "askspec_ext.cispo.install_when_loaded"}}]
     with pytest.raises(SystemExit):
         parse_train_ppo_ray(train_flags(call))
     ray.init(runtime_env={})
     assert inits[-1] == {"runtime_env": {}}  # ray.init is Ray's again
-    # the hook Ray runs in each worker is the extension's install, importable from the job folder
-    assert importlib.import_module("askspec_ext.cispo").install is cispo.install
+
+def test_worker_hook_installs_the_loss_when_a_worker_imports_it(tmp_path, monkeypatch) -> None:
+    """Ray runs `askspec_ext.cispo.install_when_loaded` in every worker before actor code:
+    it imports nothing of OpenRLHF (a vLLM engine stays free of DeepSpeed), and the loss is
+    hooked as soon as the worker imports openrlhf.models.loss, as the PPO actor does."""
+    out = tmp_path / "job"
+    assert main(["compile", str(SPEC), "--target", "openrlhf", "-o", str(out)]) == 0
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder goes with the test
+    stub_openrlhf_models(lambda name, module: monkeypatch.setitem(sys.modules, name, module))
+    monkeypatch.delitem(sys.modules, "openrlhf.models.loss", raising=False)
+    monkeypatch.syspath_prepend(str(out))
+    for name in [n for n in sys.modules if n.split(".")[0] == "askspec_ext"]:
+        monkeypatch.delitem(sys.modules, name)
+    hook = "askspec_ext.cispo.install_when_loaded"
+    module, _, attr = hook.rpartition(".")
+    getattr(importlib.import_module(module), attr)()  # as Ray's load_class + call
+    getattr(importlib.import_module(module), attr)()  # twice: still one finder
+    assert "openrlhf.models.loss" not in sys.modules
+    try:
+        loss = importlib.import_module("openrlhf.models.loss")
+        assert getattr(loss.PolicyLoss, "_askspec_wrapped", None) is not None
+        assert sys.modules["openrlhf.models.loss"] is loss
+        assert not [f for f in sys.meta_path if type(f).__name__ == "_InstallAfterLoad"]  # it left
+        logits, tokens, old, mask, adv = _batch(4)
+        fn = loss.PolicyLoss(clip_eps_low=1.0, clip_eps_high=2.0, policy_loss_type="cispo")
+        got = fn(_logp(logits, tokens)[1], old, adv[:, None].expand(-1, old.shape[1]), action_mask=mask)[0]
+        assert torch.isfinite(got)
+    finally:
+        sys.modules.pop("openrlhf.models.loss", None)  # imported here, over the stand-in package
+        for name in [n for n in sys.modules if n.split(".")[0] == "askspec_ext"]:
+            del sys.modules[name]

@@ -9,8 +9,9 @@ it (askspec.runtime.train.losses). Aggregation, data-parallel scaling and the lo
 statistics are OpenRLHF's own (`aggregate_loss`, `masked_mean`).
 
 `install()` wraps `PolicyLoss.__init__` and `PolicyLoss.forward` (every other loss type
-goes to OpenRLHF's code unchanged); `parser_accepts_cispo()` adds `cispo` to the choices
-of train_ppo_ray's `--actor.policy_loss_type`. Both refuse to run on any OpenRLHF whose
+goes to OpenRLHF's code unchanged); `install_when_loaded()`, the Ray workers' setup hook,
+does it once a worker imports `openrlhf.models.loss`; `parser_accepts_cispo()` adds
+`cispo` to the choices of train_ppo_ray's `--actor.policy_loss_type`. Both refuse to run on any OpenRLHF whose
 hooked code is not 0.11.2's (a version and a fingerprint of that code). This module needs
 only torch and OpenRLHF: it is copied into every job folder that trains with CISPO.
 """
@@ -20,9 +21,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import importlib
+import importlib.machinery
 import importlib.metadata
 import inspect
 import re
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,6 +35,7 @@ WRITTEN_FOR = "0.11.2"
 FINGERPRINT = "a212db3846a1678d4d95f21fa749cc7a9a8c68c3ff0a579a9361972bc6b85161"
 POLICY_LOSS_FLAG = "--actor.policy_loss_type"
 NAME = "cispo"
+LOSS_MODULE = "openrlhf.models.loss"
 
 
 class VersionMismatch(RuntimeError):
@@ -41,12 +46,11 @@ def _hooked_sources() -> list[str]:
     """The code the extension depends on: PolicyLoss's constructor and forward, the parser
     line of --actor.policy_loss_type, train()'s ray.init call (train_ppo_ray adds the
     worker setup hook to it) and the trainer's PolicyLoss(...) call."""
-    from openrlhf.models import loss
-
+    loss = importlib.import_module(LOSS_MODULE)
     # once installed, the class holds our wrappers: fingerprint the functions they wrap
     init, forward = getattr(loss.PolicyLoss, "_askspec_wrapped", (loss.PolicyLoss.__init__, loss.PolicyLoss.forward))
     sources = [inspect.getsource(init), inspect.getsource(forward)]
-    package = Path(loss.__file__).parents[1]  # read, not imported: both modules import ray at module top
+    package = Path(inspect.getfile(loss)).parents[1]  # read, not imported: both modules import ray at top
     for rel, pattern in (("cli/train_ppo_ray.py", r'parser\.add_argument\("--actor\.policy_loss_type".*'),
                          ("cli/train_ppo_ray.py", r"if not ray\.is_initialized\(\):(?s:.*?)\n    \w"),
                          ("trainer/ray/ppo_actor.py", r"self\.actor_loss_fn = PolicyLoss\((?s:.*?)\n\s*\)")):
@@ -66,24 +70,23 @@ def check_version() -> None:
         found = importlib.metadata.version("openrlhf")
     except importlib.metadata.PackageNotFoundError:
         found = "none"
-    problems = []
+    problem = None
     if found != WRITTEN_FOR:
-        problems.append(f"openrlhf {found} is installed")
+        problem = f"openrlhf {found} is installed"
     elif fingerprint() != FINGERPRINT:
-        problems.append(f"openrlhf {found}'s PolicyLoss, train_ppo_ray or trainer differ from the released "
-                        f"{WRITTEN_FOR}'s (a patched install?)")
-    if problems:
+        problem = (f"openrlhf {found}'s PolicyLoss, train_ppo_ray or trainer differ from the released "
+                   f"{WRITTEN_FOR}'s (a patched install?)")
+    if problem is not None:
         raise VersionMismatch(
             f"askspec's CISPO extension was written for OpenRLHF {WRITTEN_FOR} (it hooks "
-            f"openrlhf.models.loss.PolicyLoss and train_ppo_ray's {POLICY_LOSS_FLAG} and ray.init), but {problems[0]}: "
+            f"openrlhf.models.loss.PolicyLoss and train_ppo_ray's {POLICY_LOSS_FLAG} and ray.init), but {problem}: "
             f"install openrlhf=={WRITTEN_FOR} on every node, or recompile the job with `--substitute cispo=grpo`")
 
 
 def install() -> None:
     """Add `cispo` to OpenRLHF's PolicyLoss (idempotent). Run in every process that builds
-    one: the job's entry point and, through Ray's worker_process_setup_hook, every worker."""
-    from openrlhf.models import loss
-
+    one: the job's entry point and (install_when_loaded) every Ray worker that imports it."""
+    loss = importlib.import_module(LOSS_MODULE)
     cls = loss.PolicyLoss
     if getattr(cls, "_askspec_wrapped", None) is not None:
         return
@@ -120,6 +123,38 @@ def install() -> None:
     cls.__init__ = __init__
     cls.forward = forward
     cls._askspec_wrapped = (original_init, original_forward)
+
+
+def install_when_loaded() -> None:
+    """The Ray workers' setup hook: install() now if this process has imported
+    openrlhf.models.loss, else right after it does. A worker that never builds a PolicyLoss
+    (a vLLM engine, which OpenRLHF keeps free of DeepSpeed) imports nothing for it."""
+    if LOSS_MODULE in sys.modules:
+        install()
+    elif not any(isinstance(f, _InstallAfterLoad) for f in sys.meta_path):
+        sys.meta_path.insert(0, _InstallAfterLoad())
+
+
+class _InstallAfterLoad:
+    """A meta path finder for openrlhf.models.loss only: the module's own spec and loader,
+    with install() run once the module has executed (then the finder leaves)."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != LOSS_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            install()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 @contextlib.contextmanager

@@ -5,8 +5,9 @@
 
 The Ray workers build the loss, so they install it too: OpenRLHF's `train()` starts Ray
 with `ray.init(runtime_env={"env_vars": ...})`, and this entry point adds
-`"worker_process_setup_hook": "askspec_ext.cispo.install"` to that call, which Ray runs in
-every worker process of the job before any actor code. (The hook is not in launch.sh's
+`"worker_process_setup_hook": "askspec_ext.cispo.install_when_loaded"` to that call, which
+Ray runs in every worker process of the job before any actor code; it installs the loss
+in the workers that import it. (The hook is not in launch.sh's
 job-level runtime environment: a hook given at job submission and processed again by the
 driver's own `ray.init` trips an assertion in some Ray releases, ray-project/ray#61350.)"""
 
@@ -18,7 +19,7 @@ from typing import Any, Iterator
 
 from . import cispo
 
-SETUP_HOOK = "askspec_ext.cispo.install"
+SETUP_HOOK = "askspec_ext.cispo.install_when_loaded"
 
 
 def with_setup_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
