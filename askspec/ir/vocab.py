@@ -11,6 +11,7 @@ from typing import Literal, get_args
 # ---- models ----------------------------------------------------------------------------
 Backend = Literal["hf", "openai", "vllm", "python", "replay"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
+HF_WEIGHTS_BACKENDS = ("hf", "vllm")  # their weights are a Hugging Face model (vLLM serves it, OpenRLHF trains it)
 
 # Sampling fields a model or role may set -> the type a backend sends (int: a whole
 # number); `stop` (a list of strings) is the one field that is not a number.

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from askspec.ir import model as ir
+from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.ir.walk import bodies
 from askspec.lang.diagnostics import DiagnosticSink, Sources
 from askspec.lang.span import Span
@@ -19,7 +20,7 @@ from askspec.runtime.engine.plan import replays_buffer
 from askspec.runtime.targets.openrlhf.mapping import (ALGORITHMS, DTYPES, GROUPED_ESTIMATORS, LOSS_AGGREGATION,
                                                       MISSING, REFUSED, SETTINGS, openrlhf_algorithm)
 
-TRAINABLE_BACKENDS = ("hf", "vllm")
+TRAINABLE_BACKENDS = HF_WEIGHTS_BACKENDS
 
 
 @dataclass

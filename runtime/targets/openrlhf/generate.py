@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from askspec import __version__
 from askspec.ir import model as ir
 from askspec.ir.canonical import experiment_hash
+from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.ir.walk import all_steps
 from askspec.lang.diagnostics import DiagnosticSink
 from askspec.terminal import printable
@@ -311,7 +312,7 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
         m = exp.model(name)
         if m is None:
             continue
-        if m.backend in ("hf", "vllm"):
+        if m.backend in HF_WEIGHTS_BACKENDS:
             s = server_for(_weights(m), None, m.weights, f"weights {m.weights}")
             endpoints["models"][name] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
             where = f"port {s.port} ({s.served})"
