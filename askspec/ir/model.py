@@ -388,6 +388,7 @@ class TrainSettings(BaseModel):
     grad_clip: float
     kl: float
     kl_estimator: str
+    std: str  # sample | population: the group std grpo and group_norm divide by
     save_every: int
     keep_checkpoints: int
     max_nonfinite_steps: int

@@ -59,6 +59,10 @@ STAGE_KINDS: tuple[str, ...] = get_args(StageKind)
 # ---- training --------------------------------------------------------------------------
 # advantage estimators (how a trajectory's reward becomes its advantage)
 ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")
+# the group std an estimator divides by (`std` of a train block): sample (Bessel's n − 1, TRL
+# and OpenRLHF) or population (n: Reasoning Arena's Eq. 2); the first is the default
+ADVANTAGE_STDS: tuple[str, ...] = ("sample", "population")
+STD_ESTIMATORS: tuple[str, ...] = ("grpo", "group_norm")  # the estimators that divide by it
 LOSSES: tuple[str, ...] = ("ppo", "gspo", "cispo", "sft")  # policy losses
 AGGREGATIONS: tuple[str, ...] = ("token", "sequence", "constant")  # how token losses become the batch loss
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..ir import model as ir
 from ..ir.plansize import training_steps
-from ..ir.vocab import AGGREGATIONS, ALGORITHM_DEFAULTS, ESTIMATORS
+from ..ir.vocab import ADVANTAGE_STDS, AGGREGATIONS, ALGORITHM_DEFAULTS, ESTIMATORS, STD_ESTIMATORS
 from . import ast as A
 from .roles import RoleChecks
 
@@ -96,6 +96,8 @@ HYPERPARAMETERS: dict[str, Setting] = {
     "grad_clip": Setting("number", 1.0, "clip the gradient norm to this (0: off)", 0.0, 1000.0),
     "kl": Setting("number", 0.0, "coefficient of the KL penalty to the frozen initial weights", 0.0, 10.0),
     "kl_estimator": Setting("name", "k3", "per-token KL estimate: k1 = log π/π_ref, k3 = r − 1 − log r", choices=("k1", "k3")),
+    "std": Setting("name", ADVANTAGE_STDS[0], "the group std the grpo and group_norm estimators divide by: sample "
+                   "(Bessel's n − 1, TRL and OpenRLHF) or population (n)", choices=ADVANTAGE_STDS),
     "aggregation": Setting("name", None, "how token losses become the batch loss: token (over all tokens), "
                            "sequence (per trajectory, then over trajectories), constant (Dr. GRPO: sum / "
                            "(trajectories × max_tokens)); default per algorithm", choices=AGGREGATIONS),
@@ -153,6 +155,7 @@ def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
         lr=float(hyper["lr"]), warmup=int(hyper["warmup"]), decay=str(hyper["decay"]), min_lr=float(hyper["min_lr"]),
         weight_decay=float(hyper["weight_decay"]), beta1=float(hyper["beta1"]), beta2=float(hyper["beta2"]),
         grad_clip=float(hyper["grad_clip"]), kl=float(hyper["kl"]), kl_estimator=str(hyper["kl_estimator"]),
+        std=str(hyper["std"]),
         save_every=int(hyper["save_every"]), keep_checkpoints=int(hyper["keep_checkpoints"]),
         max_nonfinite_steps=int(hyper["max_nonfinite_steps"]), dtype=str(hyper["dtype"]), replay=hyper.get("replay"))
 
@@ -248,4 +251,11 @@ class TrainingChecks(RoleChecks):
         if hyper.get("min_lr", 0.0) > lr:  # the cosine floor would raise the learning rate, not lower it
             span = next(a.value.span for a in d.attrs if a.name == "min_lr")
             self.err("E107", f"training setting 'min_lr' ({hyper['min_lr']!r}) must be at most lr ({lr!r})", span)
+        if "std" in hyper:  # only a std-dividing estimator reads it; elsewhere it would be silently ignored
+            estimator = args.get("estimator", ALGORITHM_DEFAULTS[algorithm][0])
+            if estimator not in STD_ESTIMATORS:
+                span = next(a.value.span for a in d.attrs if a.name == "std")
+                self.err("E107", f"training setting 'std' is read only by the estimators that divide by the group's std "
+                                 f"({', '.join(STD_ESTIMATORS)}); this block's is {estimator or 'none (sft)'}", span,
+                         "remove 'std', or choose a grpo or group_norm estimator")
         return args, hyper

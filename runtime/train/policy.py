@@ -173,7 +173,7 @@ class TrainedPolicy:
         if cfg.loss == "sft":
             adv = torch.zeros(n)
         else:
-            adv = advantages(cfg.estimator, rewards, groups, counts) if n else torch.zeros(0)
+            adv = advantages(cfg.estimator, rewards, groups, counts, cfg.std) if n else torch.zeros(0)
         if n and not bool(torch.isfinite(adv).all()):  # rewards of ~1e308 overflow the group's mean or std
             return self._not_applied(metrics, t0, "advantage", "an advantage is not finite (rewards too large?)")
         zero = adv.abs() < 1e-8

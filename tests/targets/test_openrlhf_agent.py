@@ -120,7 +120,7 @@ def test_reasoning_arena_tournament_rewards_match_replay(tmp_path, tokenizer, mo
     """Reasoning Arena (cispo substituted by grpo): a diverse group keeps its verifier
     rewards; a non-diverse group goes to the live tournament inside the agent, judged on
     the judge's endpoint, and every member returns its Bradley-Terry score."""
-    sets = {"group_size": "4"}
+    sets = {"group_size": "4", "advantage_std": "sample"}  # OpenRLHF's group_norm std (E604 for Eq. 2's)
     # the first two problems of the spec's data set are the two groups' elements
     with open(SPECS / "data" / "math_problems.jsonl") as f:
         answers = [json.loads(next(f))["answer"] for _ in range(2)]

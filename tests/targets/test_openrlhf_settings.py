@@ -45,7 +45,7 @@ VALUES = {
     "kl": ("kl = 0.1", ""), "kl_estimator": ("kl_estimator = k1", "kl = 0.1"),
     "aggregation": ("aggregation = sequence", ""), "save_every": ("save_every = 5", ""),
     "keep_checkpoints": ("keep_checkpoints = 4", ""), "max_nonfinite_steps": ("max_nonfinite_steps = 5", ""),
-    "dtype": ("dtype = bfloat16", ""), "replay": ("replay = seen", ""),
+    "dtype": ("dtype = bfloat16", ""), "replay": ("replay = seen", ""), "std": ("std = population", ""),
     "update_when": ("update_when = sum(score) > 0", ""),
     "clip": ("(clip = 0.3)", ""), "clip_low": ("(clip_low = 0.1)", ""), "clip_high": ("(clip_high = 0.4)", ""),
     "dual_clip": ("(dual_clip = 3.0)", ""), "estimator": ("(estimator = rloo)", ""), "min_reward": ("(min_reward = 0.5)", ""),
@@ -108,6 +108,12 @@ def test_setting_is_mapped_or_refused_by_name(tmp_path, key) -> None:
     else:
         assert key in REFUSED
         assert any(f"'{key}'" in m or f"`{key} =" in m for m in errors), errors
+
+
+def test_sample_std_is_openrlhfs_own(tmp_path) -> None:
+    spec = tmp_path / "w.ask"
+    spec.write_text(SPEC.format(algorithm="grpo", block="group = 2; std = sample"))
+    assert refusals(spec) == []
 
 
 def test_float32_is_refused_by_name(tmp_path) -> None:

@@ -144,7 +144,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("spec,options", [
     ("ask_e.ask", ["--profile", "training", "--substitute", "cispo=grpo"]),
-    ("reasoning_arena.ask", ["--profile", "cpu", "--substitute", "cispo=grpo"]),
+    ("reasoning_arena.ask", ["--profile", "cpu", "--substitute", "cispo=grpo", "--set", "advantage_std=sample"]),
 ])
 def test_paper_specs_run_their_stages(tmp_path, spec, options) -> None:
     """The papers' specs: the RL job, then the evaluate stage on the trained and the

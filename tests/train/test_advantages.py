@@ -67,3 +67,44 @@ def test_a_trajectory_alone_in_its_group_has_no_advantage():
 def test_zero_variance_groups_are_counted():
     assert zero_variance_groups(R, G) == 1
     assert zero_variance_groups(torch.tensor([1.0, 1.0, 2.0]), torch.tensor([0, 0, 1])) == 1  # a lone one is not counted
+
+
+# Reasoning Arena's group of N = 8 (App. B): Eq. 2 divides by the population σ
+R8 = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+G8 = torch.zeros(8, dtype=torch.long)
+
+
+@pytest.mark.parametrize("estimator, eps", [("grpo", 1e-4), ("group_norm", 1e-9)])
+def test_std_sample_and_population_hand_values(estimator, eps):
+    mean = 3 / 8
+    sq = 3 * (1 - mean) ** 2 + 5 * mean**2
+    sample, population = math.sqrt(sq / 7), math.sqrt(sq / 8)
+    want = lambda sd: [(r - mean) / (sd + eps) for r in R8.tolist()]  # noqa: E731
+    assert advantages(estimator, R8, G8).tolist() == pytest.approx(want(sample), abs=1e-6)  # the default
+    assert advantages(estimator, R8, G8, std="sample").tolist() == pytest.approx(want(sample), abs=1e-6)
+    assert advantages(estimator, R8, G8, std="population").tolist() == pytest.approx(want(population), abs=1e-6)
+    # the sample std is √(8/7) times the population one: sample advantages are ×0.935 at N = 8
+    ratio = advantages(estimator, R8, G8)[0] / advantages(estimator, R8, G8, std="population")[0]
+    assert float(ratio) == pytest.approx(math.sqrt(7 / 8), abs=1e-3)
+
+
+def test_std_leaves_estimators_without_a_std_division_and_lone_trajectories_alone():
+    for est in ("dr_grpo", "rloo", "reinforce", "reinforce_baseline"):
+        assert advantages(est, R, G, std="population").tolist() == advantages(est, R, G).tolist()
+    assert advantages("grpo", torch.tensor([3.0]), torch.tensor([0]), std="population").tolist() == [0.0]
+    with pytest.raises(ValueError, match="unknown advantage std 'bessel'"):
+        advantages("grpo", R, G, std="bessel")
+
+
+def test_std_is_lowered_into_the_trainers_config():
+    from askspec.lang.compiler import compile_source
+    from askspec.runtime.train.config import config_from_ir
+
+    head = ('model m = hf("smollm2-135m-instruct")\nrole r { model = m; trained; prompt = "Answer." }\n'
+            'game g sample 8 {\n    x = ask r\n    reward r = 1\n}\n')
+    for body, want in (("train r with cispo { }", "sample"), ("train r with cispo { std = population }", "population"),
+                       ("train r with group_norm { std = sample }", "sample")):
+        res = compile_source("t.ask", head + body)
+        assert res.ir is not None, [d.message for d in res.sink.sorted()]
+        t = res.ir.training[0]
+        assert config_from_ir(t, res.ir).std == want, body

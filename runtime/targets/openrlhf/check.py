@@ -236,6 +236,11 @@ def _check_settings(t: ir.Training, tspan: Span, sink: DiagnosticSink) -> None:
         elif key == "dtype" and value not in DTYPES:
             sink.error("E604", f"`dtype = {value}`: OpenRLHF 0.11.2 trains in bf16 or fp16 (--ds.param_dtype)", tspan,
                        "leave dtype out (bf16), or train with askspec's own trainer")
+        elif key == "std" and value == "sample":
+            pass  # OpenRLHF's group_norm divides by the sample std already (torch.std)
+        elif key == "std":
+            sink.error("E604", f"`std = {value}`: {REFUSED['std']}", tspan,
+                       "leave std out or set it to sample (OpenRLHF's), or train with askspec's own trainer")
         elif key in REFUSED:
             sink.error("E604", f"training setting '{key}' cannot be mapped: {REFUSED[key]}", tspan,
                        f"remove '{key}' from the job's spec (a profile can), or train with askspec's own trainer")

@@ -46,6 +46,8 @@ REFUSED = {
     "min_reward": "the sft algorithm is not a PPO-family job (E601), and OpenRLHF's SFT trains on every record",
     "update_when": "an OpenRLHF job updates after every rollout batch; it has no gate over a step's sessions",
     "replay": "a buffer lives in one run, and an OpenRLHF job's prompt data set is fixed when it starts",
+    # `std = sample` is OpenRLHF's own and accepted (check._check_settings); only population is refused
+    "std": "OpenRLHF 0.11.2's group_norm divides by the sample std (torch.std, n − 1); it has no population std",
 }
 
 # `dtype` -> --ds.param_dtype (OpenRLHF trains in bf16 or fp16 only)
