@@ -44,11 +44,11 @@ def verdict(final: bool, correct, resolved: bool, missing: list[str]) -> str:
          "missing_rubric_criteria": missing, "notes": ""}) + "\n```"
 
 
-def run(tmp_path: Path, sessions: list[dict], *flags: str) -> Path:
+def run(tmp_path: Path, sessions: list[dict], *flags: str, item: dict = METFORMIN) -> Path:
     spec_dir = tmp_path / "specs"
     shutil.copytree(ROOT / "specs" / "prompts", spec_dir / "prompts")
     (spec_dir / "data").mkdir()
-    (spec_dir / "data" / "askbench_sample.jsonl").write_text(json.dumps(METFORMIN) + "\n")
+    (spec_dir / "data" / "askbench_sample.jsonl").write_text(json.dumps(item) + "\n")
     shutil.copy(ROOT / "specs" / "askbench.ask", spec_dir / "askbench.ask")
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps({"sessions": sessions}))
@@ -143,3 +143,47 @@ def test_c_t_counts_the_items_the_turn_asks_about(tmp_path, targeted, shaping):
     session = dict(TABLE6, targets=[json.dumps({"targeted_rubric_criteria": targeted})])
     run_dir = run(tmp_path, [session])
     assert ("shaping", shaping) in q(run_dir, "select name, value from rewards where role = 'assistant'")
+
+
+# an AskMind item: one missing fact, supplied by the user's first reply
+DOSE = {
+    "id": "mind", "kind": "ask_mind", "original_query": "A 70 kg adult takes 10 mg/kg of a drug. How many mg?",
+    "query": "An adult takes 10 mg/kg of a drug. How many mg?", "context": "the weight (70 kg) is removed",
+    "answer": "700 mg", "rubric": ["The patient's body weight."],
+}
+ASK_WEIGHT = {"targeted_rubric_criteria": ["The patient's body weight."]}
+
+
+def test_unq_counts_a_question_asked_after_the_user_supplied_everything(tmp_path):
+    """§3.4 Unq.: turn 1 asks for the weight, the user gives it; turn 2 asks again although
+    nothing is missing (the turn-2 judge, who has read the reply, says every checkpoint is
+    resolved): that question is redundant. Turn 3 answers."""
+    session = {
+        "assistant": ["What is the patient's weight?", "Is the patient an adult?", "Final Answer: 700 mg"],
+        "judge": [verdict(False, None, False, ["The patient's body weight."]), verdict(False, None, True, []),
+                  verdict(True, True, True, [])],
+        "targets": [json.dumps(ASK_WEIGHT), json.dumps({"targeted_rubric_criteria": []})],
+        "user": ["The patient weighs 70 kg.", "Yes."],
+    }
+    run_dir = run(tmp_path, [session], item=DOSE)
+    assert q(run_dir, "select outcome from sessions") == [("correct",)]
+    assert metrics(run_dir) == {"acc": 1.0, "cov": 1.0, "unq": 1.0, "skipped_rate": 0.0}
+
+
+def test_unq_leaves_a_question_that_comes_before_the_users_answer_alone(tmp_path):
+    """The same dialogue answered on turn 2: the one question preceded the user's reply."""
+    session = {
+        "assistant": ["What is the patient's weight?", "Final Answer: 700 mg"],
+        "judge": [verdict(False, None, False, ["The patient's body weight."]), verdict(True, True, True, [])],
+        "targets": [json.dumps(ASK_WEIGHT)], "user": ["The patient weighs 70 kg."],
+    }
+    assert metrics(run(tmp_path, [session], item=DOSE))["unq"] == 0.0
+
+
+def test_unq_counts_a_question_after_the_assistants_own_correction(tmp_path):
+    """AskOverconfidence: Table 6's turn 1 corrects the claim (resolved by that turn, not
+    redundant); a further question on turn 2 comes after the correction: redundant."""
+    session = dict(TABLE6, assistant=[TURN1, "Do you have any other questions about metformin?", TURN2],
+                   judge=[verdict(False, None, True, []), verdict(False, None, True, []), verdict(True, True, True, [])],
+                   targets=TABLE6["targets"] * 2, user=[USER1, "No."])
+    assert metrics(run(tmp_path, [session]))["unq"] == 1.0
