@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,9 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
 def run_check(**env: str) -> subprocess.CompletedProcess:
+    # PYTHON: this interpreter (it has torch), whether or not the checkout has a .venv
     return subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=400, cwd=ROOT,
-                          env={**os.environ, **env})
+                          env={**os.environ, "PYTHON": sys.executable, **env})
 
 
 def test_cpu_mode_runs_the_trainer_and_generation_and_says_what_it_skipped() -> None:
