@@ -5,8 +5,9 @@ vLLM and DeepSpeed at module top, so the pieces the tests need — the argument 
 its validation (the `if __name__ == "__main__":` block), the agent loader
 `_load_agent_executor`, and `RolloutRayActor.generate_responses` (which runs the N samples
 of a prompt on one executor) — are extracted from the installed source with `ast` and run
-alone. Everything else here is a test double, named Fake*: a vLLM `SamplingParams`
-stand-in and an `llm_engine` that returns scripted token ids.
+alone; `openrlhf/models/loss.py` (PolicyLoss) is loaded as it is, beside stand-ins for its
+package and utils, which import DeepSpeed. Everything else here is a test double, named
+Fake*: a vLLM `SamplingParams` stand-in and an `llm_engine` that returns scripted token ids.
 """
 
 from __future__ import annotations
