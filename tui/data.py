@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from askspec.runtime.store import readonly
 from askspec.terminal import printable
-from askspec.tui import shaping
+from askspec.tui import shaping, stats
 from askspec.tui.filters import Filter, VarTest, escape_like, like_pattern
 from askspec.tui.mirror import RunMirror
 from askspec.tui.source import DataError, Source, check_path, fingerprint, one_line
@@ -361,8 +361,8 @@ def sessions_table(source: Source, run_id: str, flt: Filter | None = None, rewar
     return table
 
 
-# the training step a session was played for (the trainer binds it; null when evaluating)
-STEP_SQL = "TRY_CAST(json_extract_string(s.params, '$.__step__') AS BIGINT)"
+# the training step a session was played for (the sessions view's; null when evaluating)
+STEP_SQL = "s.step"
 _NUMERIC_JSON = {"UBIGINT", "BIGINT", "DOUBLE"}
 
 
@@ -611,7 +611,7 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
     try:
         with mirror.session_store(session_id) as mini:
             sess = _rows(mini, "SELECT session_id, game, group_id, status, outcome, error, started_at, ended_at, "
-                               "params, vars, attempt FROM sessions WHERE run_id = ? AND session_id = ?",
+                               "params, vars, attempt, step, stage FROM sessions WHERE run_id = ? AND session_id = ?",
                          [run_id, session_id])
             turns = _rows(mini, "SELECT turn_index, role, model, prompt, text, parsed, finish_reason, tokens_in, "
                                 "tokens_out, latency_ms, error, overflow FROM turns WHERE run_id = ? AND session_id = ? "
@@ -727,6 +727,7 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
 
     note = None
     rows: list[dict] = []
+    intervals: dict[tuple[str, str], stats.Interval] = {}
     errors = 0
     with _reading(source) as cur:
         steps = _rows(cur, "SELECT role, step, metrics FROM train_steps WHERE run_id = ? ORDER BY role, step",
@@ -743,6 +744,7 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
             scopes, errors = session_scopes(cur, run_id)
         try:
             rows = evaluate_metrics(exp, scopes)
+            intervals = stats.metric_intervals(exp, scopes)
         except Exception as e:  # an evaluation error is data for the screen, not a crash
             note = f"metrics could not be evaluated: {one_line(e)}"
         else:
@@ -751,7 +753,7 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
                 note = f"{n} declared metric{'s' if n != 1 else ''}: no session has finished ok yet"
     for s in steps:
         s["metrics"] = _json(s["metrics"])
-    return shaping.build_metrics(rows, errors, steps, note)
+    return shaping.build_metrics(rows, errors, steps, note, intervals)
 
 
 # ------------------------------------------------------------------------------ sql

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from askspec.tui.numbers import number
+from askspec.tui.stats import Interval
 
 # -------------------------------------------------------------------------- the IR
 
@@ -460,6 +461,52 @@ class Metrics:
     errors: int
     train: dict[str, dict[str, list[tuple[int, float]]]]  # role -> column -> (step, value)
     note: str | None = None
+    # every declared metric's rows in one table: metric, by, value, n, 95 % interval
+    declared: pa.Table | None = None
+    intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)  # (metric, by key) -> interval
+
+
+# The training curves shown first (the rest, the trainer's bookkeeping, behind a key):
+# reward mean ± std, loss, KL, grad norm, share of zero advantages, tokens per second
+KEY_CURVES = ("reward_mean", "loss", "kl", "grad_norm", "zero_adv_share", "tokens_per_s")
+CURVE_TITLES = {"reward_mean": "reward mean ± std", "zero_adv_share": "zero-advantage share",
+                "tokens_per_s": "tokens / s", "grad_norm": "grad norm"}
+# series that are the x axis again or restate another one
+_NOT_CURVES = {"step", "reward_std"}
+
+
+@dataclass
+class Curve:
+    """One plot: a title and its lines (label, (step, value) points)."""
+
+    role: str
+    column: str
+    title: str
+    lines: list[tuple[str, list[tuple[int, float]]]]
+
+
+def curves(train: dict[str, dict[str, list[tuple[int, float]]]], key: bool = True,
+           label: str = "") -> list[Curve]:
+    """The key curves (``key``) or the other series of each role, in ``KEY_CURVES``
+    order; reward mean with lines at ± its std; ``label`` names the lines (a run)."""
+    out = []
+    for role, series in train.items():
+        series = dict(series)
+        if "tokens" in series and "seconds" in series and "tokens_per_s" not in series:
+            secs = dict(series["seconds"])
+            rate = [(x, t / secs[x]) for x, t in series["tokens"] if secs.get(x)]
+            if rate:
+                series["tokens_per_s"] = rate
+        names = [c for c in KEY_CURVES if c in series] if key else \
+            [c for c in series if c not in KEY_CURVES and c not in _NOT_CURVES]
+        for c in names:
+            lines = [(label or c, series[c])]
+            if c == "reward_mean" and "reward_std" in series:
+                std = dict(series["reward_std"])
+                for sign, name in ((1, "+std"), (-1, "-std")):
+                    lines.append((f"{label} {name}".strip(), [(x, y + sign * std[x]) for x, y in series[c] if x in std]))
+            out.append(Curve(role, c, f"{role}: {CURVE_TITLES.get(c, c)}", lines))
+    return out
 
 
 def _label(v: Any) -> str:
@@ -470,7 +517,32 @@ def _label(v: Any) -> str:
     return str(v)
 
 
-def build_metrics(rows: list[dict], errors: int, steps: list[dict], note: str | None) -> Metrics:
+def by_key(metric_by: list[str], by: dict) -> str:
+    """A metric row's ``by`` values as the key of its interval (``stats.metric_intervals``)."""
+    return json.dumps([by.get(b) for b in metric_by], sort_keys=True, default=str)
+
+
+def interval_text(iv: Interval | None) -> str | None:
+    return None if iv is None else f"{number(iv.lo)} … {number(iv.hi)}"
+
+
+def declared_table(rows: list[dict], intervals: dict[tuple[str, str], Interval]) -> pa.Table:
+    """Every declared metric's rows in one table: metric, by (``a=small, b=mid``),
+    value, n and its 95 % interval."""
+    values = [r["value"] for r in rows]
+    numeric = all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return pa.table({
+        "metric": [r["metric"] for r in rows],
+        "by": [", ".join(f"{k}={_label(v)}" for k, v in r["by"].items()) or None for r in rows],
+        "value": pa.array([float(v) if v is not None else None for v in values] if numeric
+                          else [_label(v) for v in values], type=pa.float64() if numeric else pa.string()),
+        "n": pa.array([r["n"] for r in rows], type=pa.int64()),
+        "95% interval": [interval_text(intervals.get((r["metric"], by_key(list(r["by"]), r["by"])))) for r in rows],
+    })
+
+
+def build_metrics(rows: list[dict], errors: int, steps: list[dict], note: str | None,
+                  intervals: dict[tuple[str, str], Interval] | None = None) -> Metrics:
     grouped: dict[str, list[dict]] = {}
     for r in rows:
         grouped.setdefault(r["metric"], []).append(r)
@@ -499,7 +571,9 @@ def build_metrics(rows: list[dict], errors: int, steps: list[dict], note: str | 
         for k, v in m.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 train.setdefault(s["role"], {}).setdefault(k, []).append((int(s["step"]), float(v)))
-    return Metrics(tables=tables, heatmaps=heatmaps, errors=errors, train=train, note=note)
+    intervals = intervals or {}
+    return Metrics(tables=tables, heatmaps=heatmaps, errors=errors, train=train, note=note,
+                   declared=declared_table(rows, intervals) if rows else None, intervals=intervals)
 
 
 # -------------------------------------------------------------------------- compare

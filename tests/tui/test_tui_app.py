@@ -301,10 +301,11 @@ async def test_metrics_tab_draws_training_curves(tmp_path):
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
         await pilot.press("3")
         await wait_until(pilot, lambda: bool(app.screen.query(TrainPlot)), what="the training curves")
-        plots = {(p.role, p.column): p.points for p in app.screen.query(TrainPlot)}
+        plots = {(p.curve.role, p.curve.column): p.curve.lines[0][1] for p in app.screen.query(TrainPlot)}
         assert plots[("questioner", "loss")] == list(enumerate(losses, 1))
         assert plots[("questioner", "reward_mean")] == [(s, 0.1 * s) for s in range(1, 7)]
+        assert ("questioner", "tokens_per_s") not in plots  # (no `seconds` recorded: no rate)
         assert "no training records" not in screen_text(app)
-        await wait_until(pilot, shows(app, "training", "questioner: loss over steps"), what="the loss curve")
+        await wait_until(pilot, shows(app, "training", "questioner: loss"), what="the loss curve")
         # the curve itself: plotext's braille dots on screen
         assert any("\u2800" < ch <= "\u28ff" for ch in screen_text(app))

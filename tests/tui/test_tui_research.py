@@ -180,3 +180,47 @@ async def test_groups_show_members_rewards_mean_std_and_advantages(grpo_runs):
         assert "e-17" not in text and "mean 0, std 0.216" in text
         table = next(line for line in text.splitlines() if line.lstrip().startswith("solve-t000001-e002"))
         assert table.split()[:7] == ["solve-t000001-e002", "1", "4", "0", "0.216", "none", "solver"]
+
+
+# ------------------------------------------------------------------ 4: metrics
+
+async def test_metrics_dashboard_key_curves_first_bookkeeping_behind_b(grpo_runs):
+    app = AskspecApp(grpo_runs, follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await _open(pilot, app)
+        await pilot.press("3")
+        await wait_until(pilot, shows(app, "solver: reward mean ± std", "other series"), what="the dashboard")
+        text = screen_text(app)
+        # the key curves in one grid, in this order, reward with its ± std lines
+        order = [text.index(t) for t in ("solver: reward mean ± std", "solver: loss", "solver: kl",
+                                         "solver: grad norm", "solver: zero-advantage share", "solver: tokens / s")]
+        assert order == sorted(order)
+        first = next(line for line in text.splitlines() if "reward mean ± std" in line)
+        assert "solver: loss" in first and "solver: kl" in first  # (side by side, not 21 plots in a column)
+        assert "+std" in text and "-std" in text
+        assert "policy_version" not in text and "over steps" not in text
+        # the declared metrics: one table with n and a 95 % interval (Wilson for 2 of 24, 10 of 24)
+        assert "accuracy" in text and "0.08333  24  0.02316 … 0.2585" in text
+        assert "0.4167  24  0.2447 … 0.6117" in text
+        # keyboard scrolling works on first focus (before: only after Tab twice)
+        pane = app.screen.query_one("#metrics-pane")
+        assert app.focused is pane
+        await pilot.resize_terminal(160, 20)  # (a page that does not hold it all)
+        await pilot.pause(0.2)
+        await pilot.press("pagedown")
+        await wait_until(pilot, lambda: pane.scroll_y > 0, what="PageDown to scroll")
+        await pilot.press("b", "end")
+        await wait_until(pilot, shows(app, "solver: policy_version"), what="the other series")
+        assert "solver: step" not in screen_text(app)  # (the x axis, not a curve)
+
+
+def test_intervals_wilson_t_and_bootstrap():
+    from askspec.tui import stats
+
+    iv = stats.wilson(4, 4)  # 4 of 4: not "1 ± 0"
+    assert round(iv.lo, 4) == 0.5101 and iv.hi == 1.0
+    iv = stats.t_interval([1.0, 0.5, 0.5, 0.0])  # mean 0.5, s 0.4082, t(3) 3.182
+    assert round(iv.lo, 3) == -0.150 and round(iv.hi, 3) == 1.150
+    assert stats.mean_interval([1.0]) is None
+    assert stats.Interval(0, 1, "t").overlaps(stats.Interval(0.9, 2, "t"))
+    assert not stats.Interval(0, 1, "t").overlaps(stats.Interval(1.1, 2, "t"))

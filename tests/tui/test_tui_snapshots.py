@@ -73,5 +73,5 @@ def test_metrics_screen(snap_compare, demo_app):
         await pilot.press("enter")
         await _ready(pilot, "6 sessions")
         await pilot.press("3")
-        await _ready(pilot, "by (a, b)")
+        await _ready(pilot, "calibration_rate  a=mid, b=large")  # (the key curves first, then the declared metrics)
     assert snap_compare(demo_app, terminal_size=SIZE, run_before=run_before)

@@ -1,6 +1,8 @@
-"""The metrics tab: the spec's ``metric`` declarations as tables (by their ``by`` keys),
-two-key metrics as heatmaps (Ask-E's per-pair calibration view), and curves of the
-``train_steps`` columns over steps once training records exist."""
+"""The metrics tab, a dashboard: the key training curves first, in a grid (reward mean
+± std per role, loss, KL, grad norm, share of zero advantages, tokens per second), then
+the spec's declared metrics as one table with n and a 95 % interval (two-key metrics
+also as heatmaps: Ask-E's per-pair calibration view), then — behind ``b`` — the
+trainer's other series (step bookkeeping, policy version, timings, ...)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.binding import Binding
+from textual.containers import Grid, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
@@ -20,7 +23,7 @@ from askspec.tui.components.heatmap import Heatmap
 from askspec.tui.components.loader import Loader
 from askspec.tui.components.table import ArrowTable
 from askspec.tui.messages import Loaded, LoadFailed, StoreChanged
-from askspec.tui.shaping import Metrics
+from askspec.tui.shaping import Curve, Metrics, curves
 
 if TYPE_CHECKING:
     from askspec.tui.app import AskspecApp
@@ -28,29 +31,38 @@ if TYPE_CHECKING:
 
 
 class TrainPlot(PlotextPlot):
-    DEFAULT_CSS = "TrainPlot { height: 14; margin: 0 0 1 0; }"
+    """One curve (or several: a band, two runs) over training steps."""
 
-    def __init__(self, role: str, column: str, points: list[tuple[int, float]]) -> None:
+    DEFAULT_CSS = "TrainPlot { height: 12; }"
+
+    def __init__(self, curve: Curve) -> None:
         super().__init__()
-        self.role, self.column, self.points = role, column, points
+        self.curve = curve
 
     def on_mount(self) -> None:
         plt = self.plt
-        plt.title(f"{self.role}: {self.column} over steps")
-        plt.xlabel("step")
-        xs = [p[0] for p in self.points]
-        ys = [p[1] for p in self.points]
-        if len(xs) == 1:
-            plt.scatter(xs, ys)
-        else:
-            plt.plot(xs, ys, marker="braille")
-        if len(set(xs)) <= 12:  # steps are whole numbers: label them, not plotext's fractions between
-            plt.xticks(sorted(set(xs)))
+        plt.title(self.curve.title)
+        xs_all: set[int] = set()
+        for label, points in self.curve.lines:
+            xs = [p[0] for p in points]
+            ys = [p[1] for p in points]
+            xs_all.update(xs)
+            if len(xs) == 1:
+                plt.scatter(xs, ys, label=label if len(self.curve.lines) > 1 else None)
+            else:
+                plt.plot(xs, ys, marker="braille", label=label if len(self.curve.lines) > 1 else None)
+        if len(xs_all) <= 12:  # steps are whole numbers: label them, not plotext's fractions between
+            plt.xticks(sorted(xs_all))
+
+
+def curve_grid(items: list[Curve], id: str | None = None) -> Grid:
+    grid = Grid(*(TrainPlot(c) for c in items), classes="curve-grid", id=id)
+    return grid
 
 
 def _same(a: Metrics, b: Metrics) -> bool:
     """Whether two results would show the same thing."""
-    return (a.note == b.note and a.errors == b.errors and a.train == b.train
+    return (a.note == b.note and a.errors == b.errors and a.train == b.train and a.intervals == b.intervals
             and a.tables.keys() == b.tables.keys() and all(a.tables[k].equals(b.tables[k]) for k in a.tables))
 
 
@@ -58,10 +70,13 @@ class MetricsPane(Loader, VerticalScroll):
     app: AskspecApp  # the app this runs in (textual types it App[Any])
     screen: RunScreen  # the run screen holding this pane (textual types it Screen[object])
 
+    BINDINGS = [Binding("b", "bookkeeping", "Other series")]
+
     def __init__(self, run_id: str) -> None:
         super().__init__(id="metrics-pane")
         self.run_id = run_id
         self.result: Metrics | None = None
+        self.show_other = False
 
     def compose(self) -> ComposeResult:
         yield Static("loading metrics…", id="metrics-note", classes="status")
@@ -94,26 +109,43 @@ class MetricsPane(Loader, VerticalScroll):
             notes.append(f"{len(m.tables)} declared metric(s)")
         self.query_one("#metrics-note", Static).update(Text("  ·  ".join(notes)))
         widgets: list[Widget] = []
-        heatmaps = {h.metric: h for h in m.heatmaps}
-        for name, table in m.tables.items():
-            widgets.append(Static(Text(printable(name, single_line=True), style="bold"), classes="section"))
-            t = ArrowTable(classes="metric-table", max_width=40)
-            widgets.append(t)
-            t.styles.height = min(table.num_rows + 2, 12)
-            if name in heatmaps:
-                widgets.append(Heatmap(heatmaps[name]))
-        if m.train:
+        key, other = curves(m.train), curves(m.train, key=False)
+        if key:
             widgets.append(Static(Text("training", style="bold"), classes="section"))
-            for role, series in m.train.items():
-                for column, points in series.items():
-                    widgets.append(TrainPlot(role, column, points))
-        else:
+            widgets.append(curve_grid(key))
+        elif not m.train:
             widgets.append(Static("no training records (train_steps) in this run", classes="status"))
+        table = None
+        if m.declared is not None:
+            widgets.append(Static(Text("declared metrics (95% interval: Wilson for a rate, t for a mean, "
+                                       "else a bootstrap over sessions)", style="bold"), classes="section"))
+            table = ArrowTable(id="declared", max_width=50)
+            table.styles.height = min(m.declared.num_rows + 2, 16)
+            widgets.append(table)
+        for h in m.heatmaps:
+            widgets.append(Static(Text(printable(h.metric, single_line=True), style="bold"), classes="section"))
+            widgets.append(Heatmap(h))
+        if other:
+            widgets.append(Static(Text(f"other series ({len(other)}: step bookkeeping, timings, ...): "
+                                       "press b to " + ("hide" if self.show_other else "show")),
+                                  id="other-title", classes="section"))
+            grid = curve_grid(other, id="other-curves")
+            grid.display = self.show_other
+            widgets.append(grid)
         await self.mount_all(widgets)
-        for t, table in zip(self.query(".metric-table").results(ArrowTable), m.tables.values()):
-            await t.set_table(table)
+        if table is not None and m.declared is not None:
+            await table.set_table(m.declared)
         if keep_y:
             self.call_after_refresh(self.scroll_to, y=keep_y, animate=False)
+
+    def action_bookkeeping(self) -> None:
+        self.show_other = not self.show_other
+        for grid in self.query("#other-curves"):
+            grid.display = self.show_other
+        for title in self.query("#other-title").results(Static):
+            n = len(self.query_one("#other-curves").children)
+            title.update(Text(f"other series ({n}: step bookkeeping, timings, ...): press b to "
+                              + ("hide" if self.show_other else "show")))
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         if msg.key == "metrics":

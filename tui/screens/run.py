@@ -111,6 +111,8 @@ class RunScreen(Loader, Screen):
             self.query_one("#sessions", ArrowTable).focus_table()
         elif pane == "groups":
             self.query_one("#groups", ArrowTable).focus_table()
+        elif pane == "metrics":  # (the page scrolls: PageDown works at once)
+            self.query_one("#metrics-pane").focus()
 
     @on(StoreChanged)
     def _changed(self, event: StoreChanged) -> None:
