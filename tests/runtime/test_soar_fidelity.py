@@ -86,3 +86,21 @@ def test_a_data_split_keeps_only_its_items():
     held = load_dataset(sets["hard_test"], str(SPECS), 0)  # the PS / PQ evaluation's problems
     assert len(held) == 30 and {i["split"] for i in held} == {"test"}
     assert not {i["question"] for i in items} & {i["question"] for i in held}
+
+
+@pytest.mark.parametrize("profile", ["grounded", "intrinsic_t"])
+def test_hard_only_is_a_fresh_student_on_the_train_split_evaluated_like_pq(profile):
+    """The Hard-Only baseline (§4 "Baselines"; the reference of Fig. 3, Tables 4-5): a fresh
+    student trained on D_train alone (no promoted datasets) with the PQ student's steps and
+    warm-up, then evaluated on the test split exactly as PQ is."""
+    exp = compile_file(str(SPEC), profile=profile).ir
+    stages = {s.name: s for s in exp.stages}
+    assert [s.name for s in exp.stages][-2:] == ["hard_only", "hard_only_eval"]  # after pq: its `trained` is PQ's
+    hard_only, pq_student = stages["hard_only"].options, stages["pq_student"].options
+    assert stages["hard_only"].kind == "retrain" and hard_only["role"] == "student" and hard_only["data"] == "hard"
+    assert not hard_only.get("promoted") and pq_student["promoted"]
+    assert {k: hard_only.get(k) for k in ("game", "steps", "warmup")} == \
+        {k: pq_student.get(k) for k in ("game", "steps", "warmup")} == {"game": "practice", "steps": 1500, "warmup": 20}
+    assert stages["hard_only_eval"].options == stages["pq"].options  # games, samples, k, score, weights = [trained]
+    student = next(t for t in exp.training if t.role == "student")
+    assert student.config is not None and student.config.group == 32  # §4: "a standard group size of 32"

@@ -47,7 +47,7 @@ def test_elements_cycle_and_steps_are_deterministic():
     again = trainer("arith.ask")
     assert [p.seed for p in again.planner.plans(17)] == [p.seed for p in t.planner.plans(17)]
     assert t.planner.plans(17)[0].seed != t.planner.plans(1)[0].seed  # a new pass draws new seeds
-    assert all(p.bindings["__step__"] == 3 for p in t.planner.plans(3))
+    assert all(p.step == 3 for p in t.planner.plans(3))
 
 
 def test_reasoning_arena_batch_rounds_up_to_whole_groups():
@@ -62,10 +62,12 @@ def test_soar_plans_its_nested_schedule():
     t = trainer("soar.ask")
     # one teach session per outer step; each step owns the indices of its inner sessions
     assert [sl.phase.name for sl in t.slots[:2]] == ["outer", "outer"]
-    # the stages: 200 outer steps, PS (1 step), a fresh student on PQ (1,500 steps), PQ (1 step)
+    # the stages: 200 outer steps, PS (1 step), a fresh student on PQ (1,500 steps), PQ (1 step),
+    # Hard-Only: a fresh student on the train split (1,500 steps), evaluated (1 step)
     assert [sl.phase.kind for sl in t.slots].count("play") == 200
     assert [(sl.phase.stage, sl.phase.kind) for sl in t.slots[200:202]] == [("ps", "evaluate"), ("pq_student", "retrain")]
-    assert t.steps == 200 + 1 + 1500 + 1 and t.slots[-1].phase.stage == "pq"
+    assert [(sl.phase.stage, sl.phase.kind) for sl in t.slots[1701:1703]] == [("pq", "evaluate"), ("hard_only", "retrain")]
+    assert t.steps == 200 + 1 + 1500 + 1 + 1500 + 1 and t.slots[-1].phase.stage == "hard_only_eval"
     assert t.step_sessions(t.slots[201]) == 256  # the student's batch: 8 questions x group 32
     assert t.step_sessions(t.slots[200]) == 30 * 32 * 2  # 30 test problems x 32 samples x (trained, initial)
     assert t.slots[0].phase.roles == ("teacher",) and t.slots[0].phase.plain == ("teach",)
