@@ -53,7 +53,8 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], 
     Sessions contribute to a metric only where its variables are defined (a metric over
     `acc` counts the sessions of the game that sets `acc`)."""
     where = f"WHERE run_id = '{run_id}'" if run_id else ""
-    rows = con.execute(f"SELECT run_id, session_id, game, status, outcome, params, vars, group_id FROM sessions {where}").fetchall()
+    rows = con.execute(f"SELECT run_id, session_id, game, status, outcome, params, vars, group_id, step, stage, weights "
+                       f"FROM sessions {where}").fetchall()
     totals: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     named: dict[tuple[str, str], list[tuple[str, str, float]]] = defaultdict(list)
     for rid, sid, role, name, value in con.execute(f"SELECT run_id, session_id, role, name, value FROM rewards {where}").fetchall():
@@ -61,14 +62,17 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], 
         named[(rid, sid)].append((role, name, float(value)))
     groups = _group_scopes(con, where, named)
     scopes, errors = [], 0
-    for rid, sid, game, status, outcome, params, vars_, group_id in rows:
+    for rid, sid, game, status, outcome, params, vars_, group_id, step, stage, weights in rows:
         if status != "ok":
             errors += status == "error"
             continue
         scope = {**groups.get((rid, group_id or "", sid), {}), **_load_json(vars_), **_load_json(params)}
-        scope.setdefault("step", scope.pop("__step__", None))  # set by the trainer; none when evaluating
-        scope.setdefault("stage", scope.pop("__stage__", None))  # set by the trainer when the spec has stages
-        scope.setdefault("weights", scope.pop("__weights__", None))  # an evaluate stage's trained | initial
+        for old in ("__step__", "__stage__", "__weights__"):  # a run of store format < 4 bound them (the view reads them)
+            scope.pop(old, None)
+        # the session plan's (set by the trainer; none when evaluating), unless the spec names a variable so
+        scope.setdefault("step", step)
+        scope.setdefault("stage", stage)
+        scope.setdefault("weights", weights)
         scope.update(outcome=outcome, status=status, game=game)
         scopes.append(SessionScope(scope, dict(totals[(rid, sid)]), group_id))
     return scopes, errors

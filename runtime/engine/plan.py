@@ -30,6 +30,13 @@ class SessionPlan:
     bindings: dict[str, Any]  # the game's `for` pattern names -> values
     seed: int
     item_index: int | None = None  # position of the bound item in the game's `for` list
+    # set by the trainer (runtime/train), None in an evaluation run: the training step the
+    # session is played in, its stage when the spec declares stages, and which weights an
+    # evaluate stage's session is served by (trained | initial). The run store records
+    # them as the session's own columns (sessions.step, stage, weights), not as bindings.
+    step: int | None = None
+    stage: str | None = None
+    weights: str | None = None
 
 
 def derive_seed(*parts: Any) -> int:

@@ -34,7 +34,9 @@ from typing import Any
 # turns.group_id, groups.judge_calls/unparsed. Version 1 lines read as version 2
 # lines without those fields (full prompts, nothing moved).
 # 3: train_steps.skipped (why a step's update did not run); older lines read it as NULL.
-FORMAT_VERSION = 3
+# 4: sessions.step, stage, weights (a training run's step, stage and evaluate-stage weights,
+# before kept in params as __step__, __stage__, __weights__: the sessions view reads either).
+FORMAT_VERSION = 4
 
 MANIFEST = "manifest.json"
 IR_JSON = "ir.json"
@@ -71,6 +73,10 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "vars": "JSON",
         # the engine's own record (stateful calls, buffer pushes, dropped turns), kept out of vars
         "bookkeeping": "JSON",
+        # started only, set by the trainer (engine.plan.SessionPlan), NULL in an evaluation run
+        "step": "BIGINT",
+        "stage": "VARCHAR",
+        "weights": "VARCHAR",  # an evaluate stage's trained | initial
     },
     "turns": {
         "session_id": "VARCHAR",
@@ -188,9 +194,10 @@ LATER_EVENTS = frozenset({"buffer_events", "nested_events"})
 OVERFLOW_COLUMN: dict[str, str] = {"overflow": "JSON"}
 
 # Columns added after format 1 (absent from Parquet copies compacted by format 1; a copy
-# of format 2 lacks train_steps.skipped, found by reading its schema).
+# of format 2 or 3 lacks the later ones, found by reading its schema).
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    name: {"turns": ("prompt_chain", "prompt_link", "group_id", "ttft_ms"), "sessions": ("bookkeeping",),
+    name: {"turns": ("prompt_chain", "prompt_link", "group_id", "ttft_ms"),
+           "sessions": ("bookkeeping", "step", "stage", "weights"),
            "groups": ("judge_calls", "unparsed"), "train_steps": ("skipped",)}.get(name, ()) + ("overflow",)
     for name in EVENT_SCHEMAS
 }

@@ -23,7 +23,10 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
          planned_sessions, resumes, roles, params, versions, overrides, run_options,
          totals, duration_s, run_dir)
     sessions(run_id, session_id, game, group_id, status, outcome, error,
-             started_at, ended_at, params, vars, attempt, index, bookkeeping, overflow, stage)
+             started_at, ended_at, params, vars, attempt, index, bookkeeping, overflow, stage,
+             step, weights)
+          (``step``, ``weights``: a training run's step and an evaluate stage's trained |
+          initial, else NULL; a run of format < 4 kept them, and ``stage``, in ``params``)
     turns(run_id, session_id, turn_index, role, model, prompt, text, parsed,
           finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts, group_id, overflow,
           ttft_ms)
@@ -294,7 +297,9 @@ _VIEW_SQL = {
                s.ts AS started_at, f.ts AS ended_at, s.params, f.vars, s.attempt, s."index", f.bookkeeping,
                CASE WHEN s.overflow IS NULL THEN f.overflow WHEN f.overflow IS NULL THEN s.overflow
                     ELSE ('[' || s.overflow[2:-2] || ',' || f.overflow[2:-2] || ']')::JSON END AS overflow,
-               s.params->>'__stage__' AS stage
+               coalesce(s.stage, s.params->>'__stage__') AS stage,
+               coalesce(s.step, TRY_CAST(s.params->>'__step__' AS BIGINT)) AS step,
+               coalesce(s.weights, s.params->>'__weights__') AS weights
         FROM (SELECT e.* FROM events_sessions e
               ANTI JOIN retried_sessions r
                 ON r.run_id = e.run_id AND r.session_id = e.session_id AND r.attempt <> e.attempt

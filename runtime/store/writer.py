@@ -533,16 +533,20 @@ class RunWriter:
         return f'"ts":"{self._clock.now()}",{self._head}'
 
     def session_started(
-        self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int
+        self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int,
+        step: int | None = None, stage: str | None = None, weights: str | None = None,
     ) -> int:
-        """Record the start of a session; returns its attempt number (1, 2, ...)."""
+        """Record the start of a session; returns its attempt number (1, 2, ...). ``step``,
+        ``stage`` and ``weights`` are a training run's (engine.plan.SessionPlan)."""
         attempt = self._attempts.get(session_id, 0) + 1
         self._attempts[session_id] = attempt
         self._completed.discard(session_id)
         self._prompts.pop(session_id, None)
-        self._emit("sessions:pre", _LINES["sessions"].body(self._head_now(), {
-            "event": "started", "session_id": session_id, "attempt": attempt, "index": index, "game": game,
-            "group_id": group_id, "params": params}))
+        fields = {"event": "started", "session_id": session_id, "attempt": attempt, "index": index, "game": game,
+                  "group_id": group_id, "params": params}
+        if step is not None or stage is not None or weights is not None:  # an evaluation run's lines stay as they were
+            fields.update(step=step, stage=stage, weights=weights)
+        self._emit("sessions:pre", _LINES["sessions"].body(self._head_now(), fields))
         return attempt
 
     def turn(

@@ -316,12 +316,11 @@ class InnerLoop:
         name = data_name(game) or ""
         planner = self.trainer.planner_over([game], {**self.collections, name: items}, seed, group, batch)
         plans = planner.plans(n, self._cursor, step)
+        # the inner loop's sessions belong to the train stage, as the outer ones do
         stage = next((s.name for s in self.trainer.exp.stages if s.kind == "train"), None)
-        for p in plans:  # the inner loop's sessions belong to the train stage, as the outer ones do
-            if stage is not None:
-                p.bindings["__stage__"] = stage
         self._cursor += len(plans)
-        return [dataclasses.replace(p, group_id=p.group_id and p.group_id.replace(f"-t{step:06d}-", f"-t{step:06d}-{tag}-"))
+        return [dataclasses.replace(p, stage=stage,
+                                    group_id=p.group_id and p.group_id.replace(f"-t{step:06d}-", f"-t{step:06d}-{tag}-"))
                 for p in plans]
 
     async def _accuracy(self, step: int, tag: str, questions: list, engine, log) -> float:

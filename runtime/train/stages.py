@@ -105,9 +105,8 @@ def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: in
             group_id = f"{stage.name}-{weights}-e{j:03d}"
             for member in range(samples):
                 plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=e.game.name, group_id=group_id,
-                                         group_size=samples,
-                                         bindings={**e.bindings, "__step__": step, "__stage__": stage.name,
-                                                   "__weights__": weights},
+                                         group_size=samples, bindings=e.bindings, step=step, stage=stage.name,
+                                         weights=weights,
                                          seed=derive_seed(seed, e.game.name, e.item_index, "evaluate", member),
                                          item_index=e.item_index))
                 k += 1

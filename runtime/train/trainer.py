@@ -18,6 +18,7 @@ earlier ones, so each view shows every step exactly once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -176,7 +177,7 @@ class StepPlanner:
                 k = len(out)
                 out.append(SessionPlan(index=REFILL_INDEX + step * 10_000 + round_ * 1_000 + k,
                                        session_id=f"s{step:06d}-r{round_}-{k:03d}", game=e.game.name, group_id=group_id,
-                                       group_size=e.size, bindings={**e.bindings, "__step__": step},
+                                       group_size=e.size, bindings=e.bindings, step=step,
                                        seed=derive_seed(self.seed, e.game.name, e.item_index, "refill", step, round_, member),
                                        item_index=e.item_index))
             j += 1
@@ -196,7 +197,7 @@ class StepPlanner:
             for member in range(e.size):
                 k = index + len(out)
                 out.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=e.game.name, group_id=group_id,
-                                       group_size=e.size, bindings={**e.bindings, "__step__": step},
+                                       group_size=e.size, bindings=e.bindings, step=step,
                                        seed=derive_seed(self.seed, e.game.name, e.item_index, "train", epoch, member)))
         return out
 
@@ -227,8 +228,10 @@ class StepLog:
         if session_id in self.sessions and isinstance(parsed, dict):
             self.parsed[(session_id, int(fields["turn_index"]))] = {"text": fields.get("text"), **parsed}
 
-    def session_started(self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int) -> int:
-        attempt = self._writer.session_started(session_id, game=game, group_id=group_id, params=params, index=index)
+    def session_started(self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int,
+                        step: int | None = None, stage: str | None = None, weights: str | None = None) -> int:
+        attempt = self._writer.session_started(session_id, game=game, group_id=group_id, params=params, index=index,
+                                               step=step, stage=stage, weights=weights)
         self.sessions[session_id] = SessionRecord(session_id, group_id, attempt)
         return attempt
 
@@ -701,9 +704,7 @@ class LocalTrainer:
             group, batch = self._retrain_shape(stage)
             planner = self.planner_over([game], {**self.datasets, data_name(game) or "": items},
                                         derive_seed(self.seed, "retrain", stage.name), group, batch)
-            plans = planner.plans(n, self._index0[sl.step - 1], sl.step)
-            for p in plans:
-                p.bindings["__stage__"] = stage.name
+            plans = [dataclasses.replace(p, stage=stage.name) for p in planner.plans(n, self._index0[sl.step - 1], sl.step)]
             await engine.run_phase(plans, {})
             sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
             b = build_batch(role, sessions, log.routes)
@@ -733,8 +734,8 @@ class LocalTrainer:
             if s.status != "ok":
                 continue
             plan = games[s.session_id]
-            scope = {**s.vars, **{k: v for k, v in plan.bindings.items() if not k.startswith("__")}}
-            scope.update(step=plan.bindings.get("__step__"), outcome=s.outcome, status=s.status, game=plan.game)
+            scope = {**s.vars, **plan.bindings}
+            scope.update(step=plan.step, outcome=s.outcome, status=s.status, game=plan.game)
             totals: dict[str, float] = {}
             for r, _, _, value in s.rewards:
                 totals[r] = totals.get(r, 0.0) + value
@@ -751,8 +752,7 @@ class LocalTrainer:
         index0 = self._index0[sl.step - 1]
         plans = self.planners[sl.phase.name].plans(sl.n, index0, sl.step) if sl.phase.plain else []
         if sl.phase.stage is not None:
-            for p in plans:
-                p.bindings["__stage__"] = sl.phase.stage
+            plans = [dataclasses.replace(p, stage=sl.phase.stage) for p in plans]
         replay_ids: dict[str, list[int]] = {}
         for name in sl.phase.replay:
             game = self._game(name)
@@ -764,13 +764,11 @@ class LocalTrainer:
                     bindings = {game.pattern[0]: item}
                 else:
                     bindings = dict(zip(game.pattern, list(item))) if game.pattern else {}
-                if sl.phase.stage is not None:
-                    bindings["__stage__"] = sl.phase.stage
                 group_id = f"{name}-t{sl.step:06d}-e{j:03d}" if size > 1 else None
                 for member in range(size):
                     k = index0 + len(plans)
                     plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=name, group_id=group_id,
-                                             group_size=size, bindings={**bindings, "__step__": sl.step},
+                                             group_size=size, bindings=bindings, step=sl.step, stage=sl.phase.stage,
                                              seed=derive_seed(self.seed, name, item_id, "replay", sl.step, member),
                                              item_index=j))
         return plans, replay_ids

@@ -174,3 +174,35 @@ def test_time_to_first_token_round_trips_and_is_null_where_not_reported(kit, tmp
     assert rows(open_store(w.run_dir), sql) == [{"turn_index": 0, "ttft_ms": 12.25}, {"turn_index": 1, "ttft_ms": None}]
     compact_run(w.run_dir)
     assert rows(open_store(w.run_dir), sql) == [{"turn_index": 0, "ttft_ms": 12.25}, {"turn_index": 1, "ttft_ms": None}]
+
+
+def test_sessions_step_stage_and_weights_are_columns_and_older_runs_read_theirs_from_params(kit, tmp_path):
+    """A training run's session records its step, stage and weights as columns (store
+    format 4); a run written before kept them in params as __step__, __stage__,
+    __weights__: the sessions view and the metrics' scopes read either the same way."""
+    from askspec.runtime.engine.metrics import session_scopes
+    from askspec.runtime.store.compact import compact_run
+
+    w = kit.new_writer(tmp_path / "runs")
+    plays = [("s0", {"x": 1}, dict(step=3, stage="rl")), ("s1", {"x": 2}, dict(step=4, stage="heldout", weights="initial")),
+             ("s2", {"x": 3, "__step__": 2, "__stage__": "warmup", "__weights__": "trained"}, {}),  # format < 4
+             ("s3", {"x": 4}, {})]  # an evaluation run's
+    for i, (sid, params, trained) in enumerate(plays):
+        attempt = w.session_started(sid, game="g", group_id=None, params=params, index=i, **trained)
+        w.session_finished(sid, attempt, status="ok", outcome=None, error=None, vars={})
+    w.finish("finished")
+    lines = [json.loads(x) for x in layout.ndjson_path(w.run_dir, "sessions").read_text().splitlines()]
+    assert "step" not in lines[-2] and "step" not in lines[-4]  # an evaluation run's lines stay as they were
+    want = [{"session_id": "s0", "step": 3, "stage": "rl", "weights": None},
+            {"session_id": "s1", "step": 4, "stage": "heldout", "weights": "initial"},
+            {"session_id": "s2", "step": 2, "stage": "warmup", "weights": "trained"},
+            {"session_id": "s3", "step": None, "stage": None, "weights": None}]
+    sql = "SELECT session_id, step, stage, weights FROM sessions ORDER BY session_id"
+    assert rows(open_store(w.run_dir), sql) == want
+    compact_run(w.run_dir)
+    con = open_store(w.run_dir)
+    assert rows(con, sql) == want
+    scopes, _ = session_scopes(con)
+    got = sorted((s.vars["x"], s.vars["step"], s.vars["stage"], s.vars["weights"]) for s in scopes)
+    assert got == [(1, 3, "rl", None), (2, 4, "heldout", "initial"), (3, 2, "warmup", "trained"), (4, None, None, None)]
+    assert not any(k.startswith("__") for s in scopes for k in s.vars)

@@ -81,12 +81,12 @@ def test_every_stage_and_step_exactly_once_after_the_kill(offline_run):
         updates = sum(1 for r in rows if r[4] == role and r[6] not in ("gate", "empty_buffer"))
         assert json.loads((ck / role / f"step-{EVAL_STEP}" / "trainer_state.json").read_text())["version"] == updates
     # sessions: one passage a proposer step, the held-out item once per weights; each once
-    sessions = con.execute("SELECT stage, game, params->>'__weights__', count(*), count(DISTINCT session_id) "
+    sessions = con.execute("SELECT stage, game, weights, count(*), count(DISTINCT session_id) "
                            "FROM sessions GROUP BY ALL ORDER BY ALL").fetchall()
     replayed = con.execute("SELECT count(*) FROM sessions WHERE game = 'practice'").fetchone()[0]
     assert [s for s in sessions if s[1] != "practice"] == [
         ("heldout", "test", "initial", 1, 1), ("heldout", "test", "trained", 1, 1), ("rl", "propose", None, 4, 4)]
-    steps = dict(con.execute("SELECT CAST(params->>'__step__' AS INT), count(*) FROM sessions WHERE game = 'propose' "
+    steps = dict(con.execute("SELECT step, count(*) FROM sessions WHERE game = 'propose' "
                              "GROUP BY ALL").fetchall())
     assert steps == {3: 1, 4: 1, 6: 1, 7: 1}
     # the evaluation asked the evaluated role on its own model (temperature 0.6, top_p 0.95)
@@ -107,7 +107,7 @@ def test_buffer_events_follow_the_schedule(offline_run):
     assert all(SCHEDULE[s][1] == "proposer" for s, _ in pushes)
     assert [item for _, item in pushes] == list(range(len(pushes)))  # ids in push order, once each
     # a push per valid, unsolved question: never more than the well-formed proposals of the step
-    formed = dict(con.execute("SELECT CAST(params->>'__step__' AS INT), sum(CAST(vars->>'well_formed' AS INT)) "
+    formed = dict(con.execute("SELECT step, sum(CAST(vars->>'well_formed' AS INT)) "
                               "FROM sessions WHERE game = 'propose' GROUP BY ALL").fetchall())
     for step in (3, 4, 6, 7):
         assert sum(1 for s, _ in pushes if s == step) <= formed[step]
@@ -134,7 +134,7 @@ def test_metrics_per_stage(offline_run, e2e):
     con = open_store(run_dir)
     for weights in ("trained", "initial"):
         (correct,) = con.execute("SELECT (vars->>'correct')::BOOLEAN FROM sessions WHERE stage = 'heldout' "
-                                 "AND params->>'__weights__' = ?", [weights]).fetchone()
+                                 "AND weights = ?", [weights]).fetchone()
         row = keyed[("heldout", "pass@1", (("game", "test"), ("weights", weights)))]
         assert row["n"] == 1 and row["value"] == float(correct)
 

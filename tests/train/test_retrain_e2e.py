@@ -30,7 +30,7 @@ def test_stages_train_and_play_in_order(run_dir):
                         "ORDER BY step").fetchall()
     assert steps == [(1, "teacher", "rl", "outer", None), (3, "student", "pq_student", "pq_student", 2),
                      (4, "student", "pq_student", "pq_student", 2), (5, "student", "pq_student", "pq_student", 2)]
-    sessions = con.execute("SELECT stage, game, params->>'__weights__', count(*) FROM sessions "
+    sessions = con.execute("SELECT stage, game, weights, count(*) FROM sessions "
                            "GROUP BY ALL ORDER BY ALL").fetchall()
     assert sessions == [("pq", "test", "trained", 2), ("pq_student", "practice", None, 6),
                         ("ps", "test", "initial", 2), ("ps", "test", "trained", 2),
@@ -42,7 +42,7 @@ def test_curriculum_plays_the_promoted_dataset_then_the_train_set(run_dir):
     (items,) = con.execute("SELECT data->'items' FROM nested_events WHERE event = 'promotion'").fetchone()
     promoted = {it["question"] for it in json.loads(items)}
     assert len(promoted) == 2
-    played = con.execute("SELECT CAST(params->>'__step__' AS INT), params->'qa'->>'question' FROM sessions "
+    played = con.execute("SELECT step, params->'qa'->>'question' FROM sessions "
                          "WHERE stage = 'pq_student' ORDER BY session_id").fetchall()
     assert {q for s, q in played if s == 3} == promoted  # step 1 of the stage: the promoted questions alone
     assert {q for s, q in played if s in (4, 5)} == {"2+2?", "3+5?"}  # then the train set

@@ -35,7 +35,7 @@ def test_each_stage_trains_and_plays_what_it_declares(run_dir):
                                       (2, "solver", "cold_start", "sft", "cold_start"),
                                       (3, "solver", "rl", "grpo", "online")]  # evaluation trains nothing
     assert all(s[5] is not None and s[5] > 0 for s in steps[:2])
-    sessions = con.execute("SELECT stage, game, params->>'__weights__', count(*) FROM sessions "
+    sessions = con.execute("SELECT stage, game, weights, count(*) FROM sessions "
                            "GROUP BY ALL ORDER BY ALL").fetchall()
     assert sessions == [("heldout", "test", "initial", 4), ("heldout", "test", "trained", 4), ("rl", "practice", None, 2)]
     assert (run_dir / "checkpoints" / "solver" / "step-4").is_dir()
@@ -80,7 +80,7 @@ def test_metrics_per_stage_with_pass_at_k_from_the_sessions(run_dir):
     con = open_store(run_dir)
     for weights in ("trained", "initial"):
         per_item = con.execute("SELECT group_id, list((vars->>'correct')::BOOLEAN) FROM sessions WHERE stage = 'heldout' "
-                               "AND params->>'__weights__' = ? GROUP BY ALL", [weights]).fetchall()
+                               "AND weights = ? GROUP BY ALL", [weights]).fetchall()
         assert len(per_item) == 2 and all(len(v) == 2 for _, v in per_item)
         by = (("game", "test"), ("weights", weights))
         for k in (1, 2):
@@ -88,7 +88,7 @@ def test_metrics_per_stage_with_pass_at_k_from_the_sessions(run_dir):
             assert keyed[("heldout", f"pass@{k}", by)]["value"] == pytest.approx(want)
         assert keyed[("heldout", "avg@2", by)]["value"] == pytest.approx(sum(sum(v) / 2 for _, v in per_item) / 2)
         boxed = con.execute("SELECT avg((vars->>'boxed')::BOOLEAN::INT) FROM sessions WHERE stage = 'heldout' "
-                            "AND params->>'__weights__' = ?", [weights]).fetchone()[0]
+                            "AND weights = ?", [weights]).fetchone()[0]
         assert keyed[("heldout", "boxed_rate", (("weights", weights),))]["value"] == pytest.approx(boxed)
     table = subprocess.run([sys.executable, "-m", "askspec.cli", "metrics", str(run_dir)], capture_output=True,
                            text=True, timeout=120).stdout

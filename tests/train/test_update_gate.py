@@ -61,7 +61,7 @@ class FakeEngine:
         for p in plans:
             attempt = self.log.session_started(p.session_id, game=p.game, group_id=p.group_id, params={}, index=p.index)
             self.log.session_finished(p.session_id, attempt, status="ok", outcome=None, error=None,
-                                      vars={"valid": p.bindings["__step__"] in self.valid_steps})
+                                      vars={"valid": p.step in self.valid_steps})
 
 
 class FakePolicy:

@@ -208,11 +208,12 @@ GRPO_REWARDS = [  # (format, answer) per member, per group: what a GRPO step of 
 def build_grpo_run(out: Path, run_id: str = "20260102-030405-arith-grpo01", shift: float = 0.0,
                    seed: int = 0, overrides: dict | None = None, stages: bool = False) -> Path:
     """An arith.ask-shaped GRPO run written with the real RunWriter, as the trainer writes
-    one: 2 steps of 3 groups of 4 sessions (``params`` bind the data item and ``__step__``,
-    ``vars`` hold the spec's variables, routes ``none``), per-step train metrics with the
-    trainer's bookkeeping, and the compiled specs/arith.ask as its IR. ``shift`` moves
+    one: 2 steps of 3 groups of 4 sessions (``params`` bind the data item, ``step`` is the
+    session's training step, ``vars`` hold the spec's variables, routes ``none``), per-step
+    train metrics with the trainer's bookkeeping, and the compiled specs/arith.ask as its
+    IR. ``shift`` moves
     every reward and curve (a second run to compare); ``stages``: step 1 is stage
-    ``warmup``, step 2 ``main`` (as a spec with stages binds ``__stage__``)."""
+    ``warmup``, step 2 ``main`` (the sessions' ``stage``, as a spec with stages has)."""
     from askspec.ir.canonical import to_json
     from askspec.lang.compiler import compile_file
 
@@ -231,10 +232,9 @@ def build_grpo_run(out: Path, run_id: str = "20260102-030405-arith-grpo01", shif
             for m, (fmt, ans) in enumerate(members):
                 sid = f"s{k:06d}"
                 item = {"id": f"p{g + 3 * (step - 1)}", "question": f"{g}+{m}", "answer": str(g + m)}
-                bound = {"item": item, "__step__": step}
-                if stages:
-                    bound["__stage__"] = "warmup" if step == 1 else "main"
-                att = w.session_started(sid, game="solve", group_id=gid, params=bound, index=k)
+                stage = ("warmup" if step == 1 else "main") if stages else None
+                att = w.session_started(sid, game="solve", group_id=gid, params={"item": item}, index=k, step=step,
+                                        stage=stage)
                 w.turn(sid, att, turn_index=0, role="solver", model="policy",
                        prompt=[{"role": "user", "content": f"What is {g}+{m}?"}], text=f"\\boxed{{{g + m}}}",
                        parsed={"answer": str(g + m)}, finish_reason="stop", tokens_in=20 + m, tokens_out=5 + g,
@@ -242,7 +242,7 @@ def build_grpo_run(out: Path, run_id: str = "20260102-030405-arith-grpo01", shif
                 w.reward(sid, att, role="solver", turn_index=None, name="format", value=fmt + shift, kind="terminal")
                 w.reward(sid, att, role="solver", turn_index=None, name="answer", value=ans, kind="terminal")
                 w.session_finished(sid, att, status="ok", outcome=None, error=None,
-                                   vars={"item": item, "__step__": step, "s": f"\\boxed{{{g + m}}}",
+                                   vars={"item": item, "s": f"\\boxed{{{g + m}}}",
                                          "has_box": fmt > 0, "correct": ans > 0, "questions": m + 1})
                 ids.append(sid)
                 k += 1

@@ -53,12 +53,12 @@ def session_head(tr: Transcript) -> Text:
         t.append(f"  attempt {s['attempt']}")
     t.append(f"  {len(tr.turns)} turns")
     params = s.get("params") if isinstance(s.get("params"), dict) else {}
-    for key, label in (("__step__", "step"), ("__stage__", "stage")):  # set by the trainer
-        if params.get(key) is not None:
-            t.append(f"  {label} {_short(params[key])}")
+    for key in ("step", "stage"):  # set by the trainer
+        if s.get(key) is not None:
+            t.append(f"  {key} {_short(s[key])}")
     if s.get("error"):
         t.append(f"\nerror: {printable(s['error'], single_line=True)}", style="bold red")
-    # (the engine's own keys, ``__step__``..., are said above, not listed)
+    # (a run of store format < 4 kept its step and stage as ``__step__``..., said above, not listed)
     shown = {k: v for k, v in params.items() if not str(k).startswith("__")}
     if shown:
         t.append("\nparams: " + ", ".join(f"{printable(str(k), single_line=True)}={_short(v)}"
