@@ -148,8 +148,12 @@ def test_metrics_by_pair(run_dir):
         assert rows[name]["value"] == pytest.approx(value)
 
 
-def test_diversity_bonus_only_for_calibrated(run_dir):
+def test_diversity_bonus_times_the_clipped_calibration_reward(run_dir):
+    """App. E: the bonus times max(calibration reward, 0): whole when calibrated, 0.2 of it
+    when too easy."""
     rows = dict(((s, n), v) for s, n, v in _q(run_dir, "select session_id, name, value from rewards where role='questioner'"))
-    assert rows[("s000000", "diversity")] > 0  # calibrated: the bonus is paid
+    bonus = {sid: json.loads(v)["novelty_bonus"] for sid, v in _q(run_dir, "select session_id, vars from sessions")
+             if "novelty_bonus" in json.loads(v)}
+    assert bonus["s000000"] > 0 and rows[("s000000", "diversity")] == pytest.approx(bonus["s000000"])  # calibrated
     assert rows[("s000002", "calibration")] == pytest.approx(0.2)
-    assert rows[("s000002", "diversity")] == 0.0  # too easy: uncalibrated, no bonus
+    assert bonus["s000002"] > 0 and rows[("s000002", "diversity")] == pytest.approx(0.2 * bonus["s000002"])  # too easy

@@ -98,7 +98,7 @@ def ask_e_reward(outcome: Any, untagged_turns: int = 0, diversity: float = 0.0,
     """Calibration reward - 0.05 per turn lacking the required tags + gated diversity.
 
     ``diversity`` is the embedding bonus alpha * (1 - mean kNN cos-sim) (see
-    diversity.EmbeddingDiversity); only calibrated questions earn it (ask_e_bonus below).
+    diversity.EmbeddingDiversity), gated by max(calibration, 0) (ask_e_bonus below).
     """
     if untagged_turns < 0:
         raise ValueError("untagged_turns must be >= 0")
@@ -107,16 +107,13 @@ def ask_e_reward(outcome: Any, untagged_turns: int = 0, diversity: float = 0.0,
 
 
 def ask_e_bonus(outcome: Any, diversity: float) -> float:
-    """Ask-E's gated diversity term (ask_e.txt App. E): diversity * max(calibration
-    reward, 0), "so diversity is only rewarded when the question is calibrated".
-
-    The formula alone would also pay 0.2 * diversity for a too_easy question (+0.2);
-    the paper's stated intent, and this project's acceptance criteria, are that an
-    uncalibrated question (too_easy or too_hard) earns no bonus, so the gate is on the
-    outcome: calibrated -> diversity * 1.0, anything else -> 0.
+    """Ask-E's gated diversity term (ask_e.txt App. E): "the diversity term is multiplied
+    by the (non-negative-clipped) calibration reward", i.e. diversity * max(calibration
+    reward, 0): the whole bonus when calibrated (1.0), a fifth when too easy (0.2), none
+    when too hard (-0.2 clips to 0). The paper's gloss "so diversity is only rewarded when
+    the question is calibrated" would need an indicator, not a clip; the formula is the
+    rule (the clip changes only too_hard).
     """
-    if _key(outcome) != "calibrated":
-        return 0.0
     return float(diversity) * max(ask_e_calibration_reward(outcome), 0.0)
 
 

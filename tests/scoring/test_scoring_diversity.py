@@ -204,11 +204,11 @@ def test_dimension_mismatch_raises():
 @pytest.mark.parametrize("outcome,diversity,expected", [
     ("calibrated", 0.4, 0.4),   # calibrated: diversity * max(1.0, 0)
     ("calibrated", 1.7, 1.7),
-    ("too_easy", 0.4, 0.0),     # uncalibrated: no bonus (the paper's "only when calibrated")
-    ("too_hard", 0.4, 0.0),
+    ("too_easy", 0.4, 0.2 * 0.4),  # too easy: diversity * max(0.2, 0) (App. E's clipped product)
+    ("too_hard", 0.4, 0.0),     # too hard: -0.2 clips to 0
     ("too_hard", 2.0, 0.0),
 ])
-def test_ask_e_bonus_is_zero_for_uncalibrated_questions(outcome, diversity, expected):
+def test_ask_e_bonus_is_the_clipped_calibration_product(outcome, diversity, expected):
     assert ask_e_bonus(outcome, diversity) == pytest.approx(expected)
     assert askE_bonus(outcome, diversity) == pytest.approx(expected)
 

@@ -104,7 +104,7 @@ def test_ask_e_outcome(a, b, outcome):
     ("too_hard", 4, 0.0, -0.4),
     ("calibrated", 0, 0.5, 1.5),     # full diversity bonus when calibrated
     ("too_hard", 0, 0.5, -0.2),      # uncalibrated (too hard): no bonus at all
-    ("too_easy", 1, 0.5, 0.2 - 0.05),  # uncalibrated: no diversity bonus
+    ("too_easy", 1, 0.5, 0.2 - 0.05 + 0.2 * 0.5),  # too easy: a fifth of the bonus (× max(0.2, 0))
     (Outcome.calibrated, 1, 0.2, 1.0 - 0.05 + 0.2),
 ])
 def test_ask_e_reward_table(outcome, untagged, diversity, expected):

@@ -12,7 +12,7 @@ from askspec.ir import model as ir
 from askspec.lang.compiler import compile_file
 from askspec.runtime.engine.evaluator import Env, evaluate
 
-from paper_rewards import ask_e_calibration_reward, pasodoble_proposer_reward
+from paper_rewards import ask_e_bonus, ask_e_calibration_reward, pasodoble_proposer_reward
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
@@ -58,3 +58,13 @@ def test_ask_e_calibration_reward(outcome, untagged):
     env = Env(vars=env_vars, params=exp.param_values())
     assert evaluate(calib.value, env) == pytest.approx(ask_e_calibration_reward(outcome))
     assert evaluate(final.value, env) == pytest.approx(ask_e_calibration_reward(outcome) - 0.05 * untagged)
+
+
+@pytest.mark.parametrize("outcome", ["calibrated", "too_easy", "too_hard"])
+@pytest.mark.parametrize("bonus", [0.0, 0.3, 0.9])
+def test_ask_e_diversity_reward(outcome, bonus):
+    """App. E: the bonus times the non-negative-clipped calibration reward, on every outcome."""
+    exp, step = _reward("ask_e.ask", "questioner", "diversity")
+    env = Env(vars={"outcome": outcome, "novelty_bonus": bonus, "calibration": ask_e_calibration_reward(outcome)},
+              params=exp.param_values())
+    assert evaluate(step.value, env) == pytest.approx(ask_e_bonus(outcome, bonus))
