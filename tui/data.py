@@ -85,17 +85,18 @@ FINAL_REWARDS = f"""
     GROUP BY ALL
 """
 
-# Mean final reward per (run, role) over the sessions the trainer would use: finished
-# ok, in a group the route neither dropped nor failed on for that role.
-MEAN_REWARDS = f"""
-    SELECT f.run_id, f.role, avg(f.total) AS mean
+# The final rewards of the sessions the trainer would use: finished ok, in a group the
+# route neither dropped nor failed on for that role.
+_USED_FINALS = f"""
     FROM ({FINAL_REWARDS}) f
     JOIN sessions s USING (run_id, session_id)
     LEFT JOIN groups g ON g.run_id = s.run_id AND g.group_id = s.group_id
     WHERE s.status = 'ok'
       AND NOT coalesce(g.route IN ('drop', 'error') AND coalesce(g.stats->>'$.role', f.role) = f.role, false)
-    GROUP BY ALL ORDER BY f.role
 """
+# Their mean per (run, role), and (for an interval) the values themselves
+MEAN_REWARDS = f"SELECT f.run_id, f.role, avg(f.total) AS mean {_USED_FINALS} GROUP BY ALL ORDER BY f.role"
+REWARD_VALUES = f"SELECT f.run_id, f.role, list(f.total) AS reward_values {_USED_FINALS} GROUP BY ALL ORDER BY f.role"
 
 # ----------------------------------------------------------------------------- runs
 
@@ -784,22 +785,31 @@ def run_sql(source: Source, sql: str, limit: int = 100_000) -> tuple[pa.Table, i
 
 # -------------------------------------------------------------------------- compare
 
-def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> pa.Table:
-    """Two runs side by side: sessions, outcome rates, mean reward per role and the
-    declared metrics, with the difference B - A where both are numbers."""
-    infos = {}
+def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> shaping.Comparison:
+    """Two runs side by side: their settings (what differs marked), sessions, outcome
+    rates, mean reward per role and the declared metrics, each with n and a 95 %
+    interval, the difference B - A and whether the intervals overlap; and their
+    training curves, overlaid."""
+    infos, settings, rewards = {}, {}, {}
     for src, rid in ((source_a, run_a), (source_b, run_b)):
         with _reading(src) as cur:
             found = [r for r in _summarized(cur) if r.run_id == rid]
-        if not found:
-            raise DataError(f"no run {rid}")
-        infos[rid] = found[0]
+            if not found:
+                raise DataError(f"no run {rid}")
+            infos[rid] = found[0]
+            settings[rid] = _rows(cur, "SELECT experiment, experiment_hash, seed, roles, params, overrides, run_options, "
+                                       "versions FROM runs WHERE run_id = ?", [rid])[0]
+            rewards[rid] = {r["role"]: r["reward_values"] for r in _rows(cur, REWARD_VALUES) if r["run_id"] == rid}
+    for rid in settings:
+        for k in ("roles", "params", "overrides", "run_options", "versions"):
+            settings[rid][k] = _json(settings[rid][k])
     ma, mb = metrics(source_a, run_a), metrics(source_b, run_b)
-    return shaping.compare_table(infos[run_a], infos[run_b], ma, mb)
+    return shaping.compare_runs(infos[run_a], infos[run_b], settings[run_a], settings[run_b], ma, mb,
+                                rewards[run_a], rewards[run_b])
 
 
 __all__ = [
     "DataError", "Source", "RunInfo", "check_path", "fingerprint", "list_runs", "summarize_runs", "run_info",
     "sessions_table", "first_sessions", "rewards_are_cheap", "warm_run", "transcript", "groups_table", "group_detail", "metrics",
-    "run_sql", "compare", "displayable", "FINAL_REWARDS", "MEAN_REWARDS",
+    "run_sql", "compare", "displayable", "FINAL_REWARDS", "MEAN_REWARDS", "REWARD_VALUES",
 ]

@@ -464,6 +464,7 @@ class Metrics:
     # every declared metric's rows in one table: metric, by, value, n, 95 % interval
     declared: pa.Table | None = None
     intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)  # (metric, by key) -> interval
+    rows: list[dict] = field(default_factory=list)  # evaluate_metrics' rows: metric, by, value, n
 
 
 # The training curves shown first (the rest, the trainer's bookkeeping, behind a key):
@@ -573,47 +574,126 @@ def build_metrics(rows: list[dict], errors: int, steps: list[dict], note: str | 
                 train.setdefault(s["role"], {}).setdefault(k, []).append((int(s["step"]), float(v)))
     intervals = intervals or {}
     return Metrics(tables=tables, heatmaps=heatmaps, errors=errors, train=train, note=note,
-                   declared=declared_table(rows, intervals) if rows else None, intervals=intervals)
+                   declared=declared_table(rows, intervals) if rows else None, intervals=intervals, rows=rows)
 
 
 # -------------------------------------------------------------------------- compare
 
-def compare_table(a, b, ma: Metrics, mb: Metrics) -> pa.Table:
-    """Rows (what, A, B, B - A) for two runs' summaries and declared metrics."""
+@dataclass
+class Comparison:
+    settings: pa.Table  # setting, A, B, differs (the ones that differ first)
+    results: pa.Table  # what, A, n A, 95% A, B, n B, 95% B, B - A, overlap
+    curves: list[Curve]  # the key training curves, A and B overlaid
+    differ: list[str]  # the settings that differ
+
+
+def _setting_rows(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
+    """The settings each run was started with, from its manifest (as `askspec runs` says
+    them: runtime/commands/runs.py)."""
+    from askspec.runtime.commands.runs import models_text
+
     rows: list[tuple[str, Any, Any]] = [
-        ("experiment", a.experiment, b.experiment),
-        ("hash", (a.experiment_hash or "")[:12], (b.experiment_hash or "")[:12]),
-        ("sessions done", a.done, b.done),
-        ("sessions errored", a.errors, b.errors),
+        ("experiment", a.get("experiment"), b.get("experiment")),
+        ("spec hash", (a.get("experiment_hash") or "")[:12], (b.get("experiment_hash") or "")[:12]),
+        ("seed", a.get("seed"), b.get("seed")),
     ]
-    for o in sorted(set(a.outcomes) | set(b.outcomes)):
-        ra = a.outcomes.get(o, 0) / (a.done - a.errors) if a.done - a.errors else None
-        rb = b.outcomes.get(o, 0) / (b.done - b.errors) if b.done - b.errors else None
-        rows.append((f"rate {o}", ra, rb))
-    for role in sorted(set(a.mean_reward) | set(b.mean_reward)):
-        rows.append((f"mean reward {role}", a.mean_reward.get(role), b.mean_reward.get(role)))
-    for name in sorted(set(ma.tables) | set(mb.tables)):
-        ta, tb = _metric_values(ma.tables.get(name)), _metric_values(mb.tables.get(name))
-        for key in sorted(set(ta) | set(tb)):
-            rows.append((f"{name}{key}", ta.get(key), tb.get(key)))
-    delta = []
-    for _w, x, y in rows:
-        num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
-        delta.append(y - x if num else None)
-    return pa.table({
-        "what": [r[0] for r in rows],
-        "A": [_label(r[1]) if not isinstance(r[1], float) else f"{r[1]:.4g}" for r in rows],
-        "B": [_label(r[2]) if not isinstance(r[2], float) else f"{r[2]:.4g}" for r in rows],
-        "B - A": [None if d is None else round(float(d), 6) for d in delta],
+    oa, ob = a.get("run_options") or {}, b.get("run_options") or {}
+    for key in ("profile", "backend", "replay", "sessions", "max_tokens", "concurrency", "base_url"):
+        if oa.get(key) is not None or ob.get(key) is not None:
+            rows.append((key, oa.get(key), ob.get(key)))
+    sa, sb = a.get("overrides") or {}, b.get("overrides") or {}
+    for key in sorted(set(sa) | set(sb)):
+        rows.append((f"--set {key}", sa.get(key), sb.get(key)))
+    ra, rb = a.get("roles") or {}, b.get("roles") or {}
+    for role in list(dict.fromkeys([*ra, *rb])):
+        rows.append((f"model {role}", models_text({role: ra[role]}).removesuffix(f" ({role})") if role in ra else None,
+                     models_text({role: rb[role]}).removesuffix(f" ({role})") if role in rb else None))
+    pa_, pb = a.get("params") or {}, b.get("params") or {}
+    for key in sorted(set(pa_) | set(pb)):
+        if key not in sa and key not in sb:  # (a --set value is said above)
+            rows.append((f"param {key}", pa_.get(key), pb.get(key)))
+    va, vb = a.get("versions") or {}, b.get("versions") or {}
+    if va.get("askspec") or vb.get("askspec"):
+        rows.append(("askspec version", va.get("askspec"), vb.get("askspec")))
+    return rows
+
+
+def compare_runs(a, b, sa: dict, sb: dict, ma: Metrics, mb: Metrics,
+                 rewards_a: dict[str, list[float]], rewards_b: dict[str, list[float]]) -> Comparison:
+    """Two runs' settings (``sa``, ``sb``: their manifests' rows), results with n and 95 %
+    intervals, and overlaid training curves (``a``, ``b``: RunInfo)."""
+    from askspec.tui.stats import mean_interval, wilson
+
+    settings = _setting_rows(sa, sb)
+    text = [(w, _label(x) if not isinstance(x, float) else number(x), _label(y) if not isinstance(y, float) else number(y))
+            for w, x, y in settings]
+    # what differs first: the settings the same in both are listed after them
+    text = [r for r in text if r[1] != r[2]] + [r for r in text if r[1] == r[2]]
+    settings_table = pa.table({
+        "setting": [r[0] for r in text],
+        "A": [r[1] for r in text],
+        "B": [r[2] for r in text],
+        "differs": ["≠" if r[1] != r[2] else "" for r in text],
     })
+    rows: list[tuple[str, Any, int | None, Interval | None, Any, int | None, Interval | None]] = [
+        ("sessions done", a.done, None, None, b.done, None, None),
+        ("sessions errored", a.errors, None, None, b.errors, None, None),
+    ]
+    na, nb = a.done - a.errors, b.done - b.errors
+    for o in sorted(set(a.outcomes) | set(b.outcomes)):
+        ka, kb = a.outcomes.get(o, 0), b.outcomes.get(o, 0)
+        rows.append((f"rate {o}", ka / na if na else None, na, wilson(ka, na) if na >= 2 else None,
+                     kb / nb if nb else None, nb, wilson(kb, nb) if nb >= 2 else None))
+    for role in sorted(set(a.mean_reward) | set(b.mean_reward)):
+        va, vb = rewards_a.get(role) or [], rewards_b.get(role) or []
+        rows.append((f"mean reward {role}", a.mean_reward.get(role), len(va) or None, mean_interval(va),
+                     b.mean_reward.get(role), len(vb) or None, mean_interval(vb)))
+    ra, rb = _metric_rows(ma), _metric_rows(mb)
+    for key in list(dict.fromkeys([*ra, *rb])):
+        xa, xb = ra.get(key, (None, None, None)), rb.get(key, (None, None, None))
+        rows.append((key, *xa, *xb))
+    delta, overlap = [], []
+    for _w, x, _n, ia, y, _m, ib in rows:
+        num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
+        delta.append(float(y - x) if num else None)
+        overlap.append(None if ia is None or ib is None else ("yes" if ia.overlaps(ib) else "no"))
+
+    def shown(v: Any) -> str | None:
+        return None if v is None else number(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _label(v)
+
+    results = pa.table({
+        "what": [r[0] for r in rows],
+        "A": [shown(r[1]) for r in rows],
+        "n A": pa.array([r[2] for r in rows], type=pa.int64()),
+        "95% A": [interval_text(r[3]) for r in rows],
+        "B": [shown(r[4]) for r in rows],
+        "n B": pa.array([r[5] for r in rows], type=pa.int64()),
+        "95% B": [interval_text(r[6]) for r in rows],
+        "B - A": pa.array(delta, type=pa.float64()),
+        "overlap": overlap,
+    })
+    differ = [r[0] for r in text if r[1] != r[2]]
+    return Comparison(settings_table, results, overlay(curves(ma.train, label="A"), curves(mb.train, label="B")),
+                      differ)
 
 
-def _metric_values(t: pa.Table | None) -> dict[str, Any]:
-    if t is None:
-        return {}
-    keys = [c for c in t.column_names if c not in ("value", "n")]
-    out = {}
-    for r in t.to_pylist():
-        by = ", ".join(f"{k}={r[k]}" for k in keys)
-        out[f" [{by}]" if by else ""] = r["value"]
+def overlay(a: list[Curve], b: list[Curve]) -> list[Curve]:
+    """One plot per (role, curve) of either run, with each run's line (no ± std bands:
+    two runs' lines are what is compared)."""
+    out: dict[tuple[str, str], Curve] = {}
+    for c in [*a, *b]:
+        key = (c.role, c.column)
+        title = c.title.replace(" ± std", "")
+        got = out.setdefault(key, Curve(c.role, c.column, title, []))
+        got.lines.append(c.lines[0])
+    return list(out.values())
+
+
+def _metric_rows(m: Metrics) -> dict[str, tuple[Any, int | None, Interval | None]]:
+    """Declared metric rows by their label (``name [a=x, b=y]``): value, n, interval."""
+    out: dict[str, tuple[Any, int | None, Interval | None]] = {}
+    for r in m.rows:
+        by = ", ".join(f"{k}={_label(v)}" for k, v in r["by"].items())
+        out[r["metric"] + (f" [{by}]" if by else "")] = (
+            r["value"], r["n"], m.intervals.get((r["metric"], by_key(list(r["by"]), r["by"]))))
     return out

@@ -224,3 +224,36 @@ def test_intervals_wilson_t_and_bootstrap():
     assert stats.mean_interval([1.0]) is None
     assert stats.Interval(0, 1, "t").overlaps(stats.Interval(0.9, 2, "t"))
     assert not stats.Interval(0, 1, "t").overlaps(stats.Interval(1.1, 2, "t"))
+
+
+# ------------------------------------------------------------------ 5: compare
+
+async def test_compare_shows_settings_diff_intervals_and_overlaid_curves(grpo_runs):
+    app = AskspecApp(grpo_runs, follow_interval=3600)
+    async with app.run_test(size=(160, 60)) as pilot:
+        await wait_until(pilot, shows(app, "2 runs"))
+        await pilot.press("space", "down", "space", "c")
+        await wait_until(pilot, shows(app, "training curves, A and B overlaid", "boxed_rate"), what="the comparison")
+        lines = screen_text(app).splitlines()
+
+        def row(start: str) -> list[str]:
+            return next(line for line in lines if line.lstrip().startswith(start)).split()
+
+        # what differs between the runs' settings, from their manifests: said at the top,
+        # and row by row (those that differ first)
+        assert "settings: 4 differ (spec hash, seed, profile, --set lr), listed below" in screen_text(app)
+        assert row("seed") == ["seed", "0", "7", "≠"]
+        assert row("--set lr") == ["--set", "lr", "-", "1e-05", "≠"]
+        assert row("spec hash") == ["spec", "hash", "5eed5eed5eed", "ab12ab12ab12", "≠"]
+        assert row("profile") == ["profile", "-", "cpu", "≠"]
+        assert row("model solver") == ["model", "solver", "policy", "policy"]  # (the same: not marked)
+        # n and a 95 % interval for each run, B - A and whether the intervals overlap
+        assert row("mean reward solver") == ["mean", "reward", "solver", "0.03333", "24", "-0.1542", "…", "0.2208",
+                                             "0.1333", "24", "-0.05417", "…", "0.3208", "0.1", "yes"]
+        assert row("accuracy")[1:5] == ["0.08333", "24", "0.02316", "…"]
+        # the key curves of both runs in one plot each
+        assert "solver: reward mean" in screen_text(app) and "solver: loss" in screen_text(app)
+        plots = [p for p in app.screen.query("TrainPlot")]
+        assert {label for p in plots for label, _ in p.curve.lines} == {"A", "B"}
+        reward = next(p for p in plots if p.curve.column == "reward_mean")
+        assert [pts for _, pts in reward.curve.lines] == [[(1, 0.2), (2, 0.4)], [(1, 0.30000000000000004), (2, 0.5)]]
