@@ -72,7 +72,7 @@ class Engine:
         self.buffers = {b.name: ReplayBuffer(b.name, b.capacity, b.eviction, int(b.options.get("patience", 3)),
                                              on_event=self._buffer_event) for b in exp.buffers}
         self.buffer_scores = {b.name: b.score for b in exp.buffers}
-        self.buffer_when: dict[str, Any] = {"step": None, "phase": None}  # set by a training schedule
+        self._buffer_when: dict[str, Any] = {"step": None, "phase": None}  # a training schedule's (enter_step)
         self.collections: dict[str, list] = {**datasets, **{name: b.items for name, b in self.buffers.items()}}
         self.max_sessions = max_sessions  # a cap over all phases (whole groups)
         # trained roles: their turns ask the backend for token ids and log-probs, handed to
@@ -233,10 +233,15 @@ class Engine:
             for name, value in (res.book.pushes if res else []):
                 self.buffers[name].add(value)
 
+    def enter_step(self, step: int, phase: str) -> None:
+        """A training schedule's step begins: the buffer events from now on are recorded
+        as this step's, of this phase (an evaluation run's have neither)."""
+        self._buffer_when = {"step": step, "phase": phase}
+
     def _buffer_event(self, ev: dict) -> None:
         record = getattr(self.writer, "buffer_event", None)
         if record is not None:
-            record(**ev, **self.buffer_when)
+            record(**ev, **self._buffer_when)
 
     async def run_session(self, p: SessionPlan) -> SessionResult:
         game = self.games[p.game]
@@ -484,8 +489,8 @@ class Engine:
         samp = Sampling(**rc.sampling, seed=seed_from_part(rc.seed_part, st.plan.seed, call_index))
         stream = self.calls.stream()
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
-                          session_index=st.plan.index, call_index=call_index, rollout=rc.rollout,
-                          on_tokens=stream)
+                          session_index=st.plan.index, call_index=call_index, sample_key=sample_key,
+                          rollout=rc.rollout, on_tokens=stream)
         # the turn's number is taken before the call, not when its reply arrives: the
         # roles of one `ask a, b` (and the samples of `sample n`) are numbered in the order
         # the spec names them, whichever backend answers first (a python callable on its

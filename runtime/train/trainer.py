@@ -18,6 +18,7 @@ earlier ones, so each view shows every step exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -26,7 +27,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from askspec.ir import model as ir
 from askspec.ir.plansize import group_size, whole_groups
@@ -308,7 +309,7 @@ class LocalTrainer:
         self.policies: dict[str, Any] = {}
         self.start_step = 0
         self.datasets = datasets
-        self.serve_initial = False  # an evaluate stage's turn of the initial weights
+        self._serving = "trained"  # which weights the trained roles are served by (`serving`)
         self.nonfinite: dict[str, list[int]] = {}  # role -> steps of this process whose update was not finite
 
     def _sizes(self, ph: schedule.Phase) -> tuple[int | None, int | None]:
@@ -435,13 +436,24 @@ class LocalTrainer:
         if problems:
             raise TrainingRefused(problems)
 
+    @contextlib.contextmanager
+    def serving(self, weights: str) -> Iterator[None]:
+        """Within it, `resolve` serves the trained roles (and `current(role)` models) by
+        `weights`: `trained` (the policies', as outside it) or `initial` (the spec's own
+        models, as an evaluation run would: an evaluate stage's turn of the initial weights)."""
+        before, self._serving = self._serving, weights
+        try:
+            yield
+        finally:
+            self._serving = before
+
     def resolve(self, role: str, name: str | None):
         """The engine's model resolver: trained roles and `current(role)` models get the
         trained weights; everything else resolves as in an evaluation run."""
         from askspec.runtime.engine.session import ModelBinding
 
         binding = self.resolver.resolve(role, name)
-        if self.serve_initial:
+        if self._serving == "initial":
             return binding
         declared = self.exp.model(name or (self.exp.role(role).model or ""))
         owner = None
@@ -545,7 +557,7 @@ class LocalTrainer:
             step = sl.step
             t0 = time.perf_counter()
             log.reset()
-            engine.buffer_when = {"step": step, "phase": sl.phase.name}
+            engine.enter_step(step, sl.phase.name)
             if sl.phase.kind != "play":
                 metrics = await self._stage_step(sl, engine, log)
                 self._end_step(sl, metrics, engine, log, on_step)
@@ -652,12 +664,9 @@ class LocalTrainer:
         if stage.kind == "evaluate":
             by_weights = stages.eval_plans(stage, self.evaluated[sl.phase.name], self.seed, sl.step,
                                            self._index0[sl.step - 1])
-            try:
-                for weights, plans in by_weights.items():
-                    self.serve_initial = weights == "initial"
+            for weights, plans in by_weights.items():
+                with self.serving(weights):
                     await engine.run_phase(plans, {})
-            finally:
-                self.serve_initial = False
             return {}
         if stage.kind == "retrain":
             return await self._retrain_step(sl, stage, engine, log)

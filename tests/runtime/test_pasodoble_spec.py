@@ -102,13 +102,12 @@ def test_the_evaluation_sampling_reaches_the_engine_under_both_weights():
     trainer.policies["solver"] = FakePolicy()
     role = exp.role("examinee")
     for initial in (False, True):
-        trainer.serve_initial = initial
-        binding = trainer.resolve("examinee", role.model)  # as the engine asks (session.binding)
+        with trainer.serving("initial" if initial else "trained"):
+            binding = trainer.resolve("examinee", role.model)  # as the engine asks (session.binding)
         # trained turn: the solver's trained weights; initial turn: the spec's own weights
         assert (binding.backend == "trained-solver-backend") is not initial
         sampling, _ = ModelCalls(recorder=None).sampling("examinee", role, binding)  # what the engine sends
         assert (sampling["temperature"], sampling["top_p"], sampling["max_tokens"]) == (0.6, 0.95, 8192)
     # the roles trained keep the paper's training sampling (Table 5: temperature 0.6, top_p 1.0)
-    trainer.serve_initial = False
     sampling, _ = ModelCalls(recorder=None).sampling("solver", exp.role("solver"), trainer.resolve("solver", "base"))
     assert (sampling["temperature"], sampling["top_p"], sampling["max_tokens"]) == (0.6, 1.0, 6144)

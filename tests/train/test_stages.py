@@ -175,8 +175,9 @@ def test_an_evaluate_stage_serves_the_initial_weights_only_in_its_initial_turn()
                      run_dir=None)
     t.policies["solver"] = FakePolicy()
     assert t.resolve("solver", None).backend == "trained-backend"
-    t.serve_initial = True
-    assert t.resolve("solver", None).backend == "initial-backend"
+    with t.serving("initial"):
+        assert t.resolve("solver", None).backend == "initial-backend"
+    assert t.resolve("solver", None).backend == "trained-backend"  # the trained weights again after it
     assert t.step_sessions(t.slots[3]) == 2 * 2 * 2  # items × samples × weights
 
 

@@ -57,6 +57,9 @@ class FakeEngine:
     def __init__(self, log: StepLog, valid_steps: set[int]) -> None:
         self.log, self.valid_steps = log, valid_steps
 
+    def enter_step(self, step, phase) -> None:
+        pass
+
     async def run_phase(self, plans, replay_ids) -> None:
         for p in plans:
             attempt = self.log.session_started(p.session_id, game=p.game, group_id=p.group_id, params={}, index=p.index)
