@@ -187,3 +187,15 @@ def test_unq_counts_a_question_after_the_assistants_own_correction(tmp_path):
                    judge=[verdict(False, None, True, []), verdict(False, None, True, []), verdict(True, True, True, [])],
                    targets=TABLE6["targets"] * 2, user=[USER1, "No."])
     assert metrics(run(tmp_path, [session]))["unq"] == 1.0
+
+
+@pytest.mark.parametrize("rollouts", [8, 2])
+def test_a_training_batch_is_64_prompts_of_n_rollouts(rollouts):
+    """App. F: "Training batch size: 64", "Rollouts per prompt: n = 8": the batch counts
+    prompts, so a step plays 64 x n sessions (`batch` counts sessions) in groups of n."""
+    from askspec.lang.compiler import compile_file
+
+    res = compile_file(str(ROOT / "specs" / "askbench.ask"), {"rollouts": str(rollouts)})
+    assert res.ir is not None
+    (t,) = res.ir.training
+    assert t.config is not None and (t.config.batch, t.config.group) == (64 * rollouts, rollouts)
