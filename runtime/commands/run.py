@@ -10,13 +10,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from askspec.terminal import printable
 
 from askspec.runtime.commands.options import (BACKEND_KINDS, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NO_SESSION_SUCCEEDED,
                                               EXIT_OK, RunOptions, UsageError)
 from askspec.runtime.commands.resolver import ModelResolver  # noqa: F401  (bench scripts import it from here)
+
+if TYPE_CHECKING:
+    from askspec.runtime.commands.progress import Progress
+    from askspec.runtime.commands.start import Started
+    from askspec.runtime.engine.state import SessionResult
+    from askspec.runtime.store.writer import RunWriter
+    from askspec.runtime.train.trainer import LocalTrainer
 
 
 def register(sub) -> None:
@@ -108,7 +115,7 @@ class Run:
         self.opts = opts
         self.own_process = own_process
         self.run_dir: str | None = None
-        self.writer = None
+        self.writer: RunWriter | None = None
 
     async def execute(self) -> int:
         from askspec.runtime.commands.progress import Progress
@@ -127,7 +134,7 @@ class Run:
         finally:
             await started.resolver.aclose()
 
-    async def _play(self, s, progress) -> int:
+    async def _play(self, s: Started, progress: Progress) -> int:
         from askspec.runtime.commands.heap import frozen_heap
         from askspec.runtime.commands.signals import StopOnSignal
         from askspec.runtime.engine.session import Engine, RunAborted
@@ -157,8 +164,9 @@ class Run:
         progress.begin()
         report: Any = None
         loggers: list = []
+        task: asyncio.Future[Any]  # the trainer's run returns nothing, the engine's the sessions' results
         if trainer is not None:
-            made = self._training_output(s, progress)
+            made = self._training_output(s, trainer, progress)
             if made is None:
                 return EXIT_ERROR
             report, loggers = made
@@ -180,7 +188,8 @@ class Run:
         else:
             task = asyncio.ensure_future(engine.run(s.plan, s.done, s.prior, s.routed))
         ticker = asyncio.ensure_future(progress.tick()) if not opts.quiet else None
-        status, results, failure = "failed", [], None
+        status, failure = "failed", None
+        results: list[SessionResult] = []
         try:
             with StopOnSignal(task):
                 results = (await task) or []
@@ -220,9 +229,9 @@ class Run:
         if trainer is not None:
             print(f"trained {', '.join(trainer.policies)} for {trainer.steps} step(s); weights in "
                   f"{writer.run_dir / 'checkpoints'}", file=sys.stderr)
-        return self._summary(results)
+        return self._summary(writer, results)
 
-    def _training_output(self, s, progress) -> tuple[Any, list] | None:
+    def _training_output(self, s: Started, trainer: LocalTrainer, progress: Progress) -> tuple[Any, list] | None:
         """The per-step console lines' report and the --log loggers (None after printing
         why one could not start)."""
         from askspec.runtime.commands.loggers import open_loggers
@@ -231,7 +240,7 @@ class Run:
 
         config = {"experiment": s.exp.name, "experiment_hash": s.experiment_hash, "seed": s.seed,
                   "overrides": dict(s.options.overrides), "run_id": s.writer.run_id,
-                  "algorithms": {c.role: c.algorithm for c in s.trainer.configs}, "steps": s.trainer.steps}
+                  "algorithms": {c.role: c.algorithm for c in trainer.configs}, "steps": trainer.steps}
         try:
             loggers = open_loggers(tuple(parse_log(v) for v in s.options.log), run_id=s.writer.run_id,
                                    run_dir=s.writer.run_dir, config=config)
@@ -240,7 +249,7 @@ class Run:
             self.abandon("failed")
             _err(f"--log: {e.__class__.__name__}: {e}")
             return None
-        return TrainReport(s.trainer.steps), loggers
+        return TrainReport(trainer.steps), loggers
 
     def abandon(self, status: str) -> None:
         """Record how the run ended, once (also when it ended some other way); a finished
@@ -253,14 +262,14 @@ class Run:
         except Exception as e:  # the sessions are recorded; a failed compaction loses nothing
             print(f"warning: {printable(str(e), single_line=True)}", file=sys.stderr)
 
-    def _summary(self, results: list) -> int:
+    def _summary(self, writer: RunWriter, results: list[SessionResult]) -> int:
         errors = [r for r in results if r.status == "error"]
         ok = len(results) - len(errors)
         if errors:
             first = errors[0]
             print(printable(f"{len(errors)} of {len(results)} session(s) ended in error; first: "
                             f"{first.plan.session_id}: {first.error}", single_line=True), file=sys.stderr)
-        print(str(self.writer.run_dir))
+        print(str(writer.run_dir))
         if results and ok == 0:
             print("error: no session succeeded (exit code 3): the configuration is likely broken; "
                   "see the errors above", file=sys.stderr)

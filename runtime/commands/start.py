@@ -9,7 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 from askspec.ir import model as ir
 from askspec.ir.plansize import MAX_PLANNED_SESSIONS
@@ -17,6 +17,12 @@ from askspec.terminal import os_error, printable
 
 from askspec.runtime.commands.options import RunOptions, UsageError, did_you_mean
 from askspec.runtime.commands.resolver import ModelResolver
+
+if TYPE_CHECKING:  # a run's parts, imported where they are made (the trainer's module loads torch's users)
+    from askspec.runtime.engine.plan import Plan, SessionPlan
+    from askspec.runtime.engine.state import SessionResult
+    from askspec.runtime.store.writer import RunWriter
+    from askspec.runtime.train.trainer import LocalTrainer
 
 
 @dataclass
@@ -29,13 +35,13 @@ class Started:
     seed: int
     params: dict[str, Any]
     datasets: dict[str, list]
-    plan: Any  # engine.plan.Plan
+    plan: Plan | StagePlan  # a StagePlan for --stage
     resolver: ModelResolver
-    writer: Any  # store.writer.RunWriter
-    done: set[str] = field(default_factory=set)
-    prior: dict = field(default_factory=dict)
-    routed: set[str] = field(default_factory=set)
-    trainer: Any = None  # train.trainer.LocalTrainer when the run trains
+    writer: RunWriter
+    done: set[str] = field(default_factory=set)  # a resumed run's finished sessions
+    prior: dict[str, SessionResult] = field(default_factory=dict)  # their results
+    routed: set[str] = field(default_factory=set)  # the groups whose route is recorded
+    trainer: LocalTrainer | None = None  # when the run trains
 
 
 def resumed_options(opts: RunOptions) -> tuple[RunOptions, dict | None]:
@@ -72,7 +78,7 @@ def _replace(opts: RunOptions, **changes: Any) -> RunOptions:
 def compile_spec(opts: RunOptions, manifest: dict | None):
     """The compiled spec (diagnostics printed), refusing a resume whose spec changed."""
     from askspec.ir.canonical import experiment_hash
-    from askspec.lang.compiler import compile_file
+    from askspec.api import compile_file
 
     res = compile_file(opts.file, opts.overrides, opts.profile)
     res.sink.emit(res.sources)
@@ -100,8 +106,9 @@ def check_names(opts: RunOptions, exp: ir.Experiment) -> None:
                              f"{did_you_mean(key, roles + models)}")
 
 
-def make_plan(opts: RunOptions, exp: ir.Experiment, spec_dir: str, seed: int):
-    """(data sets, plan cut by --sessions); refuses a plan over the limit without one."""
+def make_plan(opts: RunOptions, exp: ir.Experiment, spec_dir: str,
+              seed: int) -> tuple[dict[str, Any], dict[str, list], Plan | StagePlan]:
+    """(params, data sets, plan cut by --sessions); refuses a plan over the limit without one."""
     from askspec.runtime.engine.plan import load_dataset, plan_sessions
 
     params = exp.param_values()
@@ -133,7 +140,7 @@ class StagePlan:
     plans them (runtime/train/stages.py, eval_plans): the same seeds, groups and bindings."""
 
     stage: ir.Stage
-    plans: list
+    plans: list[SessionPlan]
 
     @property
     def total(self) -> int:
@@ -142,7 +149,7 @@ class StagePlan:
     def __len__(self) -> int:
         return len(self.plans)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[SessionPlan]:
         return iter(self.plans)
 
 
@@ -161,7 +168,7 @@ def stage_plan(exp: ir.Experiment, name: str, weights: str, params: dict, datase
     return StagePlan(stage, eval_plans(one, elements, seed, 0, 0)[weights])
 
 
-def stage_experiment(exp: ir.Experiment, plan) -> ir.Experiment:
+def stage_experiment(exp: ir.Experiment, plan: Plan | StagePlan) -> ir.Experiment:
     """The experiment the engine plays: for a --stage run, only the stage's games (the
     others, buffer replays included, are not part of it)."""
     if not isinstance(plan, StagePlan):
@@ -276,7 +283,8 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], 
     return started
 
 
-def prepare_training(opts: RunOptions, manifest: dict | None, res, params: dict, datasets: dict, seed: int):
+def prepare_training(opts: RunOptions, manifest: dict | None, res, params: dict, datasets: dict,
+                     seed: int) -> LocalTrainer | Literal[False] | None:
     """The local trainer when this run trains (a spec with train blocks, not --eval-only;
     a resumed run does what it did before), None when it does not, False when it refuses
     (its diagnostics printed, at the spec's lines)."""
@@ -307,7 +315,7 @@ def prepare_training(opts: RunOptions, manifest: dict | None, res, params: dict,
     return trainer
 
 
-def load_training(trainer, opts: RunOptions, res, resolver: ModelResolver) -> bool:
+def load_training(trainer: LocalTrainer, opts: RunOptions, res, resolver: ModelResolver) -> bool:
     """Load the trained weights (the newest checkpoint's on resume) before a new run
     directory exists, so that a refusal leaves nothing behind; False when refused."""
     from askspec.runtime.train import runner as train_runner
@@ -334,8 +342,8 @@ def determinism_record(opts: RunOptions, seed: int, resolver: ModelResolver) -> 
     return {"seed": seed, "concurrency": opts.concurrency, "roles": roles}
 
 
-def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: int, params: dict, plan,
-                resolver: ModelResolver, base_url: str | None):
+def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: int, params: dict,
+                plan: Plan | StagePlan, resolver: ModelResolver, base_url: str | None) -> RunWriter:
     """A new run directory, or the resumed one reopened; the manifest gets the options,
     and each model a role is bound to (now and as the run goes on)."""
     from askspec.ir.canonical import to_json

@@ -5,9 +5,12 @@ spec's lines), and wiring the trainer into the engine."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from askspec.ir import model as ir
+
+if TYPE_CHECKING:
+    from askspec.runtime.train.trainer import LocalTrainer
 
 
 def wants_training(exp: ir.Experiment, eval_only: bool, manifest: dict | None) -> bool:
@@ -20,8 +23,8 @@ def wants_training(exp: ir.Experiment, eval_only: bool, manifest: dict | None) -
 
 def report_refusal(exc, sources) -> int:
     """Print a TrainingRefused as diagnostics (file:line:col, caret) and return exit code 1."""
-    from askspec.lang.diagnostics import Diagnostic, format_diagnostic
-    from askspec.lang.span import Span
+    from askspec.diagnostics import Diagnostic, format_diagnostic
+    from askspec.span import Span
 
     for message, span in exc.problems:
         where = Span(span.file, span.line, span.col, span.end_line, span.end_col) if span is not None else None
@@ -29,14 +32,15 @@ def report_refusal(exc, sources) -> int:
     return 1
 
 
-def prepare(exp: ir.Experiment, *, params: dict[str, Any], datasets: dict[str, list], seed: int, resolver, run_dir: str):
+def prepare(exp: ir.Experiment, *, params: dict[str, Any], datasets: dict[str, list], seed: int, resolver,
+            run_dir: str | None) -> LocalTrainer:
     """A LocalTrainer for `exp` (raises TrainingRefused)."""
     from askspec.runtime.train.trainer import LocalTrainer
 
     return LocalTrainer(exp, params=params, datasets=datasets, seed=seed, resolver=resolver, run_dir=run_dir)
 
 
-def manifest_record(trainer) -> dict[str, Any]:
+def manifest_record(trainer: LocalTrainer) -> dict[str, Any]:
     return {"roles": [c.role for c in trainer.configs], "steps": trainer.steps,
             "algorithms": {c.role: c.algorithm for c in trainer.configs},
             "sessions_per_step": trainer.step_sessions(trainer.slots[0]),

@@ -52,7 +52,7 @@ def session_head(tr: Transcript) -> Text:
     if (s.get("attempt") or 1) > 1:
         t.append(f"  attempt {s['attempt']}")
     t.append(f"  {len(tr.turns)} turns")
-    params = s.get("params") if isinstance(s.get("params"), dict) else {}
+    params = p if isinstance(p := s.get("params"), dict) else {}
     for key in ("step", "stage"):  # set by the trainer
         if s.get(key) is not None:
             t.append(f"  {key} {_short(s[key])}")
@@ -63,8 +63,8 @@ def session_head(tr: Transcript) -> Text:
     if shown:
         t.append("\nparams: " + ", ".join(f"{printable(str(k), single_line=True)}={_short(v)}"
                                           for k, v in shown.items()))
-    variables = s.get("vars") if isinstance(s.get("vars"), dict) else {}
-    variables = {k: v for k, v in variables.items() if not str(k).startswith("__")}
+    variables = v if isinstance(v := s.get("vars"), dict) else {}
+    variables = {k: x for k, x in variables.items() if not str(k).startswith("__")}
     if variables:
         t.append("\nvars: ", style="bold")
         t.append(", ".join(f"{printable(str(k), single_line=True)}={_short(v)}" for k, v in variables.items()))
