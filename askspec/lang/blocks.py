@@ -125,7 +125,7 @@ class BlockChecks(TrainingChecks):
         return None
 
     def block_buffer(self, d: A.BlockDecl) -> None:
-        a = self._attrs(d, {"capacity", "eviction", "patience", "fields", "score"}, {"capacity"})
+        a = self._attrs(d, {"capacity", "eviction", "patience", "fields", "score", "best"}, {"capacity"})
         cap = self.const_int(a["capacity"].value, "capacity", 1) if "capacity" in a else None
         buf = ir.Buffer(span=irspan(d.span), name=d.name, capacity=cap or 1)
         if "eviction" in a:
@@ -147,6 +147,16 @@ class BlockChecks(TrainingChecks):
                 self.buffer_score_spans[d.name] = v.span
             else:
                 self.err("E107", "score names a session variable of the game that replays the buffer", v.span)
+        if "best" in a:  # the field an item's best score starts from (PasoDoble: prev_acc = p_i)
+            v = a["best"].value
+            if not isinstance(v, A.Name) or v.id not in buf.fields:
+                self.err("E101", f"best names a field of buffer '{d.name}'", v.span,
+                         (suggest(v.id, list(buf.fields)) if isinstance(v, A.Name) else None)
+                         or f"its fields: {', '.join(buf.fields) or '(none: declare fields)'}")
+            elif buf.fields[v.id] != "number":
+                self.err("E201", f"best names a number field; '{v.id}' is {buf.fields[v.id]}", v.span)
+            else:
+                buf.options["best"] = v.id
         if buf.eviction in ("solved", "no_peak", "solved_or_no_peak") and buf.score is None:
             self.err("E106", f"buffer '{d.name}' needs a 'score' setting for eviction = {buf.eviction}", d.name_span,
                      "name the replaying game's accuracy variable: score = acc")

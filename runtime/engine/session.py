@@ -70,7 +70,8 @@ class Engine:
         # their new items become visible when the phase ends (in session order, so the
         # contents do not depend on scheduling)
         self.buffers = {b.name: ReplayBuffer(b.name, b.capacity, b.eviction, int(b.options.get("patience", 3)),
-                                             on_event=self._buffer_event) for b in exp.buffers}
+                                             on_event=self._buffer_event, best_field=b.options.get("best"))
+                        for b in exp.buffers}
         self.buffer_scores = {b.name: b.score for b in exp.buffers}
         self._buffer_when: dict[str, Any] = {"step": None, "phase": None}  # a training schedule's (enter_step)
         self.collections: dict[str, list] = {**datasets, **{name: b.items for name, b in self.buffers.items()}}

@@ -12,8 +12,9 @@ Eviction:
 - `none` — a full buffer keeps what it has and the new item is refused (`rejected`);
 - `solved` — after a replay whose score (the replaying game's `score` variable, the
   accuracy) reached 1;
-- `no_peak` — after `patience` replays in a row without a new best score (the first
-  replay sets the best);
+- `no_peak` — after `patience` replays in a row without a new best score (the best
+  starts at the item's `best_field` when the buffer names one, PasoDoble's prev_acc = p_i;
+  else the first replay sets it);
 - `solved_or_no_peak` — either.
 The score-based policies also make room like `oldest` when the buffer is full.
 
@@ -32,7 +33,7 @@ SCORED = ("solved", "no_peak", "solved_or_no_peak")  # need the replaying game's
 
 class ReplayBuffer:
     def __init__(self, name: str, capacity: int, eviction: str = "oldest", patience: int = 3,
-                 on_event: Callable[[dict], None] | None = None) -> None:
+                 on_event: Callable[[dict], None] | None = None, best_field: str | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"buffer {name}: capacity must be >= 1")
         if eviction not in EVICTIONS:
@@ -41,6 +42,7 @@ class ReplayBuffer:
         self.capacity = capacity
         self.eviction = eviction
         self.patience = patience
+        self.best_field = best_field  # an item's field its best score starts from (else its first replay's)
         self.on_event = on_event
         self.items: list[Any] = []
         self.ids: list[int] = []
@@ -67,7 +69,8 @@ class ReplayBuffer:
         self.next_id += 1
         self.items.append(item)
         self.ids.append(item_id)
-        self.stats[item_id] = {"replays": 0, "best": None, "since_best": 0}
+        best = item.get(self.best_field) if self.best_field and isinstance(item, dict) else None
+        self.stats[item_id] = {"replays": 0, "best": None if best is None else float(best), "since_best": 0}
         self._emit("push", item_id, item)
         return True
 

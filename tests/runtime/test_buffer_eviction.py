@@ -59,6 +59,37 @@ def test_no_peak_after_patience_replays_without_a_new_best():
     assert evicted(events) == [(0, "no_peak")] and buf.ids == [1, 2]
 
 
+def test_a_best_field_seeds_the_peak_at_push():
+    """PasoDoble Alg. 2 l.19: a question enters the buffer with prev_acc = p_i, so a first
+    replay that does not beat p_i already counts towards c (without `best_field` the first
+    replay would set the peak)."""
+    events: list[dict] = []
+    buf = ReplayBuffer("b", 10, "no_peak", 2, on_event=events.append, best_field="pass_rate")
+    buf.add({"q": 0, "pass_rate": 0.5})
+    buf.add({"q": 1, "pass_rate": 0.2})
+    assert events[0]["best"] == 0.5  # the push event reports the seeded peak
+    assert buf.replayed(0, 0.5) is None  # not above p_i: 1 without a new peak
+    assert buf.replayed(0, 0.3) == "no_peak"  # 2 = patience
+    assert buf.replayed(1, 0.5) is None and buf.stats[1]["best"] == 0.5  # above p_i: a new peak
+    unseeded = ReplayBuffer("b", 10, "no_peak", 2)
+    unseeded.add({"q": 0, "pass_rate": 0.5})
+    assert unseeded.replayed(0, 0.5) is None and unseeded.replayed(0, 0.3) is None  # the first replay set it
+
+
+@pytest.mark.parametrize("best, code, message", [
+    ("missing", "E101", "best names a field of buffer 'b'"),
+    ("q", "E201", "best names a number field; 'q' is string"),
+])
+def test_best_names_a_number_field_of_the_buffer(best, code, message):
+    from askspec.lang.compiler import compile_source
+
+    src = ('model m = hf("smollm2-135m-instruct")\nrole r { model = m; prompt = "Answer." }\n'
+           f'buffer b {{ capacity = 4; fields = {{q: string, p: number}}; best = {best} }}\n'
+           'game g {\n    x = ask r\n    push b: {q: x.text, p: 0.5}\n}\n')
+    errors = [(d.code, d.message) for d in compile_source("t.ask", src).sink.sorted() if d.is_error]
+    assert errors == [(code, message)]
+
+
 def test_solved_or_no_peak_evicts_on_either():
     buf, events = filled("solved_or_no_peak", patience=1)
     assert buf.replayed(0, 1.0) == "solved"

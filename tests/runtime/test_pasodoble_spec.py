@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from askspec.ir.render import expr_text
 from askspec.lang.compiler import compile_file
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "pasodoble.ask"
@@ -38,10 +39,16 @@ def test_offline_is_the_alternating_schedule_and_online_the_gated_one():
     assert off.schedule.kind == "alternating"
     assert {k: off.schedule.options[k] for k in ("proposer", "solver", "iterations")} == {
         "proposer": 10, "solver": 5, "iterations": 60}  # Table 5 "Offline"
-    assert all(t.update_when is None for t in off.training)
+    # offline, Alg. 2 l.24-28: the proposer is updated only when its step buffered a question
+    gates = {t.role: expr_text(t.update_when) if t.update_when else None for t in off.training}
+    assert gates == {"proposer": "(sum(pushed) > 0)", "solver": None}
     on = compiled("online").ir
     assert on.schedule.kind == "online" and on.schedule.options == {"steps": 600, "games": ["propose"]}
-    assert {t.role: t.update_when is not None for t in on.training} == {"proposer": True, "solver": True}
+    assert {t.role: expr_text(t.update_when) for t in on.training} == {  # §3.3: a valid question
+        "proposer": "(sum(valid) > 0)", "solver": "(sum(valid) > 0)"}
+    # Alg. 2 l.19: a buffered question's peak starts at its pass rate (prev_acc = p_i)
+    (questions,) = off.buffers
+    assert questions.options["best"] == "pass_rate" and questions.fields["pass_rate"] == "number"
     # both share the rest: stages, models, rewards
     assert [(s.name, s.kind) for s in on.stages] == [(s.name, s.kind) for s in off.stages] == [
         ("sft_proposer", "sft"), ("sft_solver", "sft"), ("rl", "train"), ("heldout", "evaluate")]
