@@ -91,6 +91,15 @@ async def test_letters_typed_after_a_filter_go_on_into_the_filter(grpo_runs):
         await wait_until(pilot, shows(app, "12 sessions", "matching 'step:1'"))
         await pilot.press("down", "S")  # after a key on the table, S is the sort key again
         await wait_until(pilot, shows(app, "sorted by # ↓"))
+        # a filter applied, a letter typed on (into the box), then escape out of the box:
+        # keys are keys again (2: the groups tab)
+        await pilot.press("slash", "enter")
+        await wait_until(pilot, lambda: app.focused is not box, what="the table to take the focus")
+        await pilot.press("z")
+        await wait_until(pilot, lambda: app.focused is box, what="z typed into the box")
+        await pilot.press("escape", "2")
+        await wait_until(pilot, lambda: app.screen.query_one("#tabs").active == "tab-groups", what="the groups tab")
+        assert box.value == "step:1z"
 
 
 async def test_column_chooser_hides_adds_tokens_and_is_remembered_per_spec(grpo_runs):
@@ -127,6 +136,7 @@ async def test_the_transcript_header_lists_the_sessions_variables(grpo_runs):
         assert "step 1" in text and "stage warmup" in text
         assert "correct=false" in text and "has_box=true" in text and "questions=2" in text
         assert "__step__" not in text
+        assert 'params: item={"id": "p0"' in text and "vars: item=" not in text  # (the item said once)
 
 
 def test_var_filters_compare_text_numbers_and_missing_values(grpo_runs):

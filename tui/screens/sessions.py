@@ -283,6 +283,8 @@ class SessionsPane(Loader, Vertical):
             return
         box = self.query_one("#filter", Input)
         if self.screen.focused is box:
+            if not event.is_printable:  # escape leaves the box (enter applies it again: typing goes on)
+                self._typing = False
             return
         if event.is_printable and event.character is not None and event.key != "slash":
             event.stop()

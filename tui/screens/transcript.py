@@ -64,7 +64,9 @@ def session_head(tr: Transcript) -> Text:
         t.append("\nparams: " + ", ".join(f"{printable(str(k), single_line=True)}={_short(v)}"
                                           for k, v in shown.items()))
     variables = v if isinstance(v := s.get("vars"), dict) else {}
-    variables = {k: x for k, x in variables.items() if not str(k).startswith("__")}
+    # (the bound data item is in both: said once, with the params)
+    variables = {k: x for k, x in variables.items()
+                 if not str(k).startswith("__") and (k not in params or params[k] != x)}
     if variables:
         t.append("\nvars: ", style="bold")
         t.append(", ".join(f"{printable(str(k), single_line=True)}={_short(v)}" for k, v in variables.items()))
