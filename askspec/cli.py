@@ -137,7 +137,7 @@ def _compile_target(args, res) -> int:
 
 
 def cmd_fmt(args) -> int:
-    from .lang.diagnostics import DiagnosticSink, Sources
+    from .diagnostics import DiagnosticSink, Sources
     from .lang.fmt import format_source
     from .lang.parser import decode_source, parse, read_source
 
@@ -233,7 +233,7 @@ def _count(text: str) -> int:
 
 
 def _max_diagnostics(c: argparse.ArgumentParser) -> None:
-    from .lang.diagnostics import MAX_PRINTED
+    from .diagnostics import MAX_PRINTED
 
     c.add_argument("--max-diagnostics", type=_count, default=MAX_PRINTED, metavar="N",
                    help=f"print at most N diagnostics per file, then a count of the rest (default {MAX_PRINTED}; 0: all)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from .span import Span
+from ..span import Span
 
 
 @dataclass(eq=False)

@@ -12,7 +12,7 @@ from ..ir.vocab import ALGORITHMS
 from . import ast as A
 from .exprs import ExprChecker, Scope, Sym, irspan, suggest
 from .paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, FileRefused, open_spec_file, record_too_large
-from .span import Span
+from ..span import Span
 from .templates import CONFINED_HINT
 from .training import GATE_SETTINGS, TrainingChecks
 from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record

@@ -11,9 +11,9 @@ from typing import Any
 from ..ir import model as ir
 from . import ast as A
 from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval
-from .diagnostics import DiagnosticSink, Sources
+from ..diagnostics import DiagnosticSink, Sources
 from .exprs import irspan, suggest
-from .span import Span
+from ..span import Span
 from .templates import LoadedTemplate, load_template
 from .types import T
 

@@ -15,13 +15,13 @@ from . import ast as A
 from . import profiles
 from .stages import StageChecks
 from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval, parse_override
-from .diagnostics import Diagnostic, DiagnosticSink, Sources
+from ..diagnostics import Diagnostic, DiagnosticSink, Sources
 from .exprs import irspan, suggest, suggestion_budget
 from .games import GameChecker
 from .parser import decode_source, parse, read_source
 from .plan_check import check_plan_size, check_training_size
 from .training import lower_training
-from .span import Span
+from ..span import Span
 from .types import ANY, OPEN_RECORD, T, TYPE_NAMES, from_json_value, is_a, list_of
 
 EXPERIMENT_KEYS = {"seed", "description", "profile"}

@@ -84,7 +84,7 @@ def const_eval(e: A.Expr, params: dict[str, Any]) -> Any:
 def parse_override(text: str) -> A.Expr | None:
     """Parse a --set value as a constant expression; None when it is not one (a bare
     word is then taken as a string). A number out of range raises OutOfRange."""
-    from .diagnostics import DiagnosticSink
+    from ..diagnostics import DiagnosticSink
     from .parser import parse
 
     sink = DiagnosticSink()

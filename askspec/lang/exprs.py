@@ -16,8 +16,8 @@ from typing import Callable, Iterable, Iterator
 from ..ir import model as ir
 from ..ir.builtins import BUILTINS as FUNCTIONS, Builtin
 from . import ast as A
-from .diagnostics import DiagnosticSink
-from .span import Span
+from ..diagnostics import DiagnosticSink
+from ..span import Span
 from .types import ANY, BOOL, NUM, OUTCOME, STR, TEMPLATE, T, boolish, is_a, list_of, numeric, record, unify
 
 

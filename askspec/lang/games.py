@@ -16,7 +16,7 @@ from . import ast as A
 from .consts import NotConstant, OutOfRange, const_eval
 from .exprs import ExprChecker, Scope, Sym, irspan, name_list, suggest
 from .parser import KEYWORDS
-from .span import Span
+from ..span import Span
 from .templates import JINJA_GLOBALS, LoadedTemplate, field_location, variable_location
 from .types import ANY, NUM, OUTCOME, T, boolish, is_a, list_of, numeric
 

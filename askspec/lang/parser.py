@@ -13,8 +13,8 @@ import lark
 from lark import Token, Tree
 
 from . import ast as A
-from .diagnostics import DiagnosticSink
-from .span import Span
+from ..diagnostics import DiagnosticSink
+from ..span import Span
 
 MAX_BYTES = 1024 * 1024  # specs are small (prompts live in files); parsing is ~0.3 ms per line
 MAX_NESTING = 64

@@ -10,8 +10,8 @@ from __future__ import annotations
 from ..ir import model as ir
 from ..ir.plansize import (MAX_PLANNED_SESSIONS, MAX_STEP_SESSIONS, MAX_TRAINING_STEPS, dataset_sizes, first_phase,
                            iter_game_counts, replays_buffer, training_step_sessions, training_steps)
-from .diagnostics import DiagnosticSink
-from .span import Span
+from ..diagnostics import DiagnosticSink
+from ..span import Span
 
 
 def check_plan_size(exp: ir.Experiment, name_spans: dict[str, Span], sink: DiagnosticSink) -> None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from . import ast as A
-from .diagnostics import DiagnosticSink
-from .span import Span
+from ..diagnostics import DiagnosticSink
+from ..span import Span
 from .exprs import suggest
 
 

@@ -14,7 +14,7 @@ from .checker_base import CheckerBase
 from .consts import INVALID
 from .exprs import irspan, suggest
 from .paths import FileRefused, resolve_spec_path
-from .span import Span
+from ..span import Span
 from .templates import CONFINED_HINT
 from .types import ANY, BOOL, NUM, STR, T, from_json_value, list_of, reply_type
 

@@ -16,11 +16,11 @@ from jinja2 import meta
 
 from ..ir import model as ir
 from . import ast as A
-from .diagnostics import DiagnosticSink
+from ..diagnostics import DiagnosticSink
 from .paths import MAX_TEMPLATE_BYTES, FileRefused, read_spec_file, spec_relative
 from .sandbox import environment
 from .sandbox import render as render_template  # noqa: F401 - the runtime renders through here
-from .span import Span
+from ..span import Span
 from .template_checks import field_uses, static_problems
 
 

@@ -5,7 +5,7 @@ points at the span in the escaped line."""
 from __future__ import annotations
 
 from askspec.lang.compiler import compile_source
-from askspec.lang.diagnostics import format_diagnostic
+from askspec.diagnostics import format_diagnostic
 
 CONTROLS = "\x1b\x07\x9b\u202e\r"
 

@@ -7,7 +7,7 @@ import typing
 
 from askspec.ir import model as ir
 from askspec.lang.blocks import ALGORITHMS, SCHEDULES
-from askspec.lang.diagnostics import CODES
+from askspec.diagnostics import CODES
 from askspec.lang.exprs import BUILTINS
 
 from lang_helpers import ROOT

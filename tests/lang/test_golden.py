@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from askspec.lang.compiler import compile_file
-from askspec.lang.diagnostics import CODES, format_diagnostic
+from askspec.diagnostics import CODES, format_diagnostic
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(GOLDEN.glob("*.ask"))

@@ -13,8 +13,8 @@ import pytest
 
 from askspec.lang import exprs
 from askspec.lang.compiler import compile_source
-from askspec.lang.diagnostics import MAX_PRINTED, Diagnostic, DiagnosticSink, Sources, format_diagnostic
-from askspec.lang.span import Span
+from askspec.diagnostics import MAX_PRINTED, Diagnostic, DiagnosticSink, Sources, format_diagnostic
+from askspec.span import Span
 
 from lang_helpers import run_cli
 

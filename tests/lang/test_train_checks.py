@@ -4,7 +4,7 @@ closest valid key and point at the value), and `current(role)` models."""
 from __future__ import annotations
 
 from askspec.lang.compiler import compile_source
-from askspec.lang.diagnostics import format_diagnostic
+from askspec.diagnostics import format_diagnostic
 from askspec.lang.training import ALGORITHM_ARGS, HYPERPARAMETERS
 
 HEAD = '''

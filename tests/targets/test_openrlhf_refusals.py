@@ -16,7 +16,7 @@ import pytest
 
 from askspec.cli import main
 from askspec.lang.compiler import compile_file
-from askspec.lang.diagnostics import CODES, DiagnosticSink, format_diagnostic
+from askspec.diagnostics import CODES, DiagnosticSink, format_diagnostic
 from askspec.runtime.targets.openrlhf.check import check
 
 HERE = Path(__file__).parent

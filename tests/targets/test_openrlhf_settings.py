@@ -12,7 +12,7 @@ import pytest
 
 from askspec.cli import main
 from askspec.lang.compiler import compile_file
-from askspec.lang.diagnostics import DiagnosticSink
+from askspec.diagnostics import DiagnosticSink
 from askspec.lang.training import ALGORITHM_ARGS, BUFFER_SETTINGS, GATE_SETTINGS, HYPERPARAMETERS
 from askspec.runtime.targets.openrlhf.check import check
 from askspec.runtime.targets.openrlhf.mapping import MISSING, REFUSED, SETTINGS

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from askspec.ir import model as ir
 from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.ir.walk import bodies
-from askspec.lang.diagnostics import DiagnosticSink, Sources
-from askspec.lang.span import Span
+from askspec.diagnostics import DiagnosticSink, Sources
+from askspec.span import Span
 
 from askspec.runtime.engine.plan import replays_buffer
 from askspec.runtime.targets.openrlhf.mapping import (ALGORITHMS, DTYPES, GROUPED_ESTIMATORS, LOSS_AGGREGATION,

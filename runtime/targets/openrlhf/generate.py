@@ -21,7 +21,7 @@ from askspec.ir import model as ir
 from askspec.ir.canonical import experiment_hash
 from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.ir.walk import all_steps
-from askspec.lang.diagnostics import DiagnosticSink
+from askspec.diagnostics import DiagnosticSink
 from askspec.terminal import printable
 
 from askspec.runtime.engine.plan import game_elements, load_dataset

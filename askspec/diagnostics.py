@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..terminal import printable
+from .terminal import printable
 from .span import Span
 
 Severity = Literal["error", "warning"]
