@@ -70,6 +70,9 @@ class ChatRequest:
     role: str = ""
     session_index: int = 0
     call_index: int = 0
+    # which reply of a `sample N ask` the call belongs to ("x{ask}.{i}", its recovery turns
+    # included): the trajectory it extends (an OpenRLHF agent's siblings, runtime/targets)
+    sample_key: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     # ask for the token-level record a trainer needs (ChatResult.prompt_ids and below);
     # backends that cannot give it ignore the flag and leave those fields None
