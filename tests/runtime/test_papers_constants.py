@@ -1,0 +1,167 @@
+"""docs/papers.md against the specs: every constant of an "as the paper" row in the table
+below is written in that row (as the paper prints it) and is the value the compiled spec
+holds (its IR: a parameter, a model's sampling, a lowered train block, a stage or buffer
+setting). A row whose status says "as the paper" while the spec holds another value fails
+here, and so does a row the table names that the doc dropped or re-labelled."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from askspec.ir import model as ir
+from askspec.lang.compiler import compile_file
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = {"Ask-E": "ask_e", "AskBench": "askbench", "Reasoning Arena": "reasoning_arena", "PasoDoble": "pasodoble",
+        "SOAR": "soar"}
+
+# (section, the row's item, profile (None: the spec's default), where in the IR, value, text the row shows)
+# where: param:NAME | model:NAME.FIELD (sampling) | train:ROLE.FIELD (lowered) | stage:NAME.OPTION | buffer:NAME.OPTION
+CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
+    ("Ask-E", "probing rounds k", "benchmark", "param:probes", 4, "4 benchmark"),
+    ("Ask-E", "probing rounds k", "training", "param:probes", 3, "3 training"),
+    ("Ask-E", "repeats per pair", "benchmark", "param:repeats", 10, "10 benchmark"),
+    ("Ask-E", "repeats per pair", "training", "param:repeats", 16, "G = 16"),
+    ("Ask-E", "boundary temperature", None, "model:boundary_small.temperature", 0.7, "0.7"),
+    ("Ask-E", "questioner sampling, benchmark", "benchmark", "model:policy.top_p", 0.95, "top_p 0.95"),
+    ("Ask-E", "questioner sampling, benchmark", "benchmark", "model:policy.top_k", 20, "top_k 20"),
+    ("Ask-E", "questioner sampling, benchmark", "benchmark", "model:policy.presence_penalty", 1.5, "presence 1.5"),
+    ("Ask-E", "questioner sampling, training", "training", "model:policy.temperature", 1.0, "T 1.0"),
+    ("Ask-E", "answer key, training", "training", "model:key.temperature", 0.0, "T 0"),
+    ("Ask-E", "forwarded question", None, "param:question_words", 200, "200 words"),
+    ("Ask-E", "boundary summary", None, "param:summary_chars", 2000, "2,000 chars"),
+    ("Ask-E", "format penalty", None, "param:format_penalty", 0.05, "−0.05"),
+    ("Ask-E", "algorithm", "training", "train:questioner.clip_low", 0.75, "ε 0.75"),
+    ("Ask-E", "algorithm", "training", "train:questioner.clip_high", 3.0, "/ 3.0"),
+    ("Ask-E", "algorithm", "training", "train:questioner.aggregation", "token", "token-level"),
+    ("Ask-E", "algorithm", "training", "train:questioner.kl", 0.0, "KL 0"),
+    ("Ask-E", "optimizer", "training", "train:questioner.lr", 1e-6, "lr 1e-6"),
+    ("Ask-E", "optimizer", "training", "train:questioner.weight_decay", 0.01, "wd 0.01"),
+    ("Ask-E", "optimizer", "training", "train:questioner.grad_clip", 1.0, "clip 1.0"),
+    ("Ask-E", "optimizer", "training", "train:questioner.beta2", 0.999, "β (0.9, 0.999)"),
+    ("Ask-E", "optimizer", "training", "train:questioner.warmup", 60, "60 warm-up"),
+    ("Ask-E", "optimizer", "training", "train:questioner.decay", "constant", "no decay"),
+    ("Ask-E", "steps, batch", "training", "train:questioner.steps", 200, "200 steps"),
+    ("Ask-E", "steps, batch", "training", "train:questioner.batch", 256, "256 rollouts"),
+    ("AskBench", "turn budget", "standard", "param:turns", 3, "3 turns"),
+    ("AskBench", "Hard protocol", "hard", "param:turns", 2, "2 turns"),
+    ("AskBench", "turn rewards", None, "param:premature_reward", -2.0, "−2.0"),
+    ("AskBench", "turn rewards", None, "param:no_item_reward", -0.8, "−0.8"),
+    ("AskBench", "turn rewards", None, "param:some_items_reward", 0.8, "+0.8"),
+    ("AskBench", "turn rewards", None, "param:all_items_reward", 1.0, "+1.0"),
+    ("AskBench", "terminal rewards", None, "param:correct_reward", 1.0, "+1 /"),
+    ("AskBench", "terminal rewards", None, "param:wrong_reward", -1.0, "−1 /"),
+    ("AskBench", "terminal rewards", None, "param:still_asking_reward", -2.0, "−2 still asking"),
+    ("AskBench", "training", None, "train:assistant.group", 8, "n = 8"),
+    ("AskBench", "training", None, "train:assistant.lr", 1e-6, "lr 1e-6"),
+    ("AskBench", "training", None, "train:assistant.batch", 512, "training batch size 64"),
+    ("AskBench", "training", None, "train:assistant.steps", 500, "500 steps"),
+    ("Reasoning Arena", "group size N", None, "param:group_size", 8, "8 (App. B)"),
+    ("Reasoning Arena", "CISPO", None, "train:policy.clip_low", 1.0, "ε_lo = 1.0"),
+    ("Reasoning Arena", "CISPO", None, "train:policy.clip_high", 2.0, "ε_hi = 2.0"),
+    ("Reasoning Arena", "optimisation", "paper", "train:policy.lr", 4e-7, "lr 4e-7"),
+    ("Reasoning Arena", "optimisation", "paper", "train:policy.decay", "constant", "constant lr"),
+    ("Reasoning Arena", "optimisation", "paper", "train:policy.steps", 1500, "1,500 steps"),
+    ("Reasoning Arena", "optimisation", "paper", "train:policy.warmup", 50, "50 warm-up"),
+    ("Reasoning Arena", "optimisation", "paper", "train:policy.batch", 480, "480 rollouts"),
+    ("Reasoning Arena", "training advantage", None, "train:policy.std", "population", "population σ"),
+    ("PasoDoble", "I, J", None, "param:proposals", 6, "6, 6"),
+    ("PasoDoble", "I, J", None, "param:solutions", 6, "6, 6"),
+    ("PasoDoble", r"τ_low, τ_sim, τ_div, w, \|H\|", None, "param:tau_low", 0.2, "0.2, 0.3, 0.3, 0.2, 100"),
+    ("PasoDoble", r"τ_low, τ_sim, τ_div, w, \|H\|", None, "param:tau_sim", 0.3, "0.2, 0.3, 0.3, 0.2, 100"),
+    ("PasoDoble", r"τ_low, τ_sim, τ_div, w, \|H\|", None, "param:tau_div", 0.3, "0.2, 0.3, 0.3, 0.2, 100"),
+    ("PasoDoble", r"τ_low, τ_sim, τ_div, w, \|H\|", None, "param:w_div", 0.2, "0.2, 0.3, 0.3, 0.2, 100"),
+    ("PasoDoble", r"τ_low, τ_sim, τ_div, w, \|H\|", None, "param:history", 100, "0.2, 0.3, 0.3, 0.2, 100"),
+    ("PasoDoble", "sampling (training)", None, "model:base.temperature", 0.6, "temperature 0.6"),
+    ("PasoDoble", "sampling (training)", None, "model:base.top_p", 1.0, "top_p 1.0"),
+    ("PasoDoble", "sampling (training)", None, "model:base.max_tokens", 6144, "completion 6,144"),
+    ("PasoDoble", "lr, KL", None, "train:proposer.lr", 1e-6, "1e-6"),
+    ("PasoDoble", "lr, KL", None, "train:solver.lr", 1e-6, "1e-6"),
+    ("PasoDoble", "lr, KL", None, "train:proposer.kl", 0.0, "0.0"),
+    ("PasoDoble", "lr, KL", None, "train:solver.kl", 0.0, "0.0"),
+    ("PasoDoble", "offline loop", "offline", "param:proposer_steps", 10, "T_P = 10"),
+    ("PasoDoble", "offline loop", "offline", "param:solver_steps", 5, "T_S = 5"),
+    ("PasoDoble", "offline loop", "offline", "param:iterations", 60, "60 iterations"),
+    ("PasoDoble", "online steps", "online", "param:online_steps", 600, "600 (Table 5)"),
+    ("PasoDoble", "buffer eviction ablation", None, "buffer:questions.patience", 3, "c = 3"),
+    ("SOAR", "g, n, r, inner steps", None, "param:datasets", 4, "4, 64, 4, 10"),
+    ("SOAR", "g, n, r, inner steps", None, "param:dataset_size", 64, "4, 64, 4, 10"),
+    ("SOAR", "g, n, r, inner steps", None, "param:copies", 4, "4, 64, 4, 10"),
+    ("SOAR", "g, n, r, inner steps", None, "param:inner_steps", 10, "4, 64, 4, 10"),
+    ("SOAR", "promotion", None, "param:promotion_window", 3, "window 3"),
+    ("SOAR", "promotion", None, "param:promotion_threshold", 0.01, "τ = 0.01"),
+    ("SOAR", "promotion", None, "param:extra_inner_steps", 5, "+5 inner steps"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:teacher.lr", 1e-5, "lr 1e-5"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:student.lr", 1e-5, "lr 1e-5"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:teacher.kl", 0.001, "KL 0.001"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:student.kl", 0.001, "KL 0.001"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:teacher.warmup", 20, "warm-up 20 teacher"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:student.warmup", 0, "0 student inner loop"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:student.group", 32, "group 32"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:student.decay", "cosine", "cosine decay"),
+    ("SOAR", "temperatures", None, "model:teacher_model.temperature", 1.0, "1.0 teacher and student"),
+    ("SOAR", "temperatures", None, "model:student_model.temperature", 1.0, "1.0 teacher and student"),
+    ("SOAR", "Promoted Student (PS)", None, "stage:ps.samples", 32, "32 samples per problem"),
+    ("SOAR", "Promoted Student (PS)", None, "stage:ps.k", [1, 4, 8, 16, 32], "k ∈ {1, 4, 8, 16, 32}"),
+    ("SOAR", "Hard-Only", None, "train:student.group", 32, "group 32"),
+]
+
+
+@cache
+def rows() -> dict[tuple[str, str], list[str]]:
+    """(section, item) -> the row's cells (item, paper, spec, status); `\\|` is a literal bar."""
+    out: dict[tuple[str, str], list[str]] = {}
+    section = ""
+    for line in (ROOT / "docs" / "papers.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        elif line.startswith("| ") and not line.startswith("| item |"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            out[(section, cells[0])] = cells
+    return out
+
+
+@cache
+def compiled(spec: str, profile: str | None) -> ir.Experiment:
+    res = compile_file(str(ROOT / "specs" / f"{spec}.ask"), profile=profile)
+    assert res.ir is not None, [d.message for d in res.sink.sorted()]
+    return res.ir
+
+
+def ir_value(exp: ir.Experiment, where: str) -> Any:
+    kind, _, path = where.partition(":")
+    name, _, field = path.partition(".")
+    if kind == "param":
+        return exp.param_values()[name]
+    if kind == "model":
+        return exp.model(name).sampling[field]
+    if kind == "train":
+        (t,) = [t for t in exp.training if t.role == name]
+        assert t.config is not None
+        return getattr(t.config, field)
+    if kind == "stage":
+        (s,) = [s for s in exp.stages if s.name == name]
+        return s.options[field]
+    if kind == "buffer":
+        (b,) = [b for b in exp.buffers if b.name == name]
+        return b.options[field]
+    raise AssertionError(f"unknown place {where!r}")
+
+
+@pytest.mark.parametrize("section, item, profile, where, value, shown", CONSTANTS,
+                         ids=[f"{s}/{i}/{w}@{p or 'default'}" for s, i, p, w, _, _ in CONSTANTS])
+def test_an_as_the_paper_constant_is_in_its_row_and_in_the_spec(section, item, profile, where, value, shown):
+    row = rows().get((section, item))
+    assert row is not None, f"docs/papers.md has no row '{item}' under '{section}'"
+    assert row[3].startswith("as the paper"), f"'{item}': {row[3]}"
+    assert shown in " | ".join(row[1:3]), f"'{item}' does not show {shown!r}"
+    assert ir_value(compiled(SPEC[section], profile), where) == value, (section, item, where)
+
+
+def test_the_table_parses_every_section():
+    assert {s for s, _ in rows()} >= set(SPEC)
