@@ -378,3 +378,135 @@ def test_rollouts_awaited_one_at_a_time_do_not_wait_forever(tmp_path, tokenizer,
     out = asyncio.run(one_by_one())
     executor.agent.close()
     assert [r["reward"] for r in out] == [1.0, 1.0] and all(len(r["action_ranges"]) == 1 for r in out)
+
+
+SIBLINGS = Path(__file__).parent / "specs" / "siblings.ask"
+
+
+def siblings_job(tmp_path: Path, sessions: list[dict], monkeypatch) -> Path:
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": sessions}))
+    job = make_job(SIBLINGS, tmp_path / "job", {})
+    assert json.loads((job / "job.json").read_text())["siblings"] == {"propose": 3}
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    return job
+
+
+def agent_sessions(tmp_path: Path) -> list[tuple]:
+    run = next((tmp_path / "agent-runs").iterdir())
+    return open_store(str(run)).execute("select session_id, status, error from sessions order by session_id").fetchall()
+
+
+def test_sample_siblings_are_the_rollouts_of_a_prompt(tmp_path, tokenizer, monkeypatch):
+    """PasoDoble's proposer in small: the 3 replies of one session's `sample 3 ask` are the
+    3 rollouts of its prompt (OpenRLHF's generate_responses with num_samples = 3); the
+    frozen solver's turns and the rewards run once per session, and each rollout returns
+    its own reply's reward (its per-reply reward, the shared terminal one) and action
+    range, as `askspec run --backend replay` gives for the same replies; a dropped reply
+    carries no loss."""
+    def proposal(question: str, answer: str) -> str:
+        return f"<problem>{question}</problem><answer>\\boxed{{{answer}}}</answer>"
+
+    sessions = [  # per session: the proposer's 3 replies, the solver's 2 answers per parsed proposal
+        {"proposer": [proposal("What is 1+1?", "2"), "no tags at all", proposal("What is 2+2?", "4")],
+         "solver": ["\\boxed{2}", "\\boxed{3}", "\\boxed{4}", "\\boxed{4}"]},  # 1/2 right: kept; 2/2: dropped
+        {"proposer": [proposal("What is 3+3?", "6"), proposal("What is 4+4?", "8"), "still no tags"],
+         "solver": ["\\boxed{5}", "\\boxed{7}", "\\boxed{8}", "\\boxed{9}"]},  # 0/2 right; 1/2
+    ]
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": sessions}))
+    rc, run_dir = asyncio.run(run_spec(str(SIBLINGS), out=str(tmp_path / "runs"), replay=str(recording),
+                                       eval_only=True, sessions=2))
+    assert rc == 0
+    con = open_store(run_dir)
+    expected, kept = [], []
+    for k in range(2):
+        sid = f"s{k:06d}"
+        rows = con.execute("select role, turn_index, name, value from rewards where session_id = ?", [sid]).fetchall()
+        turns = [t for (t,) in con.execute("select turn_index from turns where session_id = ? and role = 'proposer' "
+                                           "order by turn_index", [sid]).fetchall()]
+        assert len(turns) == 3
+        expected += [trajectory_return(rows, "proposer", [t]) for t in turns]
+    assert expected == pytest.approx([0.5 + 0.25, 0.25, 0.25, 1.0 + 0.5, 0.5 + 0.5, 0.5])
+
+    job = siblings_job(tmp_path, sessions, monkeypatch)
+    replies = [r for s in sessions for r in s["proposer"]]
+    responses, engine = asyncio.run(asyncio.wait_for(drive(job, tokenizer, elements=2, group=3, replies=replies), 120))
+    assert len(responses) == 6
+    assert [r["reward"] for r in responses] == pytest.approx(expected, abs=1e-12)
+    assert [len(r["action_ranges"]) for r in responses] == [1, 1, 0, 1, 1, 1]  # the always-solved one is dropped
+    for k, r in enumerate(responses):  # rollout k's sequence is the prompt and reply k, nothing of its siblings
+        assert r["observation_tokens"][-len(engine.calls[k]["ids"]):] == engine.calls[k]["ids"]
+        if r["action_ranges"]:
+            (start, end), = r["action_ranges"]
+            assert r["observation_tokens"][start:end] == engine.calls[k]["ids"] and end == len(r["observation_tokens"])
+        assert r["extra_logs"]["askspec_session_ok"] == 1.0
+    first = [engine.calls[k]["prompt_ids"] for k in range(3)]
+    assert first[0] == first[1] == first[2]  # the siblings share their prompt
+    assert [sid for sid, _, _ in agent_sessions(tmp_path)] == ["s000000", "s000001"]  # one session per prompt
+
+
+class Failing:
+    """An llm_engine script whose `fail`-th call raises (test double)."""
+
+    def __init__(self, replies: list[str], fail: int) -> None:
+        self.replies, self.fail, self.n = replies, fail, 0
+
+    def __call__(self, prompt: str) -> str:
+        k, self.n = self.n, self.n + 1
+        if k == self.fail:
+            raise RuntimeError("the engine actor died")
+        return self.replies[k]
+
+
+class HangingEngine(FakeEngine):
+    """A scripted llm_engine whose `hang`-th generate call never returns (test double)."""
+
+    def __init__(self, *args, hang: int, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.hang, self.n = hang, 0
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        k, self.n = self.n, self.n + 1
+        if k == self.hang:
+            await asyncio.Event().wait()
+        return await super().generate(prompt_token_ids, sampling_params, multi_modal_data)
+
+
+FAIL_SESSION = [{"proposer": ["<problem>a</problem><answer>\\boxed{1}</answer>"] * 3, "solver": ["\\boxed{1}"] * 6}]
+
+
+def test_a_sibling_that_raises_ends_its_session(tmp_path, tokenizer, monkeypatch):
+    """A generate call that raises fails the siblings' session (recorded as an error in the
+    agent's run store); every rollout of the prompt still returns, with no loss."""
+    job = siblings_job(tmp_path, FAIL_SESSION, monkeypatch)
+    script = Failing(FAIL_SESSION[0]["proposer"], fail=1)
+    responses, _ = asyncio.run(asyncio.wait_for(drive(job, tokenizer, elements=1, group=3, replies=script), 60))
+    assert [(r["reward"], r["action_ranges"], r["extra_logs"]["askspec_session_ok"]) for r in responses] == \
+        [(0.0, [], 0.0)] * 3
+    (sid, status, error), = agent_sessions(tmp_path)
+    assert status == "error" and "OpenRLHF's vLLM engine failed: RuntimeError: the engine actor died" in error
+
+
+def test_a_sibling_that_hangs_times_out(tmp_path, tokenizer, monkeypatch):
+    """A generate call that never returns: past $ASKSPEC_GROUP_TIMEOUT the session is
+    cancelled and recorded as an error, and every rollout returns, with no loss."""
+    job = siblings_job(tmp_path, FAIL_SESSION, monkeypatch)
+    monkeypatch.setenv("ASKSPEC_GROUP_TIMEOUT", "0.5")
+    executor = load_agent_executor(job / "agent.py")
+    replies = iter(FAIL_SESSION[0]["proposer"])
+    engine = HangingEngine(executor, tokenizer, lambda prompt: next(replies), hang=2)
+    line = json.loads((job / "prompts.jsonl").read_text().splitlines()[0])
+
+    async def play():
+        out = await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 4096,
+                                       tokenizer, 3)
+        await aclose_backends()
+        return out
+
+    responses = asyncio.run(asyncio.wait_for(play(), 30))
+    executor.agent.close()
+    assert [(r["reward"], r["action_ranges"]) for r in responses] == [(0.0, [])] * 3
+    (sid, status, error), = agent_sessions(tmp_path)
+    assert status == "error" and "ran past 0.5 s (ASKSPEC_GROUP_TIMEOUT)" in error

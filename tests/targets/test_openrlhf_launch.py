@@ -131,3 +131,18 @@ def test_online_schedule_chooses_games_and_steps(tmp_path) -> None:
     # 4 elements, 2 per step (batch 4 / group 2): 2 steps per pass, 3 passes for 6 steps
     assert (args.rollout.batch_size, args.train.batch_size, args.train.num_episodes) == (2, 4, 3)
     assert args.algo.advantage.estimator == "rloo" and args.rollout.n_samples_per_prompt == 2
+
+
+def test_sibling_job_groups_the_sample_replies(tmp_path) -> None:
+    """A `sample 3 ask` of the trained role: OpenRLHF's rollouts per prompt are its 3 replies,
+    and the siblings' timeout reaches the agent through Ray's runtime environment."""
+    job = compile_to(tmp_path, Path(__file__).parent / "specs" / "siblings.ask", [])
+    (call,) = launch_argv(job / "launch.sh", tmp_path, {"ASKSPEC_GROUP_TIMEOUT": "90"})
+    args = parse_train_ppo_ray(train_flags(call))
+    assert args.rollout.n_samples_per_prompt == 3 == args.eval.n_samples_per_prompt
+    assert args.algo.advantage.estimator == "group_norm"
+    env = json.loads(next(a for a in call if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert env["env_vars"]["ASKSPEC_GROUP_TIMEOUT"] == "90"
+    (default,) = launch_argv(job / "launch.sh", tmp_path)
+    env = json.loads(next(a for a in default if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert env["env_vars"]["ASKSPEC_GROUP_TIMEOUT"] == "1800"

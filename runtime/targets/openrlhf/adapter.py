@@ -18,6 +18,16 @@ so concurrent calls for the same prompt never mix. Rollouts of one prompt that d
 run together (a caller awaiting `execute` one at a time) are routed as the smaller
 group they form, with a warning, rather than waiting forever.
 
+Siblings. In a game whose group is the N replies of the trained role's `sample N ask`
+(job.json's `siblings`, check.py), the N rollouts of a prompt are one session: the first
+`execute` plans it and starts it, the others join it, and its `sample N ask` sends reply
+i to rollout i's Conversation (the call's `sample_key`). The rest of the session — the
+frozen roles' turns that use all N replies, rewards, drops — runs once, and each rollout
+returns its own reply's reward and action ranges. A session that fails (a generate call
+that raises, a frozen endpoint that gives up) or runs past `$ASKSPEC_GROUP_TIMEOUT`
+seconds (default 1800; it is cancelled) is recorded as an error session in the run
+store, and every rollout of it returns reward 0 with no action range (no loss).
+
 Every session is recorded in a run directory per rollout process (`$ASKSPEC_RUNS`, else
 `runs/` in the job folder), queryable with `askspec query` like any run.
 """
@@ -43,12 +53,14 @@ from askspec.runtime.engine.plan import SessionPlan, derive_seed, load_dataset
 from askspec.runtime.engine.session import Engine, ModelBinding, SessionFailed, SessionResult
 from askspec.runtime.engine.stateful import StatefulScorers
 from askspec.runtime.scoring.trajectory import trained_turns, trajectory_return
-from askspec.runtime.targets.openrlhf.tokens import Conversation, OpenRLHFBackend
+from askspec.runtime.targets.openrlhf.tokens import Conversation, OpenRLHFBackend, Siblings
 
 log = logging.getLogger(__name__)
 
 JOB_FILE = "job.json"
 HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (default 127.0.0.1)
+TIMEOUT_ENV = "ASKSPEC_GROUP_TIMEOUT"  # seconds a session of siblings may run (docs/cluster.md)
+DEFAULT_TIMEOUT = 1800.0
 
 
 class _Recorder:
@@ -65,6 +77,19 @@ class _Recorder:
         self.finished: set[str] = set()
         self.routed: dict[str, float] = {}
         self.routes: dict[str, str] = {}
+        self.attempts: dict[str, int] = {}
+        self.samples: dict[str, dict[int, list[int]]] = {}  # session -> reply i of its `sample` -> turns
+
+    def session_started(self, session_id: str, **kw: Any) -> int:
+        attempt = self.attempts[session_id] = self.writer.session_started(session_id, **kw)
+        return attempt
+
+    def rollout(self, plan: SessionPlan, attempt: int, turn_index: int, role: str, result: Any, temperature: float,
+                sample_key: str | None) -> None:
+        """The engine's on_rollout: which reply of a `sample N ask` each turn of the role extends."""
+        if role == self.role and sample_key is not None:
+            i = int(sample_key.rsplit(".", 1)[1])
+            self.samples.setdefault(plan.session_id, {}).setdefault(i, []).append(turn_index)
 
     def turn(self, session_id: str, attempt: int, **kw: Any) -> None:
         if kw.get("role") == self.role and kw.get("group_id") is None:  # not a group's judge call
@@ -86,7 +111,7 @@ class _Recorder:
         self.writer.group(group_id, route=route, stats=stats, members=members, **kw)
 
     def forget(self, session_id: str) -> None:
-        for table in (self.turns, self.routed):
+        for table in (self.turns, self.routed, self.attempts, self.samples):
             table.pop(session_id, None)
         self.finished.discard(session_id)
 
@@ -107,6 +132,31 @@ class _Group:
     routed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass
+class _Siblings:
+    """The N rollouts of one prompt that are one session's `sample N ask` replies."""
+
+    plan: SessionPlan
+    members: list[Conversation]
+    task: asyncio.Future  # the session: its SessionResult, or None when it timed out
+    joined: int = 0
+    returned: int = 0
+
+
+def _timeout(raw: str | None) -> float:
+    """$ASKSPEC_GROUP_TIMEOUT: seconds a session of siblings may run (unset or empty: the default)."""
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{TIMEOUT_ENV}={raw!r}: give the seconds a session of `sample N ask` siblings may run, "
+                         f"a number > 0 (default {DEFAULT_TIMEOUT:g})")
+    return value
+
+
 class GameAgent:
     """Plays one session per `execute`; shared by every rollout of a process."""
 
@@ -117,6 +167,8 @@ class GameAgent:
         self.exp = ir.Experiment.model_validate(job["experiment"])
         self.role: str = job["trained_role"]
         self.group_size: int = int(job["group"])
+        self.siblings: dict[str, int] = {g: int(n) for g, n in (job.get("siblings") or {}).items()}
+        self.timeout = _timeout(os.environ.get(TIMEOUT_ENV))
         self.seed: int = int(job["seed"])
         self.max_turn_tokens = job.get("max_tokens")
         self.params = self.exp.param_values()
@@ -129,6 +181,7 @@ class GameAgent:
         self._index = itertools.count()
         self._rounds: dict[tuple[str, int], int] = {}
         self._groups: dict[tuple, _Group] = {}
+        self._sessions: dict[tuple, _Siblings] = {}
 
     # ------------------------------------------------------------------ wiring
     def resolve(self, role: str, name: str | None) -> ModelBinding:
@@ -164,7 +217,8 @@ class GameAgent:
         if self._engine is None:
             self._recorder = _Recorder(self._open_writer(), self.role)
             self._engine = Engine(self.exp, params=self.params, datasets=self.datasets, writer=self._recorder,
-                                  resolve_model=self.resolve, seed=self.seed, stateful=StatefulScorers())
+                                  resolve_model=self.resolve, seed=self.seed, stateful=StatefulScorers(),
+                                  rollout_roles=frozenset({self.role}), on_rollout=self._recorder.rollout)
         return self._engine
 
     def _open_writer(self) -> Any:
@@ -192,7 +246,11 @@ class GameAgent:
         element = json.loads(label)
         engine = self.engine()
         recorder = self._recorder
+        assert recorder is not None
         game = engine.games[element["game"]]
+        if game.name in self.siblings:
+            return await self._sibling(prompt, label, element, self.siblings[game.name], sampling_params, max_length,
+                                       hf_tokenizer, llm_engine)
         size = self.group_size if self.group_size > 1 else 1
         key = (id(sampling_params), prompt, label)
         group = self._join(key, element, size)
@@ -227,36 +285,100 @@ class GameAgent:
                     group.routed.set()
             await group.routed.wait()
         try:
-            return self._response(prompt, label, plan, result, conv, recorder, group.route)
+            return self._response(prompt, label, result, conv, recorder.turns.get(plan.session_id, []), False,
+                                  recorder.routed.get(plan.session_id), group.route)
         finally:
             recorder.forget(plan.session_id)
+
+    async def _sibling(self, prompt: str, label: str, element: dict, n: int, sampling_params: Any, max_length: int,
+                       hf_tokenizer: Any, llm_engine: Any) -> dict[str, Any]:
+        """Rollout i of a prompt: reply i of its session's `sample N ask` (module docstring)."""
+        recorder = self._recorder
+        assert recorder is not None
+        key = (id(sampling_params), prompt, label)
+        sib = self._sessions.get(key)
+        if sib is None:
+            index = next(self._index)
+            game, item = element["game"], int(element["element"])
+            plan = SessionPlan(index=index, session_id=f"s{index:06d}", game=game, group_id=None, group_size=1,
+                               bindings=dict(element.get("bindings") or {}),
+                               seed=derive_seed(self.seed, game, item, self._round(game, item), 0))
+            members = [Conversation(tokenizer=hf_tokenizer, engine=llm_engine, sampling_params=sampling_params,
+                                    max_length=max_length) for _ in range(n)]
+            self.backend.conversations[index] = Siblings(members)
+            sib = self._sessions[key] = _Siblings(plan, members, asyncio.ensure_future(self._play(plan)))
+        member = sib.joined
+        sib.joined += 1
+        if sib.joined == n:
+            del self._sessions[key]  # whole: the next call with this key starts a new session
+        # shielded: one rollout cancelled by its caller leaves the session to the others
+        result = await asyncio.shield(sib.task)
+        if self._sessions.get(key) is sib:  # the session ended before all N rollouts joined it
+            del self._sessions[key]
+            log.warning("session %s: %d of %d rollouts of its prompt ran concurrently; the other replies of its "
+                        "`sample %d ask` are not returned (OpenRLHF runs a prompt's rollouts together)",
+                        sib.plan.session_id, sib.joined, n, n)
+        sid = sib.plan.session_id
+        try:
+            turns = recorder.samples.get(sid, {}).get(member, [])
+            return self._response(prompt, label, result, sib.members[member], turns, True, None, "none")
+        finally:
+            sib.returned += 1
+            if sib.returned == sib.joined and self._sessions.get(key) is not sib:
+                recorder.forget(sid)
+
+    async def _play(self, plan: SessionPlan) -> SessionResult | None:
+        """Run a session of siblings; past the timeout it is cancelled and recorded as an error."""
+        engine, recorder = self.engine(), self._recorder
+        assert recorder is not None
+        try:
+            return await asyncio.wait_for(engine.run_session(plan), self.timeout)
+        except asyncio.TimeoutError:
+            error = f"the session ran past {self.timeout:g} s ({TIMEOUT_ENV}) and was cancelled; its rollouts carry no loss"
+            log.warning("session %s: %s", plan.session_id, error)
+            recorder.writer.session_finished(plan.session_id, recorder.attempts.get(plan.session_id, 1),
+                                             status="error", outcome=None, error=error, vars={})
+            return None
+        finally:
+            self.backend.conversations.pop(plan.index, None)
+
+    def _round(self, game: str, index: int) -> int:
+        """The k-th group (or session of siblings) of an element in this process is repeat k
+        of `askspec run`'s plan: the same group id and session seeds (plan.py), so both play
+        the same sessions."""
+        n = self._rounds.get((game, index), 0)
+        self._rounds[(game, index)] = n + 1
+        return n
 
     def _join(self, key: tuple, element: dict, size: int) -> _Group:
         group = self._groups.get(key)
         if group is None or group.joined >= size:
-            # the k-th group of an element in this process is repeat k of `askspec run`'s plan:
-            # the same group id and session seeds (plan.py), so both play the same sessions
             game, index = element["game"], int(element["element"])
-            n = self._rounds.get((game, index), 0)
-            self._rounds[(game, index)] = n + 1
+            n = self._round(game, index)
             group = self._groups[key] = _Group(group_id=f"{game}-g{index:05d}-r{n:03d}", size=size, round=n)
         group.joined += 1
         if group.joined == size:
             self._groups.pop(key, None)  # full: the next call with this key starts a new group
         return group
 
-    def _response(self, prompt: str, label: str, plan: SessionPlan, result: SessionResult, conv: Conversation,
-                  recorder: _Recorder, route: str) -> dict[str, Any]:
-        sid = plan.session_id
-        turns = recorder.turns.get(sid, [])
-        reward = trajectory_return(result.rewards, self.role, None, recorder.routed.get(sid))
-        keep = trained_turns(turns, self.role, [{"role": d.role, "turns": d.turns} for d in result.book.dropped])
+    def _response(self, prompt: str, label: str, result: SessionResult | None, conv: Conversation,
+                  turns: list[int], sample: bool, routed: float | None, route: str) -> dict[str, Any]:
+        """What OpenRLHF gets for one rollout: `turns` are its trajectory's turn indexes (in
+        call order), every turn of the role in the session unless it is one reply of a
+        `sample` (`sample`); `routed` the score a route gave it; `result` is None for a
+        session that timed out."""
+        if result is None:
+            reward, keep = None, []
+        else:
+            reward = trajectory_return(result.rewards, self.role, turns if sample else None, routed)
+            keep = trained_turns(turns, self.role, [{"role": d.role, "turns": d.turns} for d in result.book.dropped])
         # call k of the role is its k-th turn; a discarded attempt or a call with no room left has no range
         ranges = [conv.ranges[r] for k, r in enumerate(conv.call_ranges) if r is not None and (k >= len(keep) or keep[k])]
-        if reward is None or route in ("drop", "resample") or result.status != "ok":
+        ok = result is not None and result.status == "ok"
+        if reward is None or route in ("drop", "resample") or not ok:
             ranges = []  # not trained on: no reward, a dropped group, or a failed session
-        value = 0.0 if reward is None else reward
-        logs = {"askspec_session_ok": float(result.status == "ok"), "askspec_trained_turns": float(len(ranges)),
+        value = 0.0 if reward is None or not ok else reward
+        logs = {"askspec_session_ok": float(ok), "askspec_trained_turns": float(len(ranges)),
                 "askspec_kept_attempts": float(conv.kept_attempts)}
         return {
             "prompt": prompt,

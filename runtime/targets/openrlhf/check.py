@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from askspec.ir import model as ir
+from askspec.ir.plansize import Unknown, const_value
 from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.ir.walk import bodies
 from askspec.diagnostics import DiagnosticSink, Sources
@@ -34,6 +35,8 @@ class Phase:
     substituted: str | None  # the spec's algorithm, when --substitute replaced it
     group: int
     steps: int | None  # optimizer steps of this phase (None: one pass over the elements)
+    # games whose group is the N replies of the role's one `sample N ask` in a session (game -> N)
+    siblings: dict[str, int] = field(default_factory=dict)
     dir: str = "."  # its folder in the job
     data: str | None = None  # a retrain stage's data set, whose items replace the game's own
 
@@ -274,6 +277,8 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
     if games is None:
         games = _phase_games(exp, t.role)
     sizes = set()
+    siblings: dict[str, int] = {}
+    refused_sample = False  # E603 on a `sample N ask`: its groups of 1 follow from it, and are not reported
     for g in games:
         if replays_buffer(g) is not None:
             sink.error("E605", f"game '{g.name}' replays buffer '{replays_buffer(g)}', which another game fills "
@@ -282,15 +287,21 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
                                                   "with askspec's own trainer")
         asks = list(asks_of(g.body, t.role))
         total = sum(m for _, m in asks)
-        sampled = False
-        for step, _ in asks:
-            if step.sample is not None:
-                sampled = True
-                sink.error("E603", f"`sample N ask {t.role}` gives the trained role N trajectories in one session; an "
-                                   "OpenRLHF agent returns one trajectory per rollout", span_of(step.span, spec_file),
-                           f"make each sample a session of its own: `game {g.name} ... sample N` with one "
-                           f"`ask {t.role}` (its route sees the group)")
-        if role.memory.kind != "full" and total > 1 and not sampled:
+        sampled = any(step.sample is not None for step, _ in asks)
+        if sampled:
+            n = _siblings(exp, g, t.role, asks, spec_file, sink)
+            refused_sample = refused_sample or n is None
+            if n is not None:
+                siblings[g.name] = n
+                sizes.add(n)
+                if t.hyper.get("group") not in (None, 1):
+                    sink.error("E604", f"`group = {t.hyper['group']}` with `sample {n} ask {t.role}` in game "
+                                       f"'{g.name}': a local run plays {t.hyper['group']} sessions per element, each "
+                                       f"with {n} replies of its own, while an OpenRLHF prompt's rollouts are the {n} "
+                                       "replies of one session", tspan,
+                               f"remove `group`: the {n} replies of the `sample` are the group")
+            continue
+        if role.memory.kind != "full" and total > 1:
             step = asks[0][0]
             sink.error("E603", f"'{t.role}' (memory = {role.memory.kind}) can be asked {total} times in a session of "
                                f"'{g.name}': each ask starts a new conversation, so a session holds several "
@@ -303,12 +314,12 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
     if len({s for s in sizes if s > 1}) > 1:
         sink.error("E604", f"the games that train '{t.role}' sample groups of different sizes ({sorted(sizes)}): "
                            "an OpenRLHF job has one --rollout.n_samples_per_prompt", tspan)
-    elif hyper_group is not None and group != int(hyper_group):
+    elif hyper_group is not None and group != int(hyper_group) and not siblings:  # siblings: refused above
         sink.error("E604", f"`group = {hyper_group}` but the game samples {group} sessions per element: OpenRLHF "
                            "groups the samples of one prompt (--rollout.n_samples_per_prompt)", tspan,
                    f"make them agree (e.g. `group = {group}`)")
     if algorithm in ALGORITHMS and openrlhf_algorithm(algorithm, t.algorithm_args)[0] in GROUPED_ESTIMATORS \
-            and group < 2:
+            and group < 2 and not refused_sample:
         sink.error("E604", f"'{algorithm}' normalises rewards within a group, but '{t.role}' has groups of 1",
                    tspan, "set `group = N` (samples per element) or sample the game (`sample N`)")
     if not games:
@@ -316,7 +327,47 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
     if algorithm not in ALGORITHMS:
         return None
     return Phase(role=t.role, games=[g.name for g in games], training=t, algorithm=algorithm,
-                 substituted=substituted, group=group, steps=int(t.hyper["steps"]) if "steps" in t.hyper else None)
+                 substituted=substituted, group=group, steps=int(t.hyper["steps"]) if "steps" in t.hyper else None,
+                 siblings=siblings)
+
+
+def _siblings(exp: ir.Experiment, g: ir.Game, role: str, asks: list, spec_file: str,
+              sink: DiagnosticSink) -> int | None:
+    """N when the N replies of `sample N ask ROLE` can be the N rollouts of one OpenRLHF
+    prompt: the role's one ask in a session of `g` (not in a loop, nor beside other asks
+    of it), N known before the run, `g` not sampled itself. Otherwise E603 says why."""
+    step, mult = next((s, m) for s, m in asks if s.sample is not None)
+    where = span_of(step.span, spec_file)
+    own_session = (f"or make each sample a session of its own: `game {g.name} ... sample N` with one `ask {role}` "
+                   "(its route sees the group)")
+    if len(asks) > 1:
+        sink.error("E603", f"'{role}' is asked {len(asks)} times in a session of '{g.name}', one of them `sample N "
+                           f"ask {role}`: an OpenRLHF prompt's rollouts are the N replies of one ask, and the role's "
+                           "other turns would belong to none of them", where,
+                   f"ask '{role}' only in the `sample` step, {own_session}")
+        return None
+    if mult > 1:
+        sink.error("E603", f"`sample N ask {role}` can run {mult} times in a session of '{g.name}' (it is inside a "
+                           "loop): each run samples a group of its own, while an OpenRLHF prompt's rollouts form one",
+                   where, f"sample once per session (outside the loop), {own_session}")
+        return None
+    try:
+        n = const_value(step.sample, exp.param_values())
+    except Unknown:
+        n = None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        sink.error("E603", f"the number of replies of `sample N ask {role}` is not known before the run: OpenRLHF's "
+                           "rollouts per prompt (--rollout.n_samples_per_prompt) are fixed when the job starts",
+                   where, "sample a literal or a parameter")
+        return None
+    if g.group_size > 1:
+        sink.error("E603", f"game '{g.name}' samples {g.group_size} sessions per element and each asks `sample {n} "
+                           f"ask {role}`: {g.group_size} groups of {n} replies for one prompt, while an OpenRLHF "
+                           "prompt's rollouts form one group", where,
+                   f"remove the game's `sample {g.group_size}` (the {n} replies are the group), or ask '{role}' "
+                   "once per session")
+        return None
+    return n
 
 
 def _phase_games(exp: ir.Experiment, role: str) -> list[ir.Game]:

@@ -383,7 +383,7 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
         job_exp = _job_experiment(exp, spec_path)
         for p in phases:
             job = {"format": 1, "experiment": job_exp.model_dump(mode="json"), "experiment_hash": ehash,
-                   "trained_role": p.role, "group": p.group, "games": p.games,
+                   "trained_role": p.role, "group": p.group, "games": p.games, "siblings": p.phase.siblings,
                    "seed": int(exp.options.get("seed", 0) or 0), "endpoints": p.endpoints, "spec_files": res.files}
             files[os.path.join(p.dir, "job.json")] = json.dumps(job, indent=1, ensure_ascii=False) + "\n"
             files[os.path.join(p.dir, "prompts.jsonl")] = "".join(json.dumps(line, ensure_ascii=False) + "\n"

@@ -109,12 +109,15 @@ class Conversation:
         if budget <= 0:
             self.truncated = True
             self.call_ranges.append(None)
-            return ChatResult(text="", finish_reason="length", tokens_in=len(self.ids), tokens_out=0)
+            return ChatResult(text="", finish_reason="length", tokens_in=len(self.ids), tokens_out=0, completion_ids=())
         params = copy.deepcopy(self.sampling_params)
         params.max_tokens = min(int(request.sampling.max_tokens), budget)
         if request.sampling.stop and hasattr(params, "stop"):
             params.stop = list(request.sampling.stop)
-        out = (await self.engine.generate(list(self.ids), params)).outputs[0]
+        try:
+            out = (await self.engine.generate(list(self.ids), params)).outputs[0]
+        except Exception as e:  # the session fails with the engine's error (recorded), not an internal one
+            raise BackendError(f"OpenRLHF's vLLM engine failed: {e.__class__.__name__}: {e}") from e
         generated = list(out.token_ids)
         start = len(self.ids)
         self.ids.extend(generated)
@@ -128,17 +131,44 @@ class Conversation:
         self.fed.append({"role": "assistant", "content": reply})
         finish = "length" if out.finish_reason == "length" else "stop"
         self.truncated = finish == "length"
-        return ChatResult(text=reply, finish_reason=finish, tokens_in=start, tokens_out=len(generated))
+        # completion_ids: the engine then reports the turn to on_rollout, with its `sample` reply
+        return ChatResult(text=reply, finish_reason=finish, tokens_in=start, tokens_out=len(generated),
+                          completion_ids=tuple(generated))
+
+
+@dataclass
+class Siblings:
+    """A session whose `sample N ask` replies are N rollouts of one prompt: reply i goes to
+    `members[i]` (the call's `sample_key` is "x{ask}.{i}", recovery turns included)."""
+
+    members: list[Conversation]
+    ask: str | None = None  # the `x{ask}` part of the sample ask the members answer
+
+    async def chat(self, request: ChatRequest) -> ChatResult:
+        if request.sample_key is None:
+            raise BackendError(f"'{request.role}' was asked outside its `sample N ask`, whose replies are this "
+                               "session's rollouts (the job was compiled for one such ask per session)")
+        ask, _, i = request.sample_key.rpartition(".")
+        if self.ask is None:
+            self.ask = ask
+        elif ask != self.ask:
+            raise BackendError(f"`sample N ask {request.role}` ran twice in one session; its replies are the "
+                               "rollouts of one prompt, so it may run once (docs/cluster.md)")
+        k = int(i)
+        if k >= len(self.members):
+            raise BackendError(f"`sample N ask {request.role}` asked for reply {k + 1}, but the job runs "
+                               f"{len(self.members)} rollouts per prompt (--rollout.n_samples_per_prompt)")
+        return await self.members[k].chat(request)
 
 
 class OpenRLHFBackend(Backend):
     """The trained role's backend inside an OpenRLHF agent: each session's calls go to
-    that session's Conversation (keyed by the request's session index)."""
+    that session's Conversation, or its Siblings (keyed by the request's session index)."""
 
     name = "openrlhf"
 
     def __init__(self) -> None:
-        self.conversations: dict[int, Conversation] = {}
+        self.conversations: dict[int, Conversation | Siblings] = {}
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         conv = self.conversations.get(request.session_index)
