@@ -510,3 +510,32 @@ def test_a_sibling_that_hangs_times_out(tmp_path, tokenizer, monkeypatch):
     assert [(r["reward"], r["action_ranges"]) for r in responses] == [(0.0, [])] * 3
     (sid, status, error), = agent_sessions(tmp_path)
     assert status == "error" and "ran past 0.5 s (ASKSPEC_GROUP_TIMEOUT)" in error
+
+
+def test_a_group_member_that_hangs_times_out(tmp_path, tokenizer, monkeypatch):
+    """A `sample 4` game whose second session's generate call never returns: past
+    $ASKSPEC_GROUP_TIMEOUT that session is an error session, the group is routed without
+    it, and every rollout returns."""
+    spec = Path(__file__).parent / "specs" / "routes.ask"
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": [{"policy": ["\\boxed{2}"]}] * 4}))
+    job = make_job(spec, tmp_path / "job", {})
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    monkeypatch.setenv("ASKSPEC_GROUP_TIMEOUT", "0.5")
+    executor = load_agent_executor(job / "agent.py")
+    engine = HangingEngine(executor, tokenizer, lambda prompt: "\\boxed{2}", hang=1)
+    line = json.loads((job / "prompts.jsonl").read_text().splitlines()[0])
+
+    async def play():
+        out = await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(), 1024, tokenizer, 4)
+        await aclose_backends()
+        return out
+
+    responses = asyncio.run(asyncio.wait_for(play(), 30))
+    executor.agent.close()
+    assert [(r["reward"], len(r["action_ranges"])) for r in responses] == [(1.0, 1), (0.0, 0), (1.0, 1), (1.0, 1)]
+    statuses = [(sid, status) for sid, status, _ in agent_sessions(tmp_path)]
+    assert statuses == [("s000000", "ok"), ("s000001", "error"), ("s000002", "ok"), ("s000003", "ok")]
+    run = next((tmp_path / "agent-runs").iterdir())
+    assert open_store(str(run)).execute("select route, members from groups").fetchall()[0][0] == "keep"

@@ -26,7 +26,9 @@ frozen roles' turns that use all N replies, rewards, drops — runs once, and ea
 returns its own reply's reward and action ranges. A session that fails (a generate call
 that raises, a frozen endpoint that gives up) or runs past `$ASKSPEC_GROUP_TIMEOUT`
 seconds (default 1800; it is cancelled) is recorded as an error session in the run
-store, and every rollout of it returns reward 0 with no action range (no loss).
+store, and every rollout of it returns reward 0 with no action range (no loss). The
+timeout bounds every session, so a group's members never wait forever either: a member
+past it is an error session, and the group is routed without it.
 
 Every session is recorded in a run directory per rollout process (`$ASKSPEC_RUNS`, else
 `runs/` in the job folder), queryable with `askspec query` like any run.
@@ -266,7 +268,7 @@ class GameAgent:
         if size > 1:
             await asyncio.sleep(0)  # siblings started in the same gather join before any session runs
         try:
-            result = await engine.run_session(plan)
+            result = await self._run(plan)
         finally:
             self.backend.conversations.pop(index, None)
         if size > 1:
@@ -327,8 +329,16 @@ class GameAgent:
             if sib.returned == sib.joined and self._sessions.get(key) is not sib:
                 recorder.forget(sid)
 
-    async def _play(self, plan: SessionPlan) -> SessionResult | None:
-        """Run a session of siblings; past the timeout it is cancelled and recorded as an error."""
+    async def _play(self, plan: SessionPlan) -> SessionResult:
+        """Run a session of siblings (`_run`), then detach its rollouts from the backend."""
+        try:
+            return await self._run(plan)
+        finally:
+            self.backend.conversations.pop(plan.index, None)
+
+    async def _run(self, plan: SessionPlan) -> SessionResult:
+        """Run a session; past the timeout it is cancelled and recorded as an error session
+        (its group goes on without it), so no rollout waits forever."""
         engine, recorder = self.engine(), self._recorder
         assert recorder is not None
         try:
@@ -336,11 +346,9 @@ class GameAgent:
         except asyncio.TimeoutError:
             error = f"the session ran past {self.timeout:g} s ({TIMEOUT_ENV}) and was cancelled; its rollouts carry no loss"
             log.warning("session %s: %s", plan.session_id, error)
-            recorder.writer.session_finished(plan.session_id, recorder.attempts.get(plan.session_id, 1),
-                                             status="error", outcome=None, error=error, vars={})
-            return None
-        finally:
-            self.backend.conversations.pop(plan.index, None)
+            attempt = recorder.attempts.get(plan.session_id, 1)
+            recorder.writer.session_finished(plan.session_id, attempt, status="error", outcome=None, error=error, vars={})
+            return SessionResult(plan=plan, status="error", error=error, attempt=attempt)
 
     def _round(self, game: str, index: int) -> int:
         """The k-th group (or session of siblings) of an element in this process is repeat k
@@ -361,20 +369,16 @@ class GameAgent:
             self._groups.pop(key, None)  # full: the next call with this key starts a new group
         return group
 
-    def _response(self, prompt: str, label: str, result: SessionResult | None, conv: Conversation,
+    def _response(self, prompt: str, label: str, result: SessionResult, conv: Conversation,
                   turns: list[int], sample: bool, routed: float | None, route: str) -> dict[str, Any]:
         """What OpenRLHF gets for one rollout: `turns` are its trajectory's turn indexes (in
         call order), every turn of the role in the session unless it is one reply of a
-        `sample` (`sample`); `routed` the score a route gave it; `result` is None for a
-        session that timed out."""
-        if result is None:
-            reward, keep = None, []
-        else:
-            reward = trajectory_return(result.rewards, self.role, turns if sample else None, routed)
-            keep = trained_turns(turns, self.role, [{"role": d.role, "turns": d.turns} for d in result.book.dropped])
+        `sample` (`sample`); `routed` the score a route gave it."""
+        reward = trajectory_return(result.rewards, self.role, turns if sample else None, routed)
+        keep = trained_turns(turns, self.role, [{"role": d.role, "turns": d.turns} for d in result.book.dropped])
         # call k of the role is its k-th turn; a discarded attempt or a call with no room left has no range
         ranges = [conv.ranges[r] for k, r in enumerate(conv.call_ranges) if r is not None and (k >= len(keep) or keep[k])]
-        ok = result is not None and result.status == "ok"
+        ok = result.status == "ok"
         if reward is None or route in ("drop", "resample") or not ok:
             ranges = []  # not trained on: no reward, a dropped group, or a failed session
         value = 0.0 if reward is None or not ok else reward
