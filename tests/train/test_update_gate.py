@@ -1,4 +1,4 @@
-"""The online update gate (`update_when`, issue 11 item 2): evaluated over each step's
+"""The update gate (`update_when`, issue 11 item 2; offline in an alternating schedule, #24): evaluated over each step's
 sessions in metric scope; a closed gate skips the role's update and the skip is recorded
 in `train_steps` (`skipped = 'gate'`, `metrics.skip_reason`, `metrics.gate`).
 
@@ -116,3 +116,62 @@ def test_a_gate_over_no_finished_session_skips(tmp_path):
     trainer = LocalTrainer(exp, params={}, datasets={"qs": [{"q": "1+1"}]}, seed=0, resolver=None, run_dir=tmp_path)
     plans = trainer.planner.plans(1)
     assert trainer._gate_closed("solver", plans, []) is not None  # sum of nothing is 0: not > 0
+
+
+ALTERNATING = """
+model m = hf("smollm2-135m-instruct") { max_tokens = 8 }
+role proposer { model = m; trained; memory = none }
+role solver { model = m; trained; memory = none }
+data passages = [{k: "a"}, {k: "b"}, {k: "c"}]
+buffer questions { capacity = 10; fields = {q: string} }
+game propose for passage in passages {
+    x = ask proposer: passage.k
+    pushed = 0
+    reward proposer = 1.0
+}
+game practice for q in questions {
+    s = ask solver: q.q
+    reward solver = 1.0
+}
+train proposer with grpo { save_every = 100; update_when = sum(pushed) > 0 }
+train solver with grpo { save_every = 100 }
+schedule alternating { proposer = 3; solver = 1; iterations = 1; games = {proposer: propose, solver: practice} }
+"""
+
+
+class PushingEngine(FakeEngine):
+    """A proposer session 'pushes' a question (pushed = 1) only in `valid_steps`; the
+    buffer stays empty (the solver's phase has nothing to replay)."""
+
+    def __init__(self, log: StepLog, valid_steps: set[int]) -> None:
+        from askspec.runtime.scoring.buffers import ReplayBuffer
+
+        super().__init__(log, valid_steps)
+        self.buffers = {"questions": ReplayBuffer("questions", 10)}
+
+    async def run_phase(self, plans, replay_ids) -> None:
+        for p in plans:
+            attempt = self.log.session_started(p.session_id, game=p.game, group_id=p.group_id, params={}, index=p.index)
+            self.log.session_finished(p.session_id, attempt, status="ok", outcome=None, error=None,
+                                      vars={"pushed": int(p.step in self.valid_steps)})
+
+
+def test_the_gate_holds_in_an_alternating_schedules_proposer_phase(tmp_path):
+    """PasoDoble offline (Algorithm 2 l.24-28): a proposer step whose sessions buffered no
+    question is not an update; the other proposer steps are."""
+    spec = tmp_path / "alt.ask"
+    spec.write_text(ALTERNATING)
+    res = compile_file(str(spec), {})
+    assert res.ok, [d.message for d in res.sink.sorted()]
+    exp = res.ir
+    trainer = LocalTrainer(exp, params=exp.param_values(), datasets={"passages": [{"k": "a"}, {"k": "b"}, {"k": "c"}]},
+                           seed=0, resolver=None, run_dir=tmp_path / "run")
+    proposer, solver = FakePolicy(), FakePolicy()
+    trainer.policies.update(proposer=proposer, solver=solver)
+    writer = FakeWriter()
+    log = StepLog(writer)
+    asyncio.run(trainer.run(PushingEngine(log, valid_steps={1, 3}), log))
+    steps = {(role, step): m for role, step, m in writer.steps}
+    assert steps[("proposer", 2)]["skipped"] == "gate" and "skipped" not in steps[("proposer", 1)]
+    assert "skipped" not in steps[("proposer", 3)] and proposer.updates == 2
+    assert steps[("solver", 4)]["skipped"] == "empty_buffer" and solver.updates == 0
