@@ -1,6 +1,7 @@
-"""The update gate (`update_when`, issue 11 item 2; offline in an alternating schedule, #24): evaluated over each step's
-sessions in metric scope; a closed gate skips the role's update and the skip is recorded
-in `train_steps` (`skipped = 'gate'`, `metrics.skip_reason`, `metrics.gate`).
+"""The update gate (`update_when`, issue 11 item 2; in an alternating schedule, #24):
+evaluated over each step's sessions in metric scope; a closed gate skips the role's update
+and the skip is recorded in `train_steps` (`skipped = 'gate'`, `metrics.skip_reason`,
+`metrics.gate`).
 
 The trainer's loop is the thing under test; the engine, the policy and the run writer
 around it are python fakes defined here (FakeEngine, FakePolicy, FakeWriter), so no
