@@ -539,3 +539,73 @@ def test_a_group_member_that_hangs_times_out(tmp_path, tokenizer, monkeypatch):
     assert statuses == [("s000000", "ok"), ("s000001", "error"), ("s000002", "ok"), ("s000003", "ok")]
     run = next((tmp_path / "agent-runs").iterdir())
     assert open_store(str(run)).execute("select route, members from groups").fetchall()[0][0] == "keep"
+
+
+def pasodoble_proposer_job(out: Path, sets: dict[str, str]) -> Path:
+    """The job of PasoDoble's proposer phase alone, built by the target's own planner and
+    writer: the spec's refusals (E605: the solver's phase replays a buffer; E604: the
+    proposer's update gate) are another phase's and a setting's, not its siblings'."""
+    from askspec.diagnostics import DiagnosticSink
+    from askspec.runtime.targets.openrlhf import generate
+    from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, check
+
+    spec = str(SPECS / "pasodoble.ask")
+    res = compile_file(spec, sets)
+    assert res.ok
+    sink = DiagnosticSink()
+    assert check(res.ir, res.sources, spec, {}, sink) is None
+    assert sorted({d.code for d in sink.sorted()}) == ["E604", "E605"]  # no E603: the siblings map
+    t = next(t for t in res.ir.training if t.role == "proposer")
+    n = int(sets["proposals"])
+    plan = JobPlan(phases=[Phase(role="proposer", games=["propose"], training=t, algorithm="grpo", substituted=None,
+                                 group=n, steps=None, siblings={"propose": n})])
+    generate._write(res.ir, res, plan, generate._build(res.ir, plan, spec), spec, out, {}, {})
+    return out
+
+
+def test_pasodoble_proposer_siblings_match_replay(tmp_path, tokenizer, monkeypatch):
+    """PasoDoble's `propose` game as written: the proposer's `sample 3 ask` replies are the 3
+    rollouts of a passage; the frozen solver answers every parsed question, the novelty
+    term reads the questions before it, and each rollout's reward and range equal what
+    `askspec run --backend replay` gives its reply."""
+    sets = {"proposals": "3", "solutions": "2", "max_tokens": "64"}
+
+    def qa(question: str, answer: str) -> str:
+        return f"<problem>{question}</problem><answer>\\boxed{{{answer}}}</answer>"
+
+    sessions = [
+        {"proposer": [qa("A train covers 120 km in 2 hours. What is its speed in km/h?", "60"), "no tags",
+                      qa("What is the sum of the roots of x^2 - 5x + 6?", "5")],
+         "solver": ["\\boxed{60}", "\\boxed{50}", "\\boxed{5}", "\\boxed{5}"]},  # p = 1/2 (pushed); p = 1
+        {"proposer": [qa("How many edges does a cube have?", "12"),
+                      qa("A train covers 120 km in 2 hours. What is its speed in km/h?", "60"),
+                      qa("What is 17 times 3 minus 1?", "50")],
+         "solver": ["\\boxed{8}", "\\boxed{6}", "\\boxed{60}", "\\boxed{59}", "\\boxed{50}", "\\boxed{49}"]},
+    ]
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": sessions}))
+    spec = SPECS / "pasodoble.ask"
+    rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), replay=str(recording), eval_only=True,
+                                       set=[f"{k}={v}" for k, v in sets.items()], sessions=2, concurrency=1))
+    assert rc == 0
+    con = open_store(run_dir)
+    expected = []
+    for k in range(2):
+        sid = f"s{k:06d}"
+        assert con.execute("select game, status from sessions where session_id = ?", [sid]).fetchall() == \
+            [("propose", "ok")]
+        rows = con.execute("select role, turn_index, name, value from rewards where session_id = ?", [sid]).fetchall()
+        turns = [t for (t,) in con.execute("select turn_index from turns where session_id = ? and role = 'proposer' "
+                                           "order by turn_index", [sid]).fetchall()]
+        expected += [trajectory_return(rows, "proposer", [t]) for t in turns]
+    assert len(expected) == 6 and expected[1] == 0.0 and expected[0] > 0.6  # 1.1 - 1/2 + w_div * r_div
+
+    job = pasodoble_proposer_job(tmp_path / "job", sets)
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    replies = [r for s in sessions for r in s["proposer"]]
+    responses, engine = asyncio.run(asyncio.wait_for(drive(job, tokenizer, elements=2, group=3, replies=replies), 120))
+    assert [r["reward"] for r in responses] == pytest.approx(expected, abs=1e-12)
+    for k, r in enumerate(responses):  # each rollout: its own reply, and the whole of it
+        (start, end), = r["action_ranges"]
+        assert r["observation_tokens"][start:end] == engine.calls[k]["ids"] and end == len(r["observation_tokens"])
