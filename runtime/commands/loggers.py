@@ -81,11 +81,13 @@ class WandbLogger:
     def __init__(self, project: str, run_id: str, run_dir: Path, config: dict[str, Any]) -> None:
         import wandb
 
-        mode = os.environ.get("WANDB_MODE") or ("online" if _wandb_key() else "offline")
+        # Any: wandb types `mode` as a Literal; the value is a str it checks itself (and
+        # where wandb is not installed, mypy sees no types at all)
+        mode: Any = os.environ.get("WANDB_MODE") or ("online" if _wandb_key() else "offline")
         # console="off": W&B would otherwise wrap the process's stdout and stderr (the
         # progress line's, and stdout's run directory) to copy them into its run
         self.run = wandb.init(project=project, name=run_id, id=run_id, resume="allow", dir=str(run_dir),
-                              config=config, mode=mode,  # type: ignore[arg-type]  # a str, checked by wandb
+                              config=config, mode=mode,
                               settings=wandb.Settings(console="off"))
 
     def step(self, step: int, metrics: dict[str, dict[str, Any]]) -> None:
