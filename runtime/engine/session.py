@@ -28,7 +28,7 @@ from askspec.runtime.engine.plan import SessionPlan, plan_games, replays_buffer
 from askspec.runtime.engine.prompts import Prompts
 from askspec.runtime.engine.recorder import Recorder
 from askspec.runtime.engine.routing import GroupRouter, JudgeTally
-from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, RunAborted, SessionFailed,
+from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, Reply, RunAborted, SessionFailed,
                                           SessionResult, SessionState, StatefulCall)
 from askspec.runtime.engine.stateful import OrderGate, StatefulScorers, calls_stateful
 from askspec.runtime.scoring.buffers import ReplayBuffer
@@ -327,9 +327,9 @@ class Engine:
         turn = None
         if s.turn_var is not None:
             reply = st.vars.get(s.turn_var)
-            if not isinstance(reply, dict) or "_turn" not in reply:
+            if not isinstance(reply, Reply):
                 raise SessionFailed(f"reward {s.turn_var}: not a reply")
-            turn = reply["_turn"]
+            turn = reply.turn
         st.rewards.append((s.role, turn, s.name, value))
         self.writer.reward(st.plan.session_id, st.attempt, role=s.role, turn_index=turn, name=s.name, value=value,
                            kind="turn" if turn is not None else "terminal")
@@ -345,7 +345,7 @@ class Engine:
         if s.turn_var is not None:
             held = st.vars.get(s.turn_var)
             held = held if isinstance(held, list) else [held]
-            turns = [r["_turn"] for r in held if isinstance(r, dict) and "_turn" in r]
+            turns = [r.turn for r in held if isinstance(r, Reply)]
         st.book.dropped.append(DroppedTurns(s.role, turns))
 
     # steps with bodies (or model calls)
@@ -437,7 +437,7 @@ class Engine:
         return hit
 
     async def call_role(self, role: str, template: str | None, ctx: dict[str, Any], message: Any, st: SessionState,
-                        remember: bool, sample_index: int = 0, sample_key: str | None = None, own_ctx: bool = False) -> dict:
+                        remember: bool, sample_index: int = 0, sample_key: str | None = None, own_ctx: bool = False) -> Reply:
         """One turn of `role` (and its recovery turns). `ctx` is not changed unless
         `own_ctx` says it is the caller's to give away."""
         rc = self.role_call(role, st)
@@ -466,7 +466,7 @@ class Engine:
             attempt += 1
             rkey = r.recover.truncated if reply["truncated"] else r.recover.malformed
             if attempt <= retries and rkey is not None:
-                recover_ctx = {**ctx, "reply": reply["text"], "missing": reply.get("_missing", [])}
+                recover_ctx = {**ctx, "reply": reply["text"], "missing": reply.missing}
                 recovery = self.prompts.render(rkey, recover_ctx)
                 messages = messages + [{"role": "assistant", "content": reply["text"]}, {"role": "user", "content": recovery}]
             # without a recovery template (json retries) the same prompt is re-sampled
@@ -482,7 +482,7 @@ class Engine:
         return reply
 
     async def model_call(self, role: str, rc: _RoleCall, messages: list[dict], st: SessionState,
-                         sample_index: int, sample_key: str | None = None) -> dict:
+                         sample_index: int, sample_key: str | None = None) -> Reply:
         binding = rc.binding
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
@@ -511,8 +511,8 @@ class Engine:
         record = fields
         record["parsed"] = ok
         record["truncated"] = result.finish_reason == "length"
-        reply = {**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
-                 "model": binding.name, "text": result.text, "_turn": turn_index, "_missing": missing}
+        reply = Reply({**record, "finish_reason": result.finish_reason, "tokens": result.tokens_out, "role": role,
+                       "model": binding.name, "text": result.text}, turn=turn_index, missing=missing)
         st.roles[role].turns.append(reply)
         self.calls.record(st.plan.session_id, st.attempt, turn_index, role, binding, messages, result, record, latency,
                           streamed=stream.count if stream is not None else 0)

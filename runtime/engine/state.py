@@ -38,6 +38,21 @@ class RunAborted(Exception):
         self.cause = cause
 
 
+class Reply(dict):
+    """A model's reply as the spec sees it: a dict of the parser's fields, `parsed`,
+    `truncated`, `finish_reason`, `tokens`, `role`, `model` and `text`. What the engine
+    keeps about it are attributes, not keys a spec could read or iterate: `turn`, the
+    turn's index in its session (what `reward ... for r` and `drop ... r` name), and
+    `missing`, the fields the parser did not find (a recovery prompt's `missing`)."""
+
+    __slots__ = ("turn", "missing")
+
+    def __init__(self, fields: dict[str, Any], *, turn: int, missing: list[str]) -> None:
+        super().__init__(fields)
+        self.turn = turn
+        self.missing = missing
+
+
 @dataclass
 class ModelBinding:
     name: str  # declared model name or "backend:weights"
