@@ -25,7 +25,7 @@ SHOTS = [  # (file, keys pressed after the previous shot, text to wait for)
     ("sessions.svg", ["enter"], "questioner  started"),  # (the reward columns after the rows)
     ("transcript.svg", ["enter"], "→ forwarded to"),
     ("groups.svg", ["escape", "2"], "Comparing both traces"),
-    ("metrics.svg", ["3"], "by (a, b)"),
+    ("metrics.svg", ["3"], "a=mid, b=large"),  # (the declared metrics, below the key curves)
     ("sql.svg", ["4", *"select outcome, count(*) AS n from sessions group by all order by n desc", "enter"],
      "rows in"),
 ]
