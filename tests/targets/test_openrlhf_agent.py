@@ -609,3 +609,29 @@ def test_pasodoble_proposer_siblings_match_replay(tmp_path, tokenizer, monkeypat
     for k, r in enumerate(responses):  # each rollout: its own reply, and the whole of it
         (start, end), = r["action_ranges"]
         assert r["observation_tokens"][start:end] == engine.calls[k]["ids"] and end == len(r["observation_tokens"])
+
+
+def test_sibling_rollouts_awaited_one_at_a_time_do_not_wait(tmp_path, tokenizer, monkeypatch):
+    """A caller that awaits `execute` one rollout at a time (not OpenRLHF's gather): each
+    call plays a session of its own and gets its first reply back, with no wait for
+    siblings that never come."""
+    sessions = [{"proposer": ["<problem>a</problem><answer>\\boxed{1}</answer>"] * 3,
+                 "solver": ["\\boxed{1}", "\\boxed{2}"] * 3}] * 2
+    job = siblings_job(tmp_path, sessions, monkeypatch)
+    executor = load_agent_executor(job / "agent.py")
+    line = json.loads((job / "prompts.jsonl").read_text().splitlines()[0])
+    engine = FakeEngine(executor, tokenizer, lambda prompt: sessions[0]["proposer"][0])
+
+    async def one_by_one():
+        params = FakeSamplingParams()
+        out = [await asyncio.wait_for(executor.execute(line["prompt"], line["label"], params, 1024, tokenizer, engine),
+                                      30) for _ in range(2)]
+        await aclose_backends()
+        return out
+
+    out = asyncio.run(one_by_one())
+    executor.agent.close()
+    # each session: 3 questions, each solved once in 2 (1 - 1/2), so 3 valid ones (0.25 * 3)
+    assert [r["reward"] for r in out] == pytest.approx([0.5 + 0.75] * 2)
+    assert [len(r["action_ranges"]) for r in out] == [1, 1]
+    assert [status for _, status, _ in agent_sessions(tmp_path)] == ["ok", "ok"]
