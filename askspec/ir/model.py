@@ -392,6 +392,8 @@ class TrainSettings(BaseModel):
     save_every: int
     keep_checkpoints: int
     max_nonfinite_steps: int
+    max_staleness: int  # 0: on-policy; K: rollouts sampled up to K updates before the trained weights
+    is_bound: float  # truncation of a stale token's importance weight
     dtype: str
     replay: str | None
 

@@ -106,6 +106,10 @@ HYPERPARAMETERS: dict[str, Setting] = {
     "max_nonfinite_steps": Setting("int", 3, "how many steps may have a NaN or infinite advantage, loss or gradient: "
                                    "each is not applied (weights unchanged, no checkpoint); at this many the run stops",
                                    1, 1000),
+    "max_staleness": Setting("int", 0, "asynchronous rollouts: a step's rollouts may be sampled by weights up to this many "
+                             "updates older than the ones trained (0: on-policy, play and update take turns)", 0, 100),
+    "is_bound": Setting("number", 2.0, "truncation of the importance weight π_train/π_sample of a stale rollout's tokens "
+                        "(max_staleness > 0)", 1.0, 100.0),
     "dtype": Setting("name", "auto", "training precision: auto (float32 on CPU, bf16 autocast on GPU), float32, bfloat16",
                      choices=("auto", "float32", "bfloat16")),
 }
@@ -157,7 +161,8 @@ def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
         grad_clip=float(hyper["grad_clip"]), kl=float(hyper["kl"]), kl_estimator=str(hyper["kl_estimator"]),
         std=str(hyper["std"]),
         save_every=int(hyper["save_every"]), keep_checkpoints=int(hyper["keep_checkpoints"]),
-        max_nonfinite_steps=int(hyper["max_nonfinite_steps"]), dtype=str(hyper["dtype"]), replay=hyper.get("replay"))
+        max_nonfinite_steps=int(hyper["max_nonfinite_steps"]), max_staleness=int(hyper["max_staleness"]),
+        is_bound=float(hyper["is_bound"]), dtype=str(hyper["dtype"]), replay=hyper.get("replay"))
 
 
 def closest(name: str, candidates) -> str | None:
@@ -258,4 +263,9 @@ class TrainingChecks(RoleChecks):
                 self.err("E107", f"training setting 'std' is read only by the estimators that divide by the group's std "
                                  f"({', '.join(STD_ESTIMATORS)}); this block's is {estimator or 'none (sft)'}", span,
                          "remove 'std', or choose a grpo or group_norm estimator")
+        if "is_bound" in hyper and not hyper.get("max_staleness"):  # on-policy tokens have weight 1: nothing to bound
+            span = next(a.value.span for a in d.attrs if a.name == "is_bound")
+            self.err("E107", "training setting 'is_bound' bounds the importance weight of stale rollouts, and this "
+                             "block's are all on-policy (max_staleness = 0)", span,
+                     "remove 'is_bound', or set max_staleness = 1 (or more)")
         return args, hyper

@@ -31,6 +31,7 @@ def test_every_number_setting_has_an_upper_bound():
     ("beta2 = {}", "1", "0.999"), ("weight_decay = {}", "5", "0.1"), ("grad_clip = {}", "1e9", "1000"),
     ("epochs = {}", "101", "100"), ("micro_batch = {}", "5000", "4096"), ("warmup = {}", "2000000", "10"),
     ("max_nonfinite_steps = {}", "0", "1"), ("keep_checkpoints = {}", "1001", "1000"),
+    ("max_staleness = {}", "101", "1"), ("is_bound = {}; max_staleness = 1", "0.5", "2.0"),
 ])
 def test_numeric_settings_are_range_checked(setting, bad, good):
     errs = codes(f"train r with grpo {{ {setting.format(bad)} }}")
@@ -56,3 +57,9 @@ def test_docs_state_each_range():
         if s.kind in ("int", "number"):
             (row,) = [line for line in section.splitlines() if line.startswith(f"| `{name}` |")]
             assert f"({s.range_text().replace(' and ', ', ')})" in row, (name, row)
+
+
+def test_is_bound_needs_stale_rollouts():
+    errs = codes("train r with grpo { is_bound = 3.0 }")
+    assert [c for c, _ in errs] == ["E107"] and "max_staleness" in errs[0][1], errs
+    assert codes("train r with grpo { is_bound = 3.0; max_staleness = 1 }") == []

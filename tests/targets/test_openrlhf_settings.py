@@ -47,6 +47,7 @@ VALUES = {
     "keep_checkpoints": ("keep_checkpoints = 4", ""), "max_nonfinite_steps": ("max_nonfinite_steps = 5", ""),
     "dtype": ("dtype = bfloat16", ""), "replay": ("replay = seen", ""), "std": ("std = population", ""),
     "update_when": ("update_when = sum(score) > 0", ""),
+    "max_staleness": ("max_staleness = 2", ""), "is_bound": ("is_bound = 3.0", "max_staleness = 1"),
     "clip": ("(clip = 0.3)", ""), "clip_low": ("(clip_low = 0.1)", ""), "clip_high": ("(clip_high = 0.4)", ""),
     "dual_clip": ("(dual_clip = 3.0)", ""), "estimator": ("(estimator = rloo)", ""), "min_reward": ("(min_reward = 0.5)", ""),
 }
@@ -130,3 +131,13 @@ def test_checkpoint_settings_reach_their_flags(tmp_path) -> None:
     # askspec's defaults, not OpenRLHF's (no intermediate checkpoint, three kept)
     assert (default.ckpt.save_steps, default.ckpt.max_num) == (HYPERPARAMETERS["save_every"].default,
                                                                 HYPERPARAMETERS["keep_checkpoints"].default)
+
+
+def test_staleness_reaches_the_async_trainer(tmp_path) -> None:
+    args = parse_train_ppo_ray(launch_line(tmp_path / "a", SPEC.format(
+        algorithm="grpo", block="group = 2; max_staleness = 2; is_bound = 3.0")))
+    assert (args.train.async_enable, args.train.async_queue_size) == (True, 2)
+    assert (args.algo.advantage.is_correction_level, args.algo.advantage.is_correction_mode) == ("token", "clip")
+    assert list(args.algo.advantage.is_correction_threshold) == [0.0, 3.0]
+    default = parse_train_ppo_ray(launch_line(tmp_path / "b", SPEC.format(algorithm="grpo", block="group = 2")))
+    assert not default.train.async_enable and default.algo.advantage.is_correction_level == "off"

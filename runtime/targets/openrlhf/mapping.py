@@ -37,7 +37,8 @@ GROUPED_ESTIMATORS = {"group_norm", "rloo", "reinforce_baseline", "dr_grpo"}
 # language's list (askspec/lang/training.py) against this one and REFUSED
 SETTINGS = ("group", "lr", "steps", "batch", "kl", "kl_estimator", "warmup", "clip", "clip_low", "clip_high",
             "dual_clip", "estimator", "decay", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip",
-            "aggregation", "micro_batch", "epochs", "save_every", "keep_checkpoints", "dtype")
+            "aggregation", "micro_batch", "epochs", "save_every", "keep_checkpoints", "dtype", "max_staleness",
+            "is_bound")
 
 # settings a job cannot honour -> why (E604 names the setting and says this)
 REFUSED = {
@@ -197,6 +198,14 @@ def setting_flags(t: ir.Training) -> list[tuple[str, list[str]]]:
         flags.append(("--actor.dual_clip", [_num(args["dual_clip"])]))
     if hyper.get("dtype") in DTYPES:
         flags.append(("--ds.param_dtype", [DTYPES[hyper["dtype"]]]))
+    if cfg.max_staleness > 0:
+        # OpenRLHF's async trainer: the sampler runs up to async_queue_size rollout batches ahead of
+        # the update; its token-level TIS weights each token by π_train/π_rollout clipped to
+        # [0, is_bound], as the local trainer's correction does
+        flags += [("--train.async_enable", []), ("--train.async_queue_size", [str(cfg.max_staleness)]),
+                  ("--algo.advantage.is_correction_level", ["token"]),
+                  ("--algo.advantage.is_correction_mode", ["clip"]),
+                  ("--algo.advantage.is_correction_threshold", ["0", _num(cfg.is_bound)])]
     return flags
 
 
