@@ -25,14 +25,8 @@ fi
 if [ -n "${GPU_CHECK_LINK_TREE:-}" ] || ! "$PY" -c 'import askspec.runtime' 2>/dev/null; then
   TREE="$(mktemp -d)"
   trap 'rm -rf "$TREE"' EXIT
-  mkdir "$TREE/askspec"
-  for entry in "$ROOT"/askspec/*; do
-    name="$(basename "$entry")"
-    case "$name" in __pycache__|runtime|tui) continue ;; esac
-    ln -s "$entry" "$TREE/askspec/$name"
-  done
-  ln -s "$ROOT/runtime" "$TREE/askspec/runtime"
-  ln -s "$ROOT/tui" "$TREE/askspec/tui"
+  . "$ROOT/scripts/link_tree.sh"
+  link_tree "$ROOT" "$TREE"
   export PYTHONPATH="$TREE${PYTHONPATH:+:$PYTHONPATH}"
   echo "gpu_check: askspec from a link tree of this checkout on PYTHONPATH ($TREE)"
 fi

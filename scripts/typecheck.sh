@@ -13,15 +13,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 TREE="$ROOT/build/typecheck"
-rm -rf "$TREE/askspec"
-mkdir -p "$TREE/askspec"
-for entry in "$ROOT"/askspec/*; do
-  name="$(basename "$entry")"
-  case "$name" in __pycache__|runtime|tui) continue ;; esac
-  ln -s "$entry" "$TREE/askspec/$name"
-done
-ln -s "$ROOT/runtime" "$TREE/askspec/runtime"
-ln -s "$ROOT/tui" "$TREE/askspec/tui"
+. "$ROOT/scripts/link_tree.sh"
+link_tree "$ROOT" "$TREE"
 cd "$TREE" || exit 2
 "$PY" -m mypy --config-file "$ROOT/pyproject.toml" --cache-dir "$TREE/.mypy_cache" \
   -p askspec "$@" 2>&1 \
