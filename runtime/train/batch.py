@@ -43,6 +43,7 @@ class Turn:
     logprobs: list[float]
     temperature: float
     finish_reason: str
+    policy_version: int | None = None  # updates the sampling weights had seen (None: the trained weights')
 
 
 @dataclass
@@ -121,7 +122,8 @@ def build_batch(role: str, sessions: list[SessionRecord], routes: dict[tuple[str
                 t.reward = _add(t.reward, per_turn.get(r["turn_index"]))  # its reward still counts
                 continue
             t.turns.append(Turn(s.session_id, s.attempt, r["turn_index"], list(r["prompt_ids"]), list(r["completion_ids"]),
-                                list(r["logprobs"]), float(r["temperature"]), r["finish_reason"]))
+                                list(r["logprobs"]), float(r["temperature"]), r["finish_reason"],
+                                r.get("policy_version")))
             t.reward = _add(t.reward, per_turn.get(r["turn_index"]))
         has_conversation = not all(is_sample.values())
         for key, t in trajs.items():

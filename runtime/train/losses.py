@@ -13,6 +13,12 @@ advantage per row (its trajectory's). With r_t = exp(logp − old_logp):
             token still passes gradient through log π (MiniMax-M1)
     sft     −logp
 
+A stale rollout (sampled by weights μ older than the trained weights π_old, `max_staleness`
+> 0) is corrected per token by the truncated importance weight w = min(exp(log π_old −
+log μ), is_bound), which multiplies its policy loss, whose ratio r is then taken against
+π_old instead of μ (decoupled PPO; OpenRLHF's token-level TIS). On-policy tokens have
+w = 1 and r against μ, as without staleness.
+
 KL to a frozen reference (per token, added to the loss times `kl`): k1 = logp − ref,
 k3 = exp(ref − logp) − (ref − logp) − 1.
 
@@ -66,6 +72,14 @@ def policy_token_loss(kind: str, logp: torch.Tensor, old_logp: torch.Tensor, adv
     if dual_clip is not None:
         clipped = torch.where(a < 0, torch.max(clipped, dual_clip * a), clipped)
     return -clipped, surr2 < surr1
+
+
+def importance_weights(train_logp: torch.Tensor, sample_logp: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w, ratio) per token: ratio = π_old/μ = exp(train_logp − sample_logp) and its
+    truncation w = min(ratio, bound); both detached (the weight scales the gradient, it
+    is not differentiated). Padding (0 in both) gets ratio 1."""
+    ratio = (train_logp - sample_logp).detach().clamp(-20.0, 20.0).exp()
+    return ratio.clamp(max=bound), ratio
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3") -> torch.Tensor:

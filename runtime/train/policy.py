@@ -28,7 +28,7 @@ import torch
 from askspec.runtime.train.advantages import advantages, zero_variance_groups
 from askspec.runtime.train.batch import Trajectory
 from askspec.runtime.train.config import TrainConfig, lr_factor
-from askspec.runtime.train.losses import aggregate, kl_penalty, policy_token_loss, row_weights
+from askspec.runtime.train.losses import aggregate, importance_weights, kl_penalty, policy_token_loss, row_weights
 
 
 class TrainedPolicy:
@@ -196,10 +196,14 @@ class TrainedPolicy:
         max_tokens = max(len(turn.completion_ids) for _, turn in rows)
         weights = row_weights(cfg.aggregation, row_tokens, row_traj, max_tokens)
         chunks = [list(range(i, min(i + cfg.micro_batch, n))) for i in range(0, n, cfg.micro_batch)]
+        if cfg.max_staleness:
+            self._check_staleness([turn for _, turn in rows])
+        train_old: dict[int, torch.Tensor] = {}  # chunk -> log π_old of its stale rows (the first epoch's)
+        ratio_sum, truncated, stale_tokens = 0.0, 0.0, 0.0
         for epoch in range(cfg.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             total_loss, clipped, kl_sum, token_sum = 0.0, 0.0, 0.0, 0.0
-            for chunk in chunks:
+            for ci, chunk in enumerate(chunks):
                 members = set(chunk)
                 idx = [i for i, (ti, _) in enumerate(rows) if ti in members]
                 turns = [rows[i][1] for i in idx]
@@ -209,8 +213,28 @@ class TrainedPolicy:
                 for j, turn in enumerate(turns):
                     old[j, : len(turn.logprobs)] = torch.tensor(turn.logprobs, device=self.device)
                 row_adv = adv[row_traj[idx]].to(self.device)
+                # rows sampled by older weights (max_staleness > 0): the ratio is taken against the
+                # weights before this update, and the truncated importance weight corrects for the
+                # sampler; on-policy rows are left exactly as without staleness (w = 1)
+                stale = [j for j, turn in enumerate(turns)
+                         if cfg.max_staleness and turn.policy_version is not None and turn.policy_version != self.version]
+                w = None
+                if stale:
+                    sel = torch.tensor(stale, device=self.device)
+                    if epoch == 0:
+                        train_old[ci] = logp.detach()[sel]
+                    w_rows, ratio = importance_weights(train_old[ci], old[sel], cfg.is_bound)
+                    old = old.index_copy(0, sel, train_old[ci])
+                    w = torch.ones_like(logp).index_copy(0, sel, w_rows)
+                    if epoch == 0:
+                        m_sel = mask[sel]
+                        ratio_sum += float((ratio * m_sel).sum()) - float(m_sel.sum())  # on-policy tokens add 1 below
+                        truncated += float(((ratio > cfg.is_bound).float() * m_sel).sum())
+                        stale_tokens += float(m_sel.sum())
                 token_loss, clip = policy_token_loss(cfg.loss, logp, old, row_adv, mask, traj, clip_low=cfg.clip_low,
                                                      clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
+                if w is not None:
+                    token_loss = token_loss * w
                 if self.ref is not None:
                     with torch.no_grad():
                         ref_logp, _ = self.token_logprobs(self.ref, turns)
@@ -237,7 +261,22 @@ class TrainedPolicy:
         metrics.update(loss=total_loss, clip_frac=clipped / max(token_sum, 1.0),
                        kl=(kl_sum / max(token_sum, 1.0)) if self.ref is not None else 0.0,
                        grad_norm=float(norm), epochs=cfg.epochs, seconds_update=time.perf_counter() - t0)
+        if cfg.max_staleness:
+            trained = max(float(metrics["tokens"]), 1.0)
+            metrics.update(is_ratio_mean=(trained + ratio_sum) / trained, is_truncated_share=truncated / trained,
+                           stale_share=stale_tokens / trained)
         return metrics
+
+    def _check_staleness(self, turns: list[Any]) -> None:
+        """Never train on a rollout sampled more than `max_staleness` updates ago (nor by
+        weights newer than these: a bug in whoever recorded the version)."""
+        k = self.cfg.max_staleness
+        for turn in turns:
+            v = turn.policy_version
+            if v is not None and not self.version - k <= v <= self.version:
+                raise ValueError(f"role '{self.cfg.role}': a rollout of session {turn.session_id} (turn "
+                                 f"{turn.turn_index}) was sampled at policy version {v}, outside "
+                                 f"[{self.version - k}, {self.version}] (version {self.version}, max_staleness = {k})")
 
     def _not_applied(self, metrics: dict[str, Any], t0: float, what: str, why: str) -> dict[str, Any]:
         """The metrics of an update skipped because `what` (advantage, loss, gradient) was
