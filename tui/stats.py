@@ -74,29 +74,15 @@ def _mean_values(metric, sessions: list, params: dict, roles: dict) -> list[Any]
     """The per-session values a ``mean(x)`` metric averages (as the metrics module
     evaluates them), or None when the metric is not a plain mean over sessions."""
     from askspec.ir import model as ir
-    from askspec.runtime.engine.evaluator import Env, MissingValue, evaluate
+    from askspec.runtime.engine.metrics import aggregate_values
 
     e = metric.value
     if not (isinstance(e, ir.CallFn) and e.fn in ("mean", "rate") and len(e.args) == 1):
         return None
-    arg = e.args[0]
-    cond, inner = (arg.cond, arg.seq) if isinstance(arg, ir.Filter) else (None, arg)
-    values: list[Any] = []
-    for s in sessions:
-        env = Env(vars=s.vars, params=params, roles=roles, rewards=s.rewards)
-        try:
-            if cond is not None and not evaluate(cond, env):
-                continue
-            v = evaluate(inner, env)
-        except MissingValue:
-            continue
-        except Exception:
-            return None
-        if isinstance(v, list):
-            values.extend(v)
-        elif v is not None:
-            values.append(v)
-    return values
+    try:
+        return aggregate_values(e.args[0], sessions, params, roles)[0]
+    except Exception:  # the metric itself reports its error; no interval for it
+        return None
 
 
 def metric_intervals(exp, scopes: list) -> dict[tuple[str, str], Interval]:

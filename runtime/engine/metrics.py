@@ -110,28 +110,38 @@ def _const(value: Any) -> ir.Lit:
     return ir.Lit(value=value, type="any")
 
 
+def aggregate_values(arg: ir.Expr, sessions: list[SessionScope], params: dict, roles: dict) -> tuple[list, set[int]]:
+    """What an aggregate (`mean(x)`, `mean(x where cond)`, ...) aggregates: its argument
+    evaluated once per session (a list value counts each element), and the indices of the
+    sessions that gave a value. `cond` selects the sessions that contribute; a session of a
+    game that does not define the variable gives nothing."""
+    cond, inner = (arg.cond, arg.seq) if isinstance(arg, ir.Filter) else (None, arg)
+    values: list = []
+    used: set[int] = set()
+    for i, s in enumerate(sessions):
+        env = Env(vars=s.vars, params=params, roles=roles, rewards=s.rewards)
+        try:
+            if cond is not None and not evaluate(cond, env):
+                continue
+            v = evaluate(inner, env)
+        except MissingValue:
+            continue
+        if isinstance(v, list):  # an aggregate over a list inside one session, then across sessions
+            values.extend(v)
+            used.add(i)
+        elif v is not None:
+            values.append(v)
+            used.add(i)
+    return values, used
+
+
 def _lifted(e: ir.Expr, sessions: list[SessionScope], group: dict, params: dict, roles: dict, used: set[int]) -> Any:
     """Evaluates a metric over a group of sessions: each aggregate's argument once per
     session, then aggregated; `used` collects the sessions that gave a value."""
     match e:
         case ir.CallFn(fn=fn, args=[arg]) if fn in AGGREGATES:
-            # `mean(x where cond)`: cond selects the sessions that contribute
-            cond, inner = (arg.cond, arg.seq) if isinstance(arg, ir.Filter) else (None, arg)
-            values: list = []
-            for i, s in enumerate(sessions):
-                env = Env(vars=s.vars, params=params, roles=roles, rewards=s.rewards)
-                try:
-                    if cond is not None and not evaluate(cond, env):
-                        continue
-                    v = evaluate(inner, env)
-                except MissingValue:
-                    continue  # a session of a game that does not define this variable
-                if isinstance(v, list):  # an aggregate over a list inside one session, then across sessions
-                    values.extend(v)
-                    used.add(i)
-                elif v is not None:
-                    values.append(v)
-                    used.add(i)
+            values, gave = aggregate_values(arg, sessions, params, roles)
+            used |= gave
             return aggregate(fn, values, e.span)
         case ir.BinaryOp():
             left = _lifted(e.left, sessions, group, params, roles, used)
