@@ -229,8 +229,23 @@ class InnerLoop:
         datasets = datasets_of(sessions, log.parsed, self.s.outer)
         if not self.grounded:
             return {"datasets": len(datasets), "outer_reward": "intrinsic"}
-        t = self.trainer
         outer_log = (log.sessions, log.routes, log.parsed)
+        try:
+            summary = await self.outer_step(step, index0, engine, log, datasets)
+        finally:
+            log.sessions, log.routes, log.parsed = outer_log
+        for ds, r_k in zip(datasets, summary["outer_rewards"]):
+            for sid, attempt, turn in ds.turns:
+                log.reward(sid, attempt, role=self.s.outer, turn_index=turn, name="grounded", value=r_k, kind="turn")
+        return summary
+
+    async def outer_step(self, step: int, index0: int, engine, log, datasets: list[Dataset]) -> dict[str, Any]:
+        """Steps 2-5 of the module doc for one outer step's datasets: R_k per dataset
+        (`outer_rewards`, in dataset order) and the promotion decision, with the
+        nested_events written to `log`; the loop's state and the inner role's weights are
+        updated. The one computation of R_k: the local schedule (run) and the cluster's
+        inner-loop service (targets/openrlhf/inner_loop.py) both call it."""
+        t = self.trainer
         self._cursor = index0
         work = t.run_dir / "checkpoints" / NESTED / "work"
         shutil.rmtree(work, ignore_errors=True)
@@ -244,7 +259,6 @@ class InnerLoop:
             base = await self._accuracy(step, "base", questions, engine, log)
             log.nested_event(step=step, event="baseline", value=base, data={"questions": len(questions)})
             rewards: list[float] = []
-            outer_rewards: list[tuple[tuple[str, int, int], float]] = []  # written once the outer sessions are back
             best: tuple[int, int, Path | None] | None = None  # the best dataset so far: (k, median copy, its weights)
             steps = self.s.inner_steps + (self.s.extra_inner_steps if self.state.promotions else 0)
             for ds in datasets:
@@ -279,7 +293,6 @@ class InnerLoop:
                 med = median_copy(accs)
                 log.nested_event(step=step, event="dataset", dataset=ds.k, value=r_k,
                                  data={"accuracies": accs, "baseline": base, "median_copy": med + 1, "items": ds.items})
-                outer_rewards += [(turn, r_k) for turn in ds.turns]
                 if best is None or r_k > rewards[best[0] - 1]:
                     best = (ds.k, med + 1, files[med])
                 for f in (work.glob("*.safetensors")):  # only the best dataset's median copy may be promoted
@@ -303,9 +316,6 @@ class InnerLoop:
                                  data=record)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-            log.sessions, log.routes, log.parsed = outer_log
-        for (sid, attempt, turn), value in outer_rewards:
-            log.reward(sid, attempt, role=self.s.outer, turn_index=turn, name="grounded", value=value, kind="turn")
         return {"datasets": len(datasets), "baseline_accuracy": base, "outer_rewards": rewards,
                 "moving_average": average, "promoted": promote, "inner_steps": steps}
 
