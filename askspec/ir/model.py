@@ -124,6 +124,9 @@ class AskStep(Node):
     template: str | None = None  # key into Experiment.templates
     message: Expr | None = None  # data sent as the user message verbatim
     context: Expr | None = None  # `with {...}`: extra template variables
+    # `with sampling {...}`: sampling fields (askspec.ir.vocab.SAMPLING_FIELDS) over the
+    # role's for this ask's calls only, recovery turns included
+    sampling: dict[str, int | float | list[str]] = Field(default_factory=dict)
 
 
 class AssignStep(Node):

@@ -62,6 +62,8 @@ def step_text(s: ir.Step) -> str:
                 parts.append(f": {expr_text(s.message)}")
             if s.context is not None:
                 parts.append(f"with {expr_text(s.context)}")
+            if s.sampling:
+                parts.append("with sampling { " + "; ".join(f"{k} = {json.dumps(v)}" for k, v in s.sampling.items()) + " }")
             return (f"{lhs} = " if lhs else "") + " ".join(parts)
         case ir.AssignStep():
             return f"{s.name} = {expr_text(s.value)}"

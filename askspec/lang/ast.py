@@ -128,6 +128,7 @@ class Ask(Node):
     using: Expr | None
     message: Expr | None
     with_: Expr | None
+    sampling: "list[Attribute] | None" = None  # `with sampling { ... }`: this ask's sampling fields
 
 
 @dataclass(eq=False)

@@ -6,6 +6,8 @@ Rules:
 
 - one indent level (4 spaces) per line that leaves brackets open, whatever the number of
   brackets it opens (`json({` indents its contents once);
+- one more for a line that goes on with an ask's `using` or `with` clause (neither starts
+  a statement, so such a line continues the one above);
 - one space between tokens, except around `.`, `..`, before `,` `;` `:` `)` `]`, after
   `(` `[`, between a name and its call or index bracket, after a prefix minus, and inside
   the braces of a record literal (`{final: true}`; blocks keep `{ a = 1 }`);
@@ -37,6 +39,8 @@ RECORD_CONTEXT = {"=", "==", "!=", "with", ":", "(", "[", ",", "->", "{", "|", "
 # keywords that keep a space before '(' (`if (a or b)`); `reward(role)` is a call
 KEYWORDS_BEFORE_PAREN = {"if", "elif", "while", "until", "for", "in", "case", "and", "or", "not", "where", "when",
                          "with", "using", "sample", "times", "by", "limit", "repeat", "ask", "bind"}
+# a line starting with one of these continues the statement above (an ask's clauses)
+CONTINUATION = {"with", "using"}
 INDENT = "    "
 COMMENT_GAP = 2
 
@@ -85,7 +89,7 @@ def format_source(text: str) -> str:
         code_toks = toks[:-1] if comment is not None else toks
         first = str(code_toks[0]) if code_toks else ""
         base = stack[-1][0] if stack else 0
-        indent = max(0, base - 1) if first in CLOSE else base
+        indent = max(0, base - 1) if first in CLOSE else base + (first in CONTINUATION)
         parts: list[str] = []
         prev: Token | None = None
         prefix_minus = False

@@ -11,6 +11,7 @@ import functools
 from typing import TYPE_CHECKING, Callable
 
 from ..ir import model as ir
+from ..ir.vocab import SAMPLING_FIELDS
 from ..ir.walk import bodies
 from . import ast as A
 from .consts import NotConstant, OutOfRange, const_eval
@@ -256,13 +257,32 @@ class GameChecker:
                 for key in {k for k in (r.recover.truncated, r.recover.malformed) if k is not None}:
                     self.check_template_vars(key, _Available(scope, names.extra | {"reply", "missing"}), scope)
         step = ir.AskStep(span=irspan(a.span), roles=roles, targets=[n for n, _ in targets] or [None] * len(roles),
-                          sample=sample_ir, template=template, message=message, context=context)
+                          sample=sample_ir, template=template, message=message, context=context,
+                          sampling=self.ask_sampling(a.sampling or []))
         if sample_n is not None and a.sample is not None:
             step.sample = ir.Lit(value=sample_n, type="number", span=irspan(a.sample.span))
         for (name, span), role in zip(targets, roles):
             t = self.x.role_reply.get(role, ANY)
             self.define(scope, name, list_of(t) if a.sample is not None else t, span)
         return step
+
+    def ask_sampling(self, attrs: list[A.Attribute]) -> dict[str, int | float | list[str]]:
+        """`with sampling { ... }`: the vocabulary's sampling fields, constants checked as a
+        model's or role's are (E105 for an unknown field, E201 / E107 for a bad value)."""
+        out: dict[str, int | float | list[str]] = {}
+        for a in attrs:
+            if a.name not in SAMPLING_FIELDS:
+                self.err("E105", f"unknown sampling field '{a.name}'", a.name_span,
+                         suggest(a.name, SAMPLING_FIELDS) or f"sampling fields: {', '.join(SAMPLING_FIELDS)}")
+                continue
+            if a.name in out:
+                self.err("E104", f"sampling field '{a.name}' is set twice in this ask", a.name_span)
+                continue
+            self._mark_used(a.value)
+            v = self.c.sampling_value(a.name, a.value)
+            if v is not None:
+                out[a.name] = v
+        return out
 
     def check_template_vars(self, key: str, available: "_Available", scope: Scope) -> None:
         lt = self.c.loaded.get(key)

@@ -470,7 +470,7 @@ class _Builder:
         return A.AskStmt(self.span(t), self.ask(t.children[0]))
 
     def ask(self, t: Tree) -> A.Ask:
-        sample = using = message = with_ = None
+        sample = using = message = with_ = sampling = None
         roles = []
         for c in t.children:
             if c is None:
@@ -485,7 +485,9 @@ class _Builder:
                 message = self.expr(c.children[0])
             elif c.data == "with_clause":
                 with_ = self.expr(c.children[0])
-        return A.Ask(self.span(t), roles, sample, using, message, with_)
+            elif c.data == "sampling_clause":
+                sampling = self.body(c.children[0])
+        return A.Ask(self.span(t), roles, sample, using, message, with_, sampling)
 
     def s_repeat_stmt(self, t: Tree) -> A.Repeat:
         kids = t.children

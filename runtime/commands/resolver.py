@@ -108,7 +108,8 @@ class ModelResolver:
         new = info not in self.bound.setdefault(role, [])
         if new:
             self.bound[role].append(info)
-        binding = ModelBinding(name=bound_name, backend=backend, weights=asked, sampling=sampling, label=label)
+        binding = ModelBinding(name=bound_name, backend=backend, weights=asked, sampling=sampling, label=label,
+                               max_tokens_cap=self.options.max_tokens or None)
         if self.set_torch_threads:
             self._set_torch_threads(backend)
         return binding, (info if new else None)

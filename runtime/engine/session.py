@@ -404,11 +404,13 @@ class Engine:
         if n is not None:
             serial, st.sample_asks = st.sample_asks, st.sample_asks + 1
 
+        over = s.sampling or None
+
         async def for_role(role: str):
             if n is None:
-                return await self.call_role(role, s.template, base_ctx, message, st, remember=True)
+                return await self.call_role(role, s.template, base_ctx, message, st, remember=True, sampling=over)
             return list(await asyncio.gather(*(self.call_role(role, s.template, base_ctx, message, st, remember=False, sample_index=i,
-                                                              sample_key=f"x{serial}.{i}")
+                                                              sample_key=f"x{serial}.{i}", sampling=over)
                                                for i in range(n))))
 
         if len(s.roles) == 1:  # the common case; gather would add a task per call
@@ -437,9 +439,11 @@ class Engine:
         return hit
 
     async def call_role(self, role: str, template: str | None, ctx: dict[str, Any], message: Any, st: SessionState,
-                        remember: bool, sample_index: int = 0, sample_key: str | None = None, own_ctx: bool = False) -> Reply:
-        """One turn of `role` (and its recovery turns). `ctx` is not changed unless
-        `own_ctx` says it is the caller's to give away."""
+                        remember: bool, sample_index: int = 0, sample_key: str | None = None, own_ctx: bool = False,
+                        sampling: dict[str, Any] | None = None) -> Reply:
+        """One turn of `role` (and its recovery turns, under the same `sampling`: an ask's
+        `with sampling` fields). `ctx` is not changed unless `own_ctx` says it is the
+        caller's to give away."""
         rc = self.role_call(role, st)
         r = rc.role
         st.roles[role].model = rc.binding.name
@@ -459,7 +463,7 @@ class Engine:
         messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history
         asked = {"role": "user", "content": user}
         messages.append(asked)
-        reply = await self.model_call(role, rc, messages, st, sample_index, sample_key)
+        reply = await self.model_call(role, rc, messages, st, sample_index, sample_key, sampling)
         retries = rc.retries
         attempt = 0
         while not reply["parsed"] and attempt < max(retries, rc.json_retries):
@@ -470,7 +474,7 @@ class Engine:
                 recovery = self.prompts.render(rkey, recover_ctx)
                 messages = messages + [{"role": "assistant", "content": reply["text"]}, {"role": "user", "content": recovery}]
             # without a recovery template (json retries) the same prompt is re-sampled
-            reply = await self.model_call(role, rc, messages, st, sample_index, sample_key)
+            reply = await self.model_call(role, rc, messages, st, sample_index, sample_key, sampling)
         if role not in st.first_user:
             st.first_user[role] = user
         if remember and rc.memory != "none":
@@ -482,12 +486,13 @@ class Engine:
         return reply
 
     async def model_call(self, role: str, rc: _RoleCall, messages: list[dict], st: SessionState,
-                         sample_index: int, sample_key: str | None = None) -> Reply:
+                         sample_index: int, sample_key: str | None = None, sampling: dict[str, Any] | None = None) -> Reply:
         binding = rc.binding
         call_index = st.calls.get(role, 0)
         st.calls[role] = call_index + 1
+        fields, seed_part = (rc.sampling, rc.seed_part) if not sampling else _over(role, rc, sampling)
         # call_seed(st.plan.seed, role, call_index, rc.model_seed), its role's part kept per role
-        samp = Sampling(**rc.sampling, seed=seed_from_part(rc.seed_part, st.plan.seed, call_index))
+        samp = Sampling(**fields, seed=seed_from_part(seed_part, st.plan.seed, call_index))
         stream = self.calls.stream()
         req = ChatRequest(messages=tuple(messages), sampling=samp, model=binding.weights, role=role,
                           session_index=st.plan.index, call_index=call_index, sample_key=sample_key,
@@ -557,12 +562,25 @@ class _RoleCall(NamedTuple):
     system: str | None
 
 
+def _over(role: str, rc: _RoleCall, sampling: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The role's sampling fields with an ask's `with sampling` fields over them, and the
+    seed part of its calls (a `seed` there stands for the model's). A --max-tokens cap
+    (`ModelBinding.max_tokens_cap`) still holds."""
+    fields = {**rc.sampling, **{k: v for k, v in sampling.items() if k != "seed"}}
+    if "stop" in sampling:
+        fields["stop"] = tuple(sampling["stop"])
+    cap = rc.binding.max_tokens_cap
+    if cap is not None and "max_tokens" in sampling:
+        fields["max_tokens"] = min(int(sampling["max_tokens"]), cap)
+    return fields, (role_seed_part(role, sampling["seed"]) if "seed" in sampling else rc.seed_part)
+
+
 def _step_kind(s: Any) -> tuple[bool, Any, tuple[str, str | None, str | None] | None]:
     """`Engine.steps`' view of a step: (whether it waits for earlier sessions, its method,
     (role, template, target) when it is a plain ask of one role)."""
     plain = None
     if (type(s) is ir.AskStep and s.message is None and s.context is None and s.sample is None
-            and len(s.roles) == 1):
+            and not s.sampling and len(s.roles) == 1):
         plain = (s.roles[0], s.template, s.targets[0] if s.targets else None)
     method = _SIMPLE_STEPS.get(s.__class__) or _NESTED_STEPS[s.__class__]
     return calls_stateful(s), method, plain

@@ -60,6 +60,7 @@ class ModelBinding:
     weights: str  # what the backend is asked for (weights, or the model a server serves)
     sampling: dict[str, Any]
     label: str = ""  # what `turns.model` records (default: name); "served@endpoint" for servers
+    max_tokens_cap: int | None = None  # --max-tokens: no call on this binding asks for more (a role's or an ask's budget included)
 
 
 @dataclass

@@ -212,3 +212,31 @@ game g {
     assert res.ir.games[0].call_bounds["a"] == 5
     bad = compile_source(str(tmp_path / "t.ask"), src.replace("open_rows limit 3", "open_rows"))
     assert any(d.code == "E401" for d in bad.sink.items)
+
+
+def test_ask_sampling_lowers_typed_fields_onto_that_ask_only():
+    res = compile_text('''
+param budget: int = 10000
+game g {
+    a = ask s: "1 + 1"
+    b = ask s: "2 + 2" with sampling { max_tokens = budget; temperature = 0; stop = "END" }
+    reward s = 1
+}
+''')
+    assert codes(res) == []
+    first, second = steps(res.ir.games[0], "ask")
+    assert first.sampling == {}
+    assert second.sampling == {"max_tokens": 10000, "temperature": 0, "stop": ["END"]}
+    assert isinstance(second.sampling["max_tokens"], int)
+
+
+def test_ask_sampling_set_twice_or_not_constant():
+    res = compile_text('''
+game g {
+    a = ask s: "1 + 1"
+    b = ask s: "2 + 2" with sampling { max_tokens = 10; max_tokens = 20 }
+    c = ask s: "3 + 3" with sampling { max_tokens = a.tokens }
+    reward s = 1
+}
+''')
+    assert codes(res) == ["E104", "E107"]  # a per-ask budget is known before the run, like a role's

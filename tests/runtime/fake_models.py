@@ -121,3 +121,10 @@ async def finishes_backwards(messages, request):
 def boxed_on_second_try(messages, request):
     """No \\boxed{} until it has been asked again (a recovery turn sees 3+ messages)."""
     return "the answer is 7" if len(messages) < 3 else "so \\boxed{7}"
+
+
+def budget_echo(messages, request):
+    """Echoes the call's sampling budget and temperature, without the `#Answer#` tag (so
+    a role that requires it sends its recovery turn)."""
+    s = request.sampling
+    return f"max_tokens={s.max_tokens} temperature={s.temperature} stop={list(s.stop)}"

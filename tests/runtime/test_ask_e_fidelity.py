@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from askspec.ir import model as ir
+from askspec.ir.walk import all_steps
 from askspec.lang.compiler import compile_file
 from askspec.runtime.backends.solvers import solve_text, sympy_math
 
@@ -28,6 +30,15 @@ def test_benchmark_is_the_default_configuration_with_the_papers_constants():
                                             "presence_penalty": 1.5, "repetition_penalty": 1.0, "max_tokens": 6000}
     key = exp.model("key")
     assert key.weights_of is None and key.sampling["temperature"] == 0.7  # a separate instance (§3, App. F)
+
+
+@pytest.mark.parametrize("profile, final", [("benchmark", 10000), ("training", 4000)])
+def test_the_final_question_has_its_own_budget(profile, final):
+    """App. F: the questioner's final reply has 10,000 tokens against the probes' 6,000;
+    App. E caps every training turn at 4,000."""
+    game = next(g for g in ir_of(profile).games if g.name == "calibrate")
+    asks = [s for s in all_steps(game.body) if isinstance(s, ir.AskStep) and s.roles == ["questioner"]]
+    assert [s.sampling for s in asks] == [{}, {"max_tokens": final}]  # the probe, then the final question
 
 
 def test_training_configuration_has_the_papers_constants():
