@@ -299,6 +299,10 @@ class Dataset(Node):
     digest: str | None = None
     items: list[Any] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    # `jsonl(...) where COND`: the records COND holds for are the data set (COND names the
+    # record's fields, `it` the record, and the parameters in `filter_params`, their values)
+    filter: Expr | None = None
+    filter_params: dict[str, Any] = Field(default_factory=dict)
 
 
 class Buffer(Node):

@@ -94,10 +94,11 @@ def items_count(e: ir.Expr, params: Mapping[str, Any], sizes: Mapping[str, int] 
 
 
 def dataset_sizes(exp: ir.Experiment) -> dict[str, int]:
-    """Sizes of the data sets known from the IR alone: inline items (after `limit`)."""
+    """Sizes of the data sets known from the IR alone: inline items (after `limit`), when
+    no `where` filter leaves out an unknown number of them (the run counts those)."""
     out = {}
     for d in exp.datasets:
-        if d.items is not None:
+        if d.items is not None and d.filter is None:
             n = len(d.items)
             limit = d.options.get("limit")
             if _is_number(limit) and limit >= 0:

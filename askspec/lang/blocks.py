@@ -15,7 +15,7 @@ from .paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, FileRefused, open_spec_file
 from ..span import Span
 from .templates import CONFINED_HINT
 from .training import GATE_SETTINGS, TrainingChecks
-from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, from_json_value, list_of, record
+from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, boolish, from_json_value, list_of, record
 
 SCHEDULES = {"online", "alternating", "nested"}
 NESTED_KEYS = ["outer", "inner", "copies", "inner_steps", "outer_steps", "datasets", "promotion_window",
@@ -28,6 +28,9 @@ EVICTIONS = {"oldest", "none", "solved", "no_peak", "solved_or_no_peak"}
 class BlockChecks(TrainingChecks):
     def data(self, d: A.DataDecl) -> None:
         src = d.source
+        cond = None
+        if isinstance(src, A.Where):  # `jsonl("x.jsonl") where kind == "ask_mind"`
+            src, cond = src.seq, src.cond
         opts = {}
         for a in d.attrs:
             if a.name == "fields":
@@ -55,6 +58,35 @@ class BlockChecks(TrainingChecks):
         fields = next((a for a in d.attrs if a.name == "fields"), None)
         if fields is not None:
             self.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
+        if cond is not None:
+            self.data_filter(ds, cond)
+
+    def data_filter(self, ds: ir.Dataset, cond: A.Expr) -> None:
+        """A data set's `where` condition: a bool over the record's fields (typed by the
+        declared `fields`, or the inline items; any name of an untyped file's records is
+        a field), `it` (the record) and the parameters, evaluated when the data is loaded."""
+        item = self.data_item_type(ds.name)
+        scope = Scope()
+        for p, t in self.param_types.items():
+            scope.define(p, Sym("param", t, None, used=True))
+        inner = scope.child()
+        inner.define("it", Sym("item", item, None, used=True))
+        if item.name == "record" and item.fields is not None:
+            for k, v in item.fields:
+                inner.define(k, Sym("item", v, None, used=True))
+        else:  # open records: every other name is a field, found (or not) at load time
+            for n in A.names_in(cond) - set(self.param_types):
+                inner.define(n, Sym("item", ANY, None, used=True))
+        value, t = ExprChecker(self.sink, set()).check(cond, inner)
+        if not boolish(t):
+            self.err("E201", f"a data filter must be bool, found {t}", cond.span,
+                     "compare a field: where kind == \"ask_mind\"")
+            return
+        ds.filter = value
+        ds.filter_params = {n: self.params[n] for n in sorted(A.names_in(cond) & set(self.param_types))
+                            if n in self.params and inner.kind_of(n) == "param"}
+        for n in ds.filter_params:
+            self.used.add(("param", n))
 
     def file_digest(self, rel: str, span: Span, lines: bool = False) -> str | None:
         """sha256 of a data file (relative to the spec's folder), so that the experiment

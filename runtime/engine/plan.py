@@ -17,7 +17,7 @@ from askspec.ir import model as ir
 from askspec.lang.paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, open_spec_file, record_too_large
 from askspec.ir.plansize import Unknown, cut_total, first_phase, game_sessions, replays_buffer, spec_range
 
-from askspec.runtime.engine.evaluator import Env, evaluate
+from askspec.runtime.engine.evaluator import Env, EvalError, evaluate
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,29 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
     split = ds.options.get("split")
     if split is not None:  # keep the items of that split only (SOAR's held-out test split stays out)
         items = [it for it in items if isinstance(it, dict) and it.get("split") == split]
+    if ds.filter is not None:
+        items = _filtered(ds, items)
     if ds.options.get("shuffle"):
         random.Random(derive_seed(seed, ds.name, ds.options.get("seed", 0))).shuffle(items)
     limit = ds.options.get("limit")
     if isinstance(limit, (int, float)) and limit >= 0:
         items = items[: int(limit)]
     return items
+
+
+def _filtered(ds: ir.Dataset, items: list[Any]) -> list[Any]:
+    """The records a data set's `where` holds for, evaluated by the engine's evaluator (a
+    record's fields are names, `it` the record)."""
+    assert ds.filter is not None
+    env = Env(vars={}, params=ds.filter_params)
+    kept = []
+    for n, item in enumerate(items, 1):
+        try:
+            if evaluate(ds.filter, env.child_item(item)):
+                kept.append(item)
+        except EvalError as e:
+            raise ValueError(f"data '{ds.name}', record {n}: its filter failed: {e}") from None
+    return kept
 
 
 def _check_record_sizes(table: Any, path: str) -> None:
