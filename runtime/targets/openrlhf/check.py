@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from askspec.ir import model as ir
 from askspec.ir.plansize import Unknown, const_value
 from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
-from askspec.ir.walk import bodies
+from askspec.ir.walk import all_steps, bodies
 from askspec.diagnostics import DiagnosticSink, Sources
 from askspec.span import Span
 
 from askspec.runtime.engine.plan import replays_buffer
+from askspec.runtime.scoring.buffers import SCORED as SCORED_EVICTIONS
 from askspec.runtime.targets.openrlhf.mapping import (ALGORITHMS, DTYPES, GROUPED_ESTIMATORS, LOSS_AGGREGATION,
                                                       MISSING, REFUSED, SETTINGS, openrlhf_algorithm)
 
@@ -114,8 +115,7 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
         where = sched.span if sched is not None else exp.training[1].span
         sink.error("E602", f"online training of {len(trainings)} roles ({', '.join(trainings)}) in one job: OpenRLHF "
                            "trains one policy per job", span_of(where, spec_file),
-                   "declare `schedule alternating { ROLE = STEPS ... }`: each phase becomes a job that starts from "
-                   "the previous phase's checkpoints")
+                   _nearest_alternating(trainings, sched))
 
     phases: list[Phase] = []
     for t in exp.training:
@@ -139,6 +139,21 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     for k, p in enumerate(plan.phases, 1):
         p.dir = f"phase-{k}-{p.role}" if len(plan.phases) > 1 else "."
     return plan
+
+
+def _nearest_alternating(trainings: dict[str, ir.Training], sched: ir.Schedule | None) -> str:
+    """E602's hint for several roles trained online: the alternating schedule nearest to
+    it, each role updated one step in turn, as many turns as the online steps."""
+    steps = sched.options.get("steps") if sched is not None else None
+    games = sched.options.get("games") if sched is not None else None
+    parts = [f"{role} = 1" for role in trainings] + [f"iterations = {steps if steps is not None else 'STEPS'}"]
+    if games:
+        listed = games if isinstance(games, list) else [games]
+        parts.append("games = {" + ", ".join(f"{role}: {listed[0] if len(listed) == 1 else listed}"
+                                             for role in trainings) + "}")
+    return (f"the nearest schedule the job can run is `schedule alternating {{ {'; '.join(parts)} }}`: each role "
+            "updated one step in turn while the others play frozen, each phase a job that starts from the previous "
+            "phase's checkpoints (longer phases start fewer jobs; docs/cluster.md, \"Several trained roles\")")
 
 
 def _check_stage(exp: ir.Experiment, stage: ir.Stage, k: int, sources: Sources, spec_file: str,
@@ -274,17 +289,20 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
         sink.error("E606", f"trained role '{t.role}' has {what}: OpenRLHF trains Hugging Face weights "
                            "(an hf or vllm model)", span_of(role.span, spec_file),
                    f"give '{t.role}' a model declared as hf(\"org/name\") or vllm(\"org/name\")")
+    retrain = games is not None  # a retrain stage's one game, over its own data set
     if games is None:
         games = _phase_games(exp, t.role)
     sizes = set()
     siblings: dict[str, int] = {}
     refused_sample = False  # E603 on a `sample N ask`: its groups of 1 follow from it, and are not reported
     for g in games:
-        if replays_buffer(g) is not None:
+        why = _replay_problem(exp, g, t.role, games, retrain)
+        if why is not None:
             sink.error("E605", f"game '{g.name}' replays buffer '{replays_buffer(g)}', which another game fills "
-                               "during a run: an OpenRLHF job's prompt data set is fixed when it starts",
-                       span_of(g.span, spec_file), "iterate over a data set or parameter list instead, or train "
-                                                  "with askspec's own trainer")
+                               f"during a run: {why}", span_of(g.span, spec_file),
+                       "replay it in a phase of its own in a `schedule alternating` (driver.sh builds the phase's "
+                       "prompts from the buffer as it stands), iterate over a data set or parameter list instead, "
+                       "or train with askspec's own trainer")
         asks = list(asks_of(g.body, t.role))
         total = sum(m for _, m in asks)
         sampled = any(step.sample is not None for step, _ in asks)
@@ -329,6 +347,35 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
     return Phase(role=t.role, games=[g.name for g in games], training=t, algorithm=algorithm,
                  substituted=substituted, group=group, steps=int(t.hyper["steps"]) if "steps" in t.hyper else None,
                  siblings=siblings)
+
+
+def _replay_problem(exp: ir.Experiment, g: ir.Game, role: str, games: list[ir.Game], retrain: bool) -> str | None:
+    """Why the phase that trains `role` on `games` cannot replay `g`'s buffer, or None
+    (g replays none, or it can). A phase's prompt data set is fixed when its job starts, so
+    driver.sh draws it from the buffer as it stands then (phase_data.py): the buffer must
+    be filled by other phases of an alternating schedule, and its items' order must not
+    depend on the replays' scores, which are known only as the phase runs."""
+    name = replays_buffer(g)
+    if name is None:
+        return None
+    sched = exp.schedule
+    if retrain or sched is None or sched.kind != "alternating":
+        return ("an OpenRLHF job's prompt data set is fixed when it starts, and only an alternating schedule's "
+                "driver rebuilds it between phases")
+    if len(games) > 1:
+        return (f"the phase that trains '{role}' also plays {', '.join(x.name for x in games if x is not g)}: a "
+                "phase that replays a buffer plays that game alone")
+    buf = next(b for b in exp.buffers if b.name == name)
+    if buf.eviction in SCORED_EVICTIONS:
+        return (f"its eviction `{buf.eviction}` depends on each replay's score, known only as the phase runs, while "
+                "the phase's prompts are drawn before it starts (`oldest` and `none` can be drawn ahead)")
+    if any(s.kind == "push" and s.buffer == name for s in all_steps(g.body)):
+        return "the game pushes to the buffer it replays, and a phase's pushes are visible only once it ends"
+    fillers = [t.role for t in exp.training if t.role != role
+               and any(s.kind == "push" and s.buffer == name for x in _phase_games(exp, t.role) for s in all_steps(x.body))]
+    if not fillers:
+        return "no other phase of the schedule pushes to it, so it would be empty"
+    return None
 
 
 def _siblings(exp: ir.Experiment, g: ir.Game, role: str, asks: list, spec_file: str,

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from askspec import __version__
 from askspec.ir import model as ir
 from askspec.ir.canonical import experiment_hash
+from askspec.ir.plansize import group_size, replays_buffer, whole_groups
 from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.ir.walk import all_steps
 from askspec.diagnostics import DiagnosticSink
@@ -102,6 +103,8 @@ class _PhaseOut:
     frozen: list[dict]
     frozen_trained: list[str]
     notes: list[str] = field(default_factory=list)
+    replay: dict | None = None  # a phase whose game replays a buffer: job.json's `replay`
+    pushes: bool = False  # its games push to a buffer (driver.sh commits the pushes after it)
 
     # the names the templates use
     @property
@@ -166,20 +169,28 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
             sampling["max_tokens"] = role.max_tokens
         games = [g for g in exp.games if g.name in phase.games]
         lines = []
+        replay = _replay(phase, games)
         for g in games:
+            if replay is not None:
+                break  # its prompts are drawn from the buffer when the phase starts (phase_data.py)
             try:  # a retrain stage plays the game over its own data set's items
                 elements = [{g.pattern[0]: item} for item in datasets[phase.data]] if phase.data else \
                     game_elements(g, params, datasets)
             except Exception as e:  # EvalError or ValueError from the game's `for` expression
                 raise JobError(f"game {g.name}: cannot list its elements: {e}") from None
             for i, bindings in enumerate(elements):
-                lines.append(_line(g.name, i, bindings))
-        if not lines:
+                lines.append(prompt_line(g.name, i, bindings))
+        if not lines and replay is None:
             raise JobError(f"the games of role '{phase.role}' have no elements (an empty data set?)")
         hyper = {**phase.training.hyper, **phase.training.algorithm_args}
         calls = max(g.call_bounds.get(phase.role, 1) for g in games)
         max_len = int(hyper.get("max_len") or calls * int(sampling.get("max_tokens", 256)) + mapping.CONTEXT_ALLOWANCE)
-        sched = mapping.schedule(len(lines), phase.group, int(hyper["batch"]) if "batch" in hyper else None, phase.steps)
+        batch = int(hyper["batch"]) if "batch" in hyper else None
+        if replay is not None:  # `steps` batches of `items` drawn items: one pass, a step per batch
+            sched = mapping.schedule(replay["steps"] * replay["items"], phase.group, batch or replay["items"] * phase.group,
+                                     replay["steps"])
+        else:
+            sched = mapping.schedule(len(lines), phase.group, batch, phase.steps)
         flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
         flags += mapping.setting_flags(phase.training)
         explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
@@ -196,11 +207,28 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
                          "(docs/cluster.md, \"What differs from a local run\")")
         if any(_calls(g, "diversity") for g in games):
             notes.append("diversity() keeps its window per rollout process (each vLLM engine sees its own sessions)")
+        if replay is not None:
+            notes.append(f"game '{replay['game']}' replays buffer '{replay['buffer']}': driver.sh writes this phase's "
+                         f"prompts.jsonl when it starts, {replay['steps']} step(s) of {replay['items']} item(s) drawn in "
+                         "circular order from the buffer as it stands (docs/cluster.md, \"Buffers\")")
         out.append(_PhaseOut(phase=phase, dir=phase.dir,
                              pretrain=_weights(model), elements=len(lines), lines=lines, flags=flags,
                              explained=explained, servers=servers, endpoints=endpoints, frozen=frozen,
-                             frozen_trained=others, notes=notes))
+                             frozen_trained=others, notes=notes, replay=replay,
+                             pushes=any(s.kind == "push" for g in games for s in all_steps(g.body))))
     return out
+
+
+def _replay(phase: Phase, games: list[ir.Game]) -> dict | None:
+    """How a phase whose game replays a buffer draws its prompts (check.py allows one such
+    game per phase, in an alternating schedule): the local schedule's `items` per step
+    (the trainer's _replay_shape: `batch` in whole groups, one group without it)."""
+    game = next((g for g in games if replays_buffer(g) is not None), None)
+    if game is None or phase.steps is None:
+        return None
+    size = group_size(game, phase.training.hyper.get("group"))
+    return {"game": game.name, "buffer": replays_buffer(game), "steps": phase.steps,
+            "items": whole_groups(phase.training.hyper.get("batch"), size) // size}
 
 
 def _datasets(exp: ir.Experiment, spec_path: str) -> dict[str, list]:
@@ -222,7 +250,7 @@ def _derives_from(exp: ir.Experiment, name: str | None, base: str) -> bool:
     return False
 
 
-def _line(game: str, index: int, bindings: dict) -> dict:
+def prompt_line(game: str, index: int, bindings: dict) -> dict:
     shown = json.dumps(bindings, ensure_ascii=False, default=str)
     if len(shown) > 200:
         shown = shown[:197] + "..."
@@ -385,6 +413,8 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
             job = {"format": 1, "experiment": job_exp.model_dump(mode="json"), "experiment_hash": ehash,
                    "trained_role": p.role, "group": p.group, "games": p.games, "siblings": p.phase.siblings,
                    "seed": int(exp.options.get("seed", 0) or 0), "endpoints": p.endpoints, "spec_files": res.files}
+            if p.replay is not None:
+                job["replay"] = p.replay
             files[os.path.join(p.dir, "job.json")] = json.dumps(job, indent=1, ensure_ascii=False) + "\n"
             files[os.path.join(p.dir, "prompts.jsonl")] = "".join(json.dumps(line, ensure_ascii=False) + "\n"
                                                                   for line in p.lines)

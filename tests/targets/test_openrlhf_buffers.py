@@ -1,0 +1,155 @@
+"""A buffer across an OpenRLHF job's phases (phase_data.py, driver.sh): the filler's phase
+pushes, the learner's phase replays the buffer as it stands when the phase starts; the
+buffer events, the phase order and a resume after a failed phase.
+
+OpenRLHF's launch is a stand-in `ray` on PATH that plays each prompt of the phase as the
+agent records it (one session per rollout in `$ASKSPEC_RUNS`, through the run store's
+writer, pushes in the session's bookkeeping) and writes the checkpoint folder where
+OpenRLHF would (`--ckpt.output_dir`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from askspec.cli import main
+from askspec.runtime.targets.openrlhf import phase_data
+
+SPECS = Path(__file__).parent / "specs"
+
+RAY = '''#!{python}
+import json, os, sys
+from pathlib import Path
+from askspec.runtime.store.writer import RunWriter
+
+argv = sys.argv[1:]
+flag = lambda name: argv[argv.index(name) + 1]
+phase = Path.cwd()
+with open(os.environ["LAUNCH_LOG"], "a") as f:
+    f.write(json.dumps([phase.name, flag("--actor.model_name_or_path")]) + "\\n")
+job = json.loads((phase / "job.json").read_text())
+writer = RunWriter.create(os.environ["ASKSPEC_RUNS"], experiment="t", experiment_hash="h", ir_json="{{}}",
+                          spec_files={{}}, seed=0, roles={{}}, params={{}}, planned_sessions=0, argv=["stub"])
+k = 0
+for line in (phase / "prompts.jsonl").read_text().splitlines():
+    label = json.loads(json.loads(line)["label"])
+    for member in range(job["group"]):
+        sid = f"s{{k:06d}}"
+        attempt = writer.session_started(sid, game=label["game"], group_id=None, params=label["bindings"], index=k)
+        if label["game"] == "fill":
+            writer.session_finished(sid, attempt, status="ok", outcome=None, error=None, vars={{}},
+                                    bookkeeping={{"pushes": [["seen", {{"x": label["bindings"]["x"]}}]]}})
+        else:  # the replay's score: 1 for x = 2, else 0.5 (both members agree)
+            acc = 1.0 if label["bindings"]["item"]["x"] == 2 else 0.5
+            writer.session_finished(sid, attempt, status="ok", outcome=None, error=None, vars={{"acc": acc}})
+        k += 1
+writer.close()
+launches = sum(1 for _ in open(os.environ["LAUNCH_LOG"]))
+if os.environ.get("FAIL_AT") == str(launches):
+    sys.exit(1)  # the job died after its rollouts: they must not reach the buffer
+out = Path(flag("--ckpt.output_dir"))
+out.mkdir(parents=True, exist_ok=True)
+(out / "config.json").write_text("{{}}")
+'''
+
+
+def compile_job(tmp_path: Path) -> Path:
+    out = tmp_path / "job"
+    assert main(["compile", str(SPECS / "buffer_alternating.ask"), "--target", "openrlhf", "-o", str(out)]) == 0
+    for serve in out.glob("phase-*/serve_frozen.sh"):  # no frozen servers: the stand-in plays every role
+        serve.write_text("#!/usr/bin/env bash\n")
+    return out
+
+
+def drive(job: Path, tmp_path: Path, fail_at: int | None = None) -> tuple[int, list[list[str]]]:
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "ray").write_text(RAY.format(python=sys.executable))
+    (stubs / "ray").chmod(0o755)
+    log = tmp_path / "launches.log"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "LAUNCH_LOG": str(log),
+           "PHASE_DATA": f"{sys.executable} -m askspec.runtime.targets.openrlhf.phase_data"}
+    if fail_at is not None:
+        env["FAIL_AT"] = str(fail_at)
+    done = subprocess.run(["bash", str(job / "driver.sh")], env=env, cwd=tmp_path, timeout=120,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    launches = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    return done.returncode, launches
+
+
+def events(job: Path) -> list[tuple]:
+    return [(e["iteration"], e["phase"], e["event"], e["item"], e.get("score"))
+            for e in map(json.loads, (job / phase_data.EVENTS).read_text().splitlines())]
+
+
+# capacity 3, eviction oldest; `fill` plays x = 1, 2 twice each per iteration (group 2),
+# `replay` one item a step, 2 steps, circularly from the cursor
+EXPECTED = [
+    (1, "phase-1-filler", "push", 0, None), (1, "phase-1-filler", "push", 1, None),
+    (1, "phase-1-filler", "push", 2, None), (1, "phase-1-filler", "evict", 0, None),
+    (1, "phase-1-filler", "push", 3, None),
+    (1, "phase-2-learner", "replay", 1, 0.5), (1, "phase-2-learner", "replay", 2, 1.0),
+    (2, "phase-1-filler", "evict", 1, None), (2, "phase-1-filler", "push", 4, None),
+    (2, "phase-1-filler", "evict", 2, None), (2, "phase-1-filler", "push", 5, None),
+    (2, "phase-1-filler", "evict", 3, None), (2, "phase-1-filler", "push", 6, None),
+    (2, "phase-1-filler", "evict", 4, None), (2, "phase-1-filler", "push", 7, None),
+    (2, "phase-2-learner", "replay", 5, 0.5), (2, "phase-2-learner", "replay", 6, 1.0),
+]
+
+
+def test_replaying_phase_draws_from_the_buffer_as_it_stands(tmp_path) -> None:
+    job = compile_job(tmp_path)
+    assert (job / "phase-2-learner" / "prompts.jsonl").read_text() == ""  # drawn when the phase starts
+    rc, launches = drive(job, tmp_path)
+    assert rc == 0
+    ckpt = job / "ckpt"
+    assert launches == [["phase-1-filler", "HuggingFaceTB/SmolLM2-135M-Instruct"],
+                        ["phase-2-learner", "HuggingFaceTB/SmolLM2-135M-Instruct"],
+                        ["phase-1-filler", f"{ckpt}/iter-1/filler"],
+                        ["phase-2-learner", f"{ckpt}/iter-1/learner"]]
+    assert events(job) == EXPECTED
+    # the last learner phase's prompts: items 5 ({x: 1}) and 6 ({x: 2}), one a step
+    labels = [json.loads(json.loads(x)["label"]) for x in (job / "phase-2-learner" / "prompts.jsonl").read_text().splitlines()]
+    assert [(lb["element"], lb["bindings"]) for lb in labels] == [(5, {"item": {"x": 1}}), (6, {"item": {"x": 2}})]
+    state = json.loads((job / phase_data.STATE).read_text())
+    assert state["buffers"]["seen"]["ids"] == [5, 6, 7] and state["buffers"]["seen"]["cursor"] == 2
+    assert state["committed"] == ["iter-1-filler", "iter-1-learner", "iter-2-filler", "iter-2-learner"]
+
+
+def test_a_failed_phase_is_played_again_and_its_rollouts_never_pushed(tmp_path) -> None:
+    job = compile_job(tmp_path)
+    rc, launches = drive(job, tmp_path, fail_at=3)  # phase 3: iteration 2's filler, after its rollouts
+    assert rc != 0 and [p for p, _ in launches] == ["phase-1-filler", "phase-2-learner", "phase-1-filler"]
+    assert [e for e in events(job) if e[0] == 2] == []
+    rc, launches = drive(job, tmp_path)
+    assert rc == 0
+    assert launches == [["phase-1-filler", f"{job / 'ckpt'}/iter-1/filler"],
+                        ["phase-2-learner", f"{job / 'ckpt'}/iter-1/learner"]]  # resumed at phase 3
+    assert events(job) == EXPECTED
+    assert len(list((job / "runs").glob("iter-2-filler.interrupted-*"))) == 1  # set aside, not committed
+
+
+def test_commit_is_done_once(tmp_path) -> None:
+    """A kill between a phase's commit and its done/ marker: the re-run neither plays the
+    phase again nor commits it twice."""
+    job = compile_job(tmp_path)
+    assert drive(job, tmp_path)[0] == 0
+    before = events(job)
+    (job / "done" / "iter-2-learner").unlink()
+    rc, launches = drive(job, tmp_path)
+    assert rc == 0 and launches == [] and events(job) == before
+
+
+def test_an_empty_buffer_skips_the_replaying_phase(tmp_path) -> None:
+    """Nothing pushed: the learner's phase is not launched and keeps its weights."""
+    job = compile_job(tmp_path)
+    (job / "phase-1-filler" / "prompts.jsonl").write_text("")  # the filler plays no element
+    rc, launches = drive(job, tmp_path)
+    assert rc == 0
+    assert [p for p, _ in launches] == ["phase-1-filler", "phase-1-filler"]
+    assert not (job / "ckpt" / "iter-1" / "learner").exists()
+    assert events(job) == []
