@@ -30,7 +30,8 @@ class BlockChecks(TrainingChecks):
         src = d.source
         cond = None
         if isinstance(src, A.Where):  # `jsonl("x.jsonl") where kind == "ask_mind"`
-            src, cond = src.seq, src.cond
+            cond = src.cond
+            src = src.seq
         opts = {}
         for a in d.attrs:
             if a.name == "fields":
