@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from askspec.cli import main
 from askspec.runtime.targets.openrlhf import phase_data
 
@@ -23,6 +25,8 @@ SPECS = Path(__file__).parent / "specs"
 RAY = '''#!{python}
 import json, os, sys
 from pathlib import Path
+
+import pytest
 from askspec.runtime.store.writer import RunWriter
 
 argv = sys.argv[1:]
@@ -153,3 +157,23 @@ def test_an_empty_buffer_skips_the_replaying_phase(tmp_path) -> None:
     assert [p for p, _ in launches] == ["phase-1-filler", "phase-1-filler"]
     assert not (job / "ckpt" / "iter-1" / "learner").exists()
     assert events(job) == []
+
+
+@pytest.mark.parametrize("edit, why", [
+    (("eviction = oldest", "eviction = solved_or_no_peak"), "its eviction `solved_or_no_peak` depends on each replay's score"),
+    (("    reward learner = acc\n", "    reward learner = acc\n    push seen: {x: 0}\n"),
+     "the game pushes to the buffer it replays"),
+    (("games = {filler: fill, learner: replay}", "games = {filler: fill, learner: [fill, replay]}"),
+     "the phase that trains 'learner' also plays fill"),
+    (("schedule alternating { filler = 1; learner = 2; iterations = 2; games = {filler: fill, learner: replay} }\n", ""),
+     "only an alternating schedule's driver rebuilds it between phases"),
+])
+def test_what_cannot_be_drawn_ahead_is_refused(tmp_path, capsys, edit, why) -> None:
+    text = (SPECS / "buffer_alternating.ask").read_text()
+    assert edit[0] in text
+    spec = tmp_path / "spec.ask"
+    spec.write_text(text.replace(edit[0], edit[1]))
+    assert main(["compile", str(spec), "--target", "openrlhf", "-o", str(tmp_path / "job")]) == 1
+    err = capsys.readouterr().err
+    assert "error[E605]: game 'replay' replays buffer 'seen'" in err and why in err, err
+    assert not (tmp_path / "job").exists()

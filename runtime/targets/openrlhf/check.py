@@ -296,10 +296,10 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
     siblings: dict[str, int] = {}
     refused_sample = False  # E603 on a `sample N ask`: its groups of 1 follow from it, and are not reported
     for g in games:
-        why = _replay_problem(exp, g, t.role, games, retrain)
-        if why is not None:
+        unreplayable = _replay_problem(exp, g, t.role, games, retrain)
+        if unreplayable is not None:
             sink.error("E605", f"game '{g.name}' replays buffer '{replays_buffer(g)}', which another game fills "
-                               f"during a run: {why}", span_of(g.span, spec_file),
+                               f"during a run: {unreplayable}", span_of(g.span, spec_file),
                        "replay it in a phase of its own in a `schedule alternating` (driver.sh builds the phase's "
                        "prompts from the buffer as it stands), iterate over a data set or parameter list instead, "
                        "or train with askspec's own trainer")
