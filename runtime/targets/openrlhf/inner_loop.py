@@ -53,7 +53,9 @@ class InnerLoopHost:
         resolver = ModelResolver(exp, RunOptions(file=str(Path(spec_dir) / "spec.ask")), spec_dir)
         self.trainer = LocalTrainer(exp, params=params, datasets=datasets, seed=seed, resolver=resolver,
                                     run_dir=self.state_dir)
-        assert self.trainer.inner is not None, "the inner-loop service serves nested schedules"
+        if self.trainer.inner is None or not self.trainer.inner.grounded:
+            raise ValueError(f"experiment '{exp.name}': the inner-loop service serves a `nested` schedule with "
+                             f"`outer_reward = grounded`; otherwise there is no inner loop to run")
         self.inner = self.trainer.inner
         self.trainer.load_policies(resume_from=None)
         self.answered: dict[str, Any] | None = None
