@@ -87,7 +87,7 @@ def drive(job: Path, tmp_path: Path, fail_at: int | None = None) -> tuple[int, l
 
 def events(job: Path) -> list[tuple]:
     return [(e["iteration"], e["phase"], e["event"], e["item"], e.get("score"))
-            for e in map(json.loads, (job / phase_data.EVENTS).read_text().splitlines())]
+            for e in phase_data.read_events(job)]
 
 
 # capacity 3, eviction oldest; `fill` plays x = 1, 2 twice each per iteration (group 2),
@@ -177,3 +177,31 @@ def test_what_cannot_be_drawn_ahead_is_refused(tmp_path, capsys, edit, why) -> N
     err = capsys.readouterr().err
     assert "error[E605]: game 'replay' replays buffer 'seen'" in err and why in err, err
     assert not (tmp_path / "job").exists()
+
+
+def test_a_commit_killed_before_its_state_is_written_again_once(tmp_path, monkeypatch) -> None:
+    """Killed after a phase's events were written but before the state named the phase:
+    the commit runs again and its events are there once."""
+    job = compile_job(tmp_path)
+    assert drive(job, tmp_path)[0] == 0
+    whole = events(job)
+    state = json.loads((job / phase_data.STATE).read_text())
+    state["committed"].remove("iter-2-learner")
+    state["buffers"]["seen"]["cursor"] = 0  # where the phase's replays started (the draw must match its plan)
+    (job / phase_data.STATE).write_text(json.dumps(state))
+    real = phase_data.write_json_atomic
+
+    def killed(path, data):
+        if Path(path).name == "state.json":
+            raise KeyboardInterrupt  # the process dies here
+        real(path, data)
+
+    monkeypatch.setattr(phase_data, "write_json_atomic", killed)
+    runs = job / "runs" / "iter-2-learner"
+    try:
+        phase_data.commit(job, job / "phase-2-learner", runs, "iter-2-learner", 2)
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.setattr(phase_data, "write_json_atomic", real)
+    phase_data.commit(job, job / "phase-2-learner", runs, "iter-2-learner", 2)
+    assert events(job) == whole

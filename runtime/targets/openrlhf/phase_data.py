@@ -13,9 +13,10 @@ driver.sh runs, around every phase of a job whose games push to or replay a buff
   the run stores its agent wrote under RUNS, in session order, as `--resume` reads them:
   engine/resume.py's bookkeeping) enter the buffers, with evictions as ReplayBuffer
   makes them. The buffers' state goes to JOB/buffers/state.json (ReplayBuffer.state(),
-  as the local trainer's checkpoints/buffers/step-N.json) and every event to
-  JOB/buffers/events.ndjson (the run store's buffer_events fields, with the iteration
-  and phase). A KEY already committed is skipped, so a re-run never commits twice.
+  as the local trainer's checkpoints/buffers/step-N.json) and its events to
+  JOB/buffers/events/KEY.ndjson (the run store's buffer_events fields, with the iteration
+  and phase; read_events lists them in commit order). A KEY already committed is
+  skipped, so a re-run never commits twice.
 
 Only evictions that do not depend on a replay's score can be drawn ahead of a phase
 (check.py refuses the others with E605)."""
@@ -37,7 +38,7 @@ from askspec.runtime.scoring.buffers import ReplayBuffer
 from askspec.runtime.store.layout import write_json_atomic
 
 STATE = Path("buffers") / "state.json"
-EVENTS = Path("buffers") / "events.ndjson"
+EVENTS_DIR = Path("buffers") / "events"  # KEY.ndjson: the events of the phase committed as KEY
 PLAN = "replays.json"  # in a replaying phase's folder: the item ids of each step, as `prompts` drew them
 
 
@@ -169,12 +170,25 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
                 buffers[name].add(value)
     for ev in events:
         ev.update(iteration=iteration, phase=phase_dir.name)
-    (job_root / EVENTS).parent.mkdir(parents=True, exist_ok=True)
-    with open(job_root / EVENTS, "a", encoding="utf-8") as f:
-        f.writelines(json.dumps(ev, ensure_ascii=False, default=str) + "\n" for ev in events)
+    # the phase's events first, under its key (a commit run again after a kill rewrites the
+    # same file), then the state naming the key: the commit point
+    events_file = job_root / EVENTS_DIR / f"{key}.ndjson"
+    events_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = events_file.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(ev, ensure_ascii=False, default=str) + "\n" for ev in events), encoding="utf-8")
+    tmp.replace(events_file)
     state = {"buffers": {name: b.state() for name, b in buffers.items()}, "committed": [*state["committed"], key]}
-    write_json_atomic(job_root / STATE, state)  # the commit point: the key and the contents together
+    write_json_atomic(job_root / STATE, state)
     return events
+
+
+def read_events(job_root: Path) -> list[dict]:
+    """Every committed phase's buffer events, in commit order."""
+    out: list[dict] = []
+    for key in _state(job_root)["committed"]:
+        text = (job_root / EVENTS_DIR / f"{key}.ndjson").read_text(encoding="utf-8")
+        out += [json.loads(line) for line in text.splitlines()]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
