@@ -1,5 +1,6 @@
 """One trained role: its weights (served to the role's turns by a dedicated hf backend
-that runs the very same module), a frozen reference copy when the KL penalty is on,
+that runs the very same module, or, with `max_staleness` > 0, a copy of it refreshed
+between steps by `publish`), a frozen reference copy when the KL penalty is on,
 AdamW with its learning-rate schedule, the update step and checkpoints.
 
 Precision: float32 weights and optimizer state everywhere (bf16 weights would lose
@@ -50,7 +51,9 @@ class TrainedPolicy:
         device = "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
         self.device = torch.device(device)
         # float32 weights, their gradients and AdamW's two moments, and the frozen KL reference
-        check_memory(folder, 16 + (4 if cfg.kl > 0 else 0), self.device, f"trained role '{cfg.role}' ({weights})")
+        # (and the served copy of asynchronous rollouts)
+        check_memory(folder, 16 + (4 if cfg.kl > 0 else 0) + (4 if cfg.max_staleness > 0 else 0), self.device,
+                     f"trained role '{cfg.role}' ({weights})")
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(self.device)
         self.model.eval()  # no dropout: the update sees the distribution the sampler saw
@@ -71,7 +74,29 @@ class TrainedPolicy:
         self.autocast = (cfg.dtype == "bfloat16") or (cfg.dtype == "auto" and self.device.type == "cuda")
         self.options = {k: v for k, v in options.items() if k != "device"}
         self.backend = HFBackend(weights, **self.options)
-        self.backend.adopt(self.model, self.tokenizer)
+        # asynchronous rollouts (max_staleness > 0): the backend samples a copy of the weights that
+        # `publish` refreshes, so the next step plays while this one's update runs on the weights
+        self.served = self.model
+        self._served_version: int | None = None  # None: the copy holds the weights as loaded (self.version)
+        if cfg.max_staleness > 0:
+            self.served = copy.deepcopy(self.model).eval()
+            for p in self.served.parameters():
+                p.requires_grad_(False)
+        self.backend.adopt(self.served, self.tokenizer)
+
+    @property
+    def sampling_version(self) -> int:
+        """The policy version of the weights the backend samples: the updates they had seen."""
+        return self.version if self._served_version is None else self._served_version
+
+    def publish(self) -> None:
+        """Copy the trained weights into the served copy (asynchronous rollouts; call it
+        while no session is playing). The backend notices the new weights (its prefix
+        cache is keyed on them)."""
+        if self.served is not self.model:
+            with torch.no_grad():
+                self.served.load_state_dict(self.model.state_dict())
+        self._served_version = self.version
 
     def fork(self) -> TrainedPolicy:
         """A copy of this policy to train on its own (a nested schedule's inner copy): its
@@ -85,6 +110,7 @@ class TrainedPolicy:
         new.optimizer = torch.optim.AdamW(new.params, lr=self.cfg.lr, betas=(self.cfg.beta1, self.cfg.beta2),
                                           weight_decay=self.cfg.weight_decay)
         new.version = 0
+        new.served, new._served_version = new.model, None  # a copy trains on-policy (nested: no staleness)
         new.backend = HFBackend(self.weights, **self.options)
         new.backend.adopt(new.model, new.tokenizer)
         return new

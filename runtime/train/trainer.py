@@ -9,6 +9,11 @@ role (policy.py) and writes one `train_steps` event per role. The trained roles'
 are served by hf backends running the very weights being trained, so the next step
 samples from the updated policy; `current(role)` models share them.
 
+Asynchronous rollouts (`max_staleness` ≥ 1, online schedule): step t's update runs in a
+worker thread while step t + 1 is played by a copy of the weights from before it, so
+rollouts are at most one update stale; each records the version that sampled it and the
+update corrects for it (policy.py, losses.py). See `_run_async`.
+
 Resume. Checkpoints are written every `save_every` steps and after the last; a resumed run
 (`--resume` after any crash or `kill -9`) reloads the newest complete one (weights and
 optimizer) and plays again every step after it, with the same sessions and seeds. The
@@ -18,6 +23,7 @@ earlier ones, so each view shows every step exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -265,6 +271,19 @@ class StepLog:
                              "finish_reason": result.finish_reason})
 
 
+@dataclass
+class _Played:
+    """What playing a step left for its update and its rollout shard."""
+
+    plans: list[SessionPlan]
+    sessions: list[SessionRecord]
+    routes: dict[tuple[str, str], str]  # the step's (StepLog.routes; a later step's reset leaves it)
+    nested: Any  # the inner loop's summary (nested schedule)
+    versions: dict[str, int]  # role -> the policy version that sampled its rollouts
+    t0: float
+    seconds: float
+
+
 # ---------------------------------------------------------------------------------------
 # the trainer
 
@@ -364,6 +383,7 @@ class LocalTrainer:
             if cfg.replay is not None:
                 problems.append((f"'replay = {cfg.replay}' is not carried out by the local trainer: a game that iterates "
                                  f"over the buffer replays it (schedule alternating); remove the setting", t.span))
+        problems += self._staleness_problems(exp)
         trained = {r.name for r in exp.roles if r.trained}
         untrained = sorted(trained - set(roles))
         for name in untrained:
@@ -371,6 +391,31 @@ class LocalTrainer:
                              f"or run with --eval-only", exp.role(name).span))
         if problems:
             raise TrainingRefused(problems)
+
+    def _staleness_problems(self, exp: ir.Experiment) -> list[tuple[str, ir.Span | None]]:
+        """Asynchronous rollouts overlap one online step's update with the next step's play;
+        what keeps per-step state beside the weights (a buffer, stages, another schedule)
+        or trains a role on-policy beside them cannot overlap."""
+        lagged = [(t, c) for t, c in zip(exp.training, self.configs) if c.max_staleness > 0]
+        if not lagged:
+            return []
+        t, cfg = lagged[0]
+        what = f"'max_staleness = {cfg.max_staleness}' (asynchronous rollouts)"
+        out: list[tuple[str, ir.Span | None]] = []
+        if exp.schedule is not None and exp.schedule.kind != "online":
+            out.append((f"{what} runs with the online schedule only, not '{exp.schedule.kind}': remove the setting",
+                        t.span))
+        if exp.stages:
+            out.append((f"{what} runs without stages: remove the setting or the stages", t.span))
+        if exp.buffers:
+            out.append((f"{what} cannot run with a buffer (its checkpointed contents would include the next "
+                        f"step's pushes): remove the setting or the buffer", t.span))
+        on_policy = [c.role for c in self.configs if c.max_staleness == 0]
+        if on_policy:
+            out.append((f"{what}: every trained role's step overlaps the next play, so role(s) "
+                        f"{', '.join(on_policy)} would train on stale rollouts too: give every train block "
+                        f"max_staleness ≥ 1, or none", t.span))
+        return out
 
     def engine_experiment(self) -> ir.Experiment:
         """The experiment the engine runs: the schedule's games (the trainer plans every
@@ -546,76 +591,137 @@ class LocalTrainer:
     # -- the loop ----------------------------------------------------------------------------
 
     async def run(self, engine, log: StepLog, on_step=None) -> None:
-        from askspec.runtime.store import rollouts
-
         if self.start_step:
             self._restore_buffers(engine)
             if self.inner is not None:
                 self.inner.restore(self.run_dir / CHECKPOINTS, self.start_step)
             self._emit_missing(log)
+        if self.asynchronous:
+            await self._run_async(engine, log, on_step)
+            return
         for sl in self.slots[self.start_step:]:
-            step = sl.step
-            t0 = time.perf_counter()
-            log.reset()
-            engine.enter_step(step, sl.phase.name)
             if sl.phase.kind != "play":
+                log.reset()
+                engine.enter_step(sl.step, sl.phase.name)
                 metrics = await self._stage_step(sl, engine, log)
                 self._end_step(sl, metrics, engine, log, on_step)
                 continue
-            plans, replay_ids = self.plans(sl, engine)
-            versions = {r: p.version for r, p in self.policies.items()}
-            if plans:
-                await engine.run_phase(plans, replay_ids)
-                if sl.phase.plain:
-                    plans += await self._refill(engine, log, sl, plans)
-            sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
-            nested = None
-            if self.inner is not None:  # the outer step's inner loop writes the outer rewards
-                # its sessions take the end of the step's index range (the outer games' come first)
-                nested = await self.inner.run(step, self._index0[step] - self.inner.max_sessions(), engine, log,
-                                              sessions)
-            played = time.perf_counter() - t0
-            metrics: dict[str, dict[str, Any]] = {}
-            keys: dict[tuple[str, int], tuple[str, str]] = {}
-            for role in sl.phase.roles:
-                cfg, policy = self.by_role[role], self.policies[role]
-                if sl.n > cfg.steps:  # online: this role's own steps are done
-                    continue
-                batch = build_batch(role, sessions, log.routes, need_reward=cfg.loss != "sft")
-                if nested is not None:  # the outer role's group: every dataset of its session
-                    for tr in batch.trajectories:
-                        tr.group_key = tr.key.split("/")[0] + "/outer"
-                for tr in batch.trajectories:
-                    for turn in tr.turns:
-                        keys[(turn.session_id, turn.turn_index)] = (tr.key, tr.group_key)
-                closed = self._gate_closed(role, plans, sessions) if plans else None
-                if not plans:  # an empty buffer: nothing was played (PasoDoble ends the phase's step)
-                    m: dict[str, Any] = {"skipped": "empty_buffer", "skip_reason": "the replayed buffer is empty",
-                                         "trajectories": 0, "tokens": 0}
-                elif closed is not None:  # the spec's update gate said no (PasoDoble: no valid question)
-                    m = {"skipped": "gate", "skip_reason": closed, "gate": False, "trajectories": 0, "tokens": 0}
-                else:
-                    m = policy.update(batch.trajectories)
-                generated = sum(len(r["completion_ids"]) for s in sessions for r in s.rollouts if r["role"] == role)
-                m.update(step=step, iteration=sl.iteration, phase=sl.phase.name, stage=sl.phase.stage,
-                         algorithm=cfg.algorithm, generated_tokens=generated,
-                         sessions=len(plans), seconds_play=played, seconds=time.perf_counter() - t0,
-                         policy_version=versions[role], excluded=batch.excluded)
-                if nested is not None:
-                    m["nested"] = nested
-                metrics[role] = m
-            rows = []
-            for s in sessions:
-                for r in s.rollouts:
-                    traj, group = keys.get((s.session_id, r["turn_index"]), (None, None))
-                    rows.append({"run_id": log.run_id, "session_id": s.session_id, "attempt": s.attempt,
-                                 "turn_index": r["turn_index"], "role": r["role"], "step": step, "trajectory": traj,
-                                 "group_key": group, "policy_version": versions[r["role"]],
-                                 "temperature": r["temperature"], "finish_reason": r["finish_reason"],
-                                 "prompt_ids": list(r["prompt_ids"]), "completion_ids": list(r["completion_ids"]),
-                                 "logprobs": list(r["logprobs"]), "gen": log.generation})
-            rollouts.write_shard(self.run_dir, step, log.generation, rows)
+            played = await self._play(sl, engine, log)
+            metrics, keys = self._train(sl, played)
+            self._record(sl, played, keys, log)
             self._end_step(sl, metrics, engine, log, on_step)
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether a step's update overlaps the next step's play (`max_staleness` > 0)."""
+        return any(c.max_staleness > 0 for c in self.configs)
+
+    async def _run_async(self, engine, log: StepLog, on_step) -> None:
+        """Asynchronous rollouts (`max_staleness` ≥ 1; docs/training.md): step t's update
+        runs in a worker thread while step t + 1 is played by the served copy of the
+        weights, which holds the weights of before step t's update; once both are done,
+        step t is recorded (and checkpointed) and the copy takes the updated weights. So
+        step t + 1's rollouts are one update stale (the first step's, and a resumed run's
+        first, none), within any bound K ≥ 1."""
+        slots = self.slots[self.start_step:]
+        if not slots:
+            return
+        played = await self._play(slots[0], engine, log)
+        for i, sl in enumerate(slots):
+            update = asyncio.ensure_future(asyncio.to_thread(self._train, sl, played))
+            following = None
+            try:
+                if i + 1 < len(slots):
+                    following = await self._play(slots[i + 1], engine, log)
+            finally:  # never leave an update running on the weights
+                metrics, keys = await update
+            self._record(sl, played, keys, log)
+            self._end_step(sl, metrics, engine, log, on_step)
+            for policy in self.policies.values():
+                policy.publish()
+            if following is None:
+                break
+            played = following
+
+    async def _play(self, sl: schedule.Slot, engine, log: StepLog) -> _Played:
+        """Play step `sl`'s sessions (and its refills and inner loop) by the served weights;
+        each rollout records the policy version that sampled it."""
+        t0 = time.perf_counter()
+        log.reset()
+        engine.enter_step(sl.step, sl.phase.name)
+        plans, replay_ids = self.plans(sl, engine)
+        # the served weights change only between plays (policy.publish), so one version per role;
+        # on-policy they are the trained weights themselves
+        versions = {r: p.sampling_version if self.asynchronous else p.version for r, p in self.policies.items()}
+        if plans:
+            await engine.run_phase(plans, replay_ids)
+            if sl.phase.plain:
+                plans += await self._refill(engine, log, sl, plans)
+        sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
+        nested = None
+        if self.inner is not None:  # the outer step's inner loop writes the outer rewards
+            # its sessions take the end of the step's index range (the outer games' come first)
+            nested = await self.inner.run(sl.step, self._index0[sl.step] - self.inner.max_sessions(), engine, log,
+                                          sessions)
+        for s in sessions:
+            for r in s.rollouts:
+                r.setdefault("policy_version", versions.get(r["role"]))
+        return _Played(plans, sessions, log.routes, nested, versions, t0, time.perf_counter() - t0)
+
+    def _train(self, sl: schedule.Slot, played: _Played) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, int], tuple[str, str]]]:
+        """Update every role of step `sl` on its played sessions: the step's metrics per
+        role, and each trained turn's (trajectory, group)."""
+        plans, sessions, nested = played.plans, played.sessions, played.nested
+        metrics: dict[str, dict[str, Any]] = {}
+        keys: dict[tuple[str, int], tuple[str, str]] = {}
+        for role in sl.phase.roles:
+            cfg, policy = self.by_role[role], self.policies[role]
+            if sl.n > cfg.steps:  # online: this role's own steps are done
+                continue
+            batch = build_batch(role, sessions, played.routes, need_reward=cfg.loss != "sft")
+            if nested is not None:  # the outer role's group: every dataset of its session
+                for tr in batch.trajectories:
+                    tr.group_key = tr.key.split("/")[0] + "/outer"
+            for tr in batch.trajectories:
+                for turn in tr.turns:
+                    keys[(turn.session_id, turn.turn_index)] = (tr.key, tr.group_key)
+            closed = self._gate_closed(role, plans, sessions) if plans else None
+            version = policy.version
+            if not plans:  # an empty buffer: nothing was played (PasoDoble ends the phase's step)
+                m: dict[str, Any] = {"skipped": "empty_buffer", "skip_reason": "the replayed buffer is empty",
+                                     "trajectories": 0, "tokens": 0}
+            elif closed is not None:  # the spec's update gate said no (PasoDoble: no valid question)
+                m = {"skipped": "gate", "skip_reason": closed, "gate": False, "trajectories": 0, "tokens": 0}
+            else:
+                m = policy.update(batch.trajectories)
+            generated = sum(len(r["completion_ids"]) for s in sessions for r in s.rollouts if r["role"] == role)
+            m.update(step=sl.step, iteration=sl.iteration, phase=sl.phase.name, stage=sl.phase.stage,
+                     algorithm=cfg.algorithm, generated_tokens=generated,
+                     sessions=len(plans), seconds_play=played.seconds, seconds=time.perf_counter() - played.t0,
+                     policy_version=version, excluded=batch.excluded)
+            if cfg.max_staleness:
+                m["sampling_version"] = played.versions[role]
+            if nested is not None:
+                m["nested"] = nested
+            metrics[role] = m
+        return metrics, keys
+
+    def _record(self, sl: schedule.Slot, played: _Played, keys: dict[tuple[str, int], tuple[str, str]],
+                log: StepLog) -> None:
+        """Step `sl`'s rollout shard: every turn of a trained role, token by token."""
+        from askspec.runtime.store import rollouts
+
+        rows = []
+        for s in played.sessions:
+            for r in s.rollouts:
+                traj, group = keys.get((s.session_id, r["turn_index"]), (None, None))
+                rows.append({"run_id": log.run_id, "session_id": s.session_id, "attempt": s.attempt,
+                             "turn_index": r["turn_index"], "role": r["role"], "step": sl.step, "trajectory": traj,
+                             "group_key": group, "policy_version": played.versions[r["role"]],
+                             "temperature": r["temperature"], "finish_reason": r["finish_reason"],
+                             "prompt_ids": list(r["prompt_ids"]), "completion_ids": list(r["completion_ids"]),
+                             "logprobs": list(r["logprobs"]), "gen": log.generation})
+        rollouts.write_shard(self.run_dir, sl.step, log.generation, rows)
 
     def _end_step(self, sl: schedule.Slot, metrics: dict[str, dict[str, Any]], engine, log: StepLog, on_step) -> None:
         """Checkpoint (when due) and record the step's train_steps."""
