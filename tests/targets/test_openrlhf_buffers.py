@@ -4,8 +4,9 @@ buffer events, the phase order and a resume after a failed phase.
 
 OpenRLHF's launch is a stand-in `ray` on PATH that plays each prompt of the phase as the
 agent records it (one session per rollout in `$ASKSPEC_RUNS`, through the run store's
-writer, pushes in the session's bookkeeping) and writes the checkpoint folder where
-OpenRLHF would (`--ckpt.output_dir`)."""
+writer, pushes in the session's bookkeeping), last prompt first (OpenRLHF's data loader
+shuffles them), and writes the checkpoint folder where OpenRLHF would
+(`--ckpt.output_dir`)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ job = json.loads((phase / "job.json").read_text())
 writer = RunWriter.create(os.environ["ASKSPEC_RUNS"], experiment="t", experiment_hash="h", ir_json="{{}}",
                           spec_files={{}}, seed=0, roles={{}}, params={{}}, planned_sessions=0, argv=["stub"])
 k = 0
-for line in (phase / "prompts.jsonl").read_text().splitlines():
+for line in reversed((phase / "prompts.jsonl").read_text().splitlines()):  # OpenRLHF's loader shuffles
     label = json.loads(json.loads(line)["label"])
     for member in range(job["group"]):
         sid = f"s{{k:06d}}"

@@ -10,8 +10,9 @@ driver.sh runs, around every phase of a job whose games push to or replay a buff
   draws the same batches.
 - `commit JOB PHASE RUNS KEY` after it (`committed JOB KEY` asks whether it ran): the phase's replays (each drawn item's mean score
   over the sessions that played it, per step) and then its pushes (the ok sessions of
-  the run stores its agent wrote under RUNS, in session order, as `--resume` reads them:
-  engine/resume.py's bookkeeping) enter the buffers, with evictions as ReplayBuffer
+  the run stores its agent wrote under RUNS, as `--resume` reads them: engine/resume.py's
+  bookkeeping; in the order of the phase's prompts, whatever order OpenRLHF played them
+  in) enter the buffers, with evictions as ReplayBuffer
   makes them. The buffers' state goes to JOB/buffers/state.json (ReplayBuffer.state(),
   as the local trainer's checkpoints/buffers/step-N.json) and its events to
   JOB/buffers/events/KEY.ndjson (the run store's buffer_events fields, with the iteration
@@ -101,10 +102,10 @@ def prompts(job_root: Path, phase_dir: Path) -> int:
     return len(lines)
 
 
-def _sessions(runs: Path) -> list[tuple[dict, str, SessionBook, dict]]:
-    """(bindings, status, bookkeeping, vars) of every session the phase's agents recorded
-    under `runs`, in session order (run by run). Only the latest attempt counts (the
-    sessions view)."""
+def _sessions(runs: Path) -> list[tuple[dict, str, SessionBook, dict, str]]:
+    """(bindings, status, bookkeeping, vars, game) of every session the phase's agents
+    recorded under `runs`, in the order they started (run by run). Only the latest
+    attempt counts (the sessions view)."""
     from askspec.runtime.store.views import StoreError, connect
 
     if not runs.exists() or not any(runs.iterdir()):
@@ -113,16 +114,37 @@ def _sessions(runs: Path) -> list[tuple[dict, str, SessionBook, dict]]:
         con = connect(runs).con
     except StoreError as e:
         raise PhaseDataError(f"cannot read the phase's run stores in {runs}: {e}") from None
-    rows = con.execute('SELECT s.params, s.status, s.bookkeeping, s.vars FROM sessions s JOIN runs r USING (run_id) '
-                       'ORDER BY r.started_at, s.run_id, s."index"').fetchall()
+    rows = con.execute('SELECT s.params, s.status, s.bookkeeping, s.vars, s.game FROM sessions s '
+                       'JOIN runs r USING (run_id) ORDER BY r.started_at, s.run_id, s."index"').fetchall()
     out = []
-    for params, status, bookkeeping, vars_ in rows:
+    for params, status, bookkeeping, vars_, game in rows:
         bindings = json_cell(params) if params is not None else {}
         v = json_cell(vars_) if vars_ is not None else {}
         out.append((bindings if isinstance(bindings, dict) else {}, str(status),
                     SessionBook.from_json(json_cell(bookkeeping)) if bookkeeping is not None else SessionBook(),
-                    v if isinstance(v, dict) else {}))
+                    v if isinstance(v, dict) else {}, str(game)))
     return out
+
+
+def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list:
+    """`sessions` in the order of the phase's prompts.jsonl, as the local schedule plays
+    its elements, whatever order OpenRLHF ran them in (its data loader shuffles the
+    prompts) and however many rollout processes recorded them: the k-th session of a
+    prompt belongs to that prompt's (k // sessions per prompt)-th pass; a prompt's
+    sessions keep the order they started in."""
+    first: dict[tuple[str, str], int] = {}
+    for pos, line in enumerate((phase_dir / "prompts.jsonl").read_text(encoding="utf-8").splitlines()):
+        label = json.loads(json.loads(line)["label"])
+        first.setdefault((label["game"], _key(label.get("bindings") or {})), pos)
+    siblings = job.get("siblings") or {}
+    seen: dict[tuple[str, str], int] = {}
+    keyed = []
+    for n, row in enumerate(sessions):
+        k = (row[4], _key(row[0]))
+        per_prompt = 1 if row[4] in siblings else max(1, int(job["group"]))
+        count = seen[k] = seen.get(k, 0) + 1
+        keyed.append(((count - 1) // per_prompt, first.get(k, len(first)), n, row))
+    return [row for *_, row in sorted(keyed, key=lambda x: x[:3])]
 
 
 def _key(bindings: dict) -> str:
@@ -149,7 +171,7 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
                                  f"phase again from `prompts` (driver.sh does)")
         score = next(b.score for b in exp.buffers if b.name == buf.name)
         played: dict[str, list[Any]] = {}  # an item's sessions' scores, in session order
-        for bindings, status, _, v in sessions:
+        for bindings, status, _, v, _ in sessions:
             if status == "ok":
                 played.setdefault(_key(bindings), []).append(v.get(score) if score else None)
         for step, batch in enumerate(batches, 1):
@@ -162,7 +184,7 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
                 buf.replayed(item_id, sum(nums) / len(nums) if nums else None)
             for ev in events[mark:]:
                 ev["phase_step"] = step
-    for _, status, book, _ in sessions:
+    for _, status, book, _, _ in _prompt_order(phase_dir, job, sessions):
         if status != "ok":  # an errored session's pushes never entered a buffer (resume.py)
             continue
         for name, value in book.pushes:
