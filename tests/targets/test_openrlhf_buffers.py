@@ -109,6 +109,7 @@ EXPECTED = [
 def test_replaying_phase_draws_from_the_buffer_as_it_stands(tmp_path) -> None:
     job = compile_job(tmp_path)
     assert (job / "phase-2-learner" / "prompts.jsonl").read_text() == ""  # drawn when the phase starts
+    assert "askspec.runtime.targets.openrlhf.phase_data" in (job / "README.md").read_text()
     rc, launches = drive(job, tmp_path)
     assert rc == 0
     ckpt = job / "ckpt"
