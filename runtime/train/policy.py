@@ -74,15 +74,17 @@ class TrainedPolicy:
         self.autocast = (cfg.dtype == "bfloat16") or (cfg.dtype == "auto" and self.device.type == "cuda")
         self.options = {k: v for k, v in options.items() if k != "device"}
         self.backend = HFBackend(weights, **self.options)
+        self.backend.adopt(self.model, self.tokenizer)
         # asynchronous rollouts (max_staleness > 0): the backend samples a copy of the weights that
-        # `publish` refreshes, so the next step plays while this one's update runs on the weights
+        # `publish` refreshes, so the next step plays while this one's update runs on the weights;
+        # copied once adopted, so that both compute with the backend's attention kernel
         self.served = self.model
         self._served_version: int | None = None  # None: the copy holds the weights as loaded (self.version)
         if cfg.max_staleness > 0:
             self.served = copy.deepcopy(self.model).eval()
             for p in self.served.parameters():
                 p.requires_grad_(False)
-        self.backend.adopt(self.served, self.tokenizer)
+            self.backend.adopt(self.served, self.tokenizer)
 
     @property
     def sampling_version(self) -> int:
