@@ -509,7 +509,7 @@ class LocalTrainer:
         if owner is None:
             return binding
         return ModelBinding(name=binding.name, backend=self.policies[owner].backend, weights=binding.weights,
-                            sampling=binding.sampling)
+                            sampling=binding.sampling, max_tokens_cap=binding.max_tokens_cap)
 
     async def _refill(self, engine, log: StepLog, sl: schedule.Slot, plans: list[SessionPlan]) -> list[SessionPlan]:
         """Plays groups in place of the ones a route resampled until the step has `batch`
