@@ -43,3 +43,18 @@ def test_an_asks_sampling_applies_to_that_ask_and_its_recovery_only(tmp_path):
 def test_max_tokens_flag_caps_an_asks_budget(tmp_path):
     texts = budgets(tmp_path, max_tokens=100)
     assert [t.split()[0] for t in texts] == ["max_tokens=60"] * 2 + ["max_tokens=100"] * 2 + ["max_tokens=60"] * 6
+
+
+def test_max_tokens_flag_caps_a_roles_own_budget(tmp_path):
+    path = tmp_path / "r.ask"
+    path.write_text("""
+model m = python("fake_models:budget_echo") { max_tokens = 60 }
+role r { model = m; memory = none; prompt = "go"; max_tokens = 500 }
+game g { a = ask r }
+""")
+    texts = []
+    for cap in (None, 100):
+        rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / f"runs{cap}"), eval_only=True, max_tokens=cap))
+        assert rc == 0
+        texts.append(open_store(run_dir).execute("select text from turns").fetchone()[0].split()[0])
+    assert texts == ["max_tokens=500", "max_tokens=100"]
