@@ -21,6 +21,8 @@ import pytest
 from askspec.cli import main
 from askspec.runtime.targets.openrlhf import phase_data
 
+from openrlhf_harness import parse_train_ppo_ray, train_flags
+
 SPECS = Path(__file__).parent / "specs"
 
 RAY = '''#!{python}
@@ -34,7 +36,7 @@ argv = sys.argv[1:]
 flag = lambda name: argv[argv.index(name) + 1]
 phase = Path.cwd()
 with open(os.environ["LAUNCH_LOG"], "a") as f:
-    f.write(json.dumps([phase.name, flag("--actor.model_name_or_path")]) + "\\n")
+    f.write(json.dumps([phase.name, flag("--actor.model_name_or_path"), argv]) + "\\n")
 job = json.loads((phase / "job.json").read_text())
 writer = RunWriter.create(os.environ["ASKSPEC_RUNS"], experiment="t", experiment_hash="h", ir_json="{{}}",
                           spec_files={{}}, seed=0, roles={{}}, params={{}}, planned_sessions=0, argv=["stub"])
@@ -76,7 +78,8 @@ def drive(job: Path, tmp_path: Path, fail_at: int | None = None) -> tuple[int, l
     (stubs / "ray").chmod(0o755)
     log = tmp_path / "launches.log"
     log.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "LAUNCH_LOG": str(log),
+    # two actor GPUs: OpenRLHF wants a step's 2 rollouts to cover its actor processes
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "LAUNCH_LOG": str(log), "ACTOR_GPUS": "2",
            "PHASE_DATA": f"{sys.executable} -m askspec.runtime.targets.openrlhf.phase_data"}
     if fail_at is not None:
         env["FAIL_AT"] = str(fail_at)
@@ -84,6 +87,11 @@ def drive(job: Path, tmp_path: Path, fail_at: int | None = None) -> tuple[int, l
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     launches = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     return done.returncode, launches
+
+
+def phases(launches: list) -> list[list[str]]:
+    """(phase folder, the weights it started from) of each launch."""
+    return [launch[:2] for launch in launches]
 
 
 def events(job: Path) -> list[tuple]:
@@ -113,7 +121,7 @@ def test_replaying_phase_draws_from_the_buffer_as_it_stands(tmp_path) -> None:
     rc, launches = drive(job, tmp_path)
     assert rc == 0
     ckpt = job / "ckpt"
-    assert launches == [["phase-1-filler", "HuggingFaceTB/SmolLM2-135M-Instruct"],
+    assert phases(launches) == [["phase-1-filler", "HuggingFaceTB/SmolLM2-135M-Instruct"],
                         ["phase-2-learner", "HuggingFaceTB/SmolLM2-135M-Instruct"],
                         ["phase-1-filler", f"{ckpt}/iter-1/filler"],
                         ["phase-2-learner", f"{ckpt}/iter-1/learner"]]
@@ -124,16 +132,20 @@ def test_replaying_phase_draws_from_the_buffer_as_it_stands(tmp_path) -> None:
     state = json.loads((job / phase_data.STATE).read_text())
     assert state["buffers"]["seen"]["ids"] == [5, 6, 7] and state["buffers"]["seen"]["cursor"] == 2
     assert state["committed"] == ["iter-1-filler", "iter-1-learner", "iter-2-filler", "iter-2-learner"]
+    # OpenRLHF's own parser: one drawn item (2 rollouts) a step, one pass over the 2 drawn prompts = 2 steps
+    args = parse_train_ppo_ray(train_flags(["ray", *launches[3][2]]))
+    assert (args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.num_episodes) == (1, 2, 1)
+    assert args.train.batch_size == 2
 
 
 def test_a_failed_phase_is_played_again_and_its_rollouts_never_pushed(tmp_path) -> None:
     job = compile_job(tmp_path)
     rc, launches = drive(job, tmp_path, fail_at=3)  # phase 3: iteration 2's filler, after its rollouts
-    assert rc != 0 and [p for p, _ in launches] == ["phase-1-filler", "phase-2-learner", "phase-1-filler"]
+    assert rc != 0 and [p for p, _ in phases(launches)] == ["phase-1-filler", "phase-2-learner", "phase-1-filler"]
     assert [e for e in events(job) if e[0] == 2] == []
     rc, launches = drive(job, tmp_path)
     assert rc == 0
-    assert launches == [["phase-1-filler", f"{job / 'ckpt'}/iter-1/filler"],
+    assert phases(launches) == [["phase-1-filler", f"{job / 'ckpt'}/iter-1/filler"],
                         ["phase-2-learner", f"{job / 'ckpt'}/iter-1/learner"]]  # resumed at phase 3
     assert events(job) == EXPECTED
     assert len(list((job / "runs").glob("iter-2-filler.interrupted-*"))) == 1  # set aside, not committed
@@ -156,7 +168,7 @@ def test_an_empty_buffer_skips_the_replaying_phase(tmp_path) -> None:
     (job / "phase-1-filler" / "prompts.jsonl").write_text("")  # the filler plays no element
     rc, launches = drive(job, tmp_path)
     assert rc == 0
-    assert [p for p, _ in launches] == ["phase-1-filler", "phase-1-filler"]
+    assert [p for p, _ in phases(launches)] == ["phase-1-filler", "phase-1-filler"]
     assert not (job / "ckpt" / "iter-1" / "learner").exists()
     assert events(job) == []
 
