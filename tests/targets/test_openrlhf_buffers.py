@@ -219,3 +219,58 @@ def test_a_commit_killed_before_its_state_is_written_again_once(tmp_path, monkey
     monkeypatch.setattr(phase_data, "write_json_atomic", real)
     phase_data.commit(job, job / "phase-2-learner", runs, "iter-2-learner", 2)
     assert events(job) == whole
+
+
+AGENT_RAY = '''#!{python}
+# OpenRLHF's launch played by the phase's own agent (agent.py, loaded by OpenRLHF's loader)
+# through OpenRLHF's generate_responses, the trained role answered by a scripted engine
+import asyncio, json, os, sys
+from pathlib import Path
+sys.path.insert(0, {harness!r})
+from openrlhf_harness import FakeEngine, FakeSamplingParams, generate_responses, load_agent_executor, smollm2_tokenizer
+from askspec.runtime.backends.registry import aclose_backends
+
+argv = sys.argv[1:]
+flag = lambda name: argv[argv.index(name) + 1]
+phase = Path.cwd()
+with open(os.environ["LAUNCH_LOG"], "a") as f:
+    f.write(json.dumps([phase.name, flag("--actor.model_name_or_path"), argv]) + "\\n")
+tokenizer = smollm2_tokenizer()
+executor = load_agent_executor(phase / "agent.py")
+engine = FakeEngine(executor, tokenizer, lambda prompt: "ok")
+
+async def play():
+    for line in reversed((phase / "prompts.jsonl").read_text().splitlines()):
+        line = json.loads(line)
+        await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 4096,
+                                 tokenizer, int(flag("--rollout.n_samples_per_prompt")))
+    await aclose_backends()
+
+asyncio.run(play())
+executor.agent.close()
+out = Path(flag("--ckpt.output_dir"))
+out.mkdir(parents=True, exist_ok=True)
+(out / "config.json").write_text("{{}}")
+'''
+
+
+@pytest.mark.slow  # the SmolLM2 tokenizer, loaded by every launch
+def test_the_agents_own_records_fill_and_replay_the_buffer(tmp_path) -> None:
+    """The phases played by their generated agents (the engine records the sessions and
+    their pushes; `replay` reads the drawn item's fields): the same buffer events as the
+    recorded stand-in's, every replay scoring the game's acc = 1."""
+    job = compile_job(tmp_path)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "ray").write_text(AGENT_RAY.format(python=sys.executable, harness=str(Path(__file__).parent)))
+    (stubs / "ray").chmod(0o755)
+    log = tmp_path / "launches.log"
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "LAUNCH_LOG": str(log), "ACTOR_GPUS": "2",
+           "PHASE_DATA": f"{sys.executable} -m askspec.runtime.targets.openrlhf.phase_data"}
+    done = subprocess.run(["bash", str(job / "driver.sh")], env=env, cwd=tmp_path, timeout=600,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [json.loads(x)[0] for x in log.read_text().splitlines()] == ["phase-1-filler", "phase-2-learner"] * 2
+    assert events(job) == [(i, p, e, item, 1.0 if e == "replay" else None) for i, p, e, item, _ in EXPECTED]
+    state = json.loads((job / phase_data.STATE).read_text())
+    assert state["buffers"]["seen"]["items"] == [{"x": 1}, {"x": 2}, {"x": 2}]
