@@ -141,3 +141,10 @@ def test_staleness_reaches_the_async_trainer(tmp_path) -> None:
     assert list(args.algo.advantage.is_correction_threshold) == [0.0, 3.0]
     default = parse_train_ppo_ray(launch_line(tmp_path / "b", SPEC.format(algorithm="grpo", block="group = 2")))
     assert not default.train.async_enable and default.algo.advantage.is_correction_level == "off"
+
+
+@pytest.mark.parametrize("algorithm", ["gspo", "cispo"])
+def test_staleness_needs_the_ppo_loss(tmp_path, algorithm) -> None:
+    spec = tmp_path / "w.ask"
+    spec.write_text(SPEC.format(algorithm=algorithm, block="group = 2; max_staleness = 1"))
+    assert any(f"`max_staleness = 1` with the {algorithm} loss" in m for m in refusals(spec))
