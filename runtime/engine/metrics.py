@@ -235,12 +235,13 @@ def stage_metrics(exp: ir.Experiment, scopes: list[SessionScope], con, run_id: s
     weights), and an evaluate stage's pass@k / avg@n (docs/training.md, "Stages")."""
     from askspec.runtime.engine.passk import evaluation_rows
 
-    # a step skipped for zero advantage played and was rewarded like any other (only its
-    # update did not run: it has no loss); the other skips have no batch to speak of
+    # a step skipped for zero advantage or by the spec's update gate played and was rewarded
+    # like any other (only its update did not run: it has no loss); the other skips have no
+    # batch to speak of
     trained = con.execute(
         "SELECT metrics->>'stage', role, count(*), avg(loss), count(loss), avg(reward_mean), "
         "avg(CAST(metrics->>'abs_adv_mean' AS DOUBLE)), avg(1 - zero_adv_share) FROM train_steps "
-        "WHERE run_id = ? AND (metrics->>'skipped' IS NULL OR metrics->>'skipped' = 'zero_advantage') "
+        "WHERE run_id = ? AND (metrics->>'skipped' IS NULL OR metrics->>'skipped' IN ('zero_advantage', 'gate')) "
         "GROUP BY ALL ORDER BY ALL", [run_id]).fetchall()
     out: list[dict] = []
     for st in exp.stages:

@@ -187,17 +187,9 @@ class TrainedPolicy:
         if cfg.loss == "sft" and cfg.min_reward is not None:
             trajectories = [t for t in trajectories if t.reward is not None and t.reward >= cfg.min_reward]
         n = len(trajectories)
-        rewards = torch.tensor([t.reward if t.reward is not None else 0.0 for t in trajectories], dtype=torch.float64)
-        group_ids = {k: i for i, k in enumerate(dict.fromkeys(t.group_key for t in trajectories))}
-        groups = torch.tensor([group_ids[t.group_key] for t in trajectories], dtype=torch.long)
+        rewards, groups = _rewards_and_groups(trajectories)
         counts = torch.tensor([t.tokens for t in trajectories], dtype=torch.float64)
-        metrics: dict[str, Any] = {
-            "trajectories": n, "groups": len(group_ids), "lr": lr,
-            "reward_mean": float(rewards.mean()) if n else None,
-            "reward_std": float(rewards.std(unbiased=False)) if n else None,
-            "zero_var_groups": zero_variance_groups(rewards, groups) if n else 0,
-            "tokens": int(counts.sum()),
-        }
+        metrics: dict[str, Any] = {**batch_reward_stats(trajectories), "lr": lr, "tokens": int(counts.sum())}
         if cfg.loss == "sft":
             adv = torch.zeros(n)
         else:
@@ -214,7 +206,7 @@ class TrainedPolicy:
         # move the weights; no forward pass then
         if cfg.loss != "sft" and self.ref is None and bool(zero.all()):
             single = int((torch.bincount(groups) == 1).sum())  # a group of one has advantage 0 (but reinforce)
-            why = f"{metrics['zero_var_groups']} of {len(group_ids)} group(s) had equal rewards"
+            why = f"{metrics['zero_var_groups']} of {metrics['groups']} group(s) had equal rewards"
             why += f", {single} had one trajectory" if single else ""
             return self._skipped(metrics, t0, "zero_advantage", f"every advantage is 0 ({why}): no gradient")
         # one row per turn; whole trajectories per micro-batch (GSPO's ratio spans all their rows)
@@ -383,3 +375,21 @@ class TrainedPolicy:
                 continue
             self.optimizer.state[p] = {"step": torch.tensor(state["optimizer_steps"][str(i)]),
                                        "exp_avg": tensors[f"{i}.exp_avg"], "exp_avg_sq": tensors[f"{i}.exp_avg_sq"]}
+
+
+def _rewards_and_groups(trajectories: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trajectories' rewards (None as 0) and each one's group number."""
+    rewards = torch.tensor([t.reward if t.reward is not None else 0.0 for t in trajectories], dtype=torch.float64)
+    group_ids = {k: i for i, k in enumerate(dict.fromkeys(t.group_key for t in trajectories))}
+    return rewards, torch.tensor([group_ids[t.group_key] for t in trajectories], dtype=torch.long)
+
+
+def batch_reward_stats(trajectories: list[Trajectory]) -> dict[str, Any]:
+    """What a step's batch was rewarded, whether or not the update then runs (a step the
+    spec's update gate closes still played and was rewarded)."""
+    n = len(trajectories)
+    rewards, groups = _rewards_and_groups(trajectories)
+    return {"trajectories": n, "groups": int(groups.unique().numel()) if n else 0,
+            "reward_mean": float(rewards.mean()) if n else None,
+            "reward_std": float(rewards.std(unbiased=False)) if n else None,
+            "zero_var_groups": zero_variance_groups(rewards, groups) if n else 0}

@@ -691,7 +691,10 @@ class LocalTrainer:
                 m: dict[str, Any] = {"skipped": "empty_buffer", "skip_reason": "the replayed buffer is empty",
                                      "trajectories": 0, "tokens": 0}
             elif closed is not None:  # the spec's update gate said no (PasoDoble: no valid question)
-                m = {"skipped": "gate", "skip_reason": closed, "gate": False, "trajectories": 0, "tokens": 0}
+                from askspec.runtime.train.policy import batch_reward_stats
+
+                m = {**batch_reward_stats(batch.trajectories), "skipped": "gate", "skip_reason": closed, "gate": False,
+                     "tokens": 0}
             else:
                 m = policy.update(batch.trajectories)
             generated = sum(len(r["completion_ids"]) for s in sessions for r in s.rollouts if r["role"] == role)
