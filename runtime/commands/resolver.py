@@ -203,3 +203,12 @@ class ModelResolver:
         from askspec.runtime.backends.registry import aclose_backends
 
         await aclose_backends()
+
+
+def local_resolver(exp: ir.Experiment, spec_dir: str) -> ModelResolver:
+    """A resolver of `exp`'s models as `askspec run` binds them by default (the spec's own
+    backends), for a process that trains in place of the command: the OpenRLHF job's
+    inner-loop service (runtime/targets/openrlhf/inner_loop.py)."""
+    import os
+
+    return ModelResolver(exp, RunOptions(file=os.path.join(spec_dir, "spec.ask")), spec_dir)

@@ -89,13 +89,14 @@ def local_schedule(exp, tmp_path: Path) -> list[dict]:
 
 
 def test_the_service_returns_the_local_schedules_rewards_and_promotions(ray_cpu, exp, tmp_path):
+    from askspec.runtime.commands.resolver import local_resolver
     from askspec.runtime.targets.openrlhf.inner_loop import start_service
 
     local = local_schedule(exp, tmp_path / "local")
     assert [len(d) for d in local[0]["datasets"]] == [4, 4]
     state = tmp_path / "service"
     actor = start_service(exp, spec_dir=str(SPEC.parent), seed=SEED, runs=str(tmp_path / "service-runs"),
-                          state_dir=str(state))
+                          state_dir=str(state), resolver_factory=local_resolver)
     got = [ray.get(actor.outer_step.remote(1, local[0]["datasets"]), timeout=600)]
     # Ray restarts the service (max_restarts): it resumes from its state, not from the spec's weights
     ray.kill(actor, no_restart=False)

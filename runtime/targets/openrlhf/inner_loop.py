@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from askspec.ir import model as ir
 
@@ -35,10 +35,8 @@ class InnerLoopHost:
     """One outer step per `outer_step` call, state on disk under `state_dir` (module doc)."""
 
     def __init__(self, experiment: str, *, spec_dir: str, seed: int, runs: str, state_dir: str,
-                 argv: list[str] | None = None) -> None:
+                 resolver_factory: Callable[[ir.Experiment, str], Any], argv: list[str] | None = None) -> None:
         from askspec.ir.canonical import experiment_hash, to_json
-        from askspec.runtime.commands.options import RunOptions
-        from askspec.runtime.commands.resolver import ModelResolver
         from askspec.runtime.engine.plan import load_dataset
         from askspec.runtime.engine.session import Engine
         from askspec.runtime.engine.stateful import StatefulScorers
@@ -50,7 +48,9 @@ class InnerLoopHost:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         params = exp.param_values()
         datasets = {d.name: load_dataset(d, spec_dir, seed) for d in exp.datasets}
-        resolver = ModelResolver(exp, RunOptions(file=str(Path(spec_dir) / "spec.ask")), spec_dir)
+        # the models the student copies train on: the caller's resolver (the job's entry point
+        # passes commands.resolver.local_resolver; a target does not import the commands)
+        resolver = resolver_factory(exp, spec_dir)
         self.trainer = LocalTrainer(exp, params=params, datasets=datasets, seed=seed, resolver=resolver,
                                     run_dir=self.state_dir)
         if self.trainer.inner is None or not self.trainer.inner.grounded:
@@ -130,7 +130,8 @@ class InnerLoopHost:
 
 
 def start_service(experiment: ir.Experiment, *, spec_dir: str, seed: int, runs: str, state_dir: str,
-                  max_restarts: int = 3, name: str | None = None) -> Any:
+                  resolver_factory: Callable[[ir.Experiment, str], Any], max_restarts: int = 3,
+                  name: str | None = None) -> Any:
     """The host as a Ray actor (Ray must be initialised): one GPU when the cluster has
     them, else CPU; restarted up to `max_restarts` times, its calls retried, resuming
     from `state_dir`. Call it as `ray.get(actor.outer_step.remote(step, datasets))`."""
@@ -140,4 +141,4 @@ def start_service(experiment: ir.Experiment, *, spec_dir: str, seed: int, runs: 
     actor = ray.remote(num_gpus=gpus, max_restarts=max_restarts, max_task_retries=max_restarts)(InnerLoopHost)
     options = {"name": name, "lifetime": "detached"} if name else {}
     return actor.options(**options).remote(experiment.model_dump_json(), spec_dir=spec_dir, seed=seed, runs=runs,
-                                           state_dir=state_dir)
+                                           state_dir=state_dir, resolver_factory=resolver_factory)
