@@ -5,7 +5,7 @@ brute-force computation, a knowledge base of short passages, and a hard split fo
     .venv/bin/python scripts/gen_data.py            # rewrites the files (seed 0)
     .venv/bin/python scripts/gen_data.py --check    # exit 1 if a shipped file differs
 
-The output depends only on the seed: tests/runtime/test_shipped_data.py regenerates the
+The output depends only on the seed: tests/specs/test_shipped_data.py regenerates the
 files and compares them byte for byte, then checks every answer with math-verify.
 Nothing here downloads anything; no text comes from a third party."""
 

@@ -1,9 +1,12 @@
 """Suite-wide fixtures.
 
-A helper module beside its tests (tests/runtime/fake_models.py, which the python backend
-also imports by name; tests/train/reference_impls.py) is imported by name without a
-sys.path insert: pytest's default import mode puts a test's folder first on sys.path (the
-folders have no __init__.py, and no two test or helper modules share a name). Fixtures
+A helper module beside its tests (tests/train/reference_impls.py) is imported by name
+without a sys.path insert: pytest's default import mode puts a test's folder first on
+sys.path (the folders have no __init__.py, and no two test or helper modules share a
+name). The specs' Python-backed fake models every folder uses (tests/fake_models.py,
+tests/slow_model.py, which the python backend imports by name) sit beside this file, whose
+folder pytest puts on sys.path the same way; a test that runs `askspec` in a subprocess
+puts tests/ on its PYTHONPATH. Fixtures
 shared across tests live in a conftest.py (this one, tests/train/conftest.py's `e2e`).
 
 `tiny_model`: a tiny random Llama with SmolLM2's tokenizer and context (1 layer, hidden

@@ -233,7 +233,7 @@ def test_minilm_paraphrase_scores_lower_diversity_than_unrelated_text():
 @pytest.mark.slow
 def test_minilm_gives_unit_rows_with_the_process_torch_threads():
     """The embedder runs on the torch threads the process has (the setting is the
-    process's: tests/runtime/test_process_settings.py); the same rows at one thread."""
+    process's: tests/commands/test_process_settings.py); the same rows at one thread."""
     torch = pytest.importorskip("torch")
     from askspec.runtime.scoring.diversity import MiniLMEmbedder
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import pytest
 from askspec.runtime.store.writer import RunWriter
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "runtime"))  # fake_models for the python backend
 
 ASK_E_SCRIPT = {
     "sessions": [

@@ -15,7 +15,7 @@ from askspec.runtime.commands.run import run_spec
 from askspec.runtime.store.views import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: fake_models and slow_model, the specs' python models
 
 SLOW_SPEC = """
 experiment live { param n: int = 40 }
@@ -27,7 +27,7 @@ game one for i in range(1, n + 1) { q = ask asker }
 
 def _env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(TESTS) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 

@@ -19,7 +19,7 @@ from askspec.runtime.engine.evaluator import Env, evaluate
 from askspec.runtime.engine.plan import plan_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: fake_models and slow_model, the specs' python models
 
 HEADER = 'model m = python("fake_models:universal")\nrole a { model = m; memory = none; prompt = "hi" }\n'
 
@@ -70,7 +70,7 @@ def test_a_cut_keeps_whole_groups(tmp_path):
 
 def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "ASKSPEC_DEBUG"}
-    env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(TESTS) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "askspec.cli", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 

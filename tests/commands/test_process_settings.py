@@ -188,7 +188,7 @@ def _run(tmp_path: Path, text: str, **options) -> str:
 
 @pytest.fixture
 def python_model(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))  # tests/: fake_models
     FREEZES.clear()
 
 

@@ -18,12 +18,12 @@ import pytest
 from askspec.runtime.store import layout
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: fake_models and slow_model, the specs' python models
 
 
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "ASKSPEC_DEBUG"}
-    env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(TESTS) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: fake_models and slow_model, the specs' python models
 
 # i = 0: 0 - 0 = 0; i = 1: 1e308 * 10 overflows to inf, and inf - inf is nan; i = 2: inf
 SPEC = """model m = python("fake_models:always_one")
@@ -27,7 +27,7 @@ def test_nonfinite_reward_is_a_session_error_not_a_stored_nan(tmp_path: Path) ->
     spec = tmp_path / "nan.ask"
     spec.write_text(SPEC)
     env = {k: v for k, v in os.environ.items() if k != "ASKSPEC_DEBUG"}
-    env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(TESTS) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(tmp_path / "runs")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     (run_dir,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir() and not d.name.startswith(".")]

@@ -33,7 +33,7 @@ game one for i in range(1, n + 1) {
 
 def _env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 

@@ -17,7 +17,7 @@ from askspec.runtime.store import layout
 from askspec.runtime.store.views import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: fake_models and slow_model, the specs' python models
 
 SPEC = """
 experiment tell_apart { param k: int = 2; profile = wide }

@@ -1,6 +1,6 @@
 """runtime/commands/heap.py: objects that exist when a phase starts are left out of
 collections while it runs, and given back (collectable) when the last phase ends.
-(`askspec run` hands it to its engine; tests/runtime/test_process_settings.py checks
+(`askspec run` hands it to its engine; tests/commands/test_process_settings.py checks
 that the command's runs freeze and an embedded run does not.)"""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"askspec.runtime": ROOT / "runtime", "askspec": ROOT / "askspec"}
 
 # stage -> the stages it must never import
