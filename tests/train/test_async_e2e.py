@@ -19,6 +19,9 @@ pytestmark = pytest.mark.slow  # builds a tiny model with SmolLM2's tokenizer (t
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 5
+# the kill test's run: long enough that a kill polled every 0.2 s lands mid-run on an idle
+# machine too (a tiny-model step takes ~0.1 s there; with 5 steps the run could end first)
+KILL_STEPS = 20
 SPEC = """model m = hf("{model}") {{ max_tokens = 3; temperature = 1.0 }}
 role a {{ model = m; memory = none; prompt = "a + b"; trained }}
 game g for i in range(0, 8) {{
@@ -29,10 +32,10 @@ train a with grpo {{ group = 2; steps = {steps}; save_every = 1; keep_checkpoint
 """
 
 
-def spec(folder: Path, model: Path, extra: str = "max_staleness = 1") -> Path:
+def spec(folder: Path, model: Path, extra: str = "max_staleness = 1", steps: int = STEPS) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "t.ask"
-    path.write_text(SPEC.format(model=model, steps=STEPS, extra=extra))
+    path.write_text(SPEC.format(model=model, steps=steps, extra=extra))
     return path
 
 
@@ -48,7 +51,7 @@ def versions(run: Path) -> tuple[list[tuple], list[tuple]]:
 
 def within_bound(rollouts: list[tuple], steps: list[tuple], k: int = 1) -> None:
     trained = {step: v for step, v, _, _ in steps}
-    assert len(rollouts) == 2 * STEPS and {s for s, _ in rollouts} == set(trained)
+    assert len(rollouts) == 2 * len(steps) and {s for s, _ in rollouts} == set(trained)
     for step, v in rollouts:
         assert trained[step] - k <= v <= trained[step], (step, v, trained[step])
 
@@ -70,21 +73,22 @@ def test_each_rollout_is_sampled_within_the_bound(tiny_model, tmp_path, e2e):
 
 def test_kill_9_then_resume_trains_every_step_once_within_the_bound(tiny_model, tmp_path, e2e):
     out = tmp_path / "runs"
-    e2e.kill_run_when(e2e.cmd("run", str(spec(tmp_path, tiny_model)), "--out", str(out), "--quiet"), out,
+    e2e.kill_run_when(e2e.cmd("run", str(spec(tmp_path, tiny_model, steps=KILL_STEPS)), "--out", str(out), "--quiet"),
+                      out,
                       lambda o: s if (s := e2e.latest_step(o)) is not None and s >= 2 else None, 300)
     run = e2e.only_run(out)
     killed_at = e2e.latest_step(out)
-    assert killed_at is not None and killed_at < STEPS
+    assert killed_at is not None and killed_at < KILL_STEPS
     e2e.resume(run)
     rollouts, steps = versions(run)
-    assert [s for s, *_ in steps] == list(range(1, STEPS + 1))  # every step exactly once
-    assert [v for _, v, _, _ in steps] == list(range(STEPS))
+    assert [s for s, *_ in steps] == list(range(1, KILL_STEPS + 1))  # every step exactly once
+    assert [v for _, v, _, _ in steps] == list(range(KILL_STEPS))
     within_bound(rollouts, steps)
-    state = json.loads((run / "checkpoints" / "a" / f"step-{STEPS}" / "trainer_state.json").read_text())
-    assert state["version"] == STEPS
+    state = json.loads((run / "checkpoints" / "a" / f"step-{KILL_STEPS}" / "trainer_state.json").read_text())
+    assert state["version"] == KILL_STEPS
     con = open_store(run)
     assert con.execute("SELECT count(*), count(DISTINCT session_id) FROM sessions WHERE status = 'ok'").fetchone() == (
-        2 * STEPS, 2 * STEPS)
+        2 * KILL_STEPS, 2 * KILL_STEPS)
 
 
 def test_what_cannot_overlap_is_refused_at_the_spec_line(tiny_model, tmp_path):
