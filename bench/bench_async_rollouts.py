@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tiny_llama import build_tiny_llama  # bench/, beside this script
+
 SPEC = """experiment bench {{ seed = 7 }}
 model m = hf("{model}") {{ max_tokens = {max_tokens}; temperature = 1.0 }}
 role a {{ model = m; memory = none; prompt = "Count from {{{{ i }}}} to {{{{ i + 20 }}}}, separated by commas."; trained }}
@@ -32,23 +34,6 @@ game g for i in range(0, 64) {{
 }}
 train a with grpo {{ group = {group}; batch = {batch}; steps = {steps}; lr = 0.0001; save_every = 1000; max_staleness = {k} }}
 """
-
-
-def tiny_model(folder: Path, hidden: int, layers: int) -> None:
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    from askspec.runtime.backends.hf import resolve_weights
-
-    hf_logging.disable_progress_bar()
-    tok = AutoTokenizer.from_pretrained(str(resolve_weights("smollm2-135m-instruct")))
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192, eos_token_id=2,
-                      bos_token_id=1, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
 
 
 def one_run(tmp: Path, model: Path, k: int, args: argparse.Namespace, repeat: int) -> dict[str, float]:
@@ -88,7 +73,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         model = tmp / "tiny"
-        tiny_model(model, args.hidden, args.layers)
+        build_tiny_llama(model, args.hidden, args.layers)
         results: dict[int, list[dict[str, float]]] = {0: [], 1: []}
         loads = [os.getloadavg()[0]]
         for r in range(args.repeats):

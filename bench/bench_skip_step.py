@@ -19,20 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-
-def tiny_model(folder: Path, hidden: int, layers: int) -> None:
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from askspec.runtime.backends.hf import resolve_weights
-
-    tok = AutoTokenizer.from_pretrained(str(resolve_weights("smollm2-135m-instruct")))
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192, eos_token_id=2,
-                      bos_token_id=1, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
+from tiny_llama import build_tiny_llama  # bench/, beside this script
 
 
 def main() -> int:
@@ -56,7 +43,7 @@ def main() -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "tiny"
-        tiny_model(folder, args.hidden, args.layers)
+        build_tiny_llama(folder, args.hidden, args.layers)
         exp = lower_training(ir.Experiment(name="bench", roles=[ir.Role(name="r", trained=True)],
                                            training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 1e-5})]))
         policy = TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
