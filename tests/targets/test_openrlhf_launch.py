@@ -146,3 +146,23 @@ def test_sibling_job_groups_the_sample_replies(tmp_path) -> None:
     (default,) = launch_argv(job / "launch.sh", tmp_path)
     env = json.loads(next(a for a in default if a.startswith("--runtime-env-json=")).split("=", 1)[1])
     assert env["env_vars"]["ASKSPEC_GROUP_TIMEOUT"] == "1800"
+
+
+def test_max_len_holds_an_asks_own_larger_budget(tmp_path) -> None:
+    """An ask's `with sampling { max_tokens }` above the role's budget (Ask-E's final turn)
+    must fit in the job's max_len: the agent caps each call at what max_len leaves."""
+    spec = tmp_path / "t.ask"
+    spec.write_text('model m = hf("smollm2-135m-instruct") { max_tokens = 64 }\n'
+                    'role a { model = m; memory = full; prompt = "go"; trained }\n'
+                    'game g for i in range(0, 4) {\n'
+                    '    x = ask a\n'
+                    '    y = ask a with sampling { max_tokens = 1000 }\n'
+                    '    reward a = len(y.text)\n'
+                    '}\n'
+                    'train a with grpo { group = 2; steps = 1 }\n')
+    job = compile_to(tmp_path, spec, [])
+    args = parse_train_ppo_ray(train_flags(launch_argv(job / "launch.sh", tmp_path)[0]))
+    assert args.rollout.max_new_tokens == 64  # the role's own budget
+    from askspec.runtime.targets.openrlhf.mapping import CONTEXT_ALLOWANCE
+
+    assert args.data.max_len == 2 * 1000 + CONTEXT_ALLOWANCE  # two calls, each up to the larger budget

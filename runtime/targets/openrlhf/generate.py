@@ -184,7 +184,12 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
             raise JobError(f"the games of role '{phase.role}' have no elements (an empty data set?)")
         hyper = {**phase.training.hyper, **phase.training.algorithm_args}
         calls = max(g.call_bounds.get(phase.role, 1) for g in games)
-        max_len = int(hyper.get("max_len") or calls * int(sampling.get("max_tokens", 256)) + mapping.CONTEXT_ALLOWANCE)
+        # a turn's budget: the role's, or an ask's own `with sampling { max_tokens }` where larger
+        # (the agent caps each call at what is left of max_len, so max_len must hold the largest)
+        turn_tokens = max([int(sampling.get("max_tokens", 256))] + [
+            int(s.sampling["max_tokens"]) for g in games for s in all_steps(g.body)
+            if s.kind == "ask" and phase.role in s.roles and "max_tokens" in s.sampling])
+        max_len = int(hyper.get("max_len") or calls * turn_tokens + mapping.CONTEXT_ALLOWANCE)
         batch = int(hyper["batch"]) if "batch" in hyper else None
         if replay is not None:  # `steps` batches of `items` drawn items: one pass, a step per batch
             sched = mapping.schedule(replay["steps"] * replay["items"], phase.group, batch or replay["items"] * phase.group,
