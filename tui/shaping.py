@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from askspec.ir.vocab import STD_ESTIMATORS
 from askspec.tui.numbers import number
 from askspec.tui.stats import Interval
 
@@ -338,14 +339,17 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
     for r in roles:
         values = [final[r].get(m) for m in members]
         got = [v for v in values if v is not None]
-        est = estimators.get(r)
-        advantages[r] = group_advantages(est, values) if est else [None] * len(values)
+        est, std_kind = estimators.get(r) or ("", "sample")
+        advantages[r] = group_advantages(est, values, std_kind) if est else [None] * len(values)
         line = f"{r}: count {len(got)}"
         if got:
             mean = sum(got) / len(got)
-            line += f", mean {_num(mean)}, std {_num(_std(got))}, min {_num(min(got))}, max {_num(max(got))}"
+            line += (f", mean {_num(mean)}, std {_num(_std(got, std_kind))}, min {_num(min(got))}, "
+                     f"max {_num(max(got))}")
         if est:
             line += f";  advantage: {est} {ESTIMATOR_TEXT.get(est, '')}"
+            if est in STD_ESTIMATORS:
+                line += f" ({std_kind} std)"
             if len(got) > 1 and max(got) == min(got) and est not in ("reinforce",):
                 line += " — all rewards equal: every advantage is 0 (no learning signal from this group)"
         why.append(line)
@@ -376,13 +380,14 @@ def r4(v: float | None) -> float | None:
     return None if v is None else round(float(v), 4) + 0.0  # (+ 0.0: -0.0 is 0)
 
 
-def _std(values: list[float]) -> float:
-    """Standard deviation with Bessel's correction (the trainer's, 0 for one value)."""
+def _std(values: list[float], kind: str = "sample") -> float:
+    """Standard deviation, 0 for one value: `sample` with Bessel's correction (n − 1) or
+    `population` (n), as a train block's `std` says (the trainer's _group_stats)."""
     n = len(values)
     if n < 2:
         return 0.0
     mean = sum(values) / n
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1 if kind == "sample" else n))
 
 
 # The trainer's estimators (runtime/train/advantages.py, which computes them on tensors for
@@ -397,13 +402,14 @@ ESTIMATOR_TEXT = {
 }
 
 
-def group_advantages(estimator: str, rewards: list[float | None]) -> list[float | None]:
+def group_advantages(estimator: str, rewards: list[float | None], std_kind: str = "sample") -> list[float | None]:
     """Each member's advantage in its group (None for a member without a reward, which
-    the trainer leaves out); a member alone gets 0, as in the trainer."""
+    the trainer leaves out); a member alone gets 0, as in the trainer. ``std_kind`` is the
+    train block's `std` (sample | population), read by grpo and group_norm."""
     got = [r for r in rewards if r is not None]
     n = len(got)
     mean = sum(got) / n if n else 0.0
-    std = _std(got)
+    std = _std(got, std_kind)
     out: list[float | None] = []
     for r in rewards:
         if r is None:
@@ -423,8 +429,9 @@ def group_advantages(estimator: str, rewards: list[float | None]) -> list[float 
     return out
 
 
-def train_estimators(run_dir: str | None) -> dict[str, str]:
-    """Role -> the advantage estimator its `train` block uses (none for sft), from the IR."""
+def train_estimators(run_dir: str | None) -> dict[str, tuple[str, str]]:
+    """Role -> (the advantage estimator its `train` block uses, the group std it divides
+    by: sample | population), none for sft, from the IR."""
     exp = load_ir(run_dir)
     if exp is None:
         return {}
@@ -433,11 +440,11 @@ def train_estimators(run_dir: str | None) -> dict[str, str]:
     out = {}
     for t in exp.training:
         try:
-            est = config_from_ir(t, exp).estimator
+            cfg = config_from_ir(t, exp)
         except Exception:  # an IR the trainer would refuse: nothing to show
             continue
-        if est:
-            out[t.role] = est
+        if cfg.estimator:
+            out[t.role] = (cfg.estimator, cfg.std)
     return out
 
 

@@ -164,9 +164,12 @@ def test_group_advantages_are_the_trainers():
     for est in ESTIMATORS:
         if est in ("reinforce", "reinforce_baseline"):
             continue  # (whitened over the whole batch: the screen shows them before it)
-        want = advantages(est, torch.tensor(flat), ids).tolist()
-        got = [a for g in groups for a in group_advantages(est, g)]
-        assert got == pytest.approx(want, abs=1e-5), est
+        for std in ("sample", "population"):  # (Reasoning Arena divides by the population std)
+            want = advantages(est, torch.tensor(flat), ids, std=std).tolist()
+            got = [a for g in groups for a in group_advantages(est, g, std)]
+            assert got == pytest.approx(want, abs=1e-5), (est, std)
+    # the two differ where the estimator divides by the std
+    assert group_advantages("grpo", groups[0], "population") != pytest.approx(group_advantages("grpo", groups[0]))
 
 
 async def test_groups_show_members_rewards_mean_std_and_advantages(grpo_runs):
