@@ -209,8 +209,8 @@ class RunOptions:
                     "weights"):
             if getattr(self, key) is None and saved.get(key) is not None:
                 changes[key] = saved[key]
-        if "stage" in changes:  # a stage run is an --eval-only run
-            changes["eval_only"] = True
+        if "stage" in changes or (saved.get("eval_only") is True and not self.eval_only):
+            changes["eval_only"] = True  # (a stage run is an --eval-only run)
         if not self.models and saved.get("models"):
             changes["models"] = dict(saved["models"])
         if not self.served_models and saved.get("served_models"):

@@ -35,6 +35,9 @@ def test_resume_keeps_the_recorded_options_and_endpoint():
         "openai", 4, "http://a/v1", {"": "m"})
     with pytest.raises(UsageError, match="it ran --base-url http://a/v1"):
         RunOptions(resume="runs/r", base_url="http://b/v1").resumed(saved)
+    # an --eval-only run stays one (its resumed manifest, and `askspec runs`, say so)
+    assert RunOptions(resume="runs/r").resumed(RunOptions(file="x.ask", eval_only=True).recorded()).eval_only
+    assert not RunOptions(resume="runs/r").resumed(saved).eval_only
 
 
 def test_each_backend_maps_its_own_spec_options(tmp_path, monkeypatch):
