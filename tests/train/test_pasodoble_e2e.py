@@ -1,7 +1,7 @@
 """specs/pasodoble.ask itself, end to end on CPU (on the tiny random Llama of
 tests/conftest.py, 8 new tokens), with the smoke settings of its header: the cold start
 (one sft step per role), the offline schedule (T_P = 2, T_S = 1, 2 iterations, I = J = 2)
-and the evaluation stage, killed with SIGKILL during the train stage after the sft stages
+and the evaluation stages (Table 1's Base and Coldstart baselines, the held-out one), killed with SIGKILL during the train stage after the sft stages
 finished, then resumed; every stage's steps, sessions, buffer events and metrics are
 checked against the schedule. The online profile runs too, and its update gate skips the
 updates of a batch without a valid question.
@@ -28,11 +28,13 @@ SMOKE = ["--set", "proposals=2", "--set", "solutions=2", "--set", "max_tokens=8"
          "--set", "cold_batch=1", "--set", "eval_items=1", "--set", "eval_samples=1", "--set", "eval_tokens=8",
          "--set", "save_every=1"]
 OFFLINE = ["--set", "proposer_steps=2", "--set", "solver_steps=1", "--set", "iterations=2"]
-# global step -> (stage, phase, iteration, role): the cold start, then P P S per iteration
-SCHEDULE = {1: ("sft_proposer", "sft_proposer", 1, "proposer"), 2: ("sft_solver", "sft_solver", 1, "solver"),
-            3: ("rl", "proposer", 1, "proposer"), 4: ("rl", "proposer", 1, "proposer"), 5: ("rl", "solver", 1, "solver"),
-            6: ("rl", "proposer", 2, "proposer"), 7: ("rl", "proposer", 2, "proposer"), 8: ("rl", "solver", 2, "solver")}
-EVAL_STEP = 9
+# global step -> (stage, phase, iteration, role) of the steps that train: the cold start, then
+# P P S per iteration (step 1 evaluates Base, step 4 Coldstart, step 11 the held-out set)
+SCHEDULE = {2: ("sft_proposer", "sft_proposer", 1, "proposer"), 3: ("sft_solver", "sft_solver", 1, "solver"),
+            5: ("rl", "proposer", 1, "proposer"), 6: ("rl", "proposer", 1, "proposer"), 7: ("rl", "solver", 1, "solver"),
+            8: ("rl", "proposer", 2, "proposer"), 9: ("rl", "proposer", 2, "proposer"), 10: ("rl", "solver", 2, "solver")}
+FIRST_RL = 5
+EVAL_STEP = 11
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def offline_run(tmp_path_factory, e2e, spec) -> tuple[Path, int]:
     out = tmp_path_factory.mktemp("paso") / "runs"
     # the sft stages and the first rl step are checkpointed; the rl stage is being played
     killed_at = e2e.kill_run_when(e2e.cmd("run", str(spec), "--out", str(out), "--quiet", *SMOKE, *OFFLINE), out,
-                                  lambda o: s if (s := e2e.latest_step(o)) is not None and s >= 3 else None, 800)
+                                  lambda o: s if (s := e2e.latest_step(o)) is not None and s >= FIRST_RL else None, 800)
     run_dir = e2e.only_run(out)
     assert killed_at < EVAL_STEP, "the run finished before it could be killed"
     e2e.resume(run_dir)
@@ -65,13 +67,13 @@ def test_every_stage_and_step_exactly_once_after_the_kill(offline_run):
     con = open_store(run_dir)
     rows = con.execute("SELECT step, stage, metrics->>'phase', CAST(metrics->>'iteration' AS INT), role, "
                        "metrics->>'algorithm', metrics->>'skipped' FROM train_steps ORDER BY step").fetchall()
-    assert [r[:5] for r in rows] == [(s, *SCHEDULE[s]) for s in range(1, 9)]  # the evaluation trains nothing
+    assert [r[:5] for r in rows] == [(s, *SCHEDULE[s]) for s in sorted(SCHEDULE)]  # the evaluations train nothing
     assert [r[5] for r in rows] == ["sft", "sft"] + ["grpo"] * 6
     # the event log itself, not only the views: each step recorded once, the sft steps by
     # the killed process (the resume did not replay them)
     raw = [json.loads(line) for line in (run_dir / "events" / "train_steps.ndjson").read_text().splitlines()]
-    assert sorted((r["step"], r["role"]) for r in raw) == [(s, SCHEDULE[s][3]) for s in range(1, 9)]
-    assert [r["gen"] for r in raw if r["step"] <= 2] == [0, 0] and killed_at >= 3
+    assert sorted((r["step"], r["role"]) for r in raw) == [(s, SCHEDULE[s][3]) for s in sorted(SCHEDULE)]
+    assert [r["gen"] for r in raw if r["step"] <= 3] == [0, 0] and killed_at >= FIRST_RL
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["resumes"] == 1
     # each role's policy version counts its steps that reached the update: one sft step, then
@@ -80,19 +82,23 @@ def test_every_stage_and_step_exactly_once_after_the_kill(offline_run):
     for role in ("proposer", "solver"):
         updates = sum(1 for r in rows if r[4] == role and r[6] not in ("gate", "empty_buffer"))
         assert json.loads((ck / role / f"step-{EVAL_STEP}" / "trainer_state.json").read_text())["version"] == updates
-    # sessions: one passage a proposer step, the held-out item once per weights; each once
+    # sessions: one passage a proposer step, the held-out item once per weights (Base: the
+    # initial ones, Coldstart: the sft ones); each once
     sessions = con.execute("SELECT stage, game, weights, count(*), count(DISTINCT session_id) "
                            "FROM sessions GROUP BY ALL ORDER BY ALL").fetchall()
     replayed = con.execute("SELECT count(*) FROM sessions WHERE game = 'practice'").fetchone()[0]
     assert [s for s in sessions if s[1] != "practice"] == [
+        ("base_4shot", "test_4shot", "initial", 1, 1), ("coldstart", "test", "trained", 1, 1),
         ("heldout", "test", "initial", 1, 1), ("heldout", "test", "trained", 1, 1), ("rl", "propose", None, 4, 4)]
     steps = dict(con.execute("SELECT step, count(*) FROM sessions WHERE game = 'propose' "
                              "GROUP BY ALL").fetchall())
-    assert steps == {3: 1, 4: 1, 6: 1, 7: 1}
+    assert steps == {5: 1, 6: 1, 8: 1, 9: 1}
     # the evaluation asked the evaluated role on its own model (temperature 0.6, top_p 0.95)
     assert con.execute("SELECT DISTINCT model FROM turns t JOIN sessions s USING (session_id) "
                        "WHERE s.stage = 'heldout'").fetchall() == [("eval_model",)]
-    assert replayed == sum(1 for r in rows if r[2] == "solver" and r[6] != "empty_buffer")
+    # a solver step replays up to `replay_questions` buffered questions, one session each
+    (replays,) = con.execute("SELECT count(*) FROM buffer_events WHERE event = 'replay'").fetchone()
+    assert replayed == replays
 
 
 def test_buffer_events_follow_the_schedule(offline_run):
@@ -109,7 +115,7 @@ def test_buffer_events_follow_the_schedule(offline_run):
     # a push per valid, unsolved question: never more than the well-formed proposals of the step
     formed = dict(con.execute("SELECT step, sum(CAST(vars->>'well_formed' AS INT)) "
                               "FROM sessions WHERE game = 'propose' GROUP BY ALL").fetchall())
-    for step in (3, 4, 6, 7):
+    for step in (5, 6, 8, 9):
         assert sum(1 for s, _ in pushes if s == step) <= formed[step]
     # a solver step replays when the buffer holds an item, else it is skipped as empty
     for step, skipped in rows:
@@ -148,13 +154,13 @@ def test_the_online_profile_skips_the_update_of_a_batch_without_a_valid_question
     con = open_store(run_dir)
     rows = con.execute("SELECT step, role, stage, metrics->>'phase', metrics->>'skipped', metrics->>'gate' "
                        "FROM train_steps ORDER BY step, role").fetchall()
-    assert [r[:4] for r in rows] == [(1, "proposer", "sft_proposer", "sft_proposer"), (2, "solver", "sft_solver", "sft_solver"),
-                                     (3, "proposer", "rl", "online"), (3, "solver", "rl", "online")]
+    assert [r[:4] for r in rows] == [(2, "proposer", "sft_proposer", "sft_proposer"), (3, "solver", "sft_solver", "sft_solver"),
+                                     (5, "proposer", "rl", "online"), (5, "solver", "rl", "online")]
     (valid,) = con.execute("SELECT sum(CAST(vars->>'valid' AS INT)) FROM sessions WHERE stage = 'rl'").fetchone()
     for _, role, _, _, skipped, gate in rows[2:]:
         # the gate is sum(valid) > 0 over the step's sessions: closed exactly when no question was valid
         assert (skipped == "gate") == (valid == 0)
         assert (gate == "false") == (valid == 0)
-        version = json.loads((run_dir / "checkpoints" / role / "step-4" / "trainer_state.json").read_text())["version"]
+        version = json.loads((run_dir / "checkpoints" / role / "step-6" / "trainer_state.json").read_text())["version"]
         assert version == (1 if valid == 0 else 2)  # the sft step, and the rl step only when the gate was open
     assert json.loads((run_dir / "manifest.json").read_text())["run_options"]["profile"] == "online"

@@ -103,21 +103,25 @@ def test_pasodoble_stages_alternating_phases_and_sizes():
     t = trainer("pasodoble.ask", {"proposer_steps": "2", "solver_steps": "1", "iterations": "2", "proposals": "3",
                                   "solutions": "2", "cold_steps": "1", "eval_items": "2", "eval_samples": "3"})
     assert [(s.step, s.phase.name, s.phase.stage, s.iteration, s.n) for s in t.slots] == [
-        (1, "sft_proposer", "sft_proposer", 1, 1), (2, "sft_solver", "sft_solver", 1, 1),
-        (3, "proposer", "rl", 1, 1), (4, "proposer", "rl", 1, 2), (5, "solver", "rl", 1, 1),
-        (6, "proposer", "rl", 2, 3), (7, "proposer", "rl", 2, 4), (8, "solver", "rl", 2, 2),
-        (9, "heldout", "heldout", 1, 1)]
-    prop, solv = t.slots[2].phase, t.slots[4].phase
+        (1, "base_4shot", "base_4shot", 1, 1),
+        (2, "sft_proposer", "sft_proposer", 1, 1), (3, "sft_solver", "sft_solver", 1, 1),
+        (4, "coldstart", "coldstart", 1, 1),
+        (5, "proposer", "rl", 1, 1), (6, "proposer", "rl", 1, 2), (7, "solver", "rl", 1, 1),
+        (8, "proposer", "rl", 2, 3), (9, "proposer", "rl", 2, 4), (10, "solver", "rl", 2, 2),
+        (11, "heldout", "heldout", 1, 1)]
+    prop, solv = t.slots[4].phase, t.slots[6].phase
     assert (prop.roles, prop.plain, prop.replay) == (("proposer",), ("propose",), ())
     assert (solv.roles, solv.plain, solv.replay) == (("solver",), (), ("practice",))
-    # one passage a proposer step, one buffered question a solver step: the GRPO group is
-    # the `sample` call's siblings (the I questions, the J answers), not repeated sessions
+    # one passage a proposer step, `replay_questions` buffered questions a solver step: the
+    # GRPO group is the `sample` call's siblings (the I questions, the J answers), not
+    # repeated sessions
     assert [p.group_size for p in t.planners["proposer"].plans(1)] == [1]
-    assert t._replay_shape(solv, t._game("practice")) == (1, 1)
+    assert t._replay_shape(solv, t._game("practice")) == (12, 1)
     # the lr schedule of each role counts its own updates
     assert t.by_role["proposer"].steps == 4 and t.by_role["solver"].steps == 2
-    # session indices of steps never overlap; the evaluation: 2 items x 3 samples x 2 weights
-    assert t.planner_sessions_before(8) == 4 * 1 + 2 * 1 and t.step_sessions(t.slots[8]) == 12
+    # session indices of steps never overlap; the evaluations: 2 items x 3 samples x 1 weights
+    # (base_4shot, coldstart), then x 2 weights (heldout)
+    assert t.planner_sessions_before(10) == 6 + 6 + 4 * 1 + 2 * 12 and t.step_sessions(t.slots[10]) == 12
 
 
 def test_online_with_two_roles_is_sized_by_every_train_block():
