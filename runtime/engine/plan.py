@@ -95,6 +95,13 @@ def _filtered(ds: ir.Dataset, items: list[Any]) -> list[Any]:
                 kept.append(item)
         except EvalError as e:
             raise ValueError(f"data '{ds.name}', record {n}: its filter failed: {e}") from None
+    if items and not kept:  # a game over it would play nothing, silently: a misspelt value, most likely
+        span = getattr(ds.filter, "span", None)
+        where = f" (at {span.file}:{span.line}:{span.col})" if span else ""
+        given = ", ".join(f"{k} = {v!r}" for k, v in sorted(ds.filter_params.items()))
+        raise ValueError(f"data '{ds.name}': its `where` filter{where} keeps none of its {len(items)} records"
+                         + (f" (with {given})" if given else "")
+                         + "; check the compared values against the data (askspec query, or the file itself)")
     return kept
 
 

@@ -77,3 +77,12 @@ def test_a_filter_that_fails_on_a_record_names_it(spec):
     spec.write_text(SPEC.replace('where kind == dimension', 'where n > 4'))
     with pytest.raises(ValueError, match=r"data 'mind', record 4: its filter failed: .*t.ask:5:"):
         loaded(spec)
+
+
+def test_a_filter_that_keeps_nothing_is_an_error_naming_the_data(spec, tmp_path):
+    # a misspelt value: every game over the data would silently play nothing
+    with pytest.raises(ValueError, match=r"data 'mind': its `where` filter \(at .*t.ask:5:.*\) keeps none of "
+                                         r"its 4 records \(with dimension = 'ask_mnd'\)"):
+        loaded(spec, {"dimension": '"ask_mnd"'})
+    rc, _ = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), eval_only=True, set=['dimension="x"']))
+    assert rc != 0
