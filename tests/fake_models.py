@@ -128,3 +128,13 @@ def budget_echo(messages, request):
     a role that requires it sends its recovery turn)."""
     s = request.sampling
     return f"max_tokens={s.max_tokens} temperature={s.temperature} stop={list(s.stop)}"
+
+
+SEEN: list = []
+
+
+def remember_messages(messages, request):
+    """Replies "ROLE CALL" (e.g. "pro 0") and keeps what each call was sent in SEEN as
+    (role, call index, [(message role, content), ...])."""
+    SEEN.append((request.role, request.call_index, [(m["role"], m["content"]) for m in messages]))
+    return f"{request.role} {request.call_index}"

@@ -12,9 +12,15 @@ from typing import Any
 from .model import Experiment
 
 
+# Fields added to the IR after specs were hashed, left out while unset: a spec that does
+# not use them keeps the hash it had (and a run recorded before them can be resumed).
+_UNSET_LEFT_OUT = frozenset({"max_prompt_tokens", "prompt_overflow", "conversation"})
+
+
 def _strip_spans(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _strip_spans(v) for k, v in value.items() if k != "span"}
+        return {k: _strip_spans(v) for k, v in value.items()
+                if k != "span" and not (v is None and k in _UNSET_LEFT_OUT)}
     if isinstance(value, list):
         return [_strip_spans(v) for v in value]
     return value

@@ -271,9 +271,25 @@ class Recovery(BaseModel):
 
 
 class Memory(BaseModel):
+    """What a role's calls are sent besides the new message: `full` its whole conversation,
+    `window` the last `size` exchanges, `none` nothing, `shared` the session's conversation
+    `conversation`, which every role naming it adds its turns to (each role sees its own
+    turns as assistant messages, the others' as user messages tagged with the speaker)."""
+
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    kind: Literal["full", "none", "window"] = "full"
+    kind: Literal["full", "none", "window", "shared"] = "full"
     size: int = 0
+    conversation: str | None = None  # with kind "shared"; left out of the hash when None (canonical.py)
+
+
+class PromptOverflow(BaseModel):
+    """What happens to a prompt over a role's `max_prompt_tokens`: "truncate_left" cuts
+    tokens from the start of the new message until the prompt fits; "end" ends the session
+    with `outcome` before the call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    mode: Literal["truncate_left", "end"]
+    outcome: str | None = None
 
 
 class Role(Node):
@@ -287,6 +303,11 @@ class Role(Node):
     recover: Recovery = Field(default_factory=Recovery)
     max_tokens: int | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
+    # a cap on the tokens of a prompt that opens the role's conversation (a call with
+    # nothing remembered), counted with the backend's tokenizer; left out of the hash when
+    # None (canonical.py)
+    max_prompt_tokens: int | None = None
+    prompt_overflow: PromptOverflow | None = None
 
 
 class Dataset(Node):

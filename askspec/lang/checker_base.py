@@ -41,6 +41,7 @@ class CheckerBase:
         self.profile_names: set[str] = set()  # names the profiles mention (profiles.select)
         self.role_decls: dict[str, A.RoleDecl] = {}
         self.buffer_score_spans: dict[str, Span] = {}
+        self.conversation_spans: dict[str, Span] = {}  # shared conversation -> where a role first names it
         self.broken_templates: set[str] = set()  # named templates that failed to load
         self.broken_params: set[str] = set()  # parameters whose default is reported as ill-typed
         self.session_vars: dict[str, dict[str, T]] = {}  # game -> its session variables (set by GameChecker)

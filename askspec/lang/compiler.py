@@ -189,6 +189,7 @@ class Compiler(StageChecks):
         for d in decls:
             if isinstance(d, A.RoleDecl):
                 self.role(d)
+        self.check_conversations()
         for d in decls:
             if isinstance(d, A.DataDecl):
                 self.data(d)

@@ -49,6 +49,7 @@ class GameChecker:
         self.group_size = 1
         self.routes: list[ir.Route] = []  # group-level, collected from the body
         self.contest_templates: list[tuple[str, set[str]]] = []  # (template, extra names) of routed contests
+        self.overflow_checked: set[str] = set()  # roles checked by check_overflow_outcome
 
     def err(self, code, msg, span, hint=None):
         self.sink.error(code, msg, span, hint)
@@ -247,6 +248,7 @@ class GameChecker:
             template = self.c.template(a.using)
         for role in roles:
             r = self.roles[role]
+            self.check_overflow_outcome(r, a.span)
             tpl = template or r.prompt
             if tpl is None and message is None:
                 self.err("E106", f"nothing to send to '{role}': give a template (using ...), a message (: expr) or a role prompt", a.span)
@@ -265,6 +267,17 @@ class GameChecker:
             t = self.x.role_reply.get(role, ANY)
             self.define(scope, name, list_of(t) if a.sample is not None else t, span)
         return step
+
+    def check_overflow_outcome(self, r: ir.Role, span: Span) -> None:
+        """E203: a role whose long prompt ends the session (`prompt_overflow = end(OUTCOME)`)
+        is asked in a game that does not declare OUTCOME (once per game and role)."""
+        over = r.prompt_overflow
+        if over is None or over.outcome is None or over.outcome in self.outcomes or r.name in self.overflow_checked:
+            return
+        self.overflow_checked.add(r.name)
+        self.err("E203", f"role '{r.name}' ends a session whose prompt is over its max_prompt_tokens with outcome "
+                 f"'{over.outcome}', which game '{self.g.name}' does not declare", span,
+                 f"declare it: outcomes {', '.join([*self.outcomes, over.outcome])}")
 
     def ask_sampling(self, attrs: list[A.Attribute]) -> dict[str, int | float | list[str]]:
         """`with sampling { ... }`: the vocabulary's sampling fields, constants checked as a

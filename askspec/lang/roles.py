@@ -22,7 +22,9 @@ MODEL_OPTION_KEYS = {"base_url", "api_key_env", "concurrency", "timeout", "retri
                      "quantize", "max_response_bytes"}
 QUANTIZE = ("none", "int8", "fp16")  # hf: reduced-precision weights in the linear layers (opt-in; runtime hf_quant)
 ROLE_KEYS = {"model", "memory", "system", "prompt", "reply", "require", "recover", "recover_truncated",
-             "recover_malformed", "retries", "max_tokens", *SAMPLING_FIELDS}
+             "recover_malformed", "retries", "max_tokens", "max_prompt_tokens", "prompt_overflow", *SAMPLING_FIELDS}
+PROMPT_OVERFLOW_HINT = ("prompt_overflow = truncate_left (cut the start of the new message) or prompt_overflow = "
+                        "end(OUTCOME) (end the session with that outcome)")
 
 
 class RoleChecks(CheckerBase):
@@ -284,7 +286,33 @@ class RoleChecks(CheckerBase):
                     v = self.sampling_value(key, attrs[key].value)
                     if v is not None:
                         r.sampling[key] = v
+            self.prompt_cap(r, attrs, d)
             self.exp.roles.append(r)
+
+    def prompt_cap(self, r: ir.Role, attrs: dict[str, A.Attribute], d: A.RoleDecl) -> None:
+        """`max_prompt_tokens = N` with `prompt_overflow = truncate_left | end(OUTCOME)`:
+        the two come together, so a spec always says what a longer prompt becomes."""
+        cap, over = attrs.get("max_prompt_tokens"), attrs.get("prompt_overflow")
+        if cap is not None:
+            r.max_prompt_tokens = self.const_int(cap.value, "max_prompt_tokens", 1)
+            if over is None:
+                self.err("E106", f"role '{r.name}' sets max_prompt_tokens but not what a longer prompt becomes",
+                         cap.name_span, PROMPT_OVERFLOW_HINT)
+        if over is None:
+            return
+        if cap is None:
+            self.err("E107", "'prompt_overflow' has no use without 'max_prompt_tokens'", over.name_span,
+                     f"cap the prompt: role {r.name} {{ max_prompt_tokens = 2048; prompt_overflow = ... }}")
+            return
+        e = over.value
+        if isinstance(e, A.Name) and e.id == "truncate_left":
+            r.prompt_overflow = ir.PromptOverflow(mode="truncate_left")
+        elif isinstance(e, A.Call) and e.func == "end" and len(e.args) == 1 and not e.kwargs \
+                and isinstance(e.args[0], A.Name):
+            r.prompt_overflow = ir.PromptOverflow(mode="end", outcome=e.args[0].id)
+        else:
+            self.err("E107", "prompt_overflow is truncate_left or end(OUTCOME), an outcome every game asking "
+                     f"'{r.name}' declares", e.span, PROMPT_OVERFLOW_HINT)
 
     def memory(self, e: A.Expr) -> ir.Memory:
         if isinstance(e, A.Name):
@@ -294,8 +322,24 @@ class RoleChecks(CheckerBase):
         if isinstance(e, A.Call) and e.func == "window" and len(e.args) == 1:
             n = self.const_int(e.args[0], "window size", 1)
             return ir.Memory(kind="window", size=n or 1)
-        self.err("E107", "memory is full, none or window(N)", e.span)
+        if isinstance(e, A.Call) and e.func == "shared" and len(e.args) == 1 and isinstance(e.args[0], A.Name) \
+                and not e.kwargs:
+            self.conversation_spans.setdefault(e.args[0].id, e.args[0].span)
+            return ir.Memory(kind="shared", conversation=e.args[0].id)
+        self.err("E107", "memory is full, none, window(N) or shared(CONVERSATION)", e.span)
         return ir.Memory()
+
+    def check_conversations(self) -> None:
+        """A shared conversation is named by two roles or more: one named once is a typo
+        (or a role that wants `memory = full`)."""
+        for name, span in self.conversation_spans.items():
+            sharing = [r.name for r in self.exp.roles if r.memory.conversation == name]
+            if len(sharing) != 1:
+                continue
+            others = [n for n in self.conversation_spans if n != name]
+            self.err("E107", f"no other role shares conversation '{name}' with '{sharing[0]}'", span,
+                     suggest(name, others) or "a conversation is shared by the roles whose memory is "
+                     f"shared({name}); for one role's own conversation use memory = full")
 
     def reply_parser(self, e: A.Expr) -> ir.ReplyParser:
         name = e.id if isinstance(e, A.Name) else e.func if isinstance(e, A.Call) else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
 from askspec.ir.vocab import SAMPLING_NUMBERS
+from askspec.runtime.backends.prompt_tokens import CHAR_ESTIMATE, PromptTokenizer
 
 FinishReason = Literal["stop", "length", "error"]
 
@@ -158,6 +159,12 @@ class Backend(abc.ABC):
         if type(self).prepare is Backend.prepare:
             return []
         return [("preparing", self.prepare)]
+
+    async def prompt_tokenizer(self, model: str) -> PromptTokenizer:
+        """What counts a prompt's tokens for `model` as this backend sends it (a role's
+        `max_prompt_tokens`). The default, for a backend without a tokenizer of its own,
+        is the documented estimate (prompt_tokens.CharEstimate)."""
+        return CHAR_ESTIMATE
 
     @abc.abstractmethod
     async def complete(self, request: ChatRequest) -> ChatResult:

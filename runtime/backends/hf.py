@@ -61,6 +61,7 @@ from askspec.runtime.backends.hf_prefix import (
     weights_fingerprint,
 )
 from askspec.runtime.backends.hf_quant import QUANTIZE, quantize_linears
+from askspec.runtime.backends.prompt_tokens import HFChatTokens, PromptTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -507,6 +508,12 @@ class HFBackend(Backend):
             self._tokenizer, self._model, self._device = tokenizer, model, device
             self._loaded = True
             self.forget_prefixes()  # computed under other weights
+
+    async def prompt_tokenizer(self, model: str) -> PromptTokenizer:
+        """The model's tokenizer and chat template, as `_encode` applies them."""
+        if self._tokenizer is None:
+            await self.prepare()
+        return HFChatTokens(self._tokenizer, self.chat_template)
 
     def torch_threads(self) -> int:
         return int(self.num_threads or default_threads())

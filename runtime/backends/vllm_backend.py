@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, FinishReason, Sampling
+from askspec.runtime.backends.prompt_tokens import HFChatTokens, PromptTokenizer
 
 MISSING_EXTRA = (
     "the vllm backend needs the 'vllm' extra: pip install 'askspec[vllm]' (CUDA GPU required)"
@@ -101,6 +102,10 @@ class VLLMBackend(Backend):
                 tokenizer = await tokenizer
             self._tokenizer = tokenizer
         return self._tokenizer
+
+    async def prompt_tokenizer(self, model: str) -> PromptTokenizer:
+        """The engine's tokenizer, the template rendered and then encoded as `complete` does."""
+        return HFChatTokens(await self._get_tokenizer(), render_first=True)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         started = time.perf_counter()

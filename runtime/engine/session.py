@@ -29,7 +29,7 @@ from askspec.runtime.engine.prompts import Prompts
 from askspec.runtime.engine.recorder import Recorder
 from askspec.runtime.engine.routing import GroupRouter, JudgeTally
 from askspec.runtime.engine.state import (DroppedTurns, EndSession, ModelBinding, Reply, RunAborted, SessionFailed,
-                                          SessionResult, SessionState, StatefulCall)
+                                          SessionResult, SessionState, SharedTurn, StatefulCall)
 from askspec.runtime.engine.stateful import OrderGate, StatefulScorers, calls_stateful
 from askspec.runtime.scoring.buffers import ReplayBuffer
 
@@ -291,6 +291,7 @@ class Engine:
                 await self._gate.wait_for_earlier(st.plan.index)
             if plain_ask is not None:  # `ask`'s common case inline: one role, one reply, nothing to evaluate
                 role, template, target = plain_ask
+                st.asks += 1
                 reply = await self.call_role(role, template, {**self.params, **st.vars}, None, st, remember=True,
                                              own_ctx=True)
                 if target:
@@ -390,6 +391,7 @@ class Engine:
     async def ask(self, s: ir.AskStep, st: SessionState) -> None:
         """An ask with a message, context or sample, or of several roles (`steps` runs the
         plain one inline)."""
+        st.asks += 1
         base_ctx = {**self.params, **st.vars}
         env = self.env(st)
         message = evaluate(s.message, env) if s.message is not None else None
@@ -409,14 +411,14 @@ class Engine:
         async def for_role(role: str):
             if n is None:
                 return await self.call_role(role, s.template, base_ctx, message, st, remember=True, sampling=over)
-            return list(await asyncio.gather(*(self.call_role(role, s.template, base_ctx, message, st, remember=False, sample_index=i,
-                                                              sample_key=f"x{serial}.{i}", sampling=over)
-                                               for i in range(n))))
+            return await _gather_all_or_none([self.call_role(role, s.template, base_ctx, message, st, remember=False,
+                                                             sample_index=i, sample_key=f"x{serial}.{i}", sampling=over)
+                                              for i in range(n)])
 
-        if len(s.roles) == 1:  # the common case; gather would add a task per call
+        if len(s.roles) == 1:  # the common case; a task per role would add one per call
             replies = [await for_role(s.roles[0])]
         else:
-            replies = await asyncio.gather(*(for_role(r) for r in s.roles))
+            replies = await _gather_all_or_none([for_role(r) for r in s.roles])
         for target, reply in zip(s.targets, replies):
             if target:
                 st.vars[target] = reply
@@ -459,10 +461,19 @@ class Engine:
             user = "" if message is None else str(message)
         if rc.system is not None and role not in st.system:
             st.system[role] = self.prompts.render(rc.system, ctx)
-        history = st.history.get(role) or []
-        messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history
-        asked = {"role": "user", "content": user}
-        messages.append(asked)
+        conversation = r.memory.conversation if rc.memory == "shared" else None
+        ask_no = st.asks
+        if conversation is not None:
+            messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + \
+                shared_view(st.shared.get(conversation, ()), role, ask_no, user)
+            history = messages
+        else:
+            history = st.history.get(role) or []
+            messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history
+            messages.append({"role": "user", "content": user})
+        if r.max_prompt_tokens is not None and not any(m["role"] == "assistant" for m in history):
+            messages = await self.fit_prompt(role, rc, messages)  # the prompt opens the role's conversation
+        asked = messages[-1]
         reply = await self.model_call(role, rc, messages, st, sample_index, sample_key, sampling)
         retries = rc.retries
         attempt = 0
@@ -477,13 +488,44 @@ class Engine:
             reply = await self.model_call(role, rc, messages, st, sample_index, sample_key, sampling)
         if role not in st.first_user:
             st.first_user[role] = user
-        if remember and rc.memory != "none":
+        if remember and conversation is not None:
+            # in the order replies arrive; shared_view orders them
+            st.shared.setdefault(conversation, []).append(SharedTurn(ask_no, reply.turn, role, user, reply["text"]))
+        elif remember and rc.memory != "none":
             # the message sent, itself (the store then finds the next prompt's head equal by identity)
             new = history + [asked, {"role": "assistant", "content": reply["text"]}]
             if rc.memory == "window":
                 new = new[-2 * rc.window:]
             st.history[role] = new
         return reply
+
+    async def fit_prompt(self, role: str, rc: _RoleCall, messages: list[dict]) -> list[dict]:
+        """`messages` within the role's max_prompt_tokens, counted by the backend's
+        tokenizer (prompt_tokens.py): as they are, cut from the left of the new message
+        (`truncate_left`), or the session ends with the role's outcome (`end(OUTCOME)`)."""
+        r = rc.role
+        cap, over = r.max_prompt_tokens, r.prompt_overflow
+        if cap is None or over is None:
+            return messages
+        tok = await rc.binding.backend.prompt_tokenizer(rc.binding.weights)
+        n = tok.chat_length(messages)
+        if n <= cap:
+            return messages
+        if over.mode == "end":
+            raise EndSession(over.outcome)
+        last = messages[-1]
+        ids = tok.encode(last["content"])
+        messages = list(messages)
+        while n > cap:
+            # a cut of the text re-encodes to about as many fewer tokens; cut again until it fits
+            if n - cap >= len(ids):
+                raise SessionFailed(f"{role}: the prompt is {n} tokens, over max_prompt_tokens = {cap}, and cutting its "
+                                    f"new message does not bring it under (the system prompt and earlier messages "
+                                    f"alone are too long): raise max_prompt_tokens or shorten the system prompt")
+            ids = ids[n - cap:]
+            messages[-1] = {**last, "content": tok.decode(ids)}
+            n = tok.chat_length(messages)
+        return messages
 
     async def model_call(self, role: str, rc: _RoleCall, messages: list[dict], st: SessionState,
                          sample_index: int, sample_key: str | None = None, sampling: dict[str, Any] | None = None) -> Reply:
@@ -553,7 +595,7 @@ class _RoleCall(NamedTuple):
     model_seed: int | None
     retries: int  # recovery prompts
     json_retries: int
-    memory: str  # full | window | none
+    memory: str  # full | window | none | shared
     window: int
     rollout: bool
     parse: Callable[[str], tuple[dict[str, Any], bool, list[str]]]  # `reply_fields` for its parser
@@ -573,6 +615,32 @@ def _over(role: str, rc: _RoleCall, sampling: dict[str, Any]) -> tuple[dict[str,
     if cap is not None and "max_tokens" in sampling:
         fields["max_tokens"] = min(int(sampling["max_tokens"]), cap)
     return fields, (role_seed_part(role, sampling["seed"]) if "seed" in sampling else rc.seed_part)
+
+
+def shared_view(turns: Iterable[SharedTurn], role: str, ask_no: int, prompt: str) -> list[dict[str, str]]:
+    """What `role` is sent from a shared conversation, its new message `prompt` last: its
+    own turns as the messages it was sent and its replies (assistant), every other role's
+    reply as a user message tagged with the speaker ("name: text"), up to this ask.
+    User messages in a row are joined into one (chat templates want roles to alternate)."""
+    out: list[dict[str, str]] = []
+
+    def user(text: str) -> None:
+        if out and out[-1]["role"] == "user":
+            out[-1]["content"] = "\n\n".join(x for x in (out[-1]["content"], text) if x)
+        else:
+            out.append({"role": "user", "content": text})
+
+    # within an ask, the role's own turn before the others' (it did not see them when it spoke)
+    for t in sorted(turns, key=lambda t: (t.ask, t.speaker != role, t.turn)):
+        if t.ask >= ask_no:
+            break
+        if t.speaker == role:
+            user(t.prompt)
+            out.append({"role": "assistant", "content": t.text})
+        else:
+            user(f"{t.speaker}: {t.text}")
+    user(prompt)
+    return out
 
 
 def _step_kind(s: Any) -> tuple[bool, Any, tuple[str, str | None, str | None] | None]:
@@ -611,6 +679,14 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (str, int, float, bool)) or v is None:
         return v
     return str(v)
+
+
+async def _gather_all_or_none(coros: list[Awaitable[Any]]) -> list[Any]:
+    """The results of `coros` run concurrently, in order; when one raises (a session
+    ended or failed), the others are cancelled rather than left running after it."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    await _all_or_none(tasks)
+    return [t.result() for t in tasks]
 
 
 async def _all_or_none(tasks: list[asyncio.Future]) -> None:

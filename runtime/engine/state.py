@@ -114,6 +114,20 @@ class SessionBook:
 
 
 @dataclass
+class SharedTurn:
+    """A turn of a shared conversation (`memory = shared(NAME)`): its speaker, the message
+    the speaker was sent (which only the speaker sees again) and its reply. `ask` numbers
+    the ask step it came from, `turn` its turn index: turns of one ask (`ask a, b`) are
+    unseen by each other and ordered as the spec names the roles."""
+
+    ask: int
+    turn: int
+    speaker: str
+    prompt: str
+    text: str
+
+
+@dataclass
 class SessionState:
     """A running session: the spec's variables, each role's view and conversation, and
     the engine's counters and bookkeeping."""
@@ -134,6 +148,8 @@ class SessionState:
     book: SessionBook = field(default_factory=SessionBook)
     stateful: Callable[[str, str, list, dict], Any] | None = None
     sample_asks: int = 0  # `sample N ask`s so far: names each sample's trajectory in rollouts
+    asks: int = 0  # ask steps begun so far (SharedTurn.ask)
+    shared: dict[str, list[SharedTurn]] = field(default_factory=dict)  # conversation -> its turns, in order
 
 
 @dataclass

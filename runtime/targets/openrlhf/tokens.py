@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult
+from askspec.runtime.backends.prompt_tokens import HFChatTokens, PromptTokenizer
 
 
 @dataclass
@@ -175,3 +176,10 @@ class OpenRLHFBackend(Backend):
         if conv is None:
             raise BackendError(f"no OpenRLHF rollout is attached to session {request.session_index}")
         return await conv.chat(request)
+    async def prompt_tokenizer(self, model: str) -> PromptTokenizer:
+        """The trained model's tokenizer (OpenRLHF's), as a Conversation encodes a prompt."""
+        for conv in self.conversations.values():
+            first = conv.members[0] if isinstance(conv, Siblings) else conv
+            return HFChatTokens(first.tokenizer, render_first=True)
+        return await super().prompt_tokenizer(model)
+
