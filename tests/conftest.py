@@ -4,7 +4,8 @@ A helper module beside its tests (tests/train/reference_impls.py) is imported by
 without a sys.path insert: pytest's default import mode puts a test's folder first on
 sys.path (the folders have no __init__.py, and no two test or helper modules share a
 name). The specs' Python-backed fake models every folder uses (tests/fake_models.py,
-tests/slow_model.py, which the python backend imports by name) sit beside this file, whose
+tests/slow_model.py, which the python backend imports by name) and the loopback
+OpenAI-compatible server (tests/fake_openai_server.py) sit beside this file, whose
 folder pytest puts on sys.path the same way; a test that runs `askspec` in a subprocess
 puts tests/ on its PYTHONPATH. Fixtures
 shared across tests live in a conftest.py (this one, tests/train/conftest.py's `e2e`).

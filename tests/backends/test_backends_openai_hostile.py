@@ -12,7 +12,8 @@ import asyncio
 
 import pytest
 
-from test_backends_openai import FAST, FakeOpenAIServer, _req
+from fake_openai_server import FakeOpenAIServer
+from test_backends_openai import FAST, _req
 
 from askspec.runtime.backends.base import BackendError
 from askspec.runtime.backends.openai_backend import OpenAIBackend, parse_completion, MalformedReply

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))
+from fake_openai_server import FakeOpenAIServer  # (tests/, on sys.path: tests/conftest.py)
 
-from test_backends_openai import FakeOpenAIServer  # noqa: E402
-
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.commands.runs import list_runs  # noqa: E402
-from askspec.runtime.store import layout  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.commands.runs import list_runs
+from askspec.runtime.store import layout
+from askspec.runtime.store.views import open_store
 
 # The quickstart's shape: a model declared for the embedded backend, sent to a server.
 SPEC = """

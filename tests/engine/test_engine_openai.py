@@ -5,15 +5,12 @@ failing marks only its session as an error and the run goes on."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))
+from fake_openai_server import FakeOpenAIServer  # (tests/, on sys.path: tests/conftest.py)
 
-from test_backends_openai import FakeOpenAIServer  # noqa: E402
-
-from askspec.runtime.commands.run import run_spec  # noqa: E402
-from askspec.runtime.store.views import open_store  # noqa: E402
+from askspec.runtime.commands.run import run_spec
+from askspec.runtime.store.views import open_store
 
 SPEC = """
 experiment remote {{ param n: int = 3 }}
