@@ -123,8 +123,10 @@ def game_sessions(game: ir.Game, params: Mapping[str, Any], sizes: Mapping[str, 
 
 
 def held_out_games(exp: ir.Experiment) -> set[str]:
-    """The games evaluate stages play: held out of training (and of the first phase)."""
-    return {name for s in exp.stages if s.kind == "evaluate" for name in s.options.get("games", [])}
+    """The games evaluate stages play and those retrain stages sample their items with:
+    held out of training (and of the first phase)."""
+    return ({name for s in exp.stages if s.kind == "evaluate" for name in s.options.get("games", [])}
+            | {s.options["sample"] for s in exp.stages if s.kind == "retrain" and s.options.get("sample")})
 
 
 def first_phase(exp: ir.Experiment) -> list[ir.Game]:

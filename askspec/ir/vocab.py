@@ -54,6 +54,16 @@ PARSERS: dict[str, Parser] = {
 # ---- stages ----------------------------------------------------------------------------
 StageKind = Literal["sft", "train", "evaluate", "retrain"]
 STAGE_KINDS: tuple[str, ...] = get_args(StageKind)
+# `keep`: which of a stage's checkpoints the later stages use. `last` (the default: the
+# stage's last step) or a rule -> (the stage kind it applies to, the curve or score it reads,
+# its keyword arguments): `best(accuracy)` the nested schedule's promoted student with the
+# best accuracy on its reward questions (SOAR's PS); `plateau(reward, window, fraction)` a
+# retrain stage stopped where its training reward levels off (SOAR's PQ, App. B.6)
+KEEP_LAST = "last"
+KEEP_RULES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "best": ("train", "accuracy", ()),
+    "plateau": ("retrain", "reward", ("window", "fraction")),
+}
 
 
 # ---- training --------------------------------------------------------------------------

@@ -196,6 +196,9 @@ class Compiler(StageChecks):
             elif isinstance(d, A.BlockDecl) and d.kind != "schedule":
                 getattr(self, "block_" + d.kind)(d)
         self.schedule_rewarded = self.nested_rewarded(decls)
+        # games a retrain stage samples its items with: their replies are data, never trained on (no E402)
+        self.sample_games = {a.value.id for d in decls if isinstance(d, A.StageDecl) for a in d.attrs
+                             if a.name == "sample" and isinstance(a.value, A.Name)}
         games = [d for d in decls if isinstance(d, A.GameDecl)]
         if not games:
             # an empty file (or one holding only declarations) would run nothing at all

@@ -607,6 +607,8 @@ class GameChecker:
         before it."""
         # the nested schedule's grounded outer reward is the schedule's, not the game's
         trained = {r for r in self.asked_roles if self.roles[r].trained and r not in self.c.schedule_rewarded}
+        if g.name in self.c.sample_games:  # a retrain stage's sampled items: replies as data, not trained on
+            return
         if not trained:
             return
         routed = {r.role for r in self.routes}

@@ -1,8 +1,10 @@
 """The stage list: `stage NAME KIND { settings }` declarations, run in declaration order
 (docs/language.md, "stage"): a supervised cold start (`sft`), the RL schedule (`train`),
 evaluation games on held-out data (`evaluate`), and a fresh copy of a role trained on
-items a game plays over (`retrain`: SOAR's promoted questions, PQ). Checks each stage's settings and the
-list as a whole (E408), and fills `ir.Experiment.stages`."""
+items a game plays over (`retrain`: SOAR's promoted questions, PQ, or a data set sampled
+from a role, its teacher evaluations). `keep` chooses the checkpoint a stage hands on
+(`best(accuracy)`, `plateau(reward, ...)`). Checks each stage's settings and the list as a
+whole (E408), and fills `ir.Experiment.stages`."""
 
 from __future__ import annotations
 
@@ -13,14 +15,15 @@ from . import ast as A
 from .blocks import BlockChecks
 from .exprs import irspan, suggest
 from ..ir.plansize import MAX_STEP_SESSIONS, MAX_TRAINING_STEPS
-from ..ir.vocab import STAGE_KINDS
+from ..ir.vocab import KEEP_LAST, KEEP_RULES, STAGE_KINDS
+from ..ir.walk import all_steps
 from .training import HYPERPARAMETERS
 
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "sft": ("role", "data", "steps", "batch", "lr", "prompt", "completion", "system"),
-    "train": (),
+    "train": ("keep",),
     "evaluate": ("games", "samples", "k", "score", "weights"),
-    "retrain": ("role", "game", "promoted", "data", "steps", "curriculum", "warmup", "lr"),
+    "retrain": ("role", "game", "promoted", "data", "sample", "steps", "curriculum", "warmup", "lr", "keep"),
 }
 WEIGHTS = ("trained", "initial")
 
@@ -123,7 +126,68 @@ class StageChecks(BlockChecks):
         return v.id
 
     def stage_train(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
-        return {}
+        if "keep" not in a:
+            return {}
+        keep = self.keep_rule(a["keep"], "train")
+        if keep is None:
+            return None
+        return {"keep": keep} if keep["rule"] != KEEP_LAST else {}
+
+    def keep_rule(self, attr: A.Attribute, kind: str) -> dict[str, Any] | None:
+        """`keep = last | best(accuracy) | plateau(reward, window = N, fraction = F)` as
+        {rule, of, ...its arguments} (askspec.ir.vocab.KEEP_RULES), or None after a diagnostic."""
+        v = attr.value
+        forms = "keep = last, best(accuracy) (a train stage) or plateau(reward, window = N, fraction = F) (a retrain stage)"
+        if isinstance(v, A.Name) and v.id == KEEP_LAST:
+            return {"rule": KEEP_LAST}
+        name = v.func if isinstance(v, A.Call) else v.id if isinstance(v, A.Name) else None
+        if name not in KEEP_RULES or not isinstance(v, A.Call):
+            self.err("E107", f"keep is a rule that chooses the stage's checkpoint, found {name or 'an expression'}",
+                     v.func_span if isinstance(v, A.Call) else v.span,
+                     (suggest(name, [KEEP_LAST, *KEEP_RULES]) if name else None) or forms)
+            return None
+        applies, curve, keywords = KEEP_RULES[name]
+        if applies != kind:
+            self.err("E408", f"keep = {name}(...) chooses the checkpoint of a {applies} stage, not of a {kind} stage",
+                     v.func_span, forms)
+            return None
+        if len(v.args) != 1 or not isinstance(v.args[0], A.Name) or v.args[0].id != curve:
+            self.err("E109", f"{name}() takes one argument, {curve}" + (
+                f", and the keyword arguments {', '.join(keywords)}" if keywords else ""), v.span,
+                f"keep = {name}({curve}" + "".join(f", {k} = ..." for k in keywords) + ")")
+            return None
+        out: dict[str, Any] = {"rule": name, "of": curve}
+        given = dict(v.kwargs)
+        for k, e in v.kwargs:
+            if k not in keywords:
+                self.err("E109", f"{name}() has no keyword argument '{k}'", e.span,
+                         suggest(k, keywords) or (f"its keyword arguments: {', '.join(keywords)}" if keywords
+                                                  else f"{name}({curve}) takes none"))
+                return None
+        for k in keywords:
+            if k not in given:
+                self.err("E106", f"{name}() needs '{k} = ...'", v.span,
+                         "e.g. keep = plateau(reward, window = 25, fraction = 0.15)")
+                return None
+        if name == "plateau":
+            window = self.const_int(given["window"], "plateau's window", 1)
+            fraction = self.const(given["fraction"], "plateau's fraction")
+            if window is None or fraction is None:
+                return None
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+                self.err("E107", f"plateau's fraction is a number in (0, 1] (of the largest slope seen), found "
+                                 f"{fraction!r}", given["fraction"].span)
+                return None
+            self._bounded(window, "window", given["window"].span, "plateau")
+            out.update(window=window, fraction=float(fraction))
+        elif name == "best":
+            sched = self.exp.schedule
+            if sched is None or sched.kind != "nested":
+                self.err("E408", "keep = best(accuracy) chooses among the promoted students of a nested schedule, "
+                                 "and this spec has none", v.func_span, "remove the setting (the train stage keeps its "
+                                                                        "last step)")
+                return None
+        return out
 
     def stage_evaluate(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
         for need in ("games", "score"):
@@ -208,6 +272,11 @@ class StageChecks(BlockChecks):
             return None
         opts: dict[str, Any] = {"role": role, "game": game.name, "promoted": False, "data": None, "steps": 1,
                                 "curriculum": 0}
+        if "sample" in a:
+            sampled = self.sample_game(a["sample"].value, game.name)
+            if sampled is None:
+                return None
+            opts["sample"] = sampled
         if "promoted" in a:
             v = self.const(a["promoted"].value, "promoted")
             if not isinstance(v, bool):
@@ -223,9 +292,10 @@ class StageChecks(BlockChecks):
             opts["data"] = self.data_ref(a["data"].value, "data names a declared data set")
             if opts["data"] is None:
                 return None
-        if not opts["promoted"] and opts["data"] is None:
+        if not opts["promoted"] and opts["data"] is None and "sample" not in opts:
             self.err("E408", f"stage '{d.name}' has nothing to train on", d.name_span,
-                     "promoted = true (the nested schedule's promoted datasets) and/or data = DATA")
+                     "promoted = true (the nested schedule's promoted datasets), sample = GAME (a data set sampled "
+                     "from a role) and/or data = DATA")
             return None
         for key, low in (("steps", 1), ("curriculum", 0), ("warmup", 0)):
             if key in a:
@@ -235,8 +305,41 @@ class StageChecks(BlockChecks):
             opts["lr"] = self.setting_value("lr", HYPERPARAMETERS["lr"], a["lr"].value, "retrain stage")
         if None in (opts["steps"], opts["curriculum"], opts.get("warmup", 0), opts.get("lr", 1)):
             return None
-        if opts["curriculum"] and not (opts["promoted"] and opts["data"] is not None and opts["curriculum"] < opts["steps"]):
-            self.err("E408", "curriculum (the first steps on the promoted datasets only, then the data set) needs "
-                     "promoted = true, a data set and fewer curriculum steps than steps", a["curriculum"].value.span)
+        synthetic = opts["promoted"] or "sample" in opts
+        if opts["curriculum"] and not (synthetic and opts["data"] is not None and opts["curriculum"] < opts["steps"]):
+            self.err("E408", "curriculum (the first steps on the promoted or sampled items only, then the data set) "
+                     "needs promoted = true or sample = GAME, a data set and fewer curriculum steps than steps",
+                     a["curriculum"].value.span)
             return None
+        if "keep" in a:
+            keep = self.keep_rule(a["keep"], "retrain")
+            if keep is None:
+                return None
+            if keep["rule"] != KEEP_LAST:
+                opts["keep"] = keep
         return opts
+
+    def sample_game(self, v: A.Expr, trained_game: str) -> str | None:
+        """The game a retrain stage's `sample` names: played once, with the weights the
+        stages before left, its `sample N ask ROLE` replies become the stage's items (as a
+        nested schedule's datasets are). It is held out of the schedule, as an evaluated game."""
+        games = self.schedule_games(v, "retrain")
+        if len(games) != 1:
+            return None
+        game = next(g for g in self.exp.games if g.name == games[0])
+        if game.name == trained_game:
+            self.err("E408", f"game '{game.name}' both samples the stage's items and trains on them", v.span,
+                     "sample = a game that asks the role that writes the items: game write { xs = sample 128 ask teacher }")
+            return None
+        if not any(isinstance(s, ir.AskStep) and s.sample is not None for s in all_steps(game.body)):
+            self.err("E408", f"game '{game.name}' has no `sample N ask ROLE`: the stage's items are the replies of its "
+                             f"sample calls", v.span, "e.g. game write { xs = sample 128 ask teacher }")
+            return None
+        sched = self.exp.schedule
+        opt = sched.options.get("games") if sched is not None else None
+        trained = opt if isinstance(opt, list) else [g for x in opt.values() for g in x] if isinstance(opt, dict) else []
+        if game.name in trained:
+            self.err("E408", f"game '{game.name}' samples a stage's items and is trained on by the schedule", v.span,
+                     "sample with a game of its own, held out of the schedule")
+            return None
+        return game.name

@@ -21,7 +21,10 @@ step does between playing the outer games and updating the outer role.
    `promotion_window` steps (since the last promotion: rewards before it were measured
    against another baseline); above `promotion_threshold`, the median copy (the lower
    median by reward) of the best dataset becomes the inner role's weights and the dataset
-   joins the promoted ones.
+   joins the promoted ones. With `stage NAME train { keep = best(accuracy) }` each promoted
+   student that is more accurate on its step's reward questions than every one before is
+   kept (`checkpoints/nested/best-step-<n>.safetensors`, `LoopState.best`); the trainer
+   gives the inner role its weights when the train stage ends (SOAR's PS).
 
 Everything is recorded as `nested_events` (event: baseline, inner_step, copy, dataset,
 decision, promotion). The loop's state (averaged rewards, promotions, promoted datasets)
@@ -87,6 +90,7 @@ class LoopState:
 
     rewards: list[float] = field(default_factory=list)  # mean outer reward per step since the last promotion
     promotions: list[dict[str, Any]] = field(default_factory=list)  # {step, dataset, copy, items}
+    best: dict[str, Any] | None = None  # keep = best(accuracy): {step, dataset, copy, accuracy} of the kept student
 
 
 def data_name(game: ir.Game) -> str | None:
@@ -159,6 +163,8 @@ class InnerLoop:
         self.state = LoopState()
         self.practice = trainer._game(self.s.practice) if self.s.practice else None
         self.evaluate = trainer._game(self.s.evaluate) if self.s.evaluate else None
+        self.keep_best = any(st.kind == "train" and (st.options.get("keep") or {}).get("rule") == "best"
+                             for st in trainer.exp.stages)
 
     @property
     def grounded(self) -> bool:
@@ -215,6 +221,10 @@ class InnerLoop:
         for old in (root / NESTED).glob("step-*.json"):
             if old.stem[5:].isdigit() and int(old.stem[5:]) < step:
                 old.unlink(missing_ok=True)
+        kept = best_weights(root / NESTED, self.state.best["step"]) if self.state.best is not None else None
+        for old in (root / NESTED).glob("best-step-*.safetensors"):  # only the newest checkpoint's state resumes
+            if old != kept:
+                old.unlink(missing_ok=True)
 
     def restore(self, root: Path, step: int) -> None:
         path = root / NESTED / f"step-{step}.json"
@@ -259,7 +269,8 @@ class InnerLoop:
             base = await self._accuracy(step, "base", questions, engine, log)
             log.nested_event(step=step, event="baseline", value=base, data={"questions": len(questions)})
             rewards: list[float] = []
-            best: tuple[int, int, Path | None] | None = None  # the best dataset so far: (k, median copy, its weights)
+            # the best dataset so far: (k, median copy, its weights, its accuracy)
+            best: tuple[int, int, Path | None, float] | None = None
             steps = self.s.inner_steps + (self.s.extra_inner_steps if self.state.promotions else 0)
             for ds in datasets:
                 accs: list[float] = []
@@ -294,7 +305,7 @@ class InnerLoop:
                 log.nested_event(step=step, event="dataset", dataset=ds.k, value=r_k,
                                  data={"accuracies": accs, "baseline": base, "median_copy": med + 1, "items": ds.items})
                 if best is None or r_k > rewards[best[0] - 1]:
-                    best = (ds.k, med + 1, files[med])
+                    best = (ds.k, med + 1, files[med], accs[med])
                 for f in (work.glob("*.safetensors")):  # only the best dataset's median copy may be promoted
                     if best[2] is None or f != best[2]:
                         f.unlink(missing_ok=True)
@@ -306,7 +317,7 @@ class InnerLoop:
                                    "window": self.s.window, "promoted": promote,
                                    "best_dataset": best[0] if best else None, "rewards": rewards})
             if promote and best is not None:
-                k_best, j_star, weights = best
+                k_best, j_star, weights, accuracy = best
                 if weights is not None:  # else the best dataset had no items: its copies are the baseline
                     student.take_weights(_load_weights(weights))
                 record = {"step": step, "dataset": k_best, "copy": j_star, "items": datasets[k_best - 1].items}
@@ -314,10 +325,25 @@ class InnerLoop:
                 self.state.rewards = []
                 log.nested_event(step=step, event="promotion", dataset=k_best, copy=j_star, value=rewards[k_best - 1],
                                  data=record)
+                if self.keep_best and (self.state.best is None or accuracy > self.state.best["accuracy"]):
+                    self._keep(work.parent, student, {"step": step, "dataset": k_best, "copy": j_star,
+                                                      "accuracy": accuracy})
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return {"datasets": len(datasets), "baseline_accuracy": base, "outer_rewards": rewards,
                 "moving_average": average, "promoted": promote, "inner_steps": steps}
+
+    def _keep(self, root: Path, student, best: dict[str, Any]) -> None:
+        """The promoted student is the most accurate so far: its weights are kept (the one
+        kept before goes with the next checkpoint, which no longer names it: `save`)."""
+        _save_weights(student.state(), best_weights(root, best["step"]))
+        self.state.best = best
+
+    def kept_weights(self, root: Path) -> dict | None:
+        """The kept student's weights (keep = best(accuracy)), None when none was promoted."""
+        if self.state.best is None:
+            return None
+        return _load_weights(best_weights(root, self.state.best["step"]))
 
     def _plans(self, game: ir.Game, items: list, group: int | None, batch: int, seed: int, step: int,
                tag: str, n: int = 1) -> list[SessionPlan]:
@@ -365,6 +391,11 @@ class InnerLoop:
         m = copy.update(b.trajectories)
         m.update(sessions=len(plans), excluded=b.excluded)
         return m
+
+
+def best_weights(root: Path, step: int) -> Path:
+    """Where keep = best(accuracy) keeps the student promoted at `step` (root: checkpoints/nested)."""
+    return root / f"best-step-{step}.safetensors"
 
 
 def _save_weights(state: dict, path: Path) -> None:

@@ -79,7 +79,7 @@ def phases(exp: ir.Experiment, configs: list) -> tuple[list[Phase], int]:
         return out, int(opts.get("iterations") or 1)
     if kind == "nested":
         outer = str(opts.get("outer"))
-        inner_games = {opts.get("practice"), opts.get("evaluate")}
+        inner_games = {opts.get("practice"), opts.get("evaluate")} | held_out_games(exp)
         names = opts["games"] if isinstance(opts.get("games"), list) else [
             g.name for g in exp.games if g.name not in inner_games and outer in asked_roles(g.body)]
         plain, replay = split(names)

@@ -8,11 +8,15 @@
   (`trained`: the weights as the stages before left them; `initial`: the spec's own);
   `askspec metrics` reports pass@k / avg@n over those samples per stage from the recorded
   sessions (askspec.runtime.engine.passk);
-- `retrain`: at its first step the role goes back to the spec's weights with a fresh AdamW
-  (a fresh student, SOAR's PQ evaluation); each step plays the stage's game over the items
-  (the nested schedule's promoted datasets and/or a data set, mixed, or promoted first for
-  `curriculum` steps), sized by the role's train block, and updates the role with its
-  algorithm under the stage's learning-rate schedule.
+- `retrain`: at its first step the `sample` game (if any) is played once by the weights
+  the stages before left, its `sample N ask` replies becoming items as a nested schedule's
+  datasets do (SOAR's teacher evaluations); then the role goes back to the spec's weights
+  with a fresh AdamW (a fresh student, SOAR's PQ evaluation); each step plays the stage's
+  game over the items (the promoted datasets' and the sampled ones, and/or a data set's,
+  mixed, or the former first for `curriculum` steps), sized by the role's train block, and
+  updates the role with its algorithm under the stage's learning-rate schedule. With
+  `keep = plateau(reward, window, fraction)` the stage stops at the first step its smoothed
+  training reward levels off (`plateau`), keeping that step's weights.
 """
 
 from __future__ import annotations
@@ -117,16 +121,67 @@ def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: in
 # retrain
 
 
-def retrain_items(opts: dict[str, Any], promotions: list[dict], datasets: dict[str, list], n: int) -> tuple[list, int]:
+def retrain_items(opts: dict[str, Any], promotions: list[dict], datasets: dict[str, list], n: int,
+                  sampled: list[dict] | None = None) -> tuple[list, int]:
     """(the items the `n`-th step plays over, that step's number within its part): the
-    promoted datasets' items (in promotion order) and the data set's, mixed; with
-    `curriculum` C, the promoted items alone for steps 1..C, then the data set's."""
+    promoted datasets' items (in promotion order), the sampled ones and the data set's,
+    mixed; with `curriculum` C, the promoted and sampled items alone for steps 1..C, then
+    the data set's."""
     promoted = [dict(it) for p in promotions for it in p.get("items") or []] if opts["promoted"] else []
+    synthetic = promoted + [dict(it) for it in sampled or []]
     data = list(datasets.get(opts["data"]) or []) if opts["data"] else []
     c = int(opts.get("curriculum") or 0)
     if c:
-        return (promoted, n) if n <= c else (data, n - c)
-    return promoted + data, n
+        return (synthetic, n) if n <= c else (data, n - c)
+    return synthetic + data, n
+
+
+def sample_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: int) -> list[SessionPlan]:
+    """The sessions of a retrain stage's `sample` game: every element once per session of
+    its group (a `times N` game plays N)."""
+    plans = []
+    k = index0
+    for j, e in enumerate(elements):
+        for member in range(e.size):
+            plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=e.game.name,
+                                     group_id=f"{stage.name}-sample-e{j:03d}", group_size=e.size, bindings=e.bindings,
+                                     step=step, stage=stage.name,
+                                     seed=derive_seed(seed, e.game.name, e.item_index, "sample", stage.name, member),
+                                     item_index=e.item_index))
+            k += 1
+    return plans
+
+
+def sampled_items(game: ir.Game, sessions: list, parsed: dict[tuple[str, int], Any]) -> list[dict]:
+    """A `sample` game's items: every reply of its `sample N ask ROLE` calls, in session
+    order, that the game did not drop (askspec.runtime.train.nested.datasets_of, the one
+    reading of a sampled dataset)."""
+    from askspec.ir.walk import all_steps
+    from askspec.runtime.train.nested import datasets_of
+
+    roles = sorted({r for st in all_steps(game.body) if isinstance(st, ir.AskStep) and st.sample is not None
+                    for r in st.roles})
+    return [it for role in roles for ds in datasets_of(sessions, parsed, role) for it in ds.items]
+
+
+def plateau(rewards: list[float | None], window: int, fraction: float) -> dict[str, float] | None:
+    """Whether a stage's training-reward curve (one mean per step; None: a step without
+    rewards, skipped) has levelled off at its last step: the curve smoothed by a trailing
+    moving average over `window` steps, its slope (the smoothed value minus the one before)
+    at the last step below `fraction` of the largest slope seen so far, which must be
+    positive (a curve that never rose has no plateau). SOAR's early stopping (App. B.6) with
+    a trailing window in place of the paper's centred one, so it is decided when the step
+    is reached; the paper's normalisation by the reward range divides both slopes alike.
+    Returns the slopes when it has, else None."""
+    curve = [r for r in rewards if r is not None]
+    if len(curve) < window + 2:  # two slopes at least: one to rise, one to level off
+        return None
+    smooth = [sum(curve[i - window + 1:i + 1]) / window for i in range(window - 1, len(curve))]
+    slopes = [b - a for a, b in zip(smooth, smooth[1:])]
+    top = max(slopes[:-1])
+    if top <= 0 or slopes[-1] >= fraction * top:
+        return None
+    return {"slope": slopes[-1], "max_slope": top, "smoothed": smooth[-1]}
 
 
 def retrain_config(cfg: Any, opts: dict[str, Any]) -> Any:

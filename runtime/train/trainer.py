@@ -47,6 +47,7 @@ from askspec.runtime.train.nested import InnerLoop
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
 BUFFERS = "buffers"  # checkpoints/buffers/step-<n>.json: the buffers' state at that step
+STAGES = "stages"  # checkpoints/stages/step-<n>.json: what the stages carry past that step (StageState)
 
 
 class TrainingRefused(Exception):
@@ -284,6 +285,15 @@ class _Played:
     seconds: float
 
 
+@dataclass
+class StageState:
+    """What the stages carry from one step to the next (checkpointed with it)."""
+
+    sampled: dict[str, list] = dataclasses.field(default_factory=dict)  # retrain stage -> its sampled items
+    rewards: dict[str, list] = dataclasses.field(default_factory=dict)  # retrain stage -> mean reward per step
+    stopped: dict[str, int] = dataclasses.field(default_factory=dict)  # stage -> the step `keep` stopped it at
+
+
 # ---------------------------------------------------------------------------------------
 # the trainer
 
@@ -308,7 +318,8 @@ class LocalTrainer:
         self.slots = schedule.slots(exp, self.configs)
         self.steps = len(self.slots)
         inner_games = self.inner.games() if self.inner is not None else []
-        inner_games += [st.options["game"] for st in exp.stages if st.kind == "retrain"]
+        inner_games += [st.options[k] for st in exp.stages if st.kind == "retrain" for k in ("game", "sample")
+                        if st.options.get(k)]
         self.games = [g for g in exp.games
                       if g.name in inner_games or any(g.name in s.phase.plain + s.phase.replay for s in self.slots)]
         self.planners: dict[str, StepPlanner] = {}
@@ -322,6 +333,12 @@ class LocalTrainer:
                 self.planners[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
                                                      dict(datasets), seed, group, batch)
         self.planner = next(iter(self.planners.values()), None)  # the first phase's (tests, progress)
+        self.sampling: dict[str, list[_Element]] = {  # a retrain stage's sample game's elements
+            st.name: StepPlanner(exp, [self._game(st.options["sample"])], params, dict(datasets), seed, None,
+                                 None).elements
+            for st in exp.stages if st.kind == "retrain" and st.options.get("sample")}
+        self.stage_state = StageState()
+        self._stage_end = {sl.phase.stage: sl.step for sl in self.slots}  # stage -> its last step
         self._index0 = [0]  # per step: its first session index (each step owns a fixed range)
         for sl in self.slots:
             self._index0.append(self._index0[-1] + self.step_sessions(sl))
@@ -361,7 +378,7 @@ class LocalTrainer:
         if sl.phase.kind != "play":
             stage = self._stage(sl)
             if stage.kind == "retrain":
-                return self._retrain_shape(stage)[1]
+                return self._retrain_shape(stage)[1] + (self._sample_sessions(stage) if sl.n == 1 else 0)
             return 0 if stage.kind == "sft" else (len(self.evaluated[sl.phase.name]) * stage.options["samples"]
                                                   * len(stage.options["weights"]))
         n = self.planners[sl.phase.name].sessions_per_step(sl.n) if sl.phase.plain else 0
@@ -595,11 +612,16 @@ class LocalTrainer:
             self._restore_buffers(engine)
             if self.inner is not None:
                 self.inner.restore(self.run_dir / CHECKPOINTS, self.start_step)
+            path = self.run_dir / CHECKPOINTS / STAGES / f"step-{self.start_step}.json"
+            if path.exists():
+                self.stage_state = StageState(**json.loads(path.read_text(encoding="utf-8")))
             self._emit_missing(log)
         if self.asynchronous:
             await self._run_async(engine, log, on_step)
             return
         for sl in self.slots[self.start_step:]:
+            if sl.phase.stage in self.stage_state.stopped:  # its `keep` rule stopped the stage: no more steps
+                continue
             if sl.phase.kind != "play":
                 log.reset()
                 engine.enter_step(sl.step, sl.phase.name)
@@ -608,8 +630,28 @@ class LocalTrainer:
                 continue
             played = await self._play(sl, engine, log)
             metrics, keys = self._train(sl, played)
+            if self._stage_end.get(sl.phase.stage) == sl.step:
+                self._keep_best(sl, log)
             self._record(sl, played, keys, log)
             self._end_step(sl, metrics, engine, log, on_step)
+
+    def _keep_best(self, sl: schedule.Slot, log: StepLog) -> None:
+        """The train stage's last step, with `keep = best(accuracy)`: the inner role takes the
+        kept promoted student's weights (none promoted: it keeps its own), before the step's
+        checkpoint, so the later stages and a resumed run see them; a `keep` nested event
+        records the choice."""
+        stage = next((s for s in self.exp.stages if s.name == sl.phase.stage), None)
+        if stage is None or (stage.options.get("keep") or {}).get("rule") != "best" or self.inner is None:
+            return
+        root = self.run_dir / CHECKPOINTS / "nested"
+        state = self.inner.kept_weights(root)
+        best = self.inner.state.best
+        if state is not None and best is not None:
+            self.policies[self.inner.s.inner].take_weights(state)
+        log.nested_event(step=sl.step, event="keep", dataset=best["dataset"] if best else None,
+                         copy=best["copy"] if best else None, value=best["accuracy"] if best else None,
+                         data={"rule": "best", "of": "accuracy", "kept": best,
+                               "promotions": len(self.inner.state.promotions)})
 
     @property
     def asynchronous(self) -> bool:
@@ -733,8 +775,10 @@ class LocalTrainer:
         bad = [role for role, m in metrics.items() if m.get("nonfinite")]
         for role in bad:
             self.nonfinite.setdefault(role, []).append(step)
-        # a step not applied writes no checkpoint: the newest one stays the newest finite update
-        if not bad and (step % min(c.save_every for c in self.configs) == 0 or step == self.steps):
+        # a step not applied writes no checkpoint: the newest one stays the newest finite update; a step
+        # a stage's `keep` rule stopped at is its stage's last (the weights the later stages use)
+        stopped = sl.phase.stage is not None and self.stage_state.stopped.get(sl.phase.stage) == step
+        if not bad and (step % min(c.save_every for c in self.configs) == 0 or step == self.steps or stopped):
             self.checkpoint(step, metrics, engine)
         for role, m in metrics.items():
             log.train_step(role, step, _jsonable(m))
@@ -759,6 +803,10 @@ class LocalTrainer:
         cfg, game = self.by_role[stage.options["role"]], self._game(stage.options["game"])
         size = group_size(game, cfg.group)
         return size, whole_groups(cfg.batch, size)
+
+    def _sample_sessions(self, stage: ir.Stage) -> int:
+        """Sessions of a retrain stage's `sample` game (played at the stage's first step)."""
+        return sum(e.size for e in self.sampling.get(stage.name, []))
 
     def _stage(self, sl: schedule.Slot) -> ir.Stage:
         return next(s for s in self.exp.stages if s.name == sl.phase.stage)
@@ -806,11 +854,21 @@ class LocalTrainer:
         t0 = time.perf_counter()
         opts, role = stage.options, stage.options["role"]
         policy = self.policies[role]
+        index0 = self._index0[sl.step - 1]
+        sampled: dict[str, Any] = {}
+        if sl.n == 1 and stage.name in self.sampling:  # by the weights the stages before left, the role's included
+            sample = stages.sample_plans(stage, self.sampling[stage.name], self.seed, sl.step, index0)
+            await engine.run_phase(sample, {})
+            index0 += len(sample)
+            played = [log.sessions[p.session_id] for p in sample if p.session_id in log.sessions]
+            items = stages.sampled_items(self._game(opts["sample"]), played, log.parsed)
+            self.stage_state.sampled[stage.name] = [_jsonable(it) for it in items]
+            sampled = {"sampled": len(items), "sample_sessions": len(sample)}
         if sl.n == 1:  # a fresh copy: the spec's weights and a new AdamW (a resumed step n > 1 has its checkpoint's)
             policy.reset()
         policy.lr_step0 = policy.version - (sl.n - 1)  # the stage's own learning-rate schedule
         promotions = self.inner.state.promotions if self.inner is not None else []
-        items, n = stages.retrain_items(opts, promotions, self.datasets, sl.n)
+        items, n = stages.retrain_items(opts, promotions, self.datasets, sl.n, self.stage_state.sampled.get(stage.name))
         m: dict[str, Any]
         plans: list[SessionPlan] = []
         version = policy.version
@@ -822,7 +880,7 @@ class LocalTrainer:
             group, batch = self._retrain_shape(stage)
             planner = self.planner_over([game], {**self.datasets, data_name(game) or "": items},
                                         derive_seed(self.seed, "retrain", stage.name), group, batch)
-            plans = [dataclasses.replace(p, stage=stage.name) for p in planner.plans(n, self._index0[sl.step - 1], sl.step)]
+            plans = [dataclasses.replace(p, stage=stage.name) for p in planner.plans(n, index0, sl.step)]
             await engine.run_phase(plans, {})
             sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
             b = build_batch(role, sessions, log.routes)
@@ -833,15 +891,23 @@ class LocalTrainer:
                 policy.cfg = rl_cfg
             m["excluded"] = b.excluded
         m.update(step=sl.step, iteration=1, phase=sl.phase.name, stage=stage.name, algorithm=self.by_role[role].algorithm,
-                 sessions=len(plans), items=len(items), seconds=time.perf_counter() - t0, policy_version=version)
+                 sessions=len(plans), items=len(items), seconds=time.perf_counter() - t0, policy_version=version,
+                 **sampled)
+        keep = opts.get("keep")
+        if keep is not None and keep["rule"] == "plateau":
+            rewards = self.stage_state.rewards.setdefault(stage.name, [])
+            rewards.append(m.get("reward_mean"))
+            hit = stages.plateau(rewards, int(keep["window"]), float(keep["fraction"]))
+            if hit is not None:  # this step's weights are the stage's: its later steps are not played
+                self.stage_state.stopped[stage.name] = sl.step
+                m.update(stopped=True, plateau=hit, stopped_after=sl.n)
         return {role: m}
 
     def _gate_closed(self, role: str, plans: list[SessionPlan], sessions: list[SessionRecord]) -> str | None:
         """Why `role`'s update gate (`update_when`) skips this step's update, or None when
         it is open (or absent). Evaluated over the step's finished sessions as a metric is
         over a run's: session variables, bindings, outcome, status, game, total rewards."""
-        from askspec.runtime.engine.evaluator import EvalError, MissingValue
-        from askspec.runtime.engine.metrics import SessionScope, over_sessions
+        from askspec.runtime.engine.metrics import gate_closed, gate_scope
 
         gate = self.gates.get(role)
         if gate is None:
@@ -852,17 +918,12 @@ class LocalTrainer:
             if s.status != "ok":
                 continue
             plan = games[s.session_id]
-            scope = {**s.vars, **plan.bindings}
-            scope.update(step=plan.step, outcome=s.outcome, status=s.status, game=plan.game)
             totals: dict[str, float] = {}
             for r, _, _, value in s.rewards:
                 totals[r] = totals.get(r, 0.0) + value
-            scopes.append(SessionScope(scope, totals))
-        try:
-            value = over_sessions(self.exp, gate, scopes)
-        except (EvalError, MissingValue) as e:
-            return f"update_when could not be evaluated: {e}"
-        return None if value is True else f"update_when was {json.dumps(value, default=str)} over the step's sessions"
+            scopes.append(gate_scope(s.vars, plan.bindings, step=plan.step, outcome=s.outcome, status=s.status,
+                                     game=plan.game, rewards=totals))
+        return gate_closed(self.exp, gate, scopes)
 
     def plans(self, sl: schedule.Slot, engine) -> tuple[list[SessionPlan], dict[str, list[int]]]:
         """Step `sl`'s sessions: its plain games' next elements, then a batch of each
@@ -910,6 +971,12 @@ class LocalTrainer:
                               {name: b.state() for name, b in engine.buffers.items()})
         if self.inner is not None:
             self.inner.save(root, step)
+        if self.exp.stages:
+            (root / STAGES).mkdir(parents=True, exist_ok=True)
+            write_json_atomic(root / STAGES / f"step-{step}.json", dataclasses.asdict(self.stage_state))
+            for old in (root / STAGES).glob("step-*.json"):  # only the newest is resumed from
+                if old.stem[5:].isdigit() and int(old.stem[5:]) < step:
+                    old.unlink(missing_ok=True)
         write_json_atomic(root / LATEST, {"step": step, "roles": {r: f"{r}/step-{step}" for r in self.policies}})
         for old in (root / BUFFERS).glob("step-*.json"):  # only the newest is resumed from
             if old.stem[5:].isdigit() and int(old.stem[5:]) < step:

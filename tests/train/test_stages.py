@@ -250,3 +250,78 @@ def test_retrain_stage_compiles_with_its_defaults():
     (st,) = [s for s in res.ir.stages if s.kind == "retrain"]
     assert st.options == {"role": "student", "game": "practice", "promoted": True, "data": "hard", "steps": 3,
                           "curriculum": 0, "warmup": 1}
+
+
+# -- sampled items and the checkpoint a stage keeps (SOAR's teacher evaluations, PS, PQ) --
+
+def test_retrain_items_put_sampled_items_with_the_promoted_ones():
+    from askspec.runtime.train.stages import retrain_items
+
+    promotions = [{"items": [{"question": "p1"}]}]
+    data = {"hard": [{"question": "h1"}]}
+    opts = {"promoted": True, "data": "hard", "curriculum": 1}
+    sampled = [{"question": "s1"}, {"question": "s2"}]
+    assert retrain_items(opts, promotions, data, 1, sampled) == ([{"question": "p1"}, {"question": "s1"},
+                                                                  {"question": "s2"}], 1)
+    assert retrain_items(opts, promotions, data, 2, sampled) == ([{"question": "h1"}], 1)
+    mixed = {"promoted": False, "data": "hard", "curriculum": 0}
+    assert retrain_items(mixed, promotions, data, 3, sampled) == ([{"question": "s1"}, {"question": "s2"},
+                                                                   {"question": "h1"}], 3)
+
+
+@pytest.mark.parametrize("rewards, window, fraction, stops", [
+    ([0.0, 0.1, 0.3, 0.6, 0.7, 0.72], 1, 0.15, True),  # slopes .1 .2 .3 .1 .02: .02 < .15 x .3
+    ([0.0, 0.1, 0.3, 0.6, 0.7], 1, 0.15, False),  # the last slope .1 is above .045
+    ([0.5, 0.5, 0.5, 0.5], 1, 0.15, False),  # a curve that never rose has no plateau
+    ([0.9, 0.8, 0.7, 0.6], 1, 0.15, False),  # nor one that only falls
+    ([0.0, 1.0, 0.0, 1.0, 1.0, 1.0], 2, 0.5, True),  # smoothed .5 .5 .5 1 1: slopes 0 0 .5 0
+    ([0.0, 1.0, 0.0, 1.0, 1.0], 2, 0.5, False),  # smoothed .5 .5 .5 1: the largest slope is the last
+    ([0.0, None, 0.5, 0.5], 1, 0.5, True),  # a step without rewards is left out of the curve
+])
+def test_plateau_is_the_first_slope_below_a_fraction_of_the_largest(rewards, window, fraction, stops):
+    from askspec.runtime.train.stages import plateau
+
+    hit = plateau(rewards, window, fraction)
+    assert (hit is not None) == stops
+    if hit is not None:
+        assert hit["slope"] < fraction * hit["max_slope"] and hit["max_slope"] > 0
+
+
+KEEP_BASE = RETRAIN_BASE + "game write { qs = sample 4 ask teacher }\n"
+
+
+def test_keep_and_sample_settings_compile_to_the_ir():
+    res = compile_source("s.ask", KEEP_BASE + "stage rl train { keep = best(accuracy) }\n"
+                         "stage t_eval retrain { role = student; game = practice; sample = write; data = hard; "
+                         "steps = 30; curriculum = 2; keep = plateau(reward, window = 25, fraction = 0.15) }\n")
+    assert res.ok, [(d.code, d.message) for d in res.sink.items]
+    train, retrain = res.ir.stages
+    assert train.options == {"keep": {"rule": "best", "of": "accuracy"}}
+    assert retrain.options == {"role": "student", "game": "practice", "promoted": False, "data": "hard", "steps": 30,
+                               "curriculum": 2, "sample": "write",
+                               "keep": {"rule": "plateau", "of": "reward", "window": 25, "fraction": 0.15}}
+    # `keep = last` is the default: the IR says nothing
+    res = compile_source("s.ask", KEEP_BASE + "stage rl train { keep = last }\n")
+    assert res.ok and res.ir.stages[0].options == {}
+
+
+def test_a_sample_game_is_held_out_of_the_schedule_and_needs_no_reward():
+    from askspec.runtime.train.config import config_from_ir
+    from askspec.runtime.train.schedule import phases
+
+    def outer_games(text: str) -> tuple[str, ...]:
+        res = compile_source("s.ask", text)
+        assert res.ok, [(d.code, d.message) for d in res.sink.items]
+        (outer,), _ = phases(res.ir, [config_from_ir(t, res.ir) for t in res.ir.training])
+        return outer.plain
+
+    stage = "stage rl train\nstage t_eval retrain { role = student; game = practice; sample = write }\n"
+    assert outer_games(KEEP_BASE + "stage rl train\n") == ("teach", "write")  # any game asking the outer role
+    assert outer_games(KEEP_BASE + stage) == ("teach",)  # the sampled game is held out
+    # with a reward of the game's own (Intrinsic-T), `write` asks the trained teacher without rewarding it:
+    # no E402 for a stage's sample game, E402 for a game the schedule would train on
+    intrinsic = KEEP_BASE.replace("evaluate = evaluate }", "evaluate = evaluate; outer_reward = intrinsic }").replace(
+        "game teach { xs = sample 2 ask teacher }", "game teach {\n xs = sample 2 ask teacher\n for x in xs { reward x as r = 1 }\n}")
+    assert outer_games(intrinsic + stage) == ("teach",)
+    res = compile_source("s.ask", intrinsic + "stage rl train\n")
+    assert [d.code for d in res.sink.items if d.severity == "error"] == ["E402"]
