@@ -95,22 +95,19 @@ def phases(launches: list) -> list[list[str]]:
 
 
 def events(job: Path) -> list[tuple]:
-    return [(e["iteration"], e["phase"], e["event"], e["item"], e.get("score"))
-            for e in phase_data.read_events(job)]
+    """(step, phase, event, item, score) of the job's buffer events, as a local run's
+    buffer_events hold them (the local schedule's global step, its phase: the role)."""
+    return [(e["step"], e["phase"], e["event"], e["item"], e["score"]) for e in phase_data.read_events(job)]
 
 
-# capacity 3, eviction oldest; `fill` plays x = 1, 2 twice each per iteration (group 2),
-# `replay` one item a step, 2 steps, circularly from the cursor
+# capacity 3, eviction oldest; the local schedule: step 1 fill plays x = 1 (group 2), steps 2
+# and 3 replay one item each, step 4 fill plays x = 2, steps 5 and 6 replay, circularly
+# from the cursor (the replay's acc: 1 for x = 2, else 0.5)
 EXPECTED = [
-    (1, "phase-1-filler", "push", 0, None), (1, "phase-1-filler", "push", 1, None),
-    (1, "phase-1-filler", "push", 2, None), (1, "phase-1-filler", "evict", 0, None),
-    (1, "phase-1-filler", "push", 3, None),
-    (1, "phase-2-learner", "replay", 1, 0.5), (1, "phase-2-learner", "replay", 2, 1.0),
-    (2, "phase-1-filler", "evict", 1, None), (2, "phase-1-filler", "push", 4, None),
-    (2, "phase-1-filler", "evict", 2, None), (2, "phase-1-filler", "push", 5, None),
-    (2, "phase-1-filler", "evict", 3, None), (2, "phase-1-filler", "push", 6, None),
-    (2, "phase-1-filler", "evict", 4, None), (2, "phase-1-filler", "push", 7, None),
-    (2, "phase-2-learner", "replay", 5, 0.5), (2, "phase-2-learner", "replay", 6, 1.0),
+    (1, "filler", "push", 0, None), (1, "filler", "push", 1, None),
+    (2, "learner", "replay", 0, 0.5), (3, "learner", "replay", 1, 0.5),
+    (4, "filler", "push", 2, None), (4, "filler", "evict", 0, None), (4, "filler", "push", 3, None),
+    (5, "learner", "replay", 1, 0.5), (6, "learner", "replay", 2, 1.0),
 ]
 
 
@@ -126,23 +123,30 @@ def test_replaying_phase_draws_from_the_buffer_as_it_stands(tmp_path) -> None:
                         ["phase-1-filler", f"{ckpt}/iter-1/filler"],
                         ["phase-2-learner", f"{ckpt}/iter-1/learner"]]
     assert events(job) == EXPECTED
-    # the last learner phase's prompts: items 5 ({x: 1}) and 6 ({x: 2}), one a step
+    # the last phases' prompts, each labelled with its local step: the filler's x = 2 (the
+    # local planner's next element), the learner's items 1 ({x: 1}) and 2 ({x: 2}), one a step
+    labels = [json.loads(json.loads(x)["label"]) for x in (job / "phase-1-filler" / "prompts.jsonl").read_text().splitlines()]
+    assert [(lb["element"], lb["bindings"], lb["step"]) for lb in labels] == [(1, {"x": 2}, 4)]
     labels = [json.loads(json.loads(x)["label"]) for x in (job / "phase-2-learner" / "prompts.jsonl").read_text().splitlines()]
-    assert [(lb["element"], lb["bindings"]) for lb in labels] == [(5, {"item": {"x": 1}}), (6, {"item": {"x": 2}})]
+    assert [(lb["element"], lb["bindings"], lb["step"]) for lb in labels] == [(1, {"item": {"x": 1}}, 5),
+                                                                             (2, {"item": {"x": 2}}, 6)]
     state = json.loads((job / phase_data.STATE).read_text())
-    assert state["buffers"]["seen"]["ids"] == [5, 6, 7] and state["buffers"]["seen"]["cursor"] == 2
+    assert state["buffers"]["seen"]["ids"] == [1, 2, 3] and state["buffers"]["seen"]["cursor"] == 2
     assert state["committed"] == ["iter-1-filler", "iter-1-learner", "iter-2-filler", "iter-2-learner"]
-    # OpenRLHF's own parser: one drawn item (2 rollouts) a step, one pass over the 2 drawn prompts = 2 steps
-    args = parse_train_ppo_ray(train_flags(["ray", *launches[3][2]]))
-    assert (args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.num_episodes) == (1, 2, 1)
-    assert args.train.batch_size == 2
+    # OpenRLHF's own parser: one element or drawn item (2 rollouts) a step, one pass over the phase's prompts
+    for launch, steps in ((launches[2], 1), (launches[3], 2)):
+        args = parse_train_ppo_ray(train_flags(["ray", *launch[2]]))
+        assert (args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.num_episodes) == (1, 2, 1)
+        assert args.train.batch_size == 2
+    # the events are the job's run store's, as `askspec query` shows a local run's
+    assert main(["query", str(job / phase_data.STORE), "SELECT count(*) AS n FROM buffer_events"]) == 0
 
 
 def test_a_failed_phase_is_played_again_and_its_rollouts_never_pushed(tmp_path) -> None:
     job = compile_job(tmp_path)
     rc, launches = drive(job, tmp_path, fail_at=3)  # phase 3: iteration 2's filler, after its rollouts
     assert rc != 0 and [p for p, _ in phases(launches)] == ["phase-1-filler", "phase-2-learner", "phase-1-filler"]
-    assert [e for e in events(job) if e[0] == 2] == []
+    assert [e for e in events(job) if e[0] > 3] == []
     rc, launches = drive(job, tmp_path)
     assert rc == 0
     assert phases(launches) == [["phase-1-filler", f"{job / 'ckpt'}/iter-1/filler"],
@@ -165,7 +169,7 @@ def test_commit_is_done_once(tmp_path) -> None:
 def test_an_empty_buffer_skips_the_replaying_phase(tmp_path) -> None:
     """Nothing pushed: the learner's phase is not launched and keeps its weights."""
     job = compile_job(tmp_path)
-    (job / "phase-1-filler" / "prompts.jsonl").write_text("")  # the filler plays no element
+    (job / "phase-1-filler" / phase_data.ELEMENTS).write_text("")  # the filler plays no element
     rc, launches = drive(job, tmp_path)
     assert rc == 0
     assert [p for p, _ in phases(launches)] == ["phase-1-filler", "phase-1-filler"]
@@ -271,6 +275,6 @@ def test_the_agents_own_records_fill_and_replay_the_buffer(tmp_path) -> None:
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [json.loads(x)[0] for x in log.read_text().splitlines()] == ["phase-1-filler", "phase-2-learner"] * 2
-    assert events(job) == [(i, p, e, item, 1.0 if e == "replay" else None) for i, p, e, item, _ in EXPECTED]
+    assert events(job) == [(s, p, e, item, 1.0 if e == "replay" else None) for s, p, e, item, _ in EXPECTED]
     state = json.loads((job / phase_data.STATE).read_text())
     assert state["buffers"]["seen"]["items"] == [{"x": 1}, {"x": 2}, {"x": 2}]

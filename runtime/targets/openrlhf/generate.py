@@ -30,13 +30,13 @@ from askspec.runtime.targets.openrlhf import escape, mapping, stages
 from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check, roles_asked
 
 MARKER = ".askspec-job"
-GENERATED = ("README.md", "driver.sh", "agent.py", "job.json", "prompts.jsonl", "launch.sh", "serve_frozen.sh", "spec",
-             "askspec_ext")
+GENERATED = ("README.md", "driver.sh", "agent.py", "job.json", "prompts.jsonl", "elements.jsonl", "launch.sh",
+             "serve_frozen.sh", "spec", "askspec_ext", "askspec_nested.py")
 FIRST_PORT = 8001
 _TEMPLATES = Path(__file__).parent / "templates"
-# copied as they are into the folder of every phase that trains with a loss OpenRLHF lacks
+# copied as they are into the folder of every phase that needs it (mapping.extension: a loss
+# OpenRLHF lacks, the population std, an update gate)
 _EXTENSION = Path(__file__).parent / "askspec_ext"
-EXTENSION_LOSSES = ("cispo",)
 
 # where each flag comes from, for the README's table
 _WHY = {
@@ -105,6 +105,7 @@ class _PhaseOut:
     notes: list[str] = field(default_factory=list)
     replay: dict | None = None  # a phase whose game replays a buffer: job.json's `replay`
     pushes: bool = False  # its games push to a buffer (driver.sh commits the pushes after it)
+    draw: dict | None = None  # a pushing phase of an alternating schedule: job.json's `draw` (phase_data.py)
 
     # the names the templates use
     @property
@@ -183,7 +184,8 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         if not lines and replay is None:
             raise JobError(f"the games of role '{phase.role}' have no elements (an empty data set?)")
         hyper = {**phase.training.hyper, **phase.training.algorithm_args}
-        calls = max(g.call_bounds.get(phase.role, 1) for g in games)
+        # a rollout of siblings holds one reply of the session's (its attempts: a resampled one is cut)
+        calls = max(max(1, g.call_bounds.get(phase.role, 1) // phase.siblings.get(g.name, 1)) for g in games)
         # a turn's budget: the role's, or an ask's own `with sampling { max_tokens }` where larger
         # (the agent caps each call at what is left of max_len, so max_len must hold the largest)
         turn_tokens = max([int(sampling.get("max_tokens", 256))] + [
@@ -191,9 +193,16 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
             if s.kind == "ask" and phase.role in s.roles and "max_tokens" in s.sampling])
         max_len = int(hyper.get("max_len") or calls * turn_tokens + mapping.CONTEXT_ALLOWANCE)
         batch = int(hyper["batch"]) if "batch" in hyper else None
+        pushes = any(s.kind == "push" for g in games for s in all_steps(g.body))
+        draw = _draw(exp, phase, games) if pushes and replay is None else None
         if replay is not None:  # `steps` batches of `items` drawn items: one pass, a step per batch
             sched = mapping.schedule(replay["steps"] * replay["items"], phase.group, batch or replay["items"] * phase.group,
                                      replay["steps"])
+        elif draw is not None:  # the local steps' elements, drawn per iteration: one pass, a step per local step
+            sched = mapping.schedule(draw["steps"] * draw["items"], phase.group, batch or draw["items"] * phase.group,
+                                     draw["steps"])
+        elif phase.inner_loop is not None or phase.sample_calls:  # nested: one outer session (prompt) a step
+            sched = mapping.schedule(len(lines), phase.group, phase.group, phase.steps)
         else:
             sched = mapping.schedule(len(lines), phase.group, batch, phase.steps)
         flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
@@ -219,9 +228,24 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         out.append(_PhaseOut(phase=phase, dir=phase.dir,
                              pretrain=_weights(model), elements=len(lines), lines=lines, flags=flags,
                              explained=explained, servers=servers, endpoints=endpoints, frozen=frozen,
-                             frozen_trained=others, notes=notes, replay=replay,
-                             pushes=any(s.kind == "push" for g in games for s in all_steps(g.body))))
+                             frozen_trained=others, notes=notes, replay=replay, pushes=pushes, draw=draw))
     return out
+
+
+def _draw(exp: ir.Experiment, phase: Phase, games: list[ir.Game]) -> dict | None:
+    """How a pushing phase of an alternating schedule draws its prompts: each iteration's
+    phase plays the elements the local schedule's steps take (phase_data.py prompts), so
+    the pushes reach the buffer as a local run's; `items` per step as the trainer's
+    StepPlanner takes them (`batch` in whole groups, one group without)."""
+    if exp.schedule is None or exp.schedule.kind != "alternating" or phase.steps is None or not games:
+        return None
+    size = group_size(games[0], phase.training.hyper.get("group"))
+    return {"steps": phase.steps, "items": whole_groups(phase.training.hyper.get("batch"), size) // size}
+
+
+def _extension(p: _PhaseOut, plan: JobPlan) -> dict[str, Any]:
+    """What the phase's askspec_ext installs; the update gate only in the RL schedule's phases."""
+    return mapping.extension(p.algorithm, p.phase.training, any(p.phase is q for q in plan.phases))
 
 
 def _replay(phase: Phase, games: list[ir.Game]) -> dict | None:
@@ -420,9 +444,19 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
                    "seed": int(exp.options.get("seed", 0) or 0), "endpoints": p.endpoints, "spec_files": res.files}
             if p.replay is not None:
                 job["replay"] = p.replay
+            if _extension(p, plan):  # what the phase's askspec_ext installs (askspec_ext/pinned.py)
+                job["extension"] = _extension(p, plan)
+            if p.phase.sample_calls:
+                job["sample_calls"] = p.phase.sample_calls
+            if p.phase.inner_loop is not None:  # the agent asks the job's service (inner_loop.py) for R_k
+                job["inner_loop"] = {"service": _service_name(exp), "role": p.phase.inner_loop, "games": p.games}
+            elements = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in p.lines)
+            if p.draw is not None:  # driver.sh writes prompts.jsonl from them when the phase starts
+                job["draw"] = p.draw
+                files[os.path.join(p.dir, "elements.jsonl")] = elements
+                elements = ""
             files[os.path.join(p.dir, "job.json")] = json.dumps(job, indent=1, ensure_ascii=False) + "\n"
-            files[os.path.join(p.dir, "prompts.jsonl")] = "".join(json.dumps(line, ensure_ascii=False) + "\n"
-                                                                  for line in p.lines)
+            files[os.path.join(p.dir, "prompts.jsonl")] = elements
         blobs = {path: text.encode("utf-8") for path, text in files.items()}
     except UnicodeEncodeError as e:  # a data set's lone "\udcff", a --set value's undecodable byte
         raise JobError(f"the spec's data or parameters hold {e.object[e.start:e.end]!r}, which is not valid UTF-8: "
@@ -457,7 +491,13 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
                                      + (f"; substituted for {p.substituted}" if p.substituted else ""),
                    "with_ref": any(f == "--algo.kl.init_coef" and float(v[0]) > 0 for f, v in p.flags),
                    "with_critic": estimator == "gae", "servers": p.servers,
-                   "extension": any(f == "--actor.policy_loss_type" and v[0] in EXTENSION_LOSSES for f, v in p.flags)}
+                   "extension": bool(_extension(p, plan)),
+                   "inner_loop": p.phase.inner_loop is not None}
+            ctx["train_entry"] = "askspec_ext.train_ppo_ray" if ctx["extension"] else "openrlhf.cli.train_ppo_ray"
+            # a grounded nested schedule's job starts through askspec_nested.py, which starts the service
+            ctx["entry"] = "askspec_nested" if ctx["inner_loop"] else ctx["train_entry"]
+            if ctx["inner_loop"]:
+                texts[os.path.join(p.dir, "askspec_nested.py")] = env.get_template("askspec_nested.py.j2").render(**ctx)
             if ctx["extension"]:  # launch.sh runs `python3 -m askspec_ext.train_ppo_ray` (docs/cluster.md)
                 for source in sorted(_EXTENSION.glob("*.py")):
                     texts[os.path.join(p.dir, "askspec_ext", source.name)] = source.read_text(encoding="utf-8")
@@ -468,8 +508,14 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
         order = [{"kind": s.stage.kind, "name": s.stage.name, "dir": s.dir, "role": s.role,
                   "frozen_trained": retrains[s.dir].frozen_trained if s.dir in retrains else []}
                  for s in plan.stages] or [{"kind": "train"}]
+        inner = _inner_role(exp)  # a nested schedule's inner role: its weights are the service's (or initial)
+        roles = [p.role for p in rl] + ([inner] if inner else [])
+        pretrain = {p.role: p.pretrain for p in rl}
+        if inner:
+            pretrain[inner] = _weights(exp.model(exp.role(inner).model))
         ctx = {**common, "phases": rl, "iterations": plan.iterations, "phase_names": [p.dir for p in rl],
-               "roles": [p.role for p in rl], "pretrain": {p.role: p.pretrain for p in rl}, "order": order,
+               "roles": roles, "pretrain": pretrain, "order": order,
+               "inner_loop": inner if any(p.phase.inner_loop for p in rl) else None,
                "stage_jobs": plan.stages, "spec_name": os.path.basename(spec_path), "askspec_version": __version__,
                "substitutes": [f"{a}={b}" for a, b in sorted(substitutes.items())]}
         if plan.driven:
@@ -493,23 +539,40 @@ def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spe
         for job in plan.stages:
             if job.role is None or job.stage.kind not in ("sft", "evaluate"):
                 continue
-            p = by_role[job.role]
+            p = by_role.get(job.role)
+            if p is None and job.stage.kind == "sft":
+                raise JobError(f"stage '{job.stage.name}': an sft stage of '{job.role}', the nested schedule's inner "
+                               "role, is not part of the job (its weights are the inner-loop service's)")
             if job.stage.kind == "sft":
+                assert p is not None
                 max_len = int(next(v[0] for f, v in p.flags if f == "--data.max_len"))
                 texts.update(stages.sft_files(env, common, job, p.phase.training, stages.sft_records(job, datasets),
                                               p.pretrain, max_len, seed))
             else:
-                server = _Server(stages.EVAL_PORT, f"askspec-{job.role}", p.pretrain,
+                # the inner role of a nested schedule has no phase: its initial weights are its model's
+                initial = p.pretrain if p is not None else _weights(exp.model(exp.role(job.role).model))
+                server = _Server(stages.EVAL_PORT, f"askspec-{job.role}", initial,
                                  f"the evaluated weights of '{job.role}' (CKPT_{job.role.upper()}, else the initial)",
                                  f"CKPT_{job.role.upper()}")
                 profile = exp.options.get("profile")
-                texts.update(stages.evaluate_files(env, common, job, server, p.pretrain, os.path.basename(spec_path),
+                texts.update(stages.evaluate_files(env, common, job, server, initial, os.path.basename(spec_path),
                                                    str(profile) if profile else None, overrides))
     except stages.StageError as e:
         raise JobError(str(e)) from None
     except escape.Unrepresentable as e:
         raise JobError(f"cannot write the job: {e}") from None
     return texts
+
+
+def _inner_role(exp: ir.Experiment) -> str | None:
+    """A nested schedule's inner role (the job's inner-loop service trains it, or nothing does)."""
+    sched = exp.schedule
+    return str(sched.options["inner"]) if sched is not None and sched.kind == "nested" else None
+
+
+def _service_name(exp: ir.Experiment) -> str:
+    """The Ray name of the job's inner-loop service (inner_loop.run_job starts it, the agent finds it)."""
+    return f"askspec-inner-loop-{experiment_hash(exp)[:12]}"
 
 
 def _copy_spec(exp: ir.Experiment, res, spec_path: str, dest: Path) -> None:

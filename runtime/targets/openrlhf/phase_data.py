@@ -3,21 +3,27 @@
 
 driver.sh runs, around every phase of a job whose games push to or replay a buffer:
 
-- `prompts JOB PHASE` before the phase: a phase whose game replays a buffer gets its
-  prompt data set (PHASE/prompts.jsonl) from the buffer as it stands: `steps` batches of
-  `items` in circular order, as the local schedule draws a replaying step's items
-  (ReplayBuffer.next_batch). Nothing is saved, so a phase started again after a failure
-  draws the same batches.
-- `commit JOB PHASE RUNS KEY` after it (`committed JOB KEY` asks whether it ran): the phase's replays (each drawn item's mean score
-  over the sessions that played it, per step) and then its pushes (the ok sessions of
-  the run stores its agent wrote under RUNS, as `--resume` reads them: engine/resume.py's
-  bookkeeping; in the order of the phase's prompts, whatever order OpenRLHF played them
-  in) enter the buffers, with evictions as ReplayBuffer
-  makes them. The buffers' state goes to JOB/buffers/state.json (ReplayBuffer.state(),
-  as the local trainer's checkpoints/buffers/step-N.json) and its events to
-  JOB/buffers/events/KEY.ndjson (the run store's buffer_events fields, with the iteration
-  and phase; read_events lists them in commit order). A KEY already committed is
-  skipped, so a re-run never commits twice.
+- `prompts JOB PHASE --iteration N` before the phase writes its prompt data set
+  (PHASE/prompts.jsonl) as the local alternating schedule plays the phase's steps of
+  iteration N: a replaying phase gets `steps` batches of `items` drawn from the buffer as
+  it stands, in circular order (ReplayBuffer.next_batch); a pushing phase the game
+  elements those steps take from PHASE/elements.jsonl (the StepPlanner's walk: whole
+  groups, in plan order, cycling, continuing where the role's previous phase stopped).
+  Each prompt's label names its local step. Nothing is saved, so a phase started again
+  after a failure gets the same prompts.
+- `commit JOB PHASE RUNS KEY --iteration N` after it (`committed JOB KEY` asks whether
+  it ran), step by step as the local engine commits a step: the step's replays (each
+  drawn item's mean score over the sessions that played it), then its pushes (the ok
+  sessions of the run stores the phase's agents wrote under RUNS, as `--resume` reads
+  them: engine/resume.py's bookkeeping; in the order of the phase's prompts, whatever
+  order OpenRLHF played them in), with evictions as ReplayBuffer makes them. The events
+  go to the job's run store JOB/runs/buffers/ (its `buffer_events`, with the local
+  step and phase: `askspec query JOB/runs/buffers` shows them as a local run's), then
+  the buffers' state to JOB/buffers/state.json (ReplayBuffer.state(), as the local
+  trainer's checkpoints/buffers/step-N.json), naming KEY: the commit point. A KEY
+  already committed is skipped, so a re-run never commits twice; a commit killed before
+  the state named it runs again and its events supersede the killed one's (the store's
+  writer generation, per step, as a resumed local run's).
 
 Only evictions that do not depend on a replay's score can be drawn ahead of a phase
 (check.py refuses the others with E605)."""
@@ -31,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import replays_buffer
+from askspec.ir.plansize import group_size
 
 from askspec.runtime.engine.resume import json_cell
 from askspec.runtime.engine.state import SessionBook
@@ -39,8 +45,9 @@ from askspec.runtime.scoring.buffers import ReplayBuffer
 from askspec.runtime.store.layout import write_json_atomic
 
 STATE = Path("buffers") / "state.json"
-EVENTS_DIR = Path("buffers") / "events"  # KEY.ndjson: the events of the phase committed as KEY
+STORE = Path("runs") / "buffers"  # the run store of the job's buffer events
 PLAN = "replays.json"  # in a replaying phase's folder: the item ids of each step, as `prompts` drew them
+ELEMENTS = "elements.jsonl"  # in a pushing phase's folder: every element of its games, in plan order
 
 
 class PhaseDataError(Exception):
@@ -76,29 +83,84 @@ def _draw(buf: ReplayBuffer, steps: int, items: int) -> list[list[tuple[int, Any
     return [buf.next_batch(items) for _ in range(steps)]
 
 
-def prompts(job_root: Path, phase_dir: Path) -> int:
-    """Write a replaying phase's prompts.jsonl and replays.json; the number of prompts
-    (0 when the buffer is empty, or the phase replays none)."""
+def phase_steps(exp: ir.Experiment, role: str, iteration: int) -> list[int]:
+    """The local schedule's global step numbers of `role`'s phase in `iteration` (what a
+    local run records as the steps of that phase's buffer events)."""
+    from askspec.runtime.train import schedule
+    from askspec.runtime.train.config import config_from_ir
+
+    configs = [config_from_ir(t, exp) for t in exp.training]
+    return [s.step for s in schedule.slots(exp, configs)
+            if s.phase.kind == "play" and s.iteration == iteration and s.phase.name == role]
+
+
+def _config(exp: ir.Experiment, role: str):
+    from askspec.runtime.train.config import config_from_ir
+
+    return config_from_ir(next(t for t in exp.training if t.role == role), exp)
+
+
+def _plain_batches(exp: ir.Experiment, role: str, elements: list[dict], steps: int,
+                   iteration: int) -> list[list[dict]]:
+    """The elements of the `steps` steps of `role`'s phase in `iteration`: the local
+    StepPlanner's walk (train.trainer.StepPlanner._take), continuing over the role's
+    earlier phases: each step takes elements in plan order, cycling, until its sessions
+    (each element's group) reach the train block's `batch` (one element's group without)."""
+    if not elements:
+        return []
+    cfg = _config(exp, role)
+    games = {g.name: g for g in exp.games}
+    sizes = [group_size(games[json.loads(e["label"])["game"]], cfg.group) for e in elements]
+    batch = cfg.batch or sizes[0]
+    pos, out = 0, []
+    for n in range((iteration - 1) * steps + steps):
+        taken, sessions = [], 0
+        while sessions < batch:
+            taken.append(elements[(pos + len(taken)) % len(elements)])
+            sessions += sizes[(pos + len(taken) - 1) % len(elements)]
+        pos += len(taken)
+        if n >= (iteration - 1) * steps:
+            out.append(taken)
+    return out
+
+
+def _with_step(line: dict, step: int) -> dict:
+    label = json.loads(line["label"])
+    label["step"] = step
+    return {**line, "label": json.dumps(label, ensure_ascii=False, default=str)}
+
+
+def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
+    """Write a drawn phase's prompts.jsonl (and a replaying phase's replays.json); the
+    number of prompts (0 when the buffer is empty, or the phase is not drawn)."""
     from askspec.runtime.targets.openrlhf.generate import prompt_line
 
     job, exp = _job(phase_dir)
-    replay = job.get("replay")
-    if not replay:
-        return 0
-    game = next(g for g in exp.games if g.name == replay["game"])
-    buf = _buffers(exp, _state(job_root), None)[replay["buffer"]]
-    batches = _draw(buf, int(replay["steps"]), int(replay["items"]))
+    role = job["trained_role"]
+    replay, draw = job.get("replay"), job.get("draw")
     lines, plan = [], []
-    for batch in batches:
-        plan.append([item_id for item_id, _ in batch])
-        for item_id, item in batch:
-            bindings = {game.pattern[0]: item} if len(game.pattern) == 1 else dict(zip(game.pattern, list(item)))
-            lines.append(prompt_line(game.name, item_id, bindings))
+    if replay:
+        game = next(g for g in exp.games if g.name == replay["game"])
+        buf = _buffers(exp, _state(job_root), None)[replay["buffer"]]
+        batches = _draw(buf, int(replay["steps"]), int(replay["items"]))
+        for step, batch in zip(phase_steps(exp, role, iteration), batches):
+            plan.append([item_id for item_id, _ in batch])
+            for item_id, item in batch:
+                bindings = {game.pattern[0]: item} if len(game.pattern) == 1 else dict(zip(game.pattern, list(item)))
+                lines.append(_with_step(prompt_line(game.name, item_id, bindings), step))
+    elif draw:
+        elements = [json.loads(x) for x in (phase_dir / ELEMENTS).read_text(encoding="utf-8").splitlines()]
+        batches_ = _plain_batches(exp, role, elements, int(draw["steps"]), iteration)
+        for step, taken in zip(phase_steps(exp, role, iteration), batches_):
+            lines += [_with_step(e, step) for e in taken]
+    else:
+        return 0
     # an empty buffer leaves an empty data set: driver.sh skips the phase, as a local step
     # with nothing to replay plays no session
     (phase_dir / "prompts.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines),
                                              encoding="utf-8")
-    write_json_atomic(phase_dir / PLAN, plan)
+    if replay:
+        write_json_atomic(phase_dir / PLAN, plan)
     return len(lines)
 
 
@@ -126,16 +188,18 @@ def _sessions(runs: Path) -> list[tuple[dict, str, SessionBook, dict, str]]:
     return out
 
 
-def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list:
+def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list[tuple[int | None, tuple]]:
     """`sessions` in the order of the phase's prompts.jsonl, as the local schedule plays
     its elements, whatever order OpenRLHF ran them in (its data loader shuffles the
-    prompts) and however many rollout processes recorded them: the k-th session of a
-    prompt belongs to that prompt's (k // sessions per prompt)-th pass; a prompt's
-    sessions keep the order they started in."""
-    first: dict[tuple[str, str], int] = {}
+    prompts) and however many rollout processes recorded them, each with the local step
+    its prompt belongs to (None for a prompt set written at compile time): the k-th
+    session of a prompt belongs to that prompt's (k // sessions per prompt)-th occurrence
+    in the data set (a prompt drawn for two steps is played by both); a prompt's sessions
+    keep the order they started in."""
+    places: dict[tuple[str, str], list[tuple[int, int | None]]] = {}  # prompt -> its (position, step)s
     for pos, line in enumerate((phase_dir / "prompts.jsonl").read_text(encoding="utf-8").splitlines()):
         label = json.loads(json.loads(line)["label"])
-        first.setdefault((label["game"], _key(label.get("bindings") or {})), pos)
+        places.setdefault((label["game"], _key(label.get("bindings") or {})), []).append((pos, label.get("step")))
     siblings = job.get("siblings") or {}
     seen: dict[tuple[str, str], int] = {}
     keyed = []
@@ -143,8 +207,11 @@ def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list:
         k = (row[4], _key(row[0]))
         per_prompt = 1 if row[4] in siblings else max(1, int(job["group"]))
         count = seen[k] = seen.get(k, 0) + 1
-        keyed.append(((count - 1) // per_prompt, first.get(k, len(first)), n, row))
-    return [row for *_, row in sorted(keyed, key=lambda x: x[:3])]
+        at = places.get(k) or [(len(places), None)]
+        occurrence = (count - 1) // per_prompt
+        pos, step = at[occurrence % len(at)]
+        keyed.append(((occurrence // len(at), pos, n), step, row))
+    return [(step, row) for _, step, row in sorted(keyed, key=lambda x: x[0])]
 
 
 def _key(bindings: dict) -> str:
@@ -157,10 +224,20 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
     if key in state["committed"]:
         return []
     job, exp = _job(phase_dir)
+    role = job["trained_role"]
+    steps = phase_steps(exp, role, iteration)
     events: list[dict] = []
     buffers = _buffers(exp, state, events)
-    sessions = _sessions(runs)
     replay = job.get("replay")
+    score = next((b.score for b in exp.buffers if replay and b.name == replay["buffer"]), None)
+    by_step: dict[int | None, list[tuple[str, Any]]] = {}  # a local step's pushes, in session order
+    scores: dict[tuple[int | None, str], list[Any]] = {}  # (step, item's bindings) -> its sessions' scores
+    for step, (bindings, status, book, v, _) in _prompt_order(phase_dir, job, _sessions(runs)):
+        if status != "ok":  # an errored session's pushes never entered a buffer (resume.py), nor its score
+            continue
+        by_step.setdefault(step, []).extend((name, value) for name, value in book.pushes if name in buffers)
+        scores.setdefault((step, _key(bindings)), []).append(v.get(score) if score else None)
+    replays: dict[int, list[tuple[ReplayBuffer, int, float | None]]] = {}
     if replay:
         game = next(g for g in exp.games if g.name == replay["game"])
         buf = buffers[replay["buffer"]]
@@ -169,57 +246,78 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
         if [[i for i, _ in b] for b in batches] != plan:
             raise PhaseDataError(f"{phase_dir / PLAN} does not match buffer '{buf.name}' as it stands: run the "
                                  f"phase again from `prompts` (driver.sh does)")
-        score = next(b.score for b in exp.buffers if b.name == buf.name)
-        played: dict[str, list[Any]] = {}  # an item's sessions' scores, in session order
-        for bindings, status, _, v, _ in sessions:
-            if status == "ok":
-                played.setdefault(_key(bindings), []).append(v.get(score) if score else None)
-        for step, batch in enumerate(batches, 1):
-            mark = len(events)
-            for item_id, item in batch:
+        for step, batch in zip(steps, batches):
+            for item_id, item in batch:  # an item's score: the mean over the step's sessions that played it
                 bindings = {game.pattern[0]: item} if len(game.pattern) == 1 else dict(zip(game.pattern, list(item)))
-                got = played.get(_key(bindings), [])
-                value = got.pop(0) if got else None  # this step's session of the item
-                nums = [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
-                buf.replayed(item_id, sum(nums) / len(nums) if nums else None)
-            for ev in events[mark:]:
-                ev["phase_step"] = step
-    for _, status, book, _, _ in _prompt_order(phase_dir, job, sessions):
-        if status != "ok":  # an errored session's pushes never entered a buffer (resume.py)
-            continue
-        for name, value in book.pushes:
-            if name in buffers:
-                buffers[name].add(value)
-    for ev in events:
-        ev.update(iteration=iteration, phase=phase_dir.name)
-    # the phase's events first, under its key (a commit run again after a kill rewrites the
-    # same file), then the state naming the key: the commit point
-    events_file = job_root / EVENTS_DIR / f"{key}.ndjson"
-    events_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = events_file.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(ev, ensure_ascii=False, default=str) + "\n" for ev in events), encoding="utf-8")
-    tmp.replace(events_file)
+                got = scores.get((step, _key(bindings)), [])
+                nums = [float(x) for x in got if isinstance(x, (int, float)) and not isinstance(x, bool)]
+                replays.setdefault(step, []).append((buf, item_id, sum(nums) / len(nums) if nums else None))
+    # step by step, as the engine ends a step: its replays, then its pushes
+    last = steps[-1] if steps else None
+    order = sorted({*replays, *(s for s in by_step if s is not None)}) + ([None] if None in by_step else [])
+    for step in order:
+        mark = len(events)
+        for buf, item_id, value in replays.get(step, []):
+            buf.replayed(item_id, value)
+        for name, value in by_step.get(step, []):
+            buffers[name].add(value)
+        for ev in events[mark:]:
+            ev.update(step=step if step is not None else last, phase=role)
+    # the phase's events first, then the state naming the key: the commit point
+    if events:
+        _record(job_root, job, exp, events)
     state = {"buffers": {name: b.state() for name, b in buffers.items()}, "committed": [*state["committed"], key]}
+    (job_root / STATE).parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(job_root / STATE, state)
     return events
 
 
+def _record(job_root: Path, job: dict, exp: ir.Experiment, events: list[dict]) -> None:
+    """Append `events` to the job's buffer run store (created by the first commit)."""
+    from askspec.runtime.store import layout
+    from askspec.runtime.store.writer import RunWriter
+
+    root = job_root / STORE
+    found = layout.find_run_dirs(root) if root.exists() else []
+    if found:
+        writer = RunWriter.open_for_resume(found[0], argv=sys.argv)
+    else:
+        writer = RunWriter.create(root, experiment=exp.name, experiment_hash=job["experiment_hash"],
+                                  ir_json=json.dumps(job["experiment"], ensure_ascii=False),
+                                  spec_files=job.get("spec_files") or {}, seed=int(job.get("seed", 0)), roles={},
+                                  params=exp.param_values(), planned_sessions=0, argv=sys.argv)
+    try:
+        for ev in events:
+            writer.buffer_event(**ev)
+        writer.finish("finished")
+    except BaseException:
+        writer.close()
+        raise
+
+
 def read_events(job_root: Path) -> list[dict]:
-    """Every committed phase's buffer events, in commit order."""
-    out: list[dict] = []
-    for key in _state(job_root)["committed"]:
-        text = (job_root / EVENTS_DIR / f"{key}.ndjson").read_text(encoding="utf-8")
-        out += [json.loads(line) for line in text.splitlines()]
-    return out
+    """Every committed phase's buffer events, in the order they were committed (the
+    store's `buffer_events` view: a re-committed phase's events once)."""
+    from askspec.runtime.store.views import open_store
+
+    if not (job_root / STORE).exists():
+        return []
+    con = open_store(job_root / STORE)
+    cur = con.execute("SELECT buffer, event, item, value, reason, score, best, replays, step, phase "
+                      "FROM buffer_events ORDER BY step, seq")
+    names = [d[0] for d in cur.description]
+    return [{**dict(zip(names, row)), "value": json_cell(row[3]) if row[3] is not None else None}
+            for row in cur.fetchall()]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m askspec.runtime.targets.openrlhf.phase_data",
                                  description="a job's buffers around its phases (driver.sh runs it)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("prompts", help="write a replaying phase's prompt data set from the buffer as it stands")
+    p = sub.add_parser("prompts", help="write a drawn phase's prompt data set (from the buffer as it stands)")
     p.add_argument("job")
     p.add_argument("phase")
+    p.add_argument("--iteration", type=int, default=1)
     c = sub.add_parser("commit", help="commit a finished phase's replays and pushes to the buffers")
     c.add_argument("job")
     c.add_argument("phase")
@@ -235,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "committed":
             return 0 if a.key in _state(job)["committed"] else 1
         if a.cmd == "prompts":
-            n = prompts(job, job / a.phase)
-            print(f"phase {a.phase}: {n} prompt(s) drawn from the buffer", file=sys.stderr)
+            n = prompts(job, job / a.phase, a.iteration)
+            print(f"phase {a.phase}: {n} prompt(s) drawn", file=sys.stderr)
         else:
             events = commit(job, job / a.phase, Path(a.runs), a.key, a.iteration)
             print(f"phase {a.phase}: {len(events)} buffer event(s) committed", file=sys.stderr)
