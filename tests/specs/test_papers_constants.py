@@ -113,6 +113,11 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("SOAR", "Promoted Student (PS)", None, "stage:ps.samples", 32, "32 samples per problem"),
     ("SOAR", "Promoted Student (PS)", None, "stage:ps.k", [1, 4, 8, 16, 32], "k ∈ {1, 4, 8, 16, 32}"),
     ("SOAR", "Hard-Only", None, "train:student.group", 32, "group 32"),
+    ("SOAR", "teacher evaluation (Grounded-T, Intrinsic-T)", None, "param:teacher_questions", 128, "128 questions"),
+    ("SOAR", "teacher evaluation (Grounded-T, Intrinsic-T)", "intrinsic_t", "param:teacher_questions", 128,
+     "128 questions"),
+    ("SOAR", "Promotion Questions (PQ)", None, "stage:pq_student.steps", 1500, "1,500 steps"),
+    ("SOAR", "Promotion Questions (PQ)", None, "stage:pq_student.warmup", 20, "warm-up 20"),
 ]
 
 

@@ -95,7 +95,8 @@ def test_hard_only_is_a_fresh_student_on_the_train_split_evaluated_like_pq(profi
     warm-up, then evaluated on the test split exactly as PQ is."""
     exp = compile_file(str(SPEC), profile=profile).ir
     stages = {s.name: s for s in exp.stages}
-    assert [s.name for s in exp.stages][-2:] == ["hard_only", "hard_only_eval"]  # after pq: its `trained` is PQ's
+    names = [s.name for s in exp.stages]
+    assert names[names.index("pq") + 1:][:2] == ["hard_only", "hard_only_eval"]  # after pq: its `trained` is PQ's
     hard_only, pq_student = stages["hard_only"].options, stages["pq_student"].options
     assert stages["hard_only"].kind == "retrain" and hard_only["role"] == "student" and hard_only["data"] == "hard"
     assert not hard_only.get("promoted") and pq_student["promoted"]
@@ -104,3 +105,40 @@ def test_hard_only_is_a_fresh_student_on_the_train_split_evaluated_like_pq(profi
     assert stages["hard_only_eval"].options == stages["pq"].options  # games, samples, k, score, weights = [trained]
     student = next(t for t in exp.training if t.role == "student")
     assert student.config is not None and student.config.group == 32  # §4: "a standard group size of 32"
+
+
+PLATEAU = {"rule": "plateau", "of": "reward", "window": 25, "fraction": 0.15}
+
+
+@pytest.mark.parametrize("profile", ["grounded", "intrinsic_t"])
+def test_every_fresh_student_stops_at_its_reward_plateau_and_ps_is_the_most_accurate(profile):
+    """App. B.6 "Student checkpoint selection": a fresh student is evaluated where the slope
+    of its training reward, smoothed over 25 steps, falls below 15 % of the largest (at most
+    1,500 steps); §4.2: PS is the promoted student with the best D_train greedy accuracy."""
+    exp = compile_file(str(SPEC), profile=profile).ir
+    stages = {s.name: s for s in exp.stages}
+    fresh = [s for s in exp.stages if s.kind == "retrain"]
+    assert [s.name for s in fresh] == ["pq_student", "hard_only", "teacher_student"]
+    assert all(s.options["keep"] == PLATEAU and s.options["steps"] == 1500 for s in fresh)
+    assert stages["rl"].options == {"keep": {"rule": "best", "of": "accuracy"}}
+
+
+@pytest.mark.parametrize("profile", ["grounded", "intrinsic_t"])
+def test_a_teacher_is_evaluated_by_a_fresh_student_on_128_questions_sampled_from_it(profile):
+    """§5.2, App. C.3 (Grounded-T) and §4 "Baselines" (Intrinsic-T): 128 well-formed questions
+    sampled from the trained teacher, a fresh student trained on them with D_train (the PQ
+    student's mixing, steps and warm-up), evaluated on the test split as PQ is."""
+    from askspec.ir.walk import all_steps
+
+    exp = compile_file(str(SPEC), profile=profile).ir
+    stages = {s.name: s for s in exp.stages}
+    names = [s.name for s in exp.stages]
+    assert names.index("teacher_student") > names.index("rl") and names[names.index("teacher_student") + 1] == "teacher_eval"
+    ts, pq_student = stages["teacher_student"].options, stages["pq_student"].options
+    assert ts["sample"] == "write" and ts["data"] == "hard" and not ts["promoted"]
+    assert {k: ts[k] for k in ("game", "steps", "warmup")} == {k: pq_student[k] for k in ("game", "steps", "warmup")}
+    assert stages["teacher_eval"].options == stages["pq"].options
+    write = next(g for g in exp.games if g.name == "write")
+    (ask,) = [s for s in all_steps(write.body) if s.kind == "ask"]
+    assert ask.roles == ["teacher"] and exp.param_values()["teacher_questions"] == 128
+    assert any(s.kind == "drop" for s in all_steps(write.body))  # malformed questions filtered out (§3.1)
