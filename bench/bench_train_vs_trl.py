@@ -1,17 +1,27 @@
-"""One GRPO iteration side by side: askspec's local trainer against TRL 1.16's GRPOTrainer,
+"""GRPO iterations side by side: askspec's local trainer against TRL 1.16's GRPOTrainer,
 same machine, same run, same model (SmolLM2-135M-Instruct, float32, CPU), same prompts
 (specs/data/arith_train.jsonl), group size, completion length and batch.
 
-    .venv/bin/python bench/bench_train_vs_trl.py [--iterations 3] [--group 4] [--batch 8] [--max-new 32]
+    .venv/bin/python bench/bench_train_vs_trl.py [--rounds 2] [--iterations 3] [--group 4] [--batch 8] [--max-new 32]
 
 An iteration = generate a batch of completions (`batch` = prompts × group), score them
 (the same reward: 0.5 for a boxed answer + 0.5 for the right one) and take one optimizer
-step (AdamW, lr 1e-5, no KL). Reported per system: the median iteration's wall time,
-generation tokens/s (completion tokens / generation seconds) and update tokens/s
-(completion tokens / the rest of the iteration). The first iteration of each is a
-warm-up and is not counted. askspec's figures come from its own `train_steps` records
-(seconds_play, seconds_update) and `rollouts`; TRL's from timing its `_generate` and its
-optimizer steps (callbacks), because TRL reports timings only to experiment loggers.
+step (AdamW, lr 1e-5, no KL).
+
+Like with like: by default every completion is exactly `max_new` tokens on both sides
+(end-of-sequence masked out of sampling: TRL's `min_new_tokens`, and the same mask on
+askspec's sampler; both keep the unmasked log-probs), so both train on the same number
+of completion tokens per iteration. `--natural-length` lets replies stop at
+`<|im_end|>` instead (then the token counts differ, and only tokens/s compare).
+
+The headline is iteration tokens/s (completion tokens / the iteration's wall time),
+with generation and update tokens/s beside it. Each system runs in a child process of
+its own; `--rounds` pairs run one after the other, the order swapped each round (ABBA),
+so both see the same background load; the ratio of each pair and their median are
+reported. The first iteration of each run is a warm-up and is not counted. askspec's
+figures come from its own `train_steps` records (seconds_play, seconds_update,
+seconds) and `rollouts`; TRL's from timing its `_generate` and its optimizer steps
+(callbacks), because TRL reports timings only to experiment loggers.
 """
 
 from __future__ import annotations
@@ -29,18 +39,46 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _mask_eos_in_sampling() -> None:
+    """Fixed-length completions for askspec: the hf backend samples with every
+    end-of-sequence id at -inf (what transformers' `min_new_tokens` does for TRL), while the
+    log-probs it records are those of the unmasked logits (as TRL's training forward sees)."""
+    from askspec.runtime.backends import hf, hf_ops
+
+    sample_rows = hf_ops.sample_rows
+    original = hf.HFBackend._sample
+
+    def _sample(self, rows, logits):
+        eos = sorted(self._eos)
+
+        def masked(lg, *a, **k):
+            lg = lg.clone()
+            lg[:, eos] = float("-inf")
+            return sample_rows(lg, *a, **k)
+
+        hf_ops.sample_rows = masked
+        try:
+            return original(self, rows, logits)
+        finally:
+            hf_ops.sample_rows = sample_rows
+
+    hf.HFBackend._sample = _sample
+
+
 def run_askspec(args, out: Path) -> dict:
+    from askspec.cli import main as cli_main
     from askspec.runtime.store.views import open_store
 
+    if not args.natural_length:
+        _mask_eos_in_sampling()
     sets = [f"steps={args.iterations + 1}", f"group_size={args.group}", f"batch={args.batch}",
             f"max_new={args.max_new}", "lr=0.00001"]
-    cmd = [sys.executable, "-m", "askspec.cli", "run", str(ROOT / "specs" / "arith.ask"), "--out", str(out), "--quiet",
-           *[x for s in sets for x in ("--set", s)]]
+    argv = ["run", str(ROOT / "specs" / "arith.ask"), "--out", str(out), "--quiet",
+            *[x for s in sets for x in ("--set", s)]]
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(proc.stderr)
-    run_dir = proc.stdout.strip().splitlines()[-1]
+    if cli_main(argv) != 0:
+        raise SystemExit("askspec run failed")
+    run_dir = next(p for p in out.iterdir() if p.is_dir())
     con = open_store(run_dir)
     rows = con.execute("SELECT step, metrics->>'$.seconds_play', metrics->>'$.seconds_update', seconds FROM train_steps "
                        "ORDER BY step").fetchall()
@@ -59,7 +97,7 @@ def run_trl(args, workdir: Path) -> dict:
     from askspec.runtime.backends.hf import default_threads, resolve_weights
     from askspec.runtime.replies.verify import equiv
 
-    torch.set_num_threads(default_threads())
+    torch.set_num_threads(default_threads())  # what `askspec run` sets (commands/resolver.py)
     folder = resolve_weights("smollm2-135m-instruct")
     tok = AutoTokenizer.from_pretrained(str(folder))
     # the GGUF-converted tokenizer says <|im_start|> is EOS and has no pad (DESIGN.md): fix both
@@ -84,10 +122,12 @@ def run_trl(args, workdir: Path) -> dict:
             out.append((0.5 if b else 0.0) + (0.5 if b and equiv(b, a) else 0.0))
         return out
 
+    generation_kwargs = None if args.natural_length else {"min_new_tokens": args.max_new}
     config = GRPOConfig(output_dir=str(workdir), per_device_train_batch_size=args.batch, num_generations=args.group,
                         max_completion_length=args.max_new, max_steps=args.iterations + 1, learning_rate=1e-5,
                         use_cpu=True, bf16=False, beta=0.0, loss_type="grpo", temperature=1.0, logging_steps=1,
-                        report_to=[], save_strategy="no", shuffle_dataset=False, seed=0, dataloader_num_workers=0)
+                        report_to=[], save_strategy="no", shuffle_dataset=False, seed=0, dataloader_num_workers=0,
+                        generation_kwargs=generation_kwargs)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(data),
                           processing_class=tok)
     gen_times: list[float] = []
@@ -121,30 +161,68 @@ def run_trl(args, workdir: Path) -> dict:
 
 def summary(name: str, res: dict) -> dict:
     its = res["iterations"]
-    total = statistics.median(i["total_s"] for i in its)
-    gen = sum(i["tokens"] for i in its) / sum(i["gen_s"] for i in its)
-    upd = sum(i["tokens"] for i in its) / sum(i["update_s"] for i in its)
-    return {"system": name, "iteration_s": total, "gen_tok_s": gen, "update_tok_s": upd,
-            "tokens_per_iteration": statistics.median(i["tokens"] for i in its)}
+    tokens = sum(i["tokens"] for i in its)
+    return {"system": name, "iteration_s": statistics.median(i["total_s"] for i in its),
+            "iteration_tok_s": tokens / sum(i["total_s"] for i in its),
+            "gen_tok_s": tokens / sum(i["gen_s"] for i in its), "update_tok_s": tokens / sum(i["update_s"] for i in its),
+            "tokens_per_iteration": statistics.median(i["tokens"] for i in its), "iterations": its}
+
+
+def child(side: str, args: argparse.Namespace) -> dict:
+    """Run one system in a fresh process (its own imports, threads and allocator)."""
+    flags = [f"--iterations={args.iterations}", f"--group={args.group}", f"--batch={args.batch}",
+             f"--max-new={args.max_new}", *(["--natural-length"] if args.natural_length else [])]
+    load0 = os.getloadavg()[0]
+    proc = subprocess.run([sys.executable, __file__, "--side", side, *flags], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{side} failed:\n{proc.stderr[-4000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["load"] = (load0, os.getloadavg()[0])
+    return res
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iterations", type=int, default=3, help="timed iterations (after one warm-up)")
+    ap.add_argument("--rounds", type=int, default=2, help="pairs of runs (askspec, TRL), order swapped each round")
+    ap.add_argument("--iterations", type=int, default=3, help="timed iterations per run (after one warm-up)")
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=32)
+    ap.add_argument("--natural-length", action="store_true",
+                    help="let completions stop at end-of-sequence (token counts then differ between the systems)")
+    ap.add_argument("--side", choices=("askspec", "trl"), help=argparse.SUPPRESS)  # a child's one system
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        ours = summary("askspec", run_askspec(args, Path(tmp) / "askspec"))
-        theirs = summary("TRL 1.16 GRPOTrainer", run_trl(args, Path(tmp) / "trl"))
-    print(json.dumps([ours, theirs], indent=2))
-    print(f"\n| system | iteration (median) | generation tok/s | update tok/s | completion tokens / iteration |")
-    print("|---|---|---|---|---|")
-    for r in (ours, theirs):
-        print(f"| {r['system']} | {r['iteration_s']:.1f} s | {r['gen_tok_s']:.1f} | {r['update_tok_s']:.1f} | "
-              f"{r['tokens_per_iteration']:.0f} |")
-    print(f"\nspeed-up per iteration: {theirs['iteration_s'] / ours['iteration_s']:.2f}x")
+    if args.side:
+        with tempfile.TemporaryDirectory() as tmp:
+            res = run_askspec(args, Path(tmp)) if args.side == "askspec" else run_trl(args, Path(tmp))
+        print(json.dumps(res))
+        return 0
+    pairs = []
+    for r in range(args.rounds):
+        order = ("askspec", "trl") if r % 2 == 0 else ("trl", "askspec")
+        got = {side: child(side, args) for side in order}
+        ours, theirs = summary("askspec", got["askspec"]), summary("TRL 1.16 GRPOTrainer", got["trl"])
+        pairs.append((ours, theirs, got["askspec"]["load"], got["trl"]["load"]))
+        print(f"round {r + 1} ({' then '.join(order)}): askspec {ours['iteration_tok_s']:.1f} tok/s "
+              f"({ours['tokens_per_iteration']:.0f} tok/it, load {got['askspec']['load'][0]:.1f}), "
+              f"TRL {theirs['iteration_tok_s']:.1f} tok/s ({theirs['tokens_per_iteration']:.0f} tok/it, "
+              f"load {got['trl']['load'][0]:.1f}): {ours['iteration_tok_s'] / theirs['iteration_tok_s']:.2f}x",
+              file=sys.stderr, flush=True)
+    print(json.dumps([{"askspec": o, "trl": t, "load_askspec": la, "load_trl": lt} for o, t, la, lt in pairs], indent=1))
+    print("\n| round | system | iteration (median) | iteration tok/s | generation tok/s | update tok/s | "
+          "completion tokens / iteration | load (start, end) |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for r, (ours, theirs, la, lt) in enumerate(pairs, 1):
+        for res, load in ((ours, la), (theirs, lt)):
+            print(f"| {r} | {res['system']} | {res['iteration_s']:.2f} s | {res['iteration_tok_s']:.1f} | "
+                  f"{res['gen_tok_s']:.1f} | {res['update_tok_s']:.1f} | {res['tokens_per_iteration']:.0f} | "
+                  f"{load[0]:.1f}, {load[1]:.1f} |")
+    ratios = [o["iteration_tok_s"] / t["iteration_tok_s"] for o, t, _, _ in pairs]
+    gen = [o["gen_tok_s"] / t["gen_tok_s"] for o, t, _, _ in pairs]
+    upd = [o["update_tok_s"] / t["update_tok_s"] for o, t, _, _ in pairs]
+    print(f"\niteration tokens/s, askspec / TRL: {statistics.median(ratios):.2f}x (median of "
+          f"{', '.join(f'{x:.2f}' for x in ratios)}); generation {statistics.median(gen):.2f}x, "
+          f"update {statistics.median(upd):.2f}x")
     return 0
 
 

@@ -115,3 +115,38 @@ def test_a_step_records_its_advantage_diagnostics(tiny_model):
     m = policy.update(trajectories())  # two groups of rewards 0, 1, 2: advantages ±1/(1 + 1e-4) and 0
     assert m["abs_adv_mean"] == pytest.approx((4 / (1 + 1e-4)) / 6)
     assert m["zero_adv_share"] == pytest.approx(2 / 6)
+
+
+def test_a_shared_prompt_runs_through_the_model_once(tiny_model):
+    """The rows of a group share their prompt: its tokens are fed once, and the log-probs and
+    their gradients equal those of one whole pass per row (prompts of different lengths, one
+    of a single token, completions of different lengths, a temperature)."""
+    policy = policy_for(tiny_model)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(10, 1000, (n,), generator=gen).tolist() for n in (7, 4, 1)]
+    turns = []
+    for k, p in enumerate((0, 0, 0, 1, 1, 2)):
+        c = 2 + k % 3
+        turns.append(Turn(f"s{k}", 1, 0, prompts[p], torch.randint(10, 1000, (c,), generator=gen).tolist(), [0.0] * c,
+                          0.7 if k == 1 else 1.0, "stop"))
+    fed: list[int] = []
+    hook = policy.model.get_input_embeddings().register_forward_hook(lambda m, i, o: fed.append(i[0].numel()))
+    logp, mask = policy.token_logprobs(policy.model, turns)
+    hook.remove()
+    # the 3 distinct prompts but their last token, padded to 6, then 6 rows of the last prompt
+    # token and the completion but its last token, padded to 4 (6 whole rows: 6 x 11 = 66)
+    assert sum(fed) == 3 * 6 + 6 * 4
+    logp.sum().backward()
+    shared = [p.grad.clone() for p in policy.params]
+    policy.optimizer.zero_grad(set_to_none=True)
+    total = torch.zeros(())
+    for i, t in enumerate(turns):
+        n, c = len(t.prompt_ids), len(t.completion_ids)
+        logits = policy.model(input_ids=torch.tensor([t.prompt_ids + t.completion_ids])).logits[0, n - 1 : n - 1 + c]
+        alone = (logits / t.temperature).log_softmax(-1).gather(-1, torch.tensor(t.completion_ids)[:, None])[:, 0]
+        assert torch.allclose(logp[i, :c], alone, atol=1e-5), i
+        assert bool(mask[i, :c].all()) and not bool(mask[i, c:].any()) and not bool(logp[i, c:].any())
+        total = total + alone.sum()
+    total.backward()
+    for g, p in zip(shared, policy.params):
+        assert torch.allclose(g, p.grad, atol=1e-5, rtol=1e-4)
