@@ -22,6 +22,7 @@ SPEC = {"Ask-E": "ask_e", "AskBench": "askbench", "Reasoning Arena": "reasoning_
 
 # (section, the row's item, profile (None: the spec's default), where in the IR, value, text the row shows)
 # where: param:NAME | model:NAME.FIELD (sampling) | train:ROLE.FIELD (lowered) | stage:NAME.OPTION | buffer:NAME.OPTION
+#        | role:NAME.FIELD
 CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("Ask-E", "probing rounds k", "benchmark", "param:probes", 4, "4 benchmark"),
     ("Ask-E", "probing rounds k", "training", "param:probes", 3, "3 training"),
@@ -65,6 +66,7 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("AskBench", "training", None, "train:assistant.lr", 1e-6, "lr 1e-6"),
     ("AskBench", "training", None, "train:assistant.batch", 512, "training batch size 64"),
     ("AskBench", "training", None, "train:assistant.steps", 500, "500 steps"),
+    ("AskBench", "max prompt length", None, "role:assistant.max_prompt_tokens", 2048, "2,048"),
     ("Reasoning Arena", "group size N", None, "param:group_size", 8, "8 (App. B)"),
     ("Reasoning Arena", "CISPO", None, "train:policy.clip_low", 1.0, "ε_lo = 1.0"),
     ("Reasoning Arena", "CISPO", None, "train:policy.clip_high", 2.0, "ε_hi = 2.0"),
@@ -84,6 +86,8 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("PasoDoble", "sampling (training)", None, "model:base.temperature", 0.6, "temperature 0.6"),
     ("PasoDoble", "sampling (training)", None, "model:base.top_p", 1.0, "top_p 1.0"),
     ("PasoDoble", "sampling (training)", None, "model:base.max_tokens", 6144, "completion 6,144"),
+    ("PasoDoble", "max prompt length", None, "role:proposer.max_prompt_tokens", 1280, "proposer 1,280"),
+    ("PasoDoble", "max prompt length", None, "role:solver.max_prompt_tokens", 512, "solver 512"),
     ("PasoDoble", "lr, KL", None, "train:proposer.lr", 1e-6, "1e-6"),
     ("PasoDoble", "lr, KL", None, "train:solver.lr", 1e-6, "1e-6"),
     ("PasoDoble", "lr, KL", None, "train:proposer.kl", 0.0, "0.0"),
@@ -159,6 +163,8 @@ def ir_value(exp: ir.Experiment, where: str) -> Any:
     if kind == "buffer":
         (b,) = [b for b in exp.buffers if b.name == name]
         return b.options[field]
+    if kind == "role":
+        return getattr(exp.role(name), field)
     raise AssertionError(f"unknown place {where!r}")
 
 
