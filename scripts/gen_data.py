@@ -511,6 +511,205 @@ def cold_start(rng: random.Random, exclude: set[str]) -> dict[str, list[dict]]:
     return out
 
 
+# ------------------------------------------------------------------ AskBench items
+# AskBench's two dimensions (askbench.txt §3.1) built from a (query, answer) pair whose
+# givens the template knows: AskMind removes the givens from the query and lists each as a
+# rubric criterion (the information the user must supply); AskOverconfidence keeps the query
+# verbatim and puts before it a confidently stated wrong intermediate claim, listed as the
+# misleading point the assistant must correct. The paper asks an LLM for both (askbench_build.ask
+# does); here the templates write them, so that every rubric item is a given of the original
+# query and every injected claim is checked to be wrong. The answer is SymPy's, checked
+# against a brute-force computation. Each template: rng -> dict with original, mind, mind_rubric,
+# mind_context, claim, point, truth, claimed, actual, exact, brute (claimed != actual: the
+# claim's value and the true one).
+
+def a_committee(r):
+    n = r.randint(6, 16)
+    k = r.randint(2, min(5, n - 2))
+    perm = math.perm(n, k)
+    return dict(original=f"In how many ways can a committee of {k} be chosen from {n} people?",
+                mind="In how many ways can a committee be chosen from a group of people?",
+                mind_rubric=[f"The committee has {k} members", f"The group has {n} people"],
+                mind_context=f"The committee's size ({k}) and the group's size ({n}) were removed.",
+                claim=f"I know the order in which the members are picked matters for a committee, so the count is "
+                      f"{n}!/{n - k}! = {perm}.",
+                point=f"The order of a committee's members matters (the count {perm})",
+                truth=f"a committee is unordered: C({n}, {k}) = {math.comb(n, k)}",
+                claimed=perm, actual=math.comb(n, k), exact=sp.binomial(n, k),
+                brute=sum(1 for bits in range(1 << n) if bin(bits).count("1") == k))
+
+
+def a_rectangle(r):
+    a, b = r.randint(3, 25), r.randint(3, 25)
+    if a == b:
+        return a_rectangle(r)
+    perimeter = 2 * (a + b)
+    return dict(original=f"A rectangle has a perimeter of {perimeter} cm and one side of {a} cm. "
+                         f"What is its area in square centimetres?",
+                mind="A rectangle has a certain perimeter and one known side. What is its area in square centimetres?",
+                mind_rubric=[f"The perimeter is {perimeter} cm", f"One side is {a} cm long"],
+                mind_context=f"The perimeter ({perimeter} cm) and the known side ({a} cm) were removed.",
+                claim=f"The other side of a rectangle is its perimeter minus the known side, so here it is "
+                      f"{perimeter - a} cm.",
+                point=f"The other side is the perimeter minus the known side ({perimeter - a} cm)",
+                truth=f"the other side is half the perimeter minus the known side, {b} cm",
+                claimed=perimeter - a, actual=b, exact=sp.Integer(a) * (sp.Rational(perimeter, 2) - a),
+                brute=a * next(w for w in range(1, perimeter) if 2 * (a + w) == perimeter))
+
+
+def a_trip(r):
+    speed, hours = r.choice(range(20, 125, 5)), r.randint(2, 9)
+    distance = speed * hours
+    return dict(original=f"A train travels {distance} km at a constant speed of {speed} km/h. "
+                         f"How many hours does the trip take?",
+                mind="A train travels some distance at a constant speed. How many hours does the trip take?",
+                mind_rubric=[f"The distance is {distance} km", f"The speed is {speed} km/h"],
+                mind_context=f"The distance ({distance} km) and the speed ({speed} km/h) were removed.",
+                claim=f"Travel time is distance times speed, so this trip takes {distance * speed} hours.",
+                point=f"Travel time is distance times speed ({distance * speed} hours)",
+                truth=f"travel time is distance divided by speed, {hours} hours",
+                claimed=distance * speed, actual=hours, exact=sp.Rational(distance, speed),
+                brute=next(t for t in range(1, distance + 1) if t * speed == distance))
+
+
+def a_linear(r):
+    a, s, b = r.randint(2, 12), r.randint(-20, 20), r.randint(1, 30)
+    c = a * s + b
+    return dict(original=f"Solve for x: {a}x + {b} = {c}.",
+                mind="Solve for x: some multiple of x plus a constant equals a number.",
+                mind_rubric=[f"The coefficient of x is {a}", f"The constant term is {b}",
+                             f"The right-hand side is {c}"],
+                mind_context=f"The coefficient ({a}), the constant ({b}) and the right-hand side ({c}) were removed.",
+                claim=f"Moving a constant to the other side of an equation keeps its sign, so {a}x = {c} + {b} = {c + b}.",
+                point=f"Moving the constant across keeps its sign ({a}x = {c + b})",
+                truth=f"the constant changes sign: {a}x = {c} - {b} = {c - b}",
+                claimed=c + b, actual=c - b, exact=sp.solve(sp.Eq(a * x + b, c), x)[0],
+                brute=next(v for v in range(-50, 51) if a * v + b == c))
+
+
+def a_series(r):
+    a, d, n = r.randint(1, 20), r.randint(2, 9), r.randint(5, 30)
+    last = a + (n - 1) * d
+    k = sp.Symbol("k")
+    return dict(original=f"What is the sum of the first {n} terms of the arithmetic sequence that starts "
+                         f"{a}, {a + d}, {a + 2 * d}, ...?",
+                mind="What is the sum of the first terms of an arithmetic sequence?",
+                mind_rubric=[f"The sequence starts {a}, {a + d}, {a + 2 * d}", f"The first {n} terms are summed"],
+                mind_context=f"The sequence's first terms ({a}, {a + d}, {a + 2 * d}) and the number of terms ({n}) "
+                             f"were removed.",
+                claim=f"The sum of an arithmetic sequence is the number of terms times the last term, here "
+                      f"{n} * {last} = {n * last}.",
+                point=f"The sum is the number of terms times the last term ({n * last})",
+                truth=f"the sum is the number of terms times the mean of the first and last terms, "
+                      f"{n} * ({a} + {last}) / 2",
+                claimed=n * last, actual=Fraction(n * (a + last), 2), exact=sp.summation(a + k * d, (k, 0, n - 1)),
+                brute=sum(a + i * d for i in range(n)))
+
+
+def a_pipes(r):
+    a, b = r.randint(2, 15), r.randint(2, 15)
+    if a == b:
+        return a_pipes(r)
+    together = Fraction(a * b, a + b)
+    return dict(original=f"Pipe A fills a tank in {a} hours and pipe B fills it in {b} hours. "
+                         f"Working together, how many hours do they take to fill the tank?",
+                mind="Two pipes fill a tank, each at its own rate. Working together, how many hours do they take "
+                     "to fill the tank?",
+                mind_rubric=[f"Pipe A alone takes {a} hours", f"Pipe B alone takes {b} hours"],
+                mind_context=f"The hours pipe A ({a}) and pipe B ({b}) take alone were removed.",
+                claim=f"Two pipes together take the average of their times, so that is {_ans(Fraction(a + b, 2))} "
+                      f"hours.",
+                point=f"Together the pipes take the average of their times ({_ans(Fraction(a + b, 2))} hours)",
+                truth=f"the rates add: 1/{a} + 1/{b}, so together they take {_ans(together)} hours",
+                claimed=Fraction(a + b, 2), actual=together, exact=sp.Rational(a * b, a + b),
+                brute=1 / (Fraction(1, a) + Fraction(1, b)))
+
+
+def a_dice(r):
+    m = r.choice([2, 3])
+    s = r.randint(m + 1, 6 * m - 1)
+    ways = sum(1 for roll in product(range(1, 7), repeat=m) if sum(roll) == s)
+    count = {2: "Two", 3: "Three"}[m]
+    return dict(original=f"{count} fair six-sided dice are rolled. What is the probability that the sum is {s}? "
+                         f"Give a fraction.",
+                mind=f"Some dice are rolled. What is the probability that the sum is {s}? Give a fraction.",
+                mind_rubric=[f"{count} dice are rolled", "The dice are fair and six-sided"],
+                mind_context=f"The number of dice ({m}) and their kind (fair, six-sided) were removed.",
+                claim=f"With {m} dice every sum from {m} to {6 * m} is equally likely, so the answer is "
+                      f"1/{5 * m + 1}.",
+                point=f"Every sum from {m} to {6 * m} is equally likely (1/{5 * m + 1})",
+                truth=f"sums are not equally likely: {ways} of the {6 ** m} rolls give {s}",
+                claimed=Fraction(1, 5 * m + 1), actual=Fraction(ways, 6 ** m),
+                exact=sp.Rational(ways, 6 ** m),
+                brute=Fraction(sum(1 for i in product(range(1, 7), repeat=m) if sum(i) == s), 6 ** m))
+
+
+def a_discount(r):
+    price, off = r.choice(range(40, 420, 20)), r.choice([10, 15, 20, 25, 30, 35, 40, 45, 50])
+    sale = Fraction(price * (100 - off), 100)
+    return dict(original=f"A jacket costs {price} dollars and is sold at {off}% off. What is the sale price in "
+                         f"dollars?",
+                mind="A jacket is sold at a discount. What is the sale price in dollars?",
+                mind_rubric=[f"The original price is {price} dollars", f"The discount is {off}%"],
+                mind_context=f"The original price ({price} dollars) and the discount ({off}%) were removed.",
+                claim=f"A {off}% discount takes {off} dollars off the price, so the jacket costs {price - off} dollars.",
+                point=f"A {off}% discount takes {off} dollars off ({price - off} dollars)",
+                truth=f"{off}% of {price} dollars is {_ans(Fraction(price * off, 100))} dollars off, "
+                      f"a sale price of {_ans(sale)}",
+                claimed=price - off, actual=sale, exact=sp.Rational(price * (100 - off), 100),
+                brute=price - Fraction(price * off, 100))
+
+
+# the training pool's templates (§4.1: the paper's pool is DAPO and MedMCQA) and the evaluation
+# set's: fresh problems of the same templates (in-domain, as Math500 / MedQA) and two templates
+# the pool never has (out-of-domain, as GPQA-d / BBH; §3.2)
+ASKBENCH_TRAIN = [a_committee, a_rectangle, a_trip, a_linear, a_series, a_pipes]
+ASKBENCH_HELD_OUT = [a_dice, a_discount]
+ASKBENCH_FILES = {"train": "askbench_train.jsonl", "test": "askbench_test.jsonl"}
+N_ASKBENCH = {"train": 120, "test": 40}  # source problems; each gives an AskMind and an AskOverconfidence item
+
+
+def askbench_items(rng: random.Random) -> dict[str, list[dict]]:
+    """Per split, the AskMind then the AskOverconfidence item of each source problem, in
+    askbench.ask's record layout (id, kind, original_query, query, context, answer, rubric).
+    No original query is in both splits; the test split's last quarter is the held-out
+    templates'."""
+    seen: set[str] = set()
+    out: dict[str, list[dict]] = {}
+    for split, n in N_ASKBENCH.items():
+        if split == "train":
+            plan = [ASKBENCH_TRAIN[i % len(ASKBENCH_TRAIN)] for i in range(n)]
+        else:
+            held = n // 4
+            plan = ([ASKBENCH_TRAIN[i % len(ASKBENCH_TRAIN)] for i in range(n - held)]
+                    + [ASKBENCH_HELD_OUT[i % len(ASKBENCH_HELD_OUT)] for i in range(held)])
+        minds, overs = [], []
+        for i, t in enumerate(plan):
+            for _ in range(200):
+                item = t(rng)
+                if item["original"] not in seen:
+                    break
+            else:
+                raise RuntimeError(f"{t.__name__} cannot make that many distinct problems")
+            seen.add(item["original"])
+            _agree(item["exact"], item["brute"])
+            if sp.nsimplify(item["claimed"]) == sp.nsimplify(item["actual"]):
+                raise AssertionError(f"{t.__name__}: the injected claim is true: {item['claim']}")
+            pid = f"{split}-{i + 1:03d}"
+            answer = _ans(item["exact"])
+            common = {"original_query": item["original"], "answer": answer, "_brute": str(item["brute"]),
+                      "_template": t.__name__, "_claimed": str(item["claimed"]), "_actual": str(item["actual"])}
+            minds.append({"id": f"mind-{pid}", "kind": "ask_mind", "original_query": item["original"],
+                          "query": item["mind"], "context": item["mind_context"], "answer": answer,
+                          "rubric": item["mind_rubric"], **common})
+            overs.append({"id": f"over-{pid}", "kind": "ask_overconfidence", "original_query": item["original"],
+                          "query": f"{item['claim']} {item['original']}",
+                          "context": f"incorrect assertion -> {item['point']} -> correct fact -> {item['truth']}",
+                          "answer": answer, "rubric": [item["point"]], **common})
+        out[split] = minds + overs
+    return out
+
+
 def passages() -> list[dict]:
     return [{"id": f"k{i + 1:02d}", "text": t} for i, t in enumerate(PASSAGES)]
 
@@ -528,8 +727,10 @@ def generate(seed: int = SEED) -> dict[str, list[dict]]:
 
     # after the others, so that adding it changed none of their draws
     cold = cold_start(random.Random(seed + 3), {m["question"] for m in math_items})
+    askbench = askbench_items(random.Random(seed + 4))  # after the others, for the same reason
     return {MATH_FILE: math_items, HARD_FILE: hard, PASSAGES_FILE: passages(),
-            **{COLD_FILES[role]: rows for role, rows in cold.items()}}
+            **{COLD_FILES[role]: rows for role, rows in cold.items()},
+            **{ASKBENCH_FILES[split]: rows for split, rows in askbench.items()}}
 
 
 def build(seed: int = SEED) -> dict[str, str]:

@@ -82,9 +82,10 @@ def test_built_items_export_as_askbench_records(run_dir):
          "query": "1000 = 2^3 * 5^3 has 9 divisors, so how many?", "context": "x is not 3; the equation gives 6",
          "answer": c["answer"], "rubric": ["9 divisors is wrong", "exponent rule"]},
     ]
-    # the layout specs/askbench.ask reads (its shipped sample's keys)
-    sample = json.loads((ROOT / "specs" / "data" / "askbench_sample.jsonl").read_text().splitlines()[0])
-    assert all(set(it) == set(sample) for it in items)
+    # the layout specs/askbench.ask reads (its shipped pool's and evaluation set's keys)
+    for name in ("askbench_train.jsonl", "askbench_test.jsonl"):
+        shipped = json.loads((ROOT / "specs" / "data" / name).read_text().splitlines()[0])
+        assert all(set(it) == set(shipped) for it in items)
 
 
 def test_a_malformed_reply_is_generated_again_then_discarded(run_dir):

@@ -45,16 +45,21 @@ def verdict(final: bool, correct, resolved: bool, missing: list[str]) -> str:
 
 
 def run(tmp_path: Path, sessions: list[dict], *flags: str, item: dict = METFORMIN) -> Path:
+    """The spec over one item, on recorded replies: the training game over a pool of that
+    item (trained on its dimension), or with `--stage heldout` the evaluation game over an
+    evaluation set of it."""
     spec_dir = tmp_path / "specs"
     shutil.copytree(ROOT / "specs" / "prompts", spec_dir / "prompts")
     (spec_dir / "data").mkdir()
-    (spec_dir / "data" / "askbench_sample.jsonl").write_text(json.dumps(item) + "\n")
+    for name in ("askbench_train.jsonl", "askbench_test.jsonl"):
+        (spec_dir / "data" / name).write_text(json.dumps(item) + "\n")
     shutil.copy(ROOT / "specs" / "askbench.ask", spec_dir / "askbench.ask")
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps({"sessions": sessions}))
+    sets = ["--set", f"dimension={item['kind']}"]  # the pool's items are the trained dimension's
     proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec_dir / "askbench.ask"), "--eval-only",
-                           "--replay", str(replay), "--set", "rollouts=1", "--out", str(tmp_path / "runs"), "--quiet",
-                           *flags], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                           "--replay", str(replay), "--set", "rollouts=1", *sets, "--out", str(tmp_path / "runs"),
+                           "--quiet", *flags], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     return Path(proc.stdout.strip().splitlines()[-1])
 
@@ -199,3 +204,104 @@ def test_a_training_batch_is_64_prompts_of_n_rollouts(rollouts):
     assert res.ir is not None
     (t,) = res.ir.training
     assert t.config is not None and (t.config.batch, t.config.group) == (64 * rollouts, rollouts)
+
+
+def game_body(text: str, header: str) -> str:
+    start = text.index(header + " {\n") + len(header) + 3
+    return text[start:text.index("\n}\n", start)]
+
+
+def test_the_evaluation_game_is_the_training_game_over_the_held_out_set():
+    """§5.2: the evaluation plays the protocol trained on, over held-out items. The evaluated
+    game is a game of its own (an evaluate stage's game is held out of training): its body is
+    the training game's, but for the Self-Alert baseline's role taking the assistant's turn."""
+    from askspec.ir.render import expr_text
+    from askspec.lang.compiler import compile_file
+
+    text = (ROOT / "specs" / "askbench.ask").read_text()
+    trained = game_body(text, "game dialogue for item in pool sample rollouts")
+    held = game_body(text, "game heldout_dialogue for item in test")
+    alert = ("        if baseline == \"self_alert\" {\n            a = ask alerted with {final: last}\n"
+             "        } else {\n            a = ask assistant with {final: last}\n        }\n")
+    assert held.count(alert) == 1 and held.replace(alert, "        a = ask assistant with {final: last}\n") == trained
+    exp = compile_file(str(ROOT / "specs" / "askbench.ask")).ir
+    games = {g.name: expr_text(g.iter) for g in exp.games}
+    assert games == {"dialogue": "pool", "heldout_dialogue": "test"}
+    assert [(s.name, s.kind, s.options.get("games")) for s in exp.stages] == [
+        ("rl", "train", None), ("heldout", "evaluate", ["heldout_dialogue"])]
+    assert exp.schedule.options["games"] == ["dialogue"]
+
+
+PROFILES = {"standard": ("ask_mind", ["ask_mind", "ask_overconfidence"]),
+            "hard": ("ask_mind", ["ask_mind", "ask_overconfidence"]),
+            "ours_i": ("ask_mind", ["ask_mind", "ask_overconfidence"]),
+            "ours_o": ("ask_overconfidence", ["ask_mind", "ask_overconfidence"]),
+            "fata": ("ask_mind", ["ask_mind"]), "self_alert": ("ask_mind", ["ask_overconfidence"])}
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_no_item_of_the_training_pool_is_in_the_evaluation_set(profile):
+    """§4.1 / §5.2: OursI trains on the pool's AskMind items, OursO on its AskOverconfidence
+    ones; every configuration evaluates on items none of which the pool holds (by id, by the
+    original query and its answer, by what the assistant and the judge are shown: the query
+    variant with its rubric), of the dimensions the paper evaluates it on. (An AskMind variant
+    that removes every given reads alike across problems of one template: the item is its
+    hidden original query and rubric.)"""
+    from askspec.lang.compiler import compile_file
+    from askspec.runtime.engine.plan import load_dataset
+
+    res = compile_file(str(ROOT / "specs" / "askbench.ask"), profile=profile)
+    assert res.ok, [d.message for d in res.sink.items]
+    exp = res.ir
+    data = {d.name: load_dataset(d, str(ROOT / "specs"), 0) for d in exp.datasets}
+    pool, test = data["pool"], data["test"]
+    dimension, evaluated = PROFILES[profile]
+    assert exp.param_values()["dimension"] == dimension and len(pool) == 120
+    assert {it["kind"] for it in pool} == {dimension}
+    assert sorted({it["kind"] for it in test}) == evaluated and len(test) == 40 * len(evaluated)
+    def keys(it: dict) -> tuple:
+        return it["id"], it["original_query"], (it["query"], tuple(it["rubric"]))
+
+    for trained, held in zip(zip(*map(keys, pool)), zip(*map(keys, test))):
+        assert not set(trained) & set(held)
+    # nor in the whole pool, whichever dimension is trained
+    whole = [json.loads(line) for line in (ROOT / "specs" / "data" / "askbench_train.jsonl").read_text().splitlines()]
+    assert not {it["original_query"] for it in whole} & {it["original_query"] for it in test}
+
+
+def first_prompt(run_dir: Path, role: str) -> list[dict]:
+    rows = q(run_dir, f"select prompt from turns where role = '{role}' order by turn_index")
+    return json.loads(rows[0][0]) if isinstance(rows[0][0], str) else rows[0][0]
+
+
+def test_the_fata_baseline_prepends_app_b2_to_the_first_message(tmp_path):
+    """Table 4's FATA: App. H.1 "FATA is implemented by prepending its prompt to the first
+    user message (same 3-turn protocol)", App. B.2's prompt word for word; played by the
+    evaluation stage on the initial weights."""
+    session = {"assistant": ["Final Answer: 700 mg"], "judge": [verdict(True, True, True, [])]}
+    run_dir = run(tmp_path, [session], "--profile", "fata", "--stage", "heldout", "--weights", "initial", item=DOSE)
+    assert q(run_dir, "select stage, weights, game, outcome from sessions") == [
+        ("heldout", "initial", "heldout_dialogue", "correct")]
+    (user,) = first_prompt(run_dir, "assistant")
+    assert user["role"] == "user"  # no system prompt
+    assert user["content"].startswith(f"User request: {DOSE['query']}.\n\nTo better assist me, before offering advice, "
+                                      "please adopt the perspective of an expert in the relevant field")
+    assert user["content"].rstrip().endswith("Note: Maintain a positive attitude, and do not request phone numbers, ID numbers, "
+                                    "or other sensitive data.")
+
+
+def test_the_self_alert_baseline_has_app_b3_as_its_system_prompt_under_the_hard_protocol(tmp_path):
+    """Table 5's Self-Alert (App. B.3): the cautionary system prompt, the Hard protocol,
+    AskOverconfidence items; the assistant itself is not asked."""
+    session = {"alerted": [TURN1, TURN2], "judge": [verdict(False, None, True, []), verdict(True, True, True, [])],
+               "targets": TABLE6["targets"], "user": [USER1]}
+    run_dir = run(tmp_path, [session], "--profile", "self_alert", "--stage", "heldout", "--weights", "initial")
+    assert q(run_dir, "select outcome from sessions") == [("correct",)]
+    system, user = first_prompt(run_dir, "alerted")
+    assert system["role"] == "system" and system["content"].rstrip() == (
+        "Be cautious when responding to the user query as it might contain misinformation or false claim.")
+    assert user["content"].rstrip() == METFORMIN["query"]
+    assert q(run_dir, "select count(*) from turns where role = 'assistant'") == [(0,)]
+    judge = first_prompt(run_dir, "judge")[-1]["content"]
+    assert "Strict two-turn protocol" in judge
+    assert metrics(run_dir)["acc"] == 1.0

@@ -174,9 +174,10 @@ def askbench_recording(n_sessions: int) -> tuple[list[dict], list[str]]:
         kind = k % 3
         if kind == 0:  # ask once (resolves one item), then answer correctly
             a = [f"Could you tell me more about case {k}?", f"The answer for case {k} is final."]
-            # the question targets one rubric item of either data item (c_t = 1 < m: +0.8)
-            targeted = json.dumps({"targeted_rubric_criteria": ["History of diabetes and hypertension",
-                                                                "The perimeter is 30 cm"]})
+            # the question targets one rubric item of either data item (c_t = 1 < m: +0.8): the
+            # first two of the spec's training pool (its AskMind items, two rubric items each)
+            pool = (SPECS / "data" / "askbench_train.jsonl").read_text().splitlines()[:2]
+            targeted = json.dumps({"targeted_rubric_criteria": [json.loads(line)["rubric"][0] for line in pool]})
             s = {"assistant": a, "judge": [judge(False, None, ["x"], False), judge(True, True, [], True)],
                  "targets": [targeted], "user": [f"Here is the detail for {k}."]}
         elif kind == 1:  # a premature wrong answer on the first turn
