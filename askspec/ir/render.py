@@ -195,7 +195,12 @@ def to_text(exp: ir.Experiment) -> str:
     out.append("roles:")
     for r in exp.roles:
         bits = [f"model={r.model or '(bound per session)'}", "trained" if r.trained else "frozen",
-                f"memory={r.memory.kind}{f'({r.memory.size})' if r.memory.kind == 'window' else ''}", f"reply={r.reply.kind}"]
+                f"memory={r.memory.kind}{f'({r.memory.size})' if r.memory.kind == 'window' else ''}"
+                f"{f'({r.memory.conversation})' if r.memory.kind == 'shared' else ''}", f"reply={r.reply.kind}"]
+        if r.max_prompt_tokens is not None and r.prompt_overflow is not None:
+            over = r.prompt_overflow
+            bits.append(f"max_prompt_tokens={r.max_prompt_tokens} "
+                        f"{over.mode if over.mode == 'truncate_left' else f'end({over.outcome})'}")
         if r.recover.retries:
             bits.append(f"{'resample' if r.recover.mode == 'resample' else 'recover'}×{r.recover.retries}")
         out.append(f"  {r.name}: " + ", ".join(bits))

@@ -326,7 +326,7 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
                                        "replies of one session", tspan,
                                f"remove `group`: the {n} replies of the `sample` are the group")
             continue
-        if role.memory.kind != "full" and total > 1:
+        if role.memory.kind not in ("full", "shared") and total > 1:  # shared: one conversation a session too
             step = asks[0][0]
             sink.error("E603", f"'{t.role}' (memory = {role.memory.kind}) can be asked {total} times in a session of "
                                f"'{g.name}': each ask starts a new conversation, so a session holds several "
