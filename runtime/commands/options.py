@@ -142,13 +142,13 @@ class RunOptions:
                              f"--backend {self.backend}")
         if not self.file and not self.resume:
             raise UsageError("give a spec file (or --resume RUN_DIR)")
-        if self.stage is not None and not self.eval_only:
-            raise UsageError("--stage plays an evaluate stage's games against the models as given, without "
-                             "training: add --eval-only")
         if self.stage is not None and self.sessions is not None:
             raise UsageError("--stage plays every session of the stage: it cannot be combined with --sessions")
         if self.weights is not None and (self.stage is None or self.weights not in ("trained", "initial")):
             raise UsageError(f"--weights is trained or initial, with --stage; got {self.weights!r}")
+        if self.weights is not None and not self.eval_only:
+            raise UsageError("--weights chooses the weights an evaluate stage plays (--eval-only --stage); a retrain "
+                             "stage trains the models as given (--model ROLE=hf:CHECKPOINT)")
         for value in self.log:
             parse_log(value)  # a bad value, or a missing package, before anything starts
 
@@ -209,8 +209,8 @@ class RunOptions:
                     "weights"):
             if getattr(self, key) is None and saved.get(key) is not None:
                 changes[key] = saved[key]
-        if "stage" in changes or (saved.get("eval_only") is True and not self.eval_only):
-            changes["eval_only"] = True  # (a stage run is an --eval-only run)
+        if saved.get("eval_only") is True and not self.eval_only:
+            changes["eval_only"] = True  # (an evaluate stage's run is an --eval-only run; a retrain stage's trains)
         if not self.models and saved.get("models"):
             changes["models"] = dict(saved["models"])
         if not self.served_models and saved.get("served_models"):

@@ -52,7 +52,8 @@ def register(sub) -> None:
                    help="play the games without training, even when the spec has train blocks")
     p.add_argument("--stage", metavar="NAME",
                    help="with --eval-only: play one evaluate stage of the spec (its games, `samples` sessions per "
-                        "element), recorded as the stage so `askspec metrics` reports its pass@k")
+                        "element), recorded as the stage so `askspec metrics` reports its pass@k; without it: train "
+                        "one retrain stage alone, from the models as given (--model ROLE=hf:CHECKPOINT)")
     p.add_argument("--weights", choices=("trained", "initial"),
                    help="with --stage: which weights the models run (recorded with each session; default trained)")
     p.add_argument("--log", action="append", metavar="tensorboard[:DIR]|wandb[:PROJECT]",

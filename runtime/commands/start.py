@@ -5,6 +5,7 @@ new run directory is created where it can be."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ def make_plan(opts: RunOptions, exp: ir.Experiment, spec_dir: str,
     params = exp.param_values()
     try:
         datasets = {d.name: load_dataset(d, spec_dir, seed) for d in exp.datasets}
-        if opts.stage is not None:
+        if opts.stage is not None and opts.eval_only:
             return params, datasets, stage_plan(exp, opts.stage, opts.weights or "trained", params, datasets, seed)
         full = plan_sessions(exp, params, datasets, seed)
         plan = plan_sessions(exp, params, datasets, seed, opts.sessions) if opts.sessions else full
@@ -166,6 +167,23 @@ def stage_plan(exp: ir.Experiment, name: str, weights: str, params: dict, datase
     elements = StepPlanner(exp, games, params, dict(datasets), seed, 1, None).elements
     one = stage.model_copy(update={"options": {**stage.options, "weights": [weights]}})
     return StagePlan(stage, eval_plans(one, elements, seed, 0, 0)[weights])
+
+
+def one_stage(exp: ir.Experiment, name: str) -> ir.Experiment:
+    """`--stage NAME` without --eval-only: the experiment whose stage list is that retrain
+    stage alone, which the local trainer runs from the models as given (a cluster job runs
+    a retrain stage so, with `--model ROLE=hf:CHECKPOINT` for the roles the stages before
+    trained: docs/cluster.md, "Stages")."""
+    stage = next((s for s in exp.stages if s.name == name), None)
+    if stage is None or stage.kind != "retrain":
+        names = [s.name for s in exp.stages if s.kind == "retrain"]
+        raise UsageError(f"--stage {name} without --eval-only trains one retrain stage: no retrain stage of that "
+                         f"name{did_you_mean(name, names)}" + (f"; retrain stages: {', '.join(names)}" if names else
+                                                              " (the spec has none; --eval-only plays an evaluate stage)"))
+    if stage.options.get("promoted"):
+        raise UsageError(f"--stage {name}: the stage trains on the promoted datasets of the run's nested schedule, "
+                         f"which a run of the stage alone does not have: run the spec whole")
+    return exp.model_copy(update={"stages": [stage]})
 
 
 def stage_experiment(exp: ir.Experiment, plan: Plan | StagePlan) -> ir.Experiment:
@@ -234,6 +252,9 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], 
     if res is None:
         return None
     exp = res.ir
+    if opts.stage is not None and not opts.eval_only:  # one retrain stage, trained alone
+        exp = one_stage(exp, opts.stage)
+        res = dataclasses.replace(res, ir=exp)
     check_names(opts, exp)
     spec_dir = os.path.dirname(os.path.abspath(opts.file))
     seed = manifest["seed"] if manifest else (opts.seed if opts.seed is not None else int(exp.options.get("seed", 0) or 0))

@@ -221,8 +221,8 @@ class InnerLoop:
         for old in (root / NESTED).glob("step-*.json"):
             if old.stem[5:].isdigit() and int(old.stem[5:]) < step:
                 old.unlink(missing_ok=True)
-        kept = best_weights(root / NESTED, self.state.best["step"]) if self.state.best is not None else None
-        for old in (root / NESTED).glob("best-step-*.safetensors"):  # only the newest checkpoint's state resumes
+        kept = best_weights(self.kept_root(), self.state.best["step"]) if self.state.best is not None else None
+        for old in self.kept_root().glob("best-step-*.safetensors"):  # only the newest checkpoint's state resumes
             if old != kept:
                 old.unlink(missing_ok=True)
 
@@ -326,24 +326,28 @@ class InnerLoop:
                 log.nested_event(step=step, event="promotion", dataset=k_best, copy=j_star, value=rewards[k_best - 1],
                                  data=record)
                 if self.keep_best and (self.state.best is None or accuracy > self.state.best["accuracy"]):
-                    self._keep(work.parent, student, {"step": step, "dataset": k_best, "copy": j_star,
-                                                      "accuracy": accuracy})
+                    self._keep(student, {"step": step, "dataset": k_best, "copy": j_star, "accuracy": accuracy})
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return {"datasets": len(datasets), "baseline_accuracy": base, "outer_rewards": rewards,
                 "moving_average": average, "promoted": promote, "inner_steps": steps}
 
-    def _keep(self, root: Path, student, best: dict[str, Any]) -> None:
+    def kept_root(self) -> Path:
+        """Where keep = best(accuracy) keeps promoted students: beside the inner loop's work
+        folder, in the trainer's run directory (set once the run's folder exists)."""
+        return self.trainer.run_dir / "checkpoints" / NESTED
+
+    def _keep(self, student, best: dict[str, Any]) -> None:
         """The promoted student is the most accurate so far: its weights are kept (the one
         kept before goes with the next checkpoint, which no longer names it: `save`)."""
-        _save_weights(student.state(), best_weights(root, best["step"]))
+        _save_weights(student.state(), best_weights(self.kept_root(), best["step"]))
         self.state.best = best
 
-    def kept_weights(self, root: Path) -> dict | None:
+    def kept_weights(self) -> dict | None:
         """The kept student's weights (keep = best(accuracy)), None when none was promoted."""
         if self.state.best is None:
             return None
-        return _load_weights(best_weights(root, self.state.best["step"]))
+        return _load_weights(best_weights(self.kept_root(), self.state.best["step"]))
 
     def _plans(self, game: ir.Game, items: list, group: int | None, batch: int, seed: int, step: int,
                tag: str, n: int = 1) -> list[SessionPlan]:
@@ -394,7 +398,7 @@ class InnerLoop:
 
 
 def best_weights(root: Path, step: int) -> Path:
-    """Where keep = best(accuracy) keeps the student promoted at `step` (root: checkpoints/nested)."""
+    """Where keep = best(accuracy) keeps the student promoted at `step` (root: InnerLoop.kept_root)."""
     return root / f"best-step-{step}.safetensors"
 
 

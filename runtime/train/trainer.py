@@ -643,8 +643,7 @@ class LocalTrainer:
         stage = next((s for s in self.exp.stages if s.name == sl.phase.stage), None)
         if stage is None or (stage.options.get("keep") or {}).get("rule") != "best" or self.inner is None:
             return
-        root = self.run_dir / CHECKPOINTS / "nested"
-        state = self.inner.kept_weights(root)
+        state = self.inner.kept_weights()
         best = self.inner.state.best
         if state is not None and best is not None:
             self.policies[self.inner.s.inner].take_weights(state)

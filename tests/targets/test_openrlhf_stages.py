@@ -128,7 +128,8 @@ def test_askspec_run_plays_one_evaluate_stage(tmp_path, capsys) -> None:
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--stage", "heldout"], "add --eval-only"),
+    (["--stage", "heldout"], "without --eval-only trains one retrain stage: no retrain stage of that name"),
+    (["--stage", "again", "--weights", "initial"], "a retrain stage trains the models as given"),
     (["--eval-only", "--stage", "nope"], "no evaluate stage of that name"),
     (["--eval-only", "--weights", "initial"], "with --stage"),
     (["--eval-only", "--stage", "heldout", "--sessions", "1"], "cannot be combined with --sessions"),

@@ -63,15 +63,20 @@ def test_soar_plans_its_nested_schedule():
     # one teach session per outer step; each step owns the indices of its inner sessions
     assert [sl.phase.name for sl in t.slots[:2]] == ["outer", "outer"]
     # the stages: 200 outer steps, PS (1 step), a fresh student on PQ (1,500 steps), PQ (1 step),
-    # Hard-Only: a fresh student on the train split (1,500 steps), evaluated (1 step)
+    # Hard-Only: a fresh student on the train split (1,500 steps), evaluated (1 step), the teacher
+    # evaluation: a fresh student on questions sampled from the teacher (1,500 steps), evaluated (1 step)
     assert [sl.phase.kind for sl in t.slots].count("play") == 200
     assert [(sl.phase.stage, sl.phase.kind) for sl in t.slots[200:202]] == [("ps", "evaluate"), ("pq_student", "retrain")]
     assert [(sl.phase.stage, sl.phase.kind) for sl in t.slots[1701:1703]] == [("pq", "evaluate"), ("hard_only", "retrain")]
-    assert t.steps == 200 + 1 + 1500 + 1 + 1500 + 1 and t.slots[-1].phase.stage == "hard_only_eval"
+    assert [(sl.phase.stage, sl.phase.kind) for sl in t.slots[3202:3204]] == [("hard_only_eval", "evaluate"),
+                                                                              ("teacher_student", "retrain")]
+    assert t.steps == 200 + 1 + 1500 + 1 + 1500 + 1 + 1500 + 1 and t.slots[-1].phase.stage == "teacher_eval"
     assert t.step_sessions(t.slots[201]) == 256  # the student's batch: 8 questions x group 32
+    assert t.step_sessions(t.slots[3203]) == 1 + 256  # its first step plays the sampling game once, then the batch
+    assert t.step_sessions(t.slots[3204]) == 256
     assert t.step_sessions(t.slots[200]) == 30 * 32 * 2  # 30 test problems x 32 samples x (trained, initial)
     assert t.slots[0].phase.roles == ("teacher",) and t.slots[0].phase.plain == ("teach",)
-    assert {g.name for g in t.games} == {"teach", "practice", "evaluate", "test"}
+    assert {g.name for g in t.games} == {"teach", "practice", "evaluate", "test", "write"}
     inner = t.inner
     assert inner is not None and inner.grounded
     # baseline M + g datasets x r copies x ((10 + 5) steps x 8 questions x group 32, + M), where

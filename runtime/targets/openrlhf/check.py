@@ -47,7 +47,8 @@ class StageJob:
     """One stage of the spec as the job runs it (in the spec's order): `train` is the RL
     schedule's place; `sft` trains `role` with openrlhf.cli.train_sft; `evaluate` serves
     `role`'s weights and plays the stage's games against them (`askspec run --stage`);
-    `retrain` is a PPO job (`phase`) from `role`'s initial weights."""
+    `retrain` is a PPO job (`phase`) from `role`'s initial weights, or with `askspec` a run
+    of askspec's own trainer (retrain.sh: `askspec run --stage`)."""
 
     stage: ir.Stage
     dir: str  # its folder in the job ("" for the train stage)
@@ -57,6 +58,8 @@ class StageJob:
 
 @dataclass
 class JobPlan:
+    # a retrain stage OpenRLHF cannot run (it samples its items from a role, or stops at a reward plateau)
+    askspec: bool = False
     phases: list[Phase]
     iterations: int = 1  # cycles of the phase sequence (alternating schedules)
     notes: list[str] = field(default_factory=list)
@@ -196,6 +199,10 @@ def _retrained(t: ir.Training, opts: dict) -> ir.Training:
         changed["config"] = config.model_copy(update=update)
     return t.model_copy(update=changed)
 
+    if o.get("sample") or o.get("keep"):
+        # a PPO job can neither play a game before its first step nor stop by its reward's slope:
+        # askspec's own trainer runs the stage on the job's node, from the weights the stages before left
+        return StageJob(stage, folder, role=o["role"], askspec=True)
 
 def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, str]:
     """(the trained role whose weights an evaluate stage's games play, or None and why).

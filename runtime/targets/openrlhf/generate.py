@@ -464,7 +464,7 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
     _prepare(out)
     try:
         # the phases' agents read the spec's data; an evaluate stage's `askspec run` the spec itself
-        for folder in [p.dir for p in phases] + [s.dir for s in plan.stages if s.stage.kind == "evaluate"]:
+        for folder in [p.dir for p in phases] + [s.dir for s in plan.stages if s.stage.kind == "evaluate" or s.askspec]:
             (out / folder).mkdir(parents=True, exist_ok=True)
             _copy_spec(exp, res, spec_path, out / folder / "spec")
         for path, blob in blobs.items():
@@ -505,7 +505,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
                 texts[os.path.join(p.dir, name)] = env.get_template(name + ".j2").render(**ctx)
         rl = [p for p in phases if any(p.phase is q for q in plan.phases)]  # the schedule's (not a retrain's)
         retrains = {p.phase.dir: p for p in phases if p not in rl}
-        order = [{"kind": s.stage.kind, "name": s.stage.name, "dir": s.dir, "role": s.role,
+        order = [{"kind": s.stage.kind, "name": s.stage.name, "dir": s.dir, "role": s.role, "askspec": s.askspec,
                   "frozen_trained": retrains[s.dir].frozen_trained if s.dir in retrains else []}
                  for s in plan.stages] or [{"kind": "train"}]
         inner = _inner_role(exp)  # a nested schedule's inner role: its weights are the service's (or initial)
@@ -516,6 +516,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
         ctx = {**common, "phases": rl, "iterations": plan.iterations, "phase_names": [p.dir for p in rl],
                "roles": roles, "pretrain": pretrain, "order": order,
                "inner_loop": inner if any(p.phase.inner_loop for p in rl) else None,
+               "inner_keep_best": any((s.options.get("keep") or {}).get("rule") == "best" for s in exp.stages),
                "stage_jobs": plan.stages, "spec_name": os.path.basename(spec_path), "askspec_version": __version__,
                "substitutes": [f"{a}={b}" for a, b in sorted(substitutes.items())]}
         if plan.driven:
@@ -528,7 +529,8 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
 
 def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec_path: str,
                  overrides: dict[str, str]) -> dict[str, str]:
-    """The files of the sft and evaluate stages (stages.py), by path inside the job folder."""
+    """The files of the sft and evaluate stages and of the retrain stages askspec's trainer
+    runs (stages.py), by path inside the job folder."""
     env = _environment()
     common = {"experiment": exp.name, "hash12": experiment_hash(exp)[:12]}
     seed = int(exp.options.get("seed", 0) or 0)
@@ -537,6 +539,16 @@ def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spe
     datasets = _datasets(exp, spec_path) if any(s.stage.kind == "sft" for s in plan.stages) else {}
     try:
         for job in plan.stages:
+            if job.askspec:
+                assert job.role is not None
+                trained = [*by_role, *([_inner_role(exp)] if _inner_role(exp) else [])]
+                pretrain = {r: by_role[r].pretrain if r in by_role else _weights(exp.model(exp.role(r).model))
+                            for r in trained}
+                profile = exp.options.get("profile")
+                texts.update(stages.retrain_files(env, common, job, [r for r in trained if r != job.role], pretrain,
+                                                  os.path.basename(spec_path), str(profile) if profile else None,
+                                                  overrides))
+                continue
             if job.role is None or job.stage.kind not in ("sft", "evaluate"):
                 continue
             p = by_role.get(job.role)

@@ -3,7 +3,9 @@
 format OpenRLHF's SFTDataset reads; an evaluate stage serves the evaluated role's weights
 with vLLM (serve_frozen.sh) and plays the stage's games against them with
 `askspec run --eval-only --stage`. A `retrain` stage is a PPO phase of its own (generate.py
-builds it like the schedule's). Files come back in memory, by path; generate.py writes."""
+builds it like the schedule's), or, when it samples its items from a role or stops at a
+reward plateau, a run of askspec's own trainer (`askspec run --stage`, retrain.sh). Files
+come back in memory, by path; generate.py writes."""
 
 from __future__ import annotations
 
@@ -69,3 +71,18 @@ def evaluate_files(env: jinja2.Environment, common: dict, job: StageJob, server:
            "servers": [server]}
     return {os.path.join(job.dir, "evaluate.sh"): env.get_template("evaluate.sh.j2").render(**ctx),
             os.path.join(job.dir, "serve_frozen.sh"): env.get_template("serve_frozen.sh.j2").render(**ctx)}
+
+
+def retrain_files(env: jinja2.Environment, common: dict, job: StageJob, others: list[str], pretrain: dict[str, str],
+                  spec_name: str, profile: str | None, overrides: dict[str, str]) -> dict[str, str]:
+    """retrain.sh of a retrain stage askspec's own trainer runs: `askspec run --stage` with
+    the other trained roles (`others`) on their latest weights, the kept weights copied to
+    the driver's SAVE_PATH."""
+    o = job.stage.options
+    why = [f"its items include {o['sample']}'s replies, sampled when the stage starts"] if o.get("sample") else []
+    if o.get("keep"):
+        why.append(f"it stops where its reward levels off (keep = {o['keep']['rule']})")
+    ctx = {**common, "stage": job.stage.name, "role": job.role, "why": "; ".join(why), "spec": spec_name,
+           "profile": profile, "sets": [f"{k}={v}" for k, v in overrides.items()], "others": others,
+           "pretrain": pretrain}
+    return {os.path.join(job.dir, "retrain.sh"): env.get_template("retrain.sh.j2").render(**ctx)}
