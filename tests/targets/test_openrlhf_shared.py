@@ -4,7 +4,10 @@ a session, as `memory = full` does: asked several times, it is one OpenRLHF traj
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+import pytest
 
 from test_openrlhf_refusals import refusals
 
@@ -29,3 +32,45 @@ def test_a_shared_conversation_is_one_trajectory(tmp_path: Path) -> None:
     assert refusals(spec, tmp_path) == ""
     spec.write_text(SPEC.format(memory="none"))
     assert "error[E603]" in refusals(spec, tmp_path)
+
+
+@pytest.mark.slow  # the SmolLM2 tokenizer, as the other agent tests
+def test_the_agent_plays_a_shared_conversation_as_one_token_sequence(tmp_path: Path, monkeypatch) -> None:
+    import asyncio
+    import json
+
+    from openrlhf_harness import (FakeEngine, FakeSamplingParams, generate_responses, load_agent_executor,
+                                  smollm2_tokenizer)
+    from test_openrlhf_agent import make_job, replay_frozen_roles
+
+    spec = tmp_path / "s.ask"
+    spec.write_text(SPEC.format(memory="shared(talk)"))
+    job = make_job(spec, tmp_path / "job", {})
+    recording = tmp_path / "replies.json"
+    recording.write_text(json.dumps({"sessions": [{"q": [f"q{k} first", f"q{k} second"]} for k in range(8)]}))
+    replay_frozen_roles(job, recording)
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    tokenizer = smollm2_tokenizer()
+    executor = load_agent_executor(job / "agent.py")
+    engine = FakeEngine(executor, tokenizer, lambda prompt: "p speaks")
+
+    async def drive() -> list[dict]:
+        out = []
+        for line in [json.loads(x) for x in (job / "prompts.jsonl").read_text().splitlines()]:
+            out += await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 4096,
+                                            tokenizer, 4)
+        return out
+
+    responses = asyncio.run(asyncio.wait_for(drive(), 60))
+    executor.agent.close()
+    assert len(responses) == 8
+    for r in responses:
+        assert r["extra_logs"]["askspec_kept_attempts"] == 0  # each call extended the sequence as it was
+        assert len(r["action_ranges"]) == 2  # both of p's turns are trained on
+    # p's second prompt: its first exchange once, then q's turn tagged with q's name before its new message
+    second = [tokenizer.decode(c["prompt_ids"]) for c in engine.calls if "q: q" in tokenizer.decode(c["prompt_ids"])]
+    assert len(second) == 8
+    for text in second:
+        assert re.search(r"<\|im_start\|>user\nSay (1|2)\.<\|im_end\|>\n<\|im_start\|>assistant\np speaks<\|im_end\|>\n"
+                         r"<\|im_start\|>user\nq: q\d first\n\nSay \1\.<\|im_end\|>\n<\|im_start\|>assistant\n$", text), text
+        assert text.count("p speaks") == 1
