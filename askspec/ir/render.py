@@ -439,16 +439,22 @@ def stage_lines(exp: ir.Experiment) -> list[str]:
             step += o["steps"]
         elif st.kind == "train":
             n = _schedule_steps(exp)
-            out.append(f"  stage {st.name} train: the schedule ({exp.schedule.kind if exp.schedule else 'online'}), "
-                       f"steps {step + 1}–{step + n}" if n else f"  stage {st.name} train: the schedule")
+            kept = ", keeping the promoted student of best accuracy" if o.get("keep") else ""
+            out.append(f"  stage {st.name} train: the schedule ({exp.schedule.kind if exp.schedule else 'online'}){kept}, "
+                       f"steps {step + 1}–{step + n}" if n else f"  stage {st.name} train: the schedule{kept}")
             step += n
         elif st.kind == "retrain":
-            source = " + ".join((["the promoted datasets"] if o["promoted"] else []) + ([o["data"]] if o["data"] else []))
-            mix = (f"curriculum: the promoted datasets alone for {o['curriculum']} step(s), then {o['data']}"
-                   if o["curriculum"] else "mixed" if o["promoted"] and o["data"] else "")
+            synthetic = (["the promoted datasets"] if o["promoted"] else []) + \
+                ([f"{o['sample']}'s sampled replies"] if o.get("sample") else [])
+            source = " + ".join(synthetic + ([o["data"]] if o["data"] else []))
+            mix = (f"curriculum: {' + '.join(synthetic)} alone for {o['curriculum']} step(s), then {o['data']}"
+                   if o["curriculum"] else "mixed" if synthetic and o["data"] else "")
+            keep = o.get("keep")
+            stop = (f", stopping at its reward plateau (window {keep['window']}, fraction {keep['fraction']:g})"
+                    if keep and keep["rule"] == "plateau" else "")
             out.append(f"  stage {st.name} retrain: a fresh {o['role']} (the spec's weights, a new optimizer) trained "
-                       f"{o['steps']} step(s) playing {o['game']} over {source}{f' ({mix})' if mix else ''}, "
-                       f"steps {step + 1}–{step + o['steps']}")
+                       f"{'at most ' if stop else ''}{o['steps']} step(s) playing {o['game']} over {source}"
+                       f"{f' ({mix})' if mix else ''}{stop}, steps {step + 1}–{step + o['steps']}")
             step += o["steps"]
         else:
             counts = [items(g) for g in o["games"]]

@@ -300,6 +300,12 @@ def test_keep_and_sample_settings_compile_to_the_ir():
     assert retrain.options == {"role": "student", "game": "practice", "promoted": False, "data": "hard", "steps": 30,
                                "curriculum": 2, "sample": "write",
                                "keep": {"rule": "plateau", "of": "reward", "window": 25, "fraction": 0.15}}
+    from askspec.ir.render import stage_lines
+
+    lines = stage_lines(res.ir)  # `askspec compile --format text`
+    assert "keeping the promoted student of best accuracy" in lines[1]
+    assert ("at most 30 step(s) playing practice over write's sampled replies + hard (curriculum: write's sampled "
+            "replies alone for 2 step(s), then hard), stopping at its reward plateau (window 25, fraction 0.15)") in lines[2]
     # `keep = last` is the default: the IR says nothing
     res = compile_source("s.ask", KEEP_BASE + "stage rl train { keep = last }\n")
     assert res.ok and res.ir.stages[0].options == {}
