@@ -203,6 +203,26 @@ def over_sessions(exp: ir.Experiment, expr: ir.Expr, scopes: list[SessionScope])
     return _lifted(expr, scopes, {}, exp.param_values(), roles, set())
 
 
+def gate_scope(vars: dict[str, Any], bindings: dict[str, Any], *, step: int, outcome: str | None, status: str,
+               game: str, rewards: dict[str, float]) -> SessionScope:
+    """One finished session as a training step's update gate (`update_when`) sees it: its
+    recorded variables, its element's bindings, `step`, `outcome`, `status`, `game`, and
+    its total reward per role. The local trainer and the OpenRLHF job's gate build it here."""
+    scope = {**vars, **bindings}
+    scope.update(step=step, outcome=outcome, status=status, game=game)
+    return SessionScope(scope, dict(rewards))
+
+
+def gate_closed(exp: ir.Experiment, gate: ir.Expr, scopes: list[SessionScope]) -> str | None:
+    """Why the update gate `gate` skips a step whose ok sessions are `scopes`, or None when
+    it holds (it must be exactly true)."""
+    try:
+        value = over_sessions(exp, gate, scopes)
+    except (EvalError, MissingValue) as e:
+        return f"update_when could not be evaluated: {e}"
+    return None if value is True else f"update_when was {json.dumps(value, default=str)} over the step's sessions"
+
+
 def run_metrics(path: str) -> tuple[list[dict], int]:
     """Metrics of a run directory (spec IR from the run itself) or a folder of runs."""
     from askspec.ir.canonical import from_json
