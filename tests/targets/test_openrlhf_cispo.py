@@ -187,7 +187,7 @@ def test_entry_point_installs_the_loss_then_runs_openrlhfs_main_with_the_hook(jo
     entry.main()
     assert seen["installed"] and seen["args"].actor.policy_loss_type == "cispo"
     assert inits == [{"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"},
-                                      "worker_process_setup_hook": "askspec_ext.cispo.install_when_loaded"}}]
+                                      "worker_process_setup_hook": "askspec_ext.train_ppo_ray.install_when_loaded"}}]
     with pytest.raises(SystemExit):
         parse_train_ppo_ray(train_flags(call))
     ray.init(runtime_env={})

@@ -11,18 +11,21 @@ import pytest
 
 from askspec.cli import main
 
-from openrlhf_harness import launch_argv, parse_train_ppo_ray, train_flags
+from openrlhf_harness import launch_argv, parse_train_ppo_ray, parse_train_sft, sft_flags, train_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 ALTERNATING = Path(__file__).parent / "specs" / "alternating.ask"
 
 # spec, compile options, expected (estimator, loss, samples per prompt, clip low/high); Reasoning
-# Arena's Eq. 2 population std has no OpenRLHF equivalent (E604), so its jobs take the sample std
+# Arena's Eq. 2 population std is the job's askspec_ext (advantages.py), with any loss
 JOBS = [
     ("askbench.ask", [], ("group_norm", "ppo", 8, (0.2, 0.2))),
     ("ask_e.ask", ["--profile", "training"], ("group_norm", "cispo", 16, (0.75, 3.0))),
     ("ask_e.ask", ["--profile", "training", "--substitute", "cispo=grpo"], ("group_norm", "ppo", 16, (0.75, 3.0))),
+    ("reasoning_arena.ask", [], ("group_norm", "cispo", 8, (1.0, 2.0))),
+    ("reasoning_arena.ask", ["--profile", "cpu"], ("group_norm", "cispo", 4, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--set", "advantage_std=sample"], ("group_norm", "cispo", 8, (1.0, 2.0))),
+    ("reasoning_arena.ask", ["--substitute", "cispo=grpo"], ("group_norm", "ppo", 8, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--substitute", "cispo=grpo", "--set", "advantage_std=sample"], ("group_norm", "ppo", 8, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--substitute", "cispo=gspo", "--set", "group_size=4", "--set", "advantage_std=sample"], ("group_norm", "gspo", 4, (1.0, 2.0))),
     ("askbench.ask", ["--set", "rollouts=2"], ("group_norm", "ppo", 2, (0.2, 0.2))),
@@ -43,8 +46,13 @@ def test_launch_script_parses_with_openrlhf(tmp_path, job_extension, spec, optio
     assert call[:3] == ["ray", "job", "submit"]
     estimator, loss, n, clip = want
     entry = call[call.index("--") + 3]
-    # a CISPO job starts OpenRLHF through the extension it ships, which adds the choice
-    assert (entry == "askspec_ext.train_ppo_ray") == (loss == "cispo") == (job / "askspec_ext").is_dir()
+    # a job starts OpenRLHF through the extension it ships (job.json's `extension`: the CISPO loss,
+    # which adds the choice, Reasoning Arena's population std, an update gate)
+    ext = json.loads((job / "job.json").read_text()).get("extension") or {}
+    assert (entry == "askspec_ext.train_ppo_ray") == bool(ext) == (job / "askspec_ext").is_dir()
+    assert (loss == "cispo") == ("policy_loss" in ext)
+    if spec == "reasoning_arena.ask":  # Eq. 2's std unless the compile sets the sample std
+        assert ext.get("advantage_std") == (None if "advantage_std=sample" in options else "population")
     if loss == "cispo":
         cispo, _ = job_extension(job)
         with cispo.parser_accepts_cispo():
@@ -166,3 +174,23 @@ def test_max_len_holds_an_asks_own_larger_budget(tmp_path) -> None:
     from askspec.runtime.targets.openrlhf.mapping import CONTEXT_ALLOWANCE
 
     assert args.data.max_len == 2 * 1000 + CONTEXT_ALLOWANCE  # two calls, each up to the larger budget
+
+
+def test_pasodoble_phases_and_stages_parse_with_openrlhf(tmp_path) -> None:
+    """PasoDoble offline: each phase's launch line and each sft stage's passes its program's
+    own parser; the proposer's phase, whose train block has the update gate, starts OpenRLHF
+    through the extension that evaluates it (askspec_ext/gate.py); the solver's is OpenRLHF's."""
+    job = compile_to(tmp_path, ROOT / "specs" / "pasodoble.ask", [])
+    phases = sorted(job.glob("phase-*"))
+    assert [p.name for p in phases] == ["phase-1-proposer", "phase-2-solver"]
+    for phase in phases:
+        (call,) = launch_argv(phase / "launch.sh", tmp_path)
+        args = parse_train_ppo_ray(train_flags(call))
+        ext = json.loads((phase / "job.json").read_text()).get("extension") or {}
+        gated = phase.name == "phase-1-proposer"
+        assert ext == ({"update_gate": True} if gated else {})
+        assert (call[call.index("--") + 3] == "askspec_ext.train_ppo_ray") == gated == (phase / "askspec_ext").is_dir()
+        assert args.algo.advantage.estimator == "group_norm" and args.actor.policy_loss_type == "ppo"
+    for stage in sorted(job.glob("stage-*/sft.sh")):
+        (call,) = launch_argv(stage, tmp_path)
+        parse_train_sft(sft_flags(call))

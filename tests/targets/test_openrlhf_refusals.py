@@ -27,11 +27,12 @@ CISPO = HERE / "specs" / "cispo.ask"
 TARGET_CODES = {c for c in CODES if c.startswith(("E6", "W6"))}
 
 
-def refusals(spec: Path, cwd: Path, substitutes: dict | None = None, sets: dict | None = None) -> str:
+def refusals(spec: Path, cwd: Path, substitutes: dict | None = None, sets: dict | None = None,
+             profile: str | None = None) -> str:
     old = os.getcwd()
     os.chdir(cwd)  # paths in the output are relative to the fixture folder
     try:
-        res = compile_file(os.path.relpath(spec, cwd), sets or {})
+        res = compile_file(os.path.relpath(spec, cwd), sets or {}, profile)
         assert res.ok, "the fixture must pass the language checks"
         sink = DiagnosticSink()
         check(res.ir, res.sources, os.path.relpath(spec, cwd), substitutes or {}, sink)
@@ -60,11 +61,12 @@ def test_the_five_specs_refuse_as_documented() -> None:
     doc = (ROOT / "docs" / "cluster.md").read_text()
     table = doc.split("## What the five specs compile to")[1].split("\n## ")[0]
     rows = re.findall(r"^\| `(\w+)\.ask`(?: `([^`]*)`)? \| ([^|]*) \|", table, re.M)
-    assert len(rows) == 7, rows
+    assert len(rows) == 8, rows
     for name, flags, codes in rows:
         substitutes = dict(f.split("=") for f in re.findall(r"--substitute (\S+)", flags))
         sets = dict(f.split("=", 1) for f in re.findall(r"--set (\S+)", flags))
-        got = refusals(ROOT / "specs" / f"{name}.ask", ROOT, substitutes, sets)
+        profile = next(iter(re.findall(r"--profile (\S+)", flags)), None)
+        got = refusals(ROOT / "specs" / f"{name}.ask", ROOT, substitutes, sets, profile)
         found = sorted(set(re.findall(r"error\[(E6\d\d)\]", got)))
         want = sorted(set(re.findall(r"E6\d\d", re.sub(r"\([^)]*\)", "", codes))))  # a note in brackets: other flags
         assert found == want, (name, flags, got)

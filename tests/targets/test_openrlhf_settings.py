@@ -89,10 +89,16 @@ def refusals(spec: Path) -> list[str]:
 
 
 def launch_line(tmp: Path, text: str) -> list[str]:
+    """The train_ppo_ray flags of the spec's job."""
+    return train_flags(launch_call(tmp, text))
+
+
+def launch_call(tmp: Path, text: str) -> list[str]:
+    """The job's `ray job submit` call: its runtime environment, entry point and flags."""
     tmp.mkdir()
     (tmp / "w.ask").write_text(text)
     assert main(["compile", str(tmp / "w.ask"), "--target", "openrlhf", "-o", str(tmp / "job")]) == 0
-    return train_flags(launch_argv(tmp / "job" / "launch.sh", tmp)[0])
+    return launch_argv(tmp / "job" / "launch.sh", tmp)[0]
 
 
 @pytest.mark.parametrize("key", sorted(VALUES))
@@ -102,10 +108,13 @@ def test_setting_is_mapped_or_refused_by_name(tmp_path, key) -> None:
     errors = refusals(spec)
     if key in SETTINGS:
         assert errors == [], errors
-        with_it = launch_line(tmp_path / "with", spec_text(key, True))
-        without = launch_line(tmp_path / "without", spec_text(key, False))
-        assert with_it != without, f"{key} changes nothing in the launch line"
-        parse_train_ppo_ray(with_it)  # OpenRLHF's own parser and validation
+        # the entry point is part of the line: `std = population` and `update_when` start OpenRLHF
+        # through the job's askspec_ext, which hooks them in (with OpenRLHF's own flags)
+        with_it = launch_call(tmp_path / "with", spec_text(key, True))
+        without = launch_call(tmp_path / "without", spec_text(key, False))
+        entry = with_it.index("--") + 3
+        assert with_it[entry:] != without[entry:], f"{key} changes nothing in the launch line"
+        parse_train_ppo_ray(train_flags(with_it))  # OpenRLHF's own parser and validation
     else:
         assert key in REFUSED
         assert any(f"'{key}'" in m or f"`{key} =" in m for m in errors), errors

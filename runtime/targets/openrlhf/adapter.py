@@ -52,7 +52,7 @@ from askspec.ir import model as ir
 from askspec.runtime.backends.base import BackendError
 from askspec.runtime.backends.registry import make_backend
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, load_dataset
-from askspec.runtime.engine.session import Engine, ModelBinding, SessionFailed, SessionResult
+from askspec.runtime.engine.session import Engine, ModelBinding, SessionFailed, SessionResult, recordable
 from askspec.runtime.engine.stateful import StatefulScorers
 from askspec.runtime.scoring.trajectory import trained_turns, trajectory_return
 from askspec.runtime.targets.openrlhf.tokens import Conversation, OpenRLHFBackend, Siblings
@@ -80,6 +80,7 @@ class _Recorder:
         self.routed: dict[str, float] = {}
         self.routes: dict[str, str] = {}
         self.attempts: dict[str, int] = {}
+        self.totals: dict[str, dict[str, float]] = {}  # session -> role -> its rewards' sum (an update gate's)
         self.samples: dict[str, dict[int, list[int]]] = {}  # session -> reply i of its `sample` -> turns
 
     def session_started(self, session_id: str, **kw: Any) -> int:
@@ -99,6 +100,8 @@ class _Recorder:
         self.writer.turn(session_id, attempt, **kw)
 
     def reward(self, session_id: str, attempt: int, **kw: Any) -> None:
+        totals = self.totals.setdefault(session_id, {})
+        totals[kw["role"]] = totals.get(kw["role"], 0.0) + float(kw["value"])
         if session_id in self.finished and kw.get("role") == self.role:
             self.routed[session_id] = float(kw["value"])
         self.writer.reward(session_id, attempt, **kw)
@@ -116,6 +119,7 @@ class _Recorder:
         for table in (self.turns, self.routed, self.attempts, self.samples):
             table.pop(session_id, None)
         self.finished.discard(session_id)
+        self.totals.pop(session_id, None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.writer, name)
@@ -171,6 +175,12 @@ class GameAgent:
         self.group_size: int = int(job["group"])
         self.siblings: dict[str, int] = {g: int(n) for g, n in (job.get("siblings") or {}).items()}
         self.timeout = _timeout(os.environ.get(TIMEOUT_ENV))
+        # the names the trained role's update gate reads, when askspec_ext/gate.py evaluates one (update_gate.py)
+        self.gate_names: set[str] | None = None
+        if (job.get("extension") or {}).get("update_gate"):
+            from askspec.runtime.targets.openrlhf.update_gate import names
+
+            self.gate_names = names(next(t.update_when for t in self.exp.training if t.role == self.role))
         self.seed: int = int(job["seed"])
         self.max_turn_tokens = job.get("max_tokens")
         self.params = self.exp.param_values()
@@ -369,6 +379,20 @@ class GameAgent:
             self._groups.pop(key, None)  # full: the next call with this key starts a new group
         return group
 
+    def _label(self, label: str, result: SessionResult) -> str:
+        """The label a rollout returns: the prompt's, with its session as the job's update
+        gate sees it when there is one (update_gate.py)."""
+        recorder = self._recorder
+        if self.gate_names is None or recorder is None:
+            return label
+        from askspec.runtime.targets.openrlhf.update_gate import labelled, session_fields
+
+        plan = result.plan
+        scalars = {k: v for k, v in result.vars.items() if recordable(v)}  # the vars the run store records
+        return labelled(label, session_fields(f"{recorder.writer.run_id}/{plan.session_id}", plan.game, result.status,
+                                              result.outcome, scalars, plan.bindings,
+                                              recorder.totals.get(plan.session_id, {}), self.gate_names))
+
     def _response(self, prompt: str, label: str, result: SessionResult, conv: Conversation,
                   turns: list[int], sample: bool, routed: float | None, route: str) -> dict[str, Any]:
         """What OpenRLHF gets for one rollout: `turns` are its trajectory's turn indexes (in
@@ -386,7 +410,7 @@ class GameAgent:
                 "askspec_kept_attempts": float(conv.kept_attempts)}
         return {
             "prompt": prompt,
-            "label": label,
+            "label": self._label(label, result),
             "images": None,
             "mm_train_inputs": None,
             "reward": value,

@@ -118,7 +118,7 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
         where = sched.span if sched is not None else exp.training[1].span
         sink.error("E602", f"online training of {len(trainings)} roles ({', '.join(trainings)}) in one job: OpenRLHF "
                            "trains one policy per job", span_of(where, spec_file),
-                   _nearest_alternating(trainings, sched))
+                   _nearest_alternating(exp, trainings, sched, sources, spec_file))
 
     phases: list[Phase] = []
     for t in exp.training:
@@ -144,9 +144,17 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     return plan
 
 
-def _nearest_alternating(trainings: dict[str, ir.Training], sched: ir.Schedule | None) -> str:
+def _nearest_alternating(exp: ir.Experiment, trainings: dict[str, ir.Training], sched: ir.Schedule | None,
+                         sources: Sources, spec_file: str) -> str:
     """E602's hint for several roles trained online: the alternating schedule nearest to
-    it, each role updated one step in turn, as many turns as the online steps."""
+    it, each role updated one step in turn, as many turns as the online steps; and which
+    roles a phase could not train on those games either (E603, reported beside it)."""
+    unfit = []
+    for role, t in trainings.items():
+        trial = DiagnosticSink()  # the role's phase on the online games, checked aside
+        _check_training(exp, t, sources, spec_file, {}, trial)
+        if any(d.code == "E603" for d in trial.sorted()):
+            unfit.append(role)
     steps = sched.options.get("steps") if sched is not None else None
     games = sched.options.get("games") if sched is not None else None
     parts = [f"{role} = 1" for role in trainings] + [f"iterations = {steps if steps is not None else 'STEPS'}"]
@@ -154,9 +162,13 @@ def _nearest_alternating(trainings: dict[str, ir.Training], sched: ir.Schedule |
         listed = games if isinstance(games, list) else [games]
         parts.append("games = {" + ", ".join(f"{role}: {listed[0] if len(listed) == 1 else listed}"
                                              for role in trainings) + "}")
-    return (f"the nearest schedule the job can run is `schedule alternating {{ {'; '.join(parts)} }}`: each role "
+    hint = (f"the nearest schedule the job can run is `schedule alternating {{ {'; '.join(parts)} }}`: each role "
             "updated one step in turn while the others play frozen, each phase a job that starts from the previous "
             "phase's checkpoints (longer phases start fewer jobs; docs/cluster.md, \"Several trained roles\")")
+    if unfit:
+        hint += (f"; a phase cannot train {', '.join(repr(r) for r in unfit)} on those games either (E603): give its "
+                 "phase a game that asks it as a job can (e.g. one that replays a buffer the other phase fills)")
+    return hint
 
 
 def _check_stage(exp: ir.Experiment, stage: ir.Stage, k: int, sources: Sources, spec_file: str,
@@ -261,11 +273,6 @@ def _check_settings(t: ir.Training, tspan: Span, sink: DiagnosticSink) -> None:
         elif key == "dtype" and value not in DTYPES:
             sink.error("E604", f"`dtype = {value}`: OpenRLHF 0.11.2 trains in bf16 or fp16 (--ds.param_dtype)", tspan,
                        "leave dtype out (bf16), or train with askspec's own trainer")
-        elif key == "std" and value == "sample":
-            pass  # OpenRLHF's group_norm divides by the sample std already (torch.std)
-        elif key == "std":
-            sink.error("E604", f"`std = {value}`: {REFUSED['std']}", tspan,
-                       "leave std out or set it to sample (OpenRLHF's), or train with askspec's own trainer")
         elif key == "max_staleness" and value and t.config is not None and t.config.loss != "ppo":
             # OpenRLHF 0.11.2 weights tokens by its clipped TIS in the ppo loss only (gspo takes the
             # sampler's log-probs into its ratio instead; askspec's cispo extension has no TIS)

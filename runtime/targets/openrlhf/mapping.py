@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from askspec.ir import model as ir
 
@@ -23,6 +24,9 @@ ALGORITHMS: dict[str, tuple[str, str]] = {
     "ppo": ("gae", "ppo"),
 }
 
+# policy losses OpenRLHF 0.11.2 lacks, which a job's askspec_ext adds
+EXTENSION_LOSSES = ("cispo",)
+
 # algorithms OpenRLHF 0.11.2 lacks -> (what is missing, nearest supported algorithm or None)
 MISSING: dict[str, tuple[str, str | None]] = {
     "sft": ("supervised fine-tuning is not a PPO-family job in OpenRLHF 0.11.2 (it is `openrlhf.cli.train_sft` "
@@ -38,17 +42,14 @@ GROUPED_ESTIMATORS = {"group_norm", "rloo", "reinforce_baseline", "dr_grpo"}
 SETTINGS = ("group", "lr", "steps", "batch", "kl", "kl_estimator", "warmup", "clip", "clip_low", "clip_high",
             "dual_clip", "estimator", "decay", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip",
             "aggregation", "micro_batch", "epochs", "save_every", "keep_checkpoints", "dtype", "max_staleness",
-            "is_bound")
+            "is_bound", "std", "update_when")
 
 # settings a job cannot honour -> why (E604 names the setting and says this)
 REFUSED = {
     "max_nonfinite_steps": "OpenRLHF 0.11.2 has no bound on steps with a NaN or infinite loss or gradient (it "
                            "applies or skips them without counting)",
     "min_reward": "the sft algorithm is not a PPO-family job (E601), and OpenRLHF's SFT trains on every record",
-    "update_when": "an OpenRLHF job updates after every rollout batch; it has no gate over a step's sessions",
     "replay": "a buffer lives in one run, and an OpenRLHF job's prompt data set is fixed when it starts",
-    # `std = sample` is OpenRLHF's own and accepted (check._check_settings); only population is refused
-    "std": "OpenRLHF 0.11.2's group_norm divides by the sample std (torch.std, n − 1); it has no population std",
 }
 
 # `dtype` -> --ds.param_dtype (OpenRLHF trains in bf16 or fp16 only)
@@ -159,6 +160,24 @@ def training_flags(algorithm: str, t: ir.Training, group: int, sched: Schedule, 
     if cfg.kl > 0 and estimator != "gae":  # GRPO-style: KL as a loss term, not a reward penalty
         flags += [("--algo.kl.use_loss", []), ("--algo.kl.estimator", [cfg.kl_estimator])]
     return flags
+
+
+def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
+    """What a phase's job asks of the askspec_ext it ships (job.json's `extension`; empty:
+    the job runs OpenRLHF as it is and ships none): `policy_loss` (a loss OpenRLHF lacks),
+    `advantage_std` = population (`std = population` where the estimator divides by a std:
+    OpenRLHF's group_norm takes the sample std) and `update_gate` (the block's
+    `update_when`, for a phase of the RL schedule: a retrain stage updates every step, as
+    askspec's own trainer does)."""
+    estimator, loss = openrlhf_algorithm(algorithm, t.algorithm_args)
+    out: dict[str, Any] = {}
+    if loss in EXTENSION_LOSSES:
+        out["policy_loss"] = loss
+    if lowered(t).std == "population" and estimator == "group_norm":
+        out["advantage_std"] = "population"
+    if gated and t.update_when is not None:
+        out["update_gate"] = True
+    return out
 
 
 def _num(x) -> str:

@@ -22,24 +22,20 @@ import argparse
 import contextlib
 import hashlib
 import importlib
-import importlib.machinery
 import importlib.metadata
 import inspect
 import re
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-WRITTEN_FOR = "0.11.2"
+from . import pinned
+from .pinned import WRITTEN_FOR, VersionMismatch
+
 # sha256 of the hooked code as OpenRLHF 0.11.2 ships it (`fingerprint()`)
 FINGERPRINT = "a212db3846a1678d4d95f21fa749cc7a9a8c68c3ff0a579a9361972bc6b85161"
 POLICY_LOSS_FLAG = "--actor.policy_loss_type"
 NAME = "cispo"
 LOSS_MODULE = "openrlhf.models.loss"
-
-
-class VersionMismatch(RuntimeError):
-    """The installed OpenRLHF is not the one this extension hooks."""
 
 
 def _hooked_sources() -> list[str]:
@@ -126,35 +122,10 @@ def install() -> None:
 
 
 def install_when_loaded() -> None:
-    """The Ray workers' setup hook: install() now if this process has imported
+    """The Ray workers' setup hook for the loss: install() now if this process has imported
     openrlhf.models.loss, else right after it does. A worker that never builds a PolicyLoss
     (a vLLM engine, which OpenRLHF keeps free of DeepSpeed) imports nothing for it."""
-    if LOSS_MODULE in sys.modules:
-        install()
-    elif not any(isinstance(f, _InstallAfterLoad) for f in sys.meta_path):
-        sys.meta_path.insert(0, _InstallAfterLoad())
-
-
-class _InstallAfterLoad:
-    """A meta path finder for openrlhf.models.loss only: the module's own spec and loader,
-    with install() run once the module has executed (then the finder leaves)."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != LOSS_MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            if self in sys.meta_path:
-                sys.meta_path.remove(self)
-            install()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+    pinned.install_when_loaded(LOSS_MODULE, install)
 
 
 @contextlib.contextmanager

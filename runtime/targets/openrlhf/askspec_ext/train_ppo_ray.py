@@ -1,13 +1,17 @@
 """`python3 -m askspec_ext.train_ppo_ray ARGS`: OpenRLHF 0.11.2's own
 `python3 -m openrlhf.cli.train_ppo_ray ARGS` (its parser, validation and trainer, run as
 `__main__`), with the CISPO loss installed first and `cispo` among the choices of
-`--actor.policy_loss_type`.
+`--actor.policy_loss_type`, and the hooks the job asks for (job.json's `extension`):
+the population std of `std = population` (advantages.py) and the update gate of
+`update_when` (gate.py), each checked against the OpenRLHF it was written for before Ray
+starts.
 
-The Ray workers build the loss, so they install it too: OpenRLHF's `train()` starts Ray
-with `ray.init(runtime_env={"env_vars": ...})`, and this entry point adds
-`"worker_process_setup_hook": "askspec_ext.cispo.install_when_loaded"` to that call, which
-Ray runs in every worker process of the job before any actor code; it installs the loss
-in the workers that import it. (The hook is not in launch.sh's
+The Ray workers build the loss, the experiences and the training steps, so they install
+the hooks too: OpenRLHF's `train()` starts Ray with `ray.init(runtime_env={"env_vars":
+...})`, and this entry point adds `"worker_process_setup_hook":
+"askspec_ext.train_ppo_ray.install_when_loaded"` to that call, which Ray runs in every
+worker process of the job before any actor code; it installs each hook in the workers
+that import the module it hooks. (The hook is not in launch.sh's
 job-level runtime environment: a hook given at job submission and processed again by the
 driver's own `ray.init` trips an assertion in some Ray releases, ray-project/ray#61350.)"""
 
@@ -17,9 +21,20 @@ import contextlib
 import runpy
 from typing import Any, Iterator
 
-from . import cispo
+from . import advantages, cispo, gate, pinned
 
-SETUP_HOOK = "askspec_ext.cispo.install_when_loaded"
+SETUP_HOOK = "askspec_ext.train_ppo_ray.install_when_loaded"
+
+
+def install_when_loaded() -> None:
+    """The Ray workers' setup hook: every hook the job needs, each installed once the
+    worker imports the module it hooks (a vLLM engine imports none of them)."""
+    cispo.install_when_loaded()
+    settings = pinned.job_settings()
+    if settings.get("advantage_std") == advantages.POPULATION:
+        advantages.install_when_loaded()
+    if settings.get("update_gate"):
+        gate.install_when_loaded()
 
 
 def with_setup_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
@@ -27,8 +42,8 @@ def with_setup_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
     env = dict(runtime_env or {})
     hook = env.get("worker_process_setup_hook")
     if hook not in (None, SETUP_HOOK):
-        raise RuntimeError(f"OpenRLHF's ray.init already sets a worker_process_setup_hook ({hook!r}); askspec's CISPO "
-                           f"extension needs its own ({SETUP_HOOK}) and was written for OpenRLHF {cispo.WRITTEN_FOR}")
+        raise RuntimeError(f"OpenRLHF's ray.init already sets a worker_process_setup_hook ({hook!r}); askspec's "
+                           f"extension needs its own ({SETUP_HOOK}) and was written for OpenRLHF {pinned.WRITTEN_FOR}")
     env["worker_process_setup_hook"] = SETUP_HOOK
     return env
 
@@ -53,6 +68,11 @@ def workers_install_cispo() -> Iterator[None]:
 
 def main() -> None:
     cispo.install()  # fails here, before Ray starts, on an OpenRLHF it was not written for
+    settings = pinned.job_settings()
+    if settings.get("advantage_std") == advantages.POPULATION:
+        advantages.check_version()
+    if settings.get("update_gate"):
+        gate.check_version()
     with cispo.parser_accepts_cispo(), workers_install_cispo():
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
 

@@ -1,0 +1,119 @@
+"""`update_when = COND` on OpenRLHF 0.11.2: a training step whose sessions close the
+train block's update gate takes no update (PasoDoble's skip-update rule, Alg. 2 l.24–28).
+
+OpenRLHF's trainer runs one `BasePPOTrainer.train_step(rollout_samples, global_step)` per
+rollout batch (`PPOTrainer.fit`, and `PPOTrainerAsync`'s loop): it makes the experiences
+(the actor's, reference's and critic's forward passes), appends them to the actors'
+replay buffers and runs their `fit` (backward and `optimizer_step`: AdamW and the
+learning-rate scheduler), then sends the weights to vLLM. The hook evaluates the gate
+first, over the batch's sessions (the agent writes each rollout's session into its label;
+askspec.runtime.targets.openrlhf.update_gate evaluates them with askspec's own
+evaluator, as the local trainer does); when it is closed, none of that runs — no forward
+or backward pass, no AdamW step (weights and optimizer state unchanged), no scheduler
+step, nothing sent to vLLM — and the step returns OpenRLHF's rollout statistics with
+`askspec/gate` 0, so `fit` goes on as after any step: the global step counts it, and a
+checkpoint due at it is written (as a local run's gated step: docs/training.md,
+"Skipped steps"). Every step the hook sees is recorded as a `train_steps` row in a run
+store of the trainer's own under $ASKSPEC_RUNS (a gated step with `skipped = 'gate'`).
+
+`install()` wraps the method (once); `install_when_loaded()` is the Ray workers' hook (the
+PPO trainer is a Ray actor). Both refuse an OpenRLHF whose hooked code is not 0.11.2's.
+Needs askspec (installed on every node for the agent) besides OpenRLHF."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import socket
+from typing import Any
+
+from . import pinned
+
+MODULE = "openrlhf.trainer.ppo_trainer"
+HOOKED = [("trainer/ppo_trainer.py", "BasePPOTrainer", "train_step"),
+          ("trainer/ppo_trainer.py", "BasePPOTrainer", "_compute_rollout_stats")]
+# sha256 of the hooked methods as OpenRLHF 0.11.2 ships them (pinned.fingerprint(sources()))
+FINGERPRINT = "02faeb5f2f4956709879fcb4c6270a5fec3d90d90390c2241dae01e0d1a68f46"
+
+
+def sources() -> list[str]:
+    return [pinned.method_source(*h) for h in HOOKED]
+
+
+def check_version() -> None:
+    pinned.check("update-gate extension", "BasePPOTrainer.train_step and _compute_rollout_stats", sources(),
+                 FINGERPRINT, "train with askspec's own trainer")
+
+
+class StepGate:
+    """The job's gate (job.json beside this package) and the trainer's run store."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        from askspec.runtime.targets.openrlhf.update_gate import JobGate
+
+        self.job = job
+        self.gate = JobGate(job)
+        self.writer: Any = None
+
+    def record(self, step: int, metrics: dict[str, Any]) -> None:
+        if self.writer is None:
+            from askspec.ir.canonical import experiment_hash, to_json
+            from askspec.runtime.store.writer import RunWriter
+
+            exp = self.gate.exp
+            out = os.environ.get("ASKSPEC_RUNS") or str(pinned.JOB_FILE.parent / "runs")
+            roles = {r.name: {"model": r.model, "trained": r.name == self.gate.role} for r in exp.roles}
+            self.writer = RunWriter.create(out, experiment=exp.name, experiment_hash=experiment_hash(exp),
+                                           ir_json=to_json(exp), spec_files=self.job.get("spec_files", {}),
+                                           seed=int(self.job.get("seed", 0)), roles=roles, params=exp.param_values(),
+                                           planned_sessions=0, argv=["openrlhf-trainer", str(pinned.JOB_FILE.parent),
+                                                                     socket.gethostname(), str(os.getpid())])
+        self.writer.train_step(self.gate.role, step, metrics)
+        self.writer.flush()  # the trainer's process ends when the job stops it
+
+
+def _rewards(rollout_samples: list) -> dict[str, Any]:
+    """What the step's rollouts were rewarded (the local trainer's batch_reward_stats: the
+    mean and population std over trajectories)."""
+    values = [float(r) for e in rollout_samples if e.rewards is not None for r in e.rewards.flatten().tolist()]
+    if not values:
+        return {"trajectories": 0, "reward_mean": None, "reward_std": None}
+    mean = sum(values) / len(values)
+    return {"trajectories": len(values), "reward_mean": mean,
+            "reward_std": (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5}
+
+
+def install(module: Any = None, job: dict[str, Any] | None = None) -> None:
+    """Gate OpenRLHF's training step on the job's update_when (idempotent)."""
+    module = module or importlib.import_module(MODULE)
+    cls = module.BasePPOTrainer
+    if getattr(cls, "_askspec_gate", None) is not None:
+        return
+    check_version()
+    state = StepGate(job if job is not None else json.loads(pinned.JOB_FILE.read_text(encoding="utf-8")))
+    original = cls.train_step
+
+    def train_step(self, rollout_samples, global_step: int):
+        step = global_step + 1  # the step this batch is (fit counts from 0)
+        sessions = state.gate.sessions(label for e in rollout_samples for label in e.labels)
+        closed = state.gate.closed(sessions, step)
+        seen = {"step": step, "sessions": len(sessions), **_rewards(rollout_samples)}
+        if closed is None:
+            status, after = original(self, rollout_samples, global_step)
+            status["askspec/gate"] = 1.0
+            state.record(step, {**seen, "gate": True, "loss": status.get("policy_loss"),
+                                "grad_norm": status.get("actor_grad_norm"), "lr": status.get("actor_lr")})
+            return status, after
+        status = self._compute_rollout_stats(rollout_samples)
+        status.update({"askspec/gate": 0.0, "askspec/skipped": 1.0})
+        state.record(step, {**seen, "gate": False, "skipped": "gate", "skip_reason": closed, "tokens": 0})
+        return status, global_step + 1
+
+    train_step.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.train_step = train_step
+    cls._askspec_gate = state
+
+
+def install_when_loaded() -> None:
+    pinned.install_when_loaded(MODULE, install)
