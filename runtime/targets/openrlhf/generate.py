@@ -514,6 +514,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
         if inner:
             pretrain[inner] = _weights(exp.model(exp.role(inner).model))
         ctx = {**common, "phases": rl, "iterations": plan.iterations, "phase_names": [p.dir for p in rl],
+               "extensions": {p.dir: _extension(p, plan) for p in rl},
                "roles": roles, "pretrain": pretrain, "order": order,
                "inner_loop": inner if any(p.phase.inner_loop for p in rl) else None,
                "inner_keep_best": any((s.options.get("keep") or {}).get("rule") == "best" for s in exp.stages),
