@@ -36,7 +36,8 @@ PREFIX_CONTEXT = {"(", "[", "{", ",", ":", "=", "==", "!=", "<", "<=", ">", ">="
                   "using", "sample", "times", "limit", "repeat", "ask", "reward", "bind", "else"}
 # after these a '{' opens a record literal, not a block
 RECORD_CONTEXT = {"=", "==", "!=", "with", ":", "(", "[", ",", "->", "{", "|", "in"}
-# keywords that keep a space before '(' (`if (a or b)`); `reward(role)` is a call
+# keywords that keep a space before '(' (`if (a or b)`); `reward(role)` and `end(too_long)`
+# (a role's prompt_overflow) are calls
 KEYWORDS_BEFORE_PAREN = {"if", "elif", "while", "until", "for", "in", "case", "and", "or", "not", "where", "when",
                          "with", "using", "sample", "times", "by", "limit", "repeat", "ask", "bind"}
 # a line starting with one of these continues the statement above (an ask's clauses)
@@ -117,7 +118,8 @@ def _space(prev: Token, t: Token, prefix_minus: bool, stack: list[tuple[int, boo
     p, v = str(prev), str(t)
     if v in NO_SPACE_BEFORE or p in NO_SPACE_AFTER or prefix_minus:
         return False
-    if v in ("(", "[") and ((prev.type == "NAME" or p == "reward") and p not in KEYWORDS_BEFORE_PAREN or p in (")", "]")):
+    if v in ("(", "[") and ((prev.type == "NAME" or p in ("reward", "end")) and p not in KEYWORDS_BEFORE_PAREN
+                            or p in (")", "]")):
         return False  # a call or an index
     if p == "{" and stack and stack[-1][1]:
         return False  # just inside a record literal's '{'

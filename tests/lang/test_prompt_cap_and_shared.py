@@ -49,3 +49,11 @@ def test_unset_fields_stay_out_of_the_hash() -> None:
     capped = compiled(cap="; max_prompt_tokens = 2048; prompt_overflow = end(too_long)")
     assert canonical.experiment_hash(capped) != canonical.experiment_hash(plain)
     assert canonical.experiment_hash(compiled(memory="shared(x)")) != canonical.experiment_hash(plain)
+
+
+def test_fmt_writes_end_of_an_overflow_as_a_call() -> None:
+    from askspec.lang.fmt import format_source
+
+    text = 'role q { max_prompt_tokens = 512; prompt_overflow = end(too_long) }\n'
+    assert format_source(text) == text
+    assert format_source(text.replace("end(", "end (")) == text
