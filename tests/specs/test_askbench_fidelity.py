@@ -5,6 +5,7 @@ items the turn asks about (§4.2), and the judge and user prompts are App. B.4 /
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -56,12 +57,15 @@ def run(tmp_path: Path, sessions: list[dict], *flags: str, item: dict = METFORMI
     shutil.copy(ROOT / "specs" / "askbench.ask", spec_dir / "askbench.ask")
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps({"sessions": sessions}))
-    sets = ["--set", f"dimension={item['kind']}"]  # the pool's items are the trained dimension's
-    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec_dir / "askbench.ask"), "--eval-only",
-                           "--replay", str(replay), "--set", "rollouts=1", *sets, "--out", str(tmp_path / "runs"),
-                           "--quiet", *flags], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    return Path(proc.stdout.strip().splitlines()[-1])
+    from askspec.runtime.commands.run import run_spec
+
+    # `askspec run` in process: flags as keyword arguments ("--profile", "hard" -> profile="hard")
+    options = {flag.lstrip("-"): value for flag, value in zip(flags[::2], flags[1::2])}
+    sets = ["rollouts=1", f"dimension={item['kind']}"]  # the pool's items are the trained dimension's
+    rc, run_dir = asyncio.run(run_spec(str(spec_dir / "askbench.ask"), eval_only=True, replay=str(replay), set=sets,
+                                       out=str(tmp_path / "runs"), quiet=True, **options))
+    assert rc == 0 and run_dir is not None
+    return Path(run_dir)
 
 
 def q(run_dir: Path, sql: str):
