@@ -218,8 +218,9 @@ def launch_argv(script: Path, tmp: Path, env: dict | None = None, fail: str | No
     return calls
 
 
-# OpenRLHF's entry point, and askspec's wrapper of it that installs the CISPO loss first
-ENTRY_POINTS = ("openrlhf.cli.train_ppo_ray", "askspec_ext.train_ppo_ray")
+# OpenRLHF's entry point, askspec's wrapper of it that installs the CISPO loss first, and the
+# nested schedule's (the job's askspec_nested.py: OpenRLHF's, with the inner-loop service)
+ENTRY_POINTS = ("openrlhf.cli.train_ppo_ray", "askspec_ext.train_ppo_ray", "askspec_nested")
 
 
 def sft_flags(call: list[str]) -> list[str]:
@@ -234,6 +235,20 @@ def train_flags(call: list[str]) -> list[str]:
     i = call.index("--")
     assert call[i + 1: i + 3] == ["python3", "-m"] and call[i + 3] in ENTRY_POINTS, call
     return call[i + 4:]
+
+
+class InProcessService:
+    """The agent's inner-loop service (a Ray actor in a job, inner_loop.connect) as a test
+    double around a real `InnerLoopHost` in this process: `answer` runs in a worker thread
+    (the host runs its own event loop), and every call is kept in `calls`."""
+
+    def __init__(self, host) -> None:
+        self.host = host
+        self.calls: list[dict] = []
+
+    async def answer(self, key: str, datasets: list[list[dict]]) -> dict:
+        self.calls.append({"key": key, "datasets": datasets})
+        return await asyncio.to_thread(self.host.answer, key, datasets)
 
 
 def boxed_three(messages, request) -> str:

@@ -2,7 +2,8 @@
 CPU against the local nested schedule (runtime/train/nested.py), on the tiny random Llama
 of tests/conftest.py with tests/train/specs/tiny_nested.ask: 2 datasets x 2 copies x 2
 inner steps, 2 outer steps, the same seed. The service must return the R_k and the
-promotions the local schedule computes, also after Ray restarted it between the steps."""
+promotions the local schedule computes, also after Ray restarted it between the steps,
+when called as a job's agents call it (found by name, one outer step per session key)."""
 
 from __future__ import annotations
 
@@ -90,18 +91,24 @@ def local_schedule(exp, tmp_path: Path) -> list[dict]:
 
 def test_the_service_returns_the_local_schedules_rewards_and_promotions(ray_cpu, exp, tmp_path):
     from askspec.runtime.commands.resolver import local_resolver
-    from askspec.runtime.targets.openrlhf.inner_loop import start_service
+    from askspec.runtime.targets.openrlhf.inner_loop import connect, start_service
 
     local = local_schedule(exp, tmp_path / "local")
     assert [len(d) for d in local[0]["datasets"]] == [4, 4]
     state = tmp_path / "service"
     actor = start_service(exp, spec_dir=str(SPEC.parent), seed=SEED, runs=str(tmp_path / "service-runs"),
-                          state_dir=str(state), resolver_factory=local_resolver)
-    got = [ray.get(actor.outer_step.remote(1, local[0]["datasets"]), timeout=600)]
+                          state_dir=str(state), resolver_factory=local_resolver, name="askspec-inner-loop-test")
+    service = connect("askspec-inner-loop-test")  # as the job's agents find it: by name
+
+    def answer(key: str, datasets: list) -> dict:
+        """An agent's call for its outer session `key` (the service numbers the steps)."""
+        return asyncio.run(asyncio.wait_for(service.answer(key, datasets), 600))
+
+    got = [answer("session-a", local[0]["datasets"])]
     # Ray restarts the service (max_restarts): it resumes from its state, not from the spec's weights
     ray.kill(actor, no_restart=False)
-    got.append(ray.get(actor.outer_step.remote(2, local[1]["datasets"]), timeout=600))
-    again = ray.get(actor.outer_step.remote(2, local[1]["datasets"]), timeout=600)  # a retried call: the same answer
+    got.append(answer("session-b", local[1]["datasets"]))
+    again = answer("session-b", local[1]["datasets"])  # a retried call: the same answer, not a third step
     for mine, theirs in zip(got, local):
         assert mine["outer_rewards"] == theirs["summary"]["outer_rewards"]
         assert len(mine["outer_rewards"]) == 2
@@ -109,6 +116,7 @@ def test_the_service_returns_the_local_schedules_rewards_and_promotions(ray_cpu,
             theirs["summary"]["promoted"], theirs["summary"]["moving_average"], theirs["summary"]["baseline_accuracy"])
         assert mine["promotions"] == json.loads(json.dumps(theirs["promotions"]))
     assert [p["step"] for p in got[1]["promotions"]] == [1, 2]  # threshold -1: every step promotes
+    assert [g["step"] for g in got] == [1, 2]
     assert again == got[1]
     # the restarted service trained step 2's copies from step 1's promoted weights, as the local schedule did
     from safetensors.torch import load_file

@@ -29,6 +29,10 @@ JOBS = [
     ("reasoning_arena.ask", ["--substitute", "cispo=grpo", "--set", "advantage_std=sample"], ("group_norm", "ppo", 8, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--substitute", "cispo=gspo", "--set", "group_size=4", "--set", "advantage_std=sample"], ("group_norm", "gspo", 4, (1.0, 2.0))),
     ("askbench.ask", ["--set", "rollouts=2"], ("group_norm", "ppo", 2, (0.2, 0.2))),
+    # an outer session's 4 datasets x 64 questions are one prompt's rollouts (grounded: through the
+    # job's askspec_nested.py, which starts the inner-loop service)
+    ("soar.ask", [], ("rloo", "ppo", 256, (0.2, 0.2))),
+    ("soar.ask", ["--profile", "intrinsic_t"], ("rloo", "ppo", 256, (0.2, 0.2))),
 ]
 
 
@@ -53,6 +57,11 @@ def test_launch_script_parses_with_openrlhf(tmp_path, job_extension, spec, optio
     assert (loss == "cispo") == ("policy_loss" in ext)
     if spec == "reasoning_arena.ask":  # Eq. 2's std unless the compile sets the sample std
         assert ext.get("advantage_std") == (None if "advantage_std=sample" in options else "population")
+    nested = "inner_loop" in json.loads((job / "job.json").read_text())
+    assert (entry == "askspec_nested") == nested == (job / "askspec_nested.py").exists()
+    if nested:  # the service's state folder reaches the job's processes
+        env = json.loads(next(a.split("=", 1)[1] for a in call if a.startswith("--runtime-env-json=")))
+        assert env["env_vars"]["ASKSPEC_INNER_STATE"] == str(job / "ckpt" / "inner-loop")
     if loss == "cispo":
         cispo, _ = job_extension(job)
         with cispo.parser_accepts_cispo():

@@ -30,6 +30,16 @@ store, and every rollout of it returns reward 0 with no action range (no loss). 
 timeout bounds every session, so a group's members never wait forever either: a member
 past it is an error session, and the group is routed without it.
 
+Datasets (a nested schedule's outer role, SOAR's teacher). A session that samples K
+datasets (`repeat k in 1..K { xs = sample N ask ROLE }`) is one prompt of K x N
+rollouts: reply i of the k-th call is rollout k·N + i, and the group is all of them, as
+the local schedule groups an outer session. Under `outer_reward = grounded` the session's
+datasets (nested.datasets_of, the local schedule's own) go to the job's inner-loop
+service once the session has ended (inner_loop.py: it trains the inner role's copies and
+answers R_k per dataset); every reply of dataset k gets the turn reward `grounded` = R_k,
+recorded in the agent's run store as the local schedule records it. A service that fails
+leaves the session's rollouts without reward or loss (logged; `askspec_inner_loop_ok` 0).
+
 Every session is recorded in a run directory per rollout process (`$ASKSPEC_RUNS`, else
 `runs/` in the job folder), queryable with `askspec query` like any run.
 """
@@ -38,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import itertools
 import json
 import logging
@@ -63,6 +74,7 @@ JOB_FILE = "job.json"
 HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (default 127.0.0.1)
 TIMEOUT_ENV = "ASKSPEC_GROUP_TIMEOUT"  # seconds a session of siblings may run (docs/cluster.md)
 DEFAULT_TIMEOUT = 1800.0
+GROUNDED = "grounded"  # the turn reward the inner loop's R_k is recorded as (runtime/train/nested.py)
 
 
 class _Recorder:
@@ -81,7 +93,11 @@ class _Recorder:
         self.routes: dict[str, str] = {}
         self.attempts: dict[str, int] = {}
         self.totals: dict[str, dict[str, float]] = {}  # session -> role -> its rewards' sum (an update gate's)
-        self.samples: dict[str, dict[int, list[int]]] = {}  # session -> reply i of its `sample` -> turns
+        # session -> (k-th `sample` call of the role, reply i) -> turns
+        self.samples: dict[str, dict[tuple[int, int], list[int]]] = {}
+        self.asks: dict[str, list[str]] = {}  # session -> the role's `sample` calls ("x{ask}"), in order
+        self.rollouts: dict[str, list[dict]] = {}  # session -> the role's turns with their sample keys
+        self.parsed: dict[tuple[str, int], Any] = {}  # (session, turn) -> the role's reply fields (as StepLog.parsed)
 
     def session_started(self, session_id: str, **kw: Any) -> int:
         attempt = self.attempts[session_id] = self.writer.session_started(session_id, **kw)
@@ -89,14 +105,21 @@ class _Recorder:
 
     def rollout(self, plan: SessionPlan, attempt: int, turn_index: int, role: str, result: Any, temperature: float,
                 sample_key: str | None) -> None:
-        """The engine's on_rollout: which reply of a `sample N ask` each turn of the role extends."""
+        """The engine's on_rollout: which reply of which `sample N ask` call each turn of the role extends."""
         if role == self.role and sample_key is not None:
-            i = int(sample_key.rsplit(".", 1)[1])
-            self.samples.setdefault(plan.session_id, {}).setdefault(i, []).append(turn_index)
+            ask, _, i = sample_key.rpartition(".")
+            asks = self.asks.setdefault(plan.session_id, [])
+            if ask not in asks:
+                asks.append(ask)
+            self.samples.setdefault(plan.session_id, {}).setdefault((asks.index(ask), int(i)), []).append(turn_index)
+            self.rollouts.setdefault(plan.session_id, []).append(
+                {"role": role, "turn_index": turn_index, "sample_key": sample_key})
 
     def turn(self, session_id: str, attempt: int, **kw: Any) -> None:
         if kw.get("role") == self.role and kw.get("group_id") is None:  # not a group's judge call
             self.turns.setdefault(session_id, []).append(kw["turn_index"])
+            if isinstance(kw.get("parsed"), dict):
+                self.parsed[(session_id, int(kw["turn_index"]))] = {"text": kw.get("text"), **kw["parsed"]}
         self.writer.turn(session_id, attempt, **kw)
 
     def reward(self, session_id: str, attempt: int, **kw: Any) -> None:
@@ -116,8 +139,10 @@ class _Recorder:
         self.writer.group(group_id, route=route, stats=stats, members=members, **kw)
 
     def forget(self, session_id: str) -> None:
-        for table in (self.turns, self.routed, self.attempts, self.samples):
+        for table in (self.turns, self.routed, self.attempts, self.samples, self.asks, self.rollouts):
             table.pop(session_id, None)
+        for key in [k for k in self.parsed if k[0] == session_id]:
+            del self.parsed[key]
         self.finished.discard(session_id)
         self.totals.pop(session_id, None)
 
@@ -147,6 +172,7 @@ class _Siblings:
     task: asyncio.Future  # the session: its SessionResult, or None when it timed out
     joined: int = 0
     returned: int = 0
+    grounded: asyncio.Future | None = None  # the inner loop's rewards (turn -> R_k), asked once the session ended
 
 
 def _timeout(raw: str | None) -> float:
@@ -174,6 +200,10 @@ class GameAgent:
         self.role: str = job["trained_role"]
         self.group_size: int = int(job["group"])
         self.siblings: dict[str, int] = {g: int(n) for g, n in (job.get("siblings") or {}).items()}
+        self.sample_calls: dict[str, int] = {g: int(k) for g, k in (job.get("sample_calls") or {}).items()}
+        # a grounded nested schedule: {"service": its Ray actor's name, "games": the outer games}
+        self.inner_loop: dict[str, Any] | None = job.get("inner_loop")
+        self.service: Any = None  # the inner-loop service (inner_loop.connect), found on first use
         self.timeout = _timeout(os.environ.get(TIMEOUT_ENV))
         # the names the trained role's update gate reads, when askspec_ext/gate.py evaluates one (update_gate.py)
         self.gate_names: set[str] | None = None
@@ -317,7 +347,7 @@ class GameAgent:
                                seed=derive_seed(self.seed, game, item, self._round(game, item), 0))
             members = [Conversation(tokenizer=hf_tokenizer, engine=llm_engine, sampling_params=sampling_params,
                                     max_length=max_length) for _ in range(n)]
-            self.backend.conversations[index] = Siblings(members)
+            self.backend.conversations[index] = Siblings(members, calls=self.sample_calls.get(game, 1))
             sib = self._sessions[key] = _Siblings(plan, members, asyncio.ensure_future(self._play(plan)))
         member = sib.joined
         sib.joined += 1
@@ -331,13 +361,57 @@ class GameAgent:
                         "`sample %d ask` are not returned (OpenRLHF runs a prompt's rollouts together)",
                         sib.plan.session_id, sib.joined, n, n)
         sid = sib.plan.session_id
+        extra: list[tuple[str, int | None, str, float]] = []
+        logs: dict[str, float] = {}
+        if self.inner_loop is not None and sib.plan.game in self.inner_loop["games"] and result.status == "ok":
+            if sib.grounded is None:
+                sib.grounded = asyncio.ensure_future(self._grounded(result))
+            grounded = await asyncio.shield(sib.grounded)
+            logs["askspec_inner_loop_ok"] = float(grounded is not None)
+            if grounded is None:  # the service failed: no reward, no loss
+                result = dataclasses.replace(result, status="error")
+            else:
+                extra = [(self.role, t, GROUNDED, v) for t, v in grounded.items()]
         try:
-            turns = recorder.samples.get(sid, {}).get(member, [])
-            return self._response(prompt, label, result, sib.members[member], turns, True, None, "none")
+            per = n // self.sample_calls.get(sib.plan.game, 1)
+            turns = recorder.samples.get(sid, {}).get(divmod(member, per), [])
+            return self._response(prompt, label, result, sib.members[member], turns, True, None, "none", extra, logs)
         finally:
             sib.returned += 1
             if sib.returned == sib.joined and self._sessions.get(key) is not sib:
                 recorder.forget(sid)
+
+    async def _grounded(self, result: SessionResult) -> dict[int, float] | None:
+        """The inner loop's R_k for a finished outer session, as turn -> reward for every
+        reply of each dataset (the local schedule's InnerLoop.run), recorded as the turn
+        reward `grounded`; None when the service failed (logged)."""
+        from askspec.runtime.targets.openrlhf import inner_loop
+        from askspec.runtime.train.batch import SessionRecord
+        from askspec.runtime.train.nested import datasets_of
+
+        recorder = self._recorder
+        assert recorder is not None and self.inner_loop is not None
+        sid = result.plan.session_id
+        book = {"dropped": [{"role": d.role, "turns": d.turns} for d in result.book.dropped]}
+        record = SessionRecord(sid, None, result.attempt, status=result.status, book=book,
+                               rollouts=recorder.rollouts.get(sid, []))
+        datasets = datasets_of([record], recorder.parsed, self.role)
+        try:
+            if self.service is None:
+                self.service = inner_loop.connect(self.inner_loop["service"])
+            key = f"{socket.gethostname()}:{os.getpid()}:{sid}"
+            answer = await self.service.answer(key, [d.items for d in datasets])
+        except Exception as e:  # the rollouts return without loss rather than fail OpenRLHF's step
+            log.warning("session %s: the inner-loop service failed (%s: %s); its rollouts carry no loss",
+                        sid, e.__class__.__name__, e)
+            return None
+        out: dict[int, float] = {}
+        for ds, r_k in zip(datasets, answer["outer_rewards"]):
+            for _sid, attempt, turn in ds.turns:
+                recorder.writer.reward(sid, attempt, role=self.role, turn_index=turn, name=GROUNDED, value=r_k,
+                                       kind="turn")
+                out[turn] = float(r_k)
+        return out
 
     async def _play(self, plan: SessionPlan) -> SessionResult:
         """Run a session of siblings (`_run`), then detach its rollouts from the backend."""
@@ -394,11 +468,14 @@ class GameAgent:
                                               recorder.totals.get(plan.session_id, {}), self.gate_names))
 
     def _response(self, prompt: str, label: str, result: SessionResult, conv: Conversation,
-                  turns: list[int], sample: bool, routed: float | None, route: str) -> dict[str, Any]:
+                  turns: list[int], sample: bool, routed: float | None, route: str,
+                  extra: list[tuple[str, int | None, str, float]] | None = None,
+                  logs: dict[str, float] | None = None) -> dict[str, Any]:
         """What OpenRLHF gets for one rollout: `turns` are its trajectory's turn indexes (in
         call order), every turn of the role in the session unless it is one reply of a
-        `sample` (`sample`); `routed` the score a route gave it."""
-        reward = trajectory_return(result.rewards, self.role, turns if sample else None, routed)
+        `sample` (`sample`); `routed` the score a route gave it; `extra` reward rows written
+        after the session ended (the inner loop's)."""
+        reward = trajectory_return([*result.rewards, *(extra or [])], self.role, turns if sample else None, routed)
         keep = trained_turns(turns, self.role, [{"role": d.role, "turns": d.turns} for d in result.book.dropped])
         # call k of the role is its k-th turn; a discarded attempt or a call with no room left has no range
         ranges = [conv.ranges[r] for k, r in enumerate(conv.call_ranges) if r is not None and (k >= len(keep) or keep[k])]
@@ -407,7 +484,7 @@ class GameAgent:
             ranges = []  # not trained on: no reward, a dropped group, or a failed session
         value = 0.0 if reward is None or not ok else reward
         logs = {"askspec_session_ok": float(ok), "askspec_trained_turns": float(len(ranges)),
-                "askspec_kept_attempts": float(conv.kept_attempts)}
+                "askspec_kept_attempts": float(conv.kept_attempts), **(logs or {})}
         return {
             "prompt": prompt,
             "label": self._label(label, result),

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import Unknown, const_value
+from askspec.ir.plansize import Unknown, const_value, held_out_games
 from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.ir.walk import all_steps, bodies
 from askspec.diagnostics import DiagnosticSink, Sources
@@ -40,6 +40,10 @@ class Phase:
     siblings: dict[str, int] = field(default_factory=dict)
     dir: str = "."  # its folder in the job
     data: str | None = None  # a retrain stage's data set, whose items replace the game's own
+    # games whose siblings are several `sample N ask` calls of a session (game -> calls K; the
+    # group is their K x N replies): the outer role of a nested schedule, one dataset per call
+    sample_calls: dict[str, int] = field(default_factory=dict)
+    inner_loop: str | None = None  # the inner role the job's inner-loop service trains (a grounded nested schedule)
 
 
 @dataclass
@@ -54,12 +58,12 @@ class StageJob:
     dir: str  # its folder in the job ("" for the train stage)
     role: str | None = None
     phase: Phase | None = None
+    # a retrain stage OpenRLHF cannot run (it samples its items from a role, or stops at a reward plateau)
+    askspec: bool = False
 
 
 @dataclass
 class JobPlan:
-    # a retrain stage OpenRLHF cannot run (it samples its items from a role, or stops at a reward plateau)
-    askspec: bool = False
     phases: list[Phase]
     iterations: int = 1  # cycles of the phase sequence (alternating schedules)
     notes: list[str] = field(default_factory=list)
@@ -109,11 +113,10 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
         return None
     trainings = {t.role: t for t in exp.training}
     sched = exp.schedule
-    if sched is not None and sched.kind == "nested":
-        sink.error("E602", "a `nested` schedule (an inner loop of trained copies inside each outer step) cannot be "
-                           "expressed as OpenRLHF jobs: one job trains one policy, and jobs cannot run inside a rollout",
-                   span_of(sched.span, spec_file), "train the roles one after the other with `schedule alternating`, "
-                                                   "or use askspec's own trainer")
+    nested = sched if sched is not None and sched.kind == "nested" else None
+    inner = str(nested.options.get("inner")) if nested is not None else None
+    if nested is not None:
+        _check_nested(exp, nested, spec_file, sink)
     elif len(trainings) > 1 and (sched is None or sched.kind == "online"):
         where = sched.span if sched is not None else exp.training[1].span
         sink.error("E602", f"online training of {len(trainings)} roles ({', '.join(trainings)}) in one job: OpenRLHF "
@@ -122,6 +125,8 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
 
     phases: list[Phase] = []
     for t in exp.training:
+        if t.role == inner:  # the inner-loop service trains it with askspec's own trainer
+            continue
         _check_settings(t, span_of(t.span, spec_file), sink)
         phase = _check_training(exp, t, sources, spec_file, substitutes, sink)
         if phase is not None:
@@ -132,6 +137,11 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     plan = JobPlan(phases=phases, stages=[j for j in stages if j is not None])
     if sched is not None and sched.kind == "online" and "steps" in sched.options and len(phases) == 1:
         phases[0].steps = int(sched.options["steps"])
+    if nested is not None and phases:  # the outer role: one session (an outer step's datasets) per step
+        if nested.options.get("outer_steps") is not None:
+            phases[0].steps = int(nested.options["outer_steps"])
+        if str(nested.options.get("outer_reward") or "grounded") == "grounded":
+            phases[0].inner_loop = inner
     if sched is not None and sched.kind == "alternating":
         order = [k for k in sched.options if k in trainings]
         plan.phases = sorted(phases, key=lambda p: order.index(p.role) if p.role in order else len(order))
@@ -188,8 +198,17 @@ def _check_stage(exp: ir.Experiment, stage: ir.Stage, k: int, sources: Sources, 
             return None
         return StageJob(stage, folder, role=owner)
     if o["promoted"]:
-        # promoted datasets exist only under a nested schedule, which E602 refuses already
+        sink.warn("W601", f"stage '{stage.name}' (retrain, promoted = true) is not part of the OpenRLHF job: its items "
+                          "are the nested schedule's promoted datasets, which the job's inner-loop service keeps "
+                          "(state.json under $ASKSPEC_INNER_STATE) and no stage run can read yet; the stages after it "
+                          f"see '{o['role']}' as the stages before left it",
+                  span_of(stage.span, spec_file), "train it with askspec's own trainer on the whole spec "
+                                                  "(`askspec run`), or train on the data set alone (promoted = false)")
         return None
+    if o.get("sample") or o.get("keep"):
+        # a PPO job can neither play a game before its first step nor stop by its reward's slope:
+        # askspec's own trainer runs the stage on the job's node, from the weights the stages before left
+        return StageJob(stage, folder, role=o["role"], askspec=True)
     t = next(t for t in exp.training if t.role == o["role"])
     game = next(g for g in exp.games if g.name == o["game"])
     phase = _check_training(exp, _retrained(t, o), sources, spec_file, substitutes, sink, games=[game])
@@ -211,10 +230,6 @@ def _retrained(t: ir.Training, opts: dict) -> ir.Training:
         changed["config"] = config.model_copy(update=update)
     return t.model_copy(update=changed)
 
-    if o.get("sample") or o.get("keep"):
-        # a PPO job can neither play a game before its first step nor stop by its reward's slope:
-        # askspec's own trainer runs the stage on the job's node, from the weights the stages before left
-        return StageJob(stage, folder, role=o["role"], askspec=True)
 
 def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, str]:
     """(the trained role whose weights an evaluate stage's games play, or None and why).
@@ -313,8 +328,11 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
     retrain = games is not None  # a retrain stage's one game, over its own data set
     if games is None:
         games = _phase_games(exp, t.role)
+    sched = exp.schedule
+    outer = not retrain and sched is not None and sched.kind == "nested" and sched.options.get("outer") == t.role
     sizes = set()
     siblings: dict[str, int] = {}
+    sample_calls: dict[str, int] = {}
     refused_sample = False  # E603 on a `sample N ask`: its groups of 1 follow from it, and are not reported
     for g in games:
         unreplayable = _replay_problem(exp, g, t.role, games, retrain)
@@ -328,10 +346,14 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
         total = sum(m for _, m in asks)
         sampled = any(step.sample is not None for step, _ in asks)
         if sampled:
-            n = _siblings(exp, g, t.role, asks, spec_file, sink)
-            refused_sample = refused_sample or n is None
-            if n is not None:
+            shape = _siblings(exp, g, t.role, asks, spec_file, sink, outer)
+            refused_sample = refused_sample or shape is None
+            if shape is not None:
+                per_call, calls = shape
+                n = per_call * calls
                 siblings[g.name] = n
+                if calls > 1:
+                    sample_calls[g.name] = calls
                 sizes.add(n)
                 if t.hyper.get("group") not in (None, 1):
                     sink.error("E604", f"`group = {t.hyper['group']}` with `sample {n} ask {t.role}` in game "
@@ -367,7 +389,7 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
         return None
     return Phase(role=t.role, games=[g.name for g in games], training=t, algorithm=algorithm,
                  substituted=substituted, group=group, steps=int(t.hyper["steps"]) if "steps" in t.hyper else None,
-                 siblings=siblings)
+                 siblings=siblings, sample_calls=sample_calls)
 
 
 def _replay_problem(exp: ir.Experiment, g: ir.Game, role: str, games: list[ir.Game], retrain: bool) -> str | None:
@@ -400,12 +422,16 @@ def _replay_problem(exp: ir.Experiment, g: ir.Game, role: str, games: list[ir.Ga
 
 
 def _siblings(exp: ir.Experiment, g: ir.Game, role: str, asks: list, spec_file: str,
-              sink: DiagnosticSink) -> int | None:
-    """N when the N replies of `sample N ask ROLE` can be the N rollouts of one OpenRLHF
-    prompt: the role's one ask in a session of `g` (not in a loop, nor beside other asks
-    of it), N known before the run, `g` not sampled itself. Otherwise E603 says why."""
+              sink: DiagnosticSink, outer: bool = False) -> tuple[int, int] | None:
+    """(N, K) when the K x N replies of `sample N ask ROLE` run K times a session can be
+    the rollouts of one OpenRLHF prompt: the role's one ask in a session of `g` (not
+    beside other asks of it), N known before the run, `g` not sampled itself, and K = 1
+    (not in a loop) — or, for the outer role of a nested schedule (`outer`), whose group
+    is every dataset of its session, K runs of `repeat` loops with counts known before
+    the run. Otherwise E603 says why."""
     step, mult = next((s, m) for s, m in asks if s.sample is not None)
     where = span_of(step.span, spec_file)
+    calls = 1
     own_session = (f"or make each sample a session of its own: `game {g.name} ... sample N` with one `ask {role}` "
                    "(its route sees the group)")
     if len(asks) > 1:
@@ -414,7 +440,19 @@ def _siblings(exp: ir.Experiment, g: ir.Game, role: str, asks: list, spec_file: 
                            "other turns would belong to none of them", where,
                    f"ask '{role}' only in the `sample` step, {own_session}")
         return None
-    if mult > 1:
+    if mult > 1 and outer:
+        runs = _repeat_runs(g.body, step, exp.param_values())
+        if runs is None:
+            sink.error("E603", f"`sample N ask {role}` of the nested schedule's outer role sits in a session of "
+                               f"'{g.name}' inside a loop other than `repeat` with bounds known before the run, or "
+                               "inside a branch: its datasets, all of them the rollouts of one OpenRLHF prompt, must "
+                               "number the same in every session (--rollout.n_samples_per_prompt is fixed when the job "
+                               "starts)", where,
+                       "sample inside `repeat k in 1..K` loops whose bounds are literals or parameters (one "
+                       "dataset per run), not inside `for`, `while` or `if`")
+            return None
+        calls = runs
+    elif mult > 1:
         sink.error("E603", f"`sample N ask {role}` can run {mult} times in a session of '{g.name}' (it is inside a "
                            "loop): each run samples a group of its own, while an OpenRLHF prompt's rollouts form one",
                    where, f"sample once per session (outside the loop), {own_session}")
@@ -435,7 +473,104 @@ def _siblings(exp: ir.Experiment, g: ir.Game, role: str, asks: list, spec_file: 
                    f"remove the game's `sample {g.group_size}` (the {n} replies are the group), or ask '{role}' "
                    "once per session")
         return None
-    return n
+    return n, calls
+
+
+def _repeat_runs(steps: list, target: ir.Step, params: dict) -> int | None:
+    """How many times `target` runs per run of `steps` when every loop around it is a
+    `repeat` with bounds known before the run (its count: the runs); None when it sits
+    inside another loop or a branch, or is not found."""
+    for s in steps:
+        if s is target:
+            return 1
+        inside = [(times, body) for times, body in bodies(s) if any(x is target for x in all_steps(body))]
+        if not inside:
+            continue
+        if not isinstance(s, ir.RepeatStep):
+            return None
+        try:
+            start, stop = const_value(s.start, params), const_value(s.stop, params)
+        except Unknown:
+            return None
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop)):
+            return None
+        runs = _repeat_runs(inside[0][1], target, params)
+        return None if runs is None else max(0, stop - start + 1) * runs
+    return None
+
+
+def _check_nested(exp: ir.Experiment, sched: ir.Schedule, spec_file: str, sink: DiagnosticSink) -> None:
+    """E602 for a nested schedule the job cannot run as the local schedule does. The job
+    trains the outer role; an outer step is one session, one prompt whose rollouts are
+    its `sample N ask OUTER` replies, K calls x N (the datasets: the outer role's group,
+    as in a local run); a grounded R_k comes from the job's inner-loop service, which
+    trains the inner role's copies with askspec's own trainer (inner_loop.py)."""
+    where = span_of(sched.span, spec_file)
+    outer, inner = str(sched.options.get("outer")), str(sched.options.get("inner"))
+    grounded = str(sched.options.get("outer_reward") or "grounded") == "grounded"
+    t = next((t for t in exp.training if t.role == outer), None)
+    params = exp.param_values()
+    for g in _phase_games(exp, outer):
+        plain = [s for s, _ in asks_of(g.body, outer) if s.sample is None]
+        if plain:
+            sink.error("E602", f"game '{g.name}' asks '{outer}', the nested schedule's outer role, without `sample N`: "
+                               f"its group is the replies of one session (an outer step's datasets), and a session "
+                               f"of '{g.name}' holds one reply per ask", span_of(plain[0].span, spec_file),
+                       f"sample each dataset of an outer step: `repeat k in 1..K {{ xs = sample N ask {outer} }}`, "
+                       "or use askspec's own trainer")
+        live = _live_asks(g.body, params) if grounded else []
+        served = [(s, r) for s in live for r in s.roles if r == inner or _plays_weights_of(exp, r, inner)]
+        if served:
+            step, who = served[0]
+            sink.error("E602", f"game '{g.name}' asks '{who}' on the weights of '{inner}', the nested schedule's inner "
+                               "role: the job's inner-loop service changes them at each promotion, while the job "
+                               "serves them frozen with their initial weights", span_of(step.span, spec_file),
+                       f"ask '{inner}' only in the schedule's practice and evaluate games (the service plays them), "
+                       "or use askspec's own trainer")
+    if t is not None and t.hyper.get("batch") is not None:
+        sink.error("E602", f"`batch = {t.hyper['batch']}` for '{outer}', the nested schedule's outer role: the job runs "
+                           "one outer step per session (one prompt, its datasets' replies the rollouts), and the "
+                           "inner loop is decided per outer step", span_of(t.span, spec_file),
+                   "remove `batch` (one session per outer step, as the local schedule plays it)")
+
+
+def _plays_weights_of(exp: ir.Experiment, role: str, trained: str) -> bool:
+    r = exp.role(role)
+    model = exp.model(r.model) if r is not None and r.model else None
+    return model is not None and model.weights_of == trained
+
+
+def _live_asks(steps: list, params: dict) -> list:
+    """The ask steps of `steps` that can run, leaving out branches whose condition the
+    parameters decide (SOAR's `if teacher_reward == "intrinsic"` under the grounded profile)."""
+    out: list = []
+    for s in steps:
+        if s.kind == "ask":
+            out.append(s)
+        if isinstance(s, ir.IfStep):
+            for b in s.branches:
+                decided = _const_truth(b.cond, params)
+                if decided is not False:
+                    out += _live_asks(b.body, params)
+                if decided is True:
+                    break
+            else:
+                out += _live_asks(s.orelse, params)
+            continue
+        for _, body in bodies(s):
+            out += _live_asks(body, params)
+    return out
+
+
+def _const_truth(e: ir.Expr, params: dict) -> bool | None:
+    """A condition's value when the parameters decide it (== and != of constants), else None."""
+    if isinstance(e, ir.BinaryOp) and e.op in ("==", "!="):
+        try:
+            a, b = const_value(e.left, params), const_value(e.right, params)
+        except Unknown:
+            return None
+        return (a == b) if e.op == "==" else (a != b)
+    return None
 
 
 def _phase_games(exp: ir.Experiment, role: str) -> list[ir.Game]:
@@ -450,4 +585,5 @@ def _phase_games(exp: ir.Experiment, role: str) -> list[ir.Game]:
         chosen = [chosen]
     if chosen:
         return [g for g in exp.games if g.name in chosen]
-    return [g for g in exp.games if any(True for _ in asks_of(g.body, role))]
+    held = held_out_games(exp)  # what evaluate stages play and retrain stages sample with: never trained on
+    return [g for g in exp.games if g.name not in held and any(True for _ in asks_of(g.body, role))]

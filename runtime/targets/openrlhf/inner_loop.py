@@ -13,6 +13,10 @@ promotion window, the promotions, the inner role's weights) is checkpointed to
 from disk, so a host restarted by Ray (`max_restarts`) resumes where it was.
 
 `start_service` makes the host a Ray actor (one GPU where Ray has them, none on CPU).
+In a job (docs/cluster.md, "Nested schedules"), `run_job` is the entry point: it starts
+OpenRLHF's train_ppo_ray and, once that has started Ray, the host as a named actor; the
+agent finds it by name (`connect`) and asks it once per outer session (`answer`, which
+numbers the outer steps in the order the sessions come).
 """
 
 from __future__ import annotations
@@ -28,7 +32,12 @@ from askspec.runtime.store.layout import write_json_atomic
 
 STATE = "state.json"  # the outer step last answered and its answer
 WEIGHTS = "inner.safetensors"  # the inner role's weights after that step (a promotion changes them)
+PROMOTED = "promoted"  # the same weights as a Hugging Face folder, for the stages that evaluate the role
+KEPT = "kept"  # with `keep = best(accuracy)`: the most accurate promoted student so far, likewise (driver.sh)
+KEPT = "kept"  # keep = best(accuracy): the most accurate promoted student so far, as a Hugging Face folder
 RUN = "run"  # the service's run directory (a restarted host appends to it)
+NAMESPACE = "askspec"  # the Ray namespace of a job's named service
+STATE_ENV = "ASKSPEC_INNER_STATE"  # the service's state_dir in a job (a folder every node sees)
 
 
 class InnerLoopHost:
@@ -76,7 +85,16 @@ class InnerLoopHost:
                              rollout_roles=frozenset(self.trainer.policies), on_rollout=self.log.rollout)
         self.loop = asyncio.new_event_loop()  # one loop for the host's life: the hf backends' workers are bound to it
 
-    def outer_step(self, step: int, datasets: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    def answer(self, key: str, datasets: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """The next outer step over `datasets`, for the outer session `key` (the agent's):
+        steps are numbered in the order sessions come; a key answered last (a call retried
+        after a restart) is answered again, not trained twice."""
+        if self.answered is not None and self.answered.get("key") == key:
+            return self.answered["answer"]
+        step = (int(self.answered["step"]) if self.answered is not None else 0) + 1
+        return self.outer_step(step, datasets, key=key)
+
+    def outer_step(self, step: int, datasets: list[list[dict[str, Any]]], key: str | None = None) -> dict[str, Any]:
         """R_k per dataset (`outer_rewards`) and the decision for outer step `step` over
         `datasets` (each the items of one dataset, as datasets_of makes them); an outer
         step answered before (a retried call after a restart) is answered the same."""
@@ -90,8 +108,8 @@ class InnerLoopHost:
         sets = [Dataset(k, list(items), []) for k, items in enumerate(datasets, 1)]
         summary = self.loop.run_until_complete(
             self.inner.outer_step(step, self.index0(step), self.engine, self.log, sets))
-        answer = {**self.trainer.jsonable(summary), "promotions": list(self.inner.state.promotions)}
-        self._save(step, answer)
+        answer = {**self.trainer.jsonable(summary), "step": step, "promotions": list(self.inner.state.promotions)}
+        self._save(step, answer, key)
         self.writer.flush()
         return answer
 
@@ -105,16 +123,24 @@ class InnerLoopHost:
 
     # -- state ---------------------------------------------------------------------------------
 
-    def _save(self, step: int, answer: dict[str, Any]) -> None:
+    def _save(self, step: int, answer: dict[str, Any], key: str | None = None) -> None:
         from askspec.runtime.train.nested import _save_weights
 
         student = self.trainer.policies[self.inner.s.inner]
         if answer.get("promoted"):  # the weights change only by a promotion
             _save_weights(student.state(), self.state_dir / f"{WEIGHTS}.tmp")
             (self.state_dir / f"{WEIGHTS}.tmp").replace(self.state_dir / WEIGHTS)
+            # the promoted role as vLLM and OpenRLHF load it (driver.sh: the role's weights after the RL stage)
+            student.save(self.state_dir / PROMOTED, step, {}, with_optimizer=False)
+            best = self.inner.state.best
+            if best is not None and best.get("step") == step:  # keep = best(accuracy): this one is kept
+                student.save(self.state_dir / KEPT, step, {}, with_optimizer=False)
+            best = self.inner.state.best
+            if best is not None and best["step"] == step:  # this promotion is the most accurate (driver.sh: after RL)
+                student.save(self.state_dir / KEPT, step, {}, with_optimizer=False)
         self.inner.save(self.state_dir, step)
-        write_json_atomic(self.state_dir / STATE, {"step": step, "answer": answer})
-        self.answered = {"step": step, "answer": answer}
+        write_json_atomic(self.state_dir / STATE, {"step": step, "key": key, "answer": answer})
+        self.answered = {"step": step, "key": key, "answer": answer}
 
     def _restore(self) -> None:
         from askspec.runtime.train.nested import _load_weights
@@ -139,6 +165,58 @@ def start_service(experiment: ir.Experiment, *, spec_dir: str, seed: int, runs: 
 
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
     actor = ray.remote(num_gpus=gpus, max_restarts=max_restarts, max_task_retries=max_restarts)(InnerLoopHost)
-    options = {"name": name, "lifetime": "detached"} if name else {}
+    # named: the agents find it (`connect`); owned by the caller, it ends with the job's driver
+    options = {"name": name, "namespace": NAMESPACE} if name else {}
     return actor.options(**options).remote(experiment.model_dump_json(), spec_dir=spec_dir, seed=seed, runs=runs,
                                            state_dir=state_dir, resolver_factory=resolver_factory)
+
+
+class Service:
+    """The agent's side of a job's service: `await answer(key, datasets)` on the named actor."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    async def answer(self, key: str, datasets: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        return await self.actor.answer.remote(key, datasets)
+
+
+def connect(name: str) -> Service:
+    """The job's service (run_job started it in the job's Ray cluster), found by name."""
+    import ray
+
+    return Service(ray.get_actor(name, namespace=NAMESPACE))
+
+
+def run_job(job_dir: str | Path, resolver_factory: Callable[[ir.Experiment, str], Any], entry: str) -> None:
+    """A job's entry point (its askspec_nested.py): `python3 -m ENTRY` (OpenRLHF's
+    train_ppo_ray, or askspec_ext's wrapper of it) as `__main__`, with the service started
+    as the named actor job.json's `inner_loop.service` once OpenRLHF's own `ray.init`
+    has run, so OpenRLHF starts Ray as it always does. The service's state goes to
+    $ASKSPEC_INNER_STATE and its run directory to $ASKSPEC_RUNS (folders every node sees)."""
+    import os
+    import runpy
+
+    import ray
+
+    job_dir = Path(job_dir)
+    job = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
+    exp = ir.Experiment.model_validate(job["experiment"])
+    state_dir = os.environ.get(STATE_ENV) or str(job_dir / "inner-loop")
+    runs = os.environ.get("ASKSPEC_RUNS") or str(job_dir / "runs")
+    original = ray.init
+    started: list[Any] = []
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        if not started:  # the handle is kept: an owned actor lives while its owner holds it
+            started.append(start_service(exp, spec_dir=str(job_dir / "spec"), seed=int(job["seed"]), runs=runs,
+                                         state_dir=state_dir, resolver_factory=resolver_factory,
+                                         name=job["inner_loop"]["service"]))
+        return out
+
+    ray.init = init
+    try:
+        runpy.run_module(entry, run_name="__main__", alter_sys=True)
+    finally:
+        ray.init = original

@@ -139,27 +139,32 @@ class Conversation:
 
 @dataclass
 class Siblings:
-    """A session whose `sample N ask` replies are N rollouts of one prompt: reply i goes to
-    `members[i]` (the call's `sample_key` is "x{ask}.{i}", recovery turns included)."""
+    """A session whose `sample N ask` replies are the rollouts of one prompt: reply i of
+    the k-th such call (k from 0) goes to `members[k * N + i]`, N = len(members) / `calls`
+    (the call's `sample_key` is "x{ask}.{i}", recovery turns included). `calls` is 1 but
+    for a nested schedule's outer role, whose K datasets a session samples in turn."""
 
     members: list[Conversation]
-    ask: str | None = None  # the `x{ask}` part of the sample ask the members answer
+    calls: int = 1
+    asks: list[str] = field(default_factory=list)  # the `x{ask}` part of each call, in the order they came
 
     async def chat(self, request: ChatRequest) -> ChatResult:
         if request.sample_key is None:
             raise BackendError(f"'{request.role}' was asked outside its `sample N ask`, whose replies are this "
                                "session's rollouts (the job was compiled for one such ask per session)")
         ask, _, i = request.sample_key.rpartition(".")
-        if self.ask is None:
-            self.ask = ask
-        elif ask != self.ask:
-            raise BackendError(f"`sample N ask {request.role}` ran twice in one session; its replies are the "
-                               "rollouts of one prompt, so it may run once (docs/cluster.md)")
+        if ask not in self.asks:
+            if len(self.asks) == self.calls:
+                raise BackendError(f"`sample N ask {request.role}` ran {self.calls + 1} times in one session; its "
+                                   f"replies are the rollouts of one prompt, so it may run {self.calls} time(s) "
+                                   "(docs/cluster.md)")
+            self.asks.append(ask)
+        per = len(self.members) // self.calls
         k = int(i)
-        if k >= len(self.members):
+        if k >= per:
             raise BackendError(f"`sample N ask {request.role}` asked for reply {k + 1}, but the job runs "
-                               f"{len(self.members)} rollouts per prompt (--rollout.n_samples_per_prompt)")
-        return await self.members[k].chat(request)
+                               f"{per} rollouts per call (--rollout.n_samples_per_prompt / {self.calls})")
+        return await self.members[self.asks.index(ask) * per + k].chat(request)
 
 
 class OpenRLHFBackend(Backend):
@@ -171,11 +176,6 @@ class OpenRLHFBackend(Backend):
     def __init__(self) -> None:
         self.conversations: dict[int, Conversation | Siblings] = {}
 
-    async def complete(self, request: ChatRequest) -> ChatResult:
-        conv = self.conversations.get(request.session_index)
-        if conv is None:
-            raise BackendError(f"no OpenRLHF rollout is attached to session {request.session_index}")
-        return await conv.chat(request)
     async def prompt_tokenizer(self, model: str) -> PromptTokenizer:
         """The trained model's tokenizer (OpenRLHF's), as a Conversation encodes a prompt."""
         for conv in self.conversations.values():
@@ -183,3 +183,8 @@ class OpenRLHFBackend(Backend):
             return HFChatTokens(first.tokenizer, render_first=True)
         return await super().prompt_tokenizer(model)
 
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        conv = self.conversations.get(request.session_index)
+        if conv is None:
+            raise BackendError(f"no OpenRLHF rollout is attached to session {request.session_index}")
+        return await conv.chat(request)
