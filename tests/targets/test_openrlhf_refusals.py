@@ -126,3 +126,13 @@ def test_algorithm_table_is_the_mapping() -> None:
         assert f"--algo.advantage.estimator {estimator} --actor.policy_loss_type {loss}" in rows[name], name
     for name in MISSING:
         assert rows[name].startswith("refused (E601)"), name
+
+
+def test_online_hint_names_the_role_no_phase_can_train() -> None:
+    """PasoDoble online: E602's hint gives the nearest alternating schedule and says the
+    solver's phase could not train on `propose` either (its `sample` runs inside a loop)."""
+    got = refusals(ROOT / "specs" / "pasodoble.ask", ROOT, profile="online")
+    hint = next(line for line in got.splitlines() if "hint: the nearest schedule" in line)
+    assert "`schedule alternating { proposer = 1; solver = 1; iterations = 600;" in hint
+    assert "a phase cannot train 'solver' on those games either (E603)" in hint
+    assert "error[E603]" in got
