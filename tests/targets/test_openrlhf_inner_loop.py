@@ -3,7 +3,8 @@ CPU against the local nested schedule (runtime/train/nested.py), on the tiny ran
 of tests/conftest.py with tests/train/specs/tiny_nested.ask: 2 datasets x 2 copies x 2
 inner steps, 2 outer steps, the same seed. The service must return the R_k and the
 promotions the local schedule computes, also after Ray restarted it between the steps,
-when called as a job's agents call it (found by name, one outer step per session key)."""
+when started by the job's entry point and called as the job's agents call it (found by
+name, one outer step per session key)."""
 
 from __future__ import annotations
 
@@ -89,16 +90,26 @@ def local_schedule(exp, tmp_path: Path) -> list[dict]:
     return out
 
 
-def test_the_service_returns_the_local_schedules_rewards_and_promotions(ray_cpu, exp, tmp_path):
+def test_the_service_returns_the_local_schedules_rewards_and_promotions(ray_cpu, exp, tmp_path, tiny_model,
+                                                                        monkeypatch):
     from askspec.runtime.commands.resolver import local_resolver
-    from askspec.runtime.targets.openrlhf.inner_loop import connect, start_service
+    from askspec.runtime.targets.openrlhf.generate import compile_job
+    from askspec.runtime.targets.openrlhf.inner_loop import connect, run_job
 
     local = local_schedule(exp, tmp_path / "local")
     assert [len(d) for d in local[0]["datasets"]] == [4, 4]
+    # the spec's OpenRLHF job, started by its entry point (askspec_nested.py's run_job) with a
+    # stand-in for OpenRLHF's train_ppo_ray that only starts Ray, as train() does first
+    res = compile_file(str(SPEC), {"weights": f'"{tiny_model}"'})
+    assert compile_job(res, str(SPEC), str(tmp_path / "job"), {}) == 0
+    job = json.loads((tmp_path / "job" / "job.json").read_text())
+    (tmp_path / "fake_train_ppo_ray.py").write_text("import ray\nray.init(ignore_reinit_error=True)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     state = tmp_path / "service"
-    actor = start_service(exp, spec_dir=str(SPEC.parent), seed=SEED, runs=str(tmp_path / "service-runs"),
-                          state_dir=str(state), resolver_factory=local_resolver, name="askspec-inner-loop-test")
-    service = connect("askspec-inner-loop-test")  # as the job's agents find it: by name
+    monkeypatch.setenv("ASKSPEC_INNER_STATE", str(state))
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "service-runs"))
+    actor = run_job(tmp_path / "job", local_resolver, "fake_train_ppo_ray")
+    service = connect(job["inner_loop"]["service"])  # as the job's agents find it: by name
 
     def answer(key: str, datasets: list) -> dict:
         """An agent's call for its outer session `key` (the service numbers the steps)."""

@@ -188,12 +188,14 @@ def connect(name: str) -> Service:
     return Service(ray.get_actor(name, namespace=NAMESPACE))
 
 
-def run_job(job_dir: str | Path, resolver_factory: Callable[[ir.Experiment, str], Any], entry: str) -> None:
+def run_job(job_dir: str | Path, resolver_factory: Callable[[ir.Experiment, str], Any], entry: str) -> Any:
     """A job's entry point (its askspec_nested.py): `python3 -m ENTRY` (OpenRLHF's
     train_ppo_ray, or askspec_ext's wrapper of it) as `__main__`, with the service started
     as the named actor job.json's `inner_loop.service` once OpenRLHF's own `ray.init`
-    has run, so OpenRLHF starts Ray as it always does. The service's state goes to
-    $ASKSPEC_INNER_STATE and its run directory to $ASKSPEC_RUNS (folders every node sees)."""
+    has run (at once when Ray is up already), so OpenRLHF starts Ray as it always does.
+    The service's state goes to $ASKSPEC_INNER_STATE and its run directory to
+    $ASKSPEC_RUNS (folders every node sees). Returns the service's handle (the actor
+    lives while its owner holds one)."""
     import os
     import runpy
 
@@ -207,16 +209,22 @@ def run_job(job_dir: str | Path, resolver_factory: Callable[[ir.Experiment, str]
     original = ray.init
     started: list[Any] = []
 
-    def init(*args: Any, **kwargs: Any) -> Any:
-        out = original(*args, **kwargs)
+    def start() -> None:
         if not started:  # the handle is kept: an owned actor lives while its owner holds it
             started.append(start_service(exp, spec_dir=str(job_dir / "spec"), seed=int(job["seed"]), runs=runs,
                                          state_dir=state_dir, resolver_factory=resolver_factory,
                                          name=job["inner_loop"]["service"]))
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        start()
         return out
 
+    if ray.is_initialized():  # OpenRLHF's train() then leaves ray.init alone
+        start()
     ray.init = init
     try:
         runpy.run_module(entry, run_name="__main__", alter_sys=True)
     finally:
         ray.init = original
+    return started[0] if started else None
