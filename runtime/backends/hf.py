@@ -667,18 +667,10 @@ class HFBackend(Backend):
     # -- prefill: new rows join the batch ---------------------------------------------------
 
     def _encode(self, job: _Job) -> list[int]:
-        messages = [dict(m) for m in job.request.messages]
-        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
-        if self.chat_template is not None:
-            kwargs["chat_template"] = self.chat_template
-        try:
-            encoded = self._tokenizer.apply_chat_template(messages, **kwargs)
+        try:  # as prompt_tokenizer counts it (a role's max_prompt_tokens)
+            return HFChatTokens(self._tokenizer, self.chat_template).chat_ids(job.request.messages)
         except Exception as exc:
             raise BackendError(f"hf backend: the chat template failed on this request: {exc}") from exc
-        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-        if ids and isinstance(ids[0], list):  # a batch of one
-            ids = ids[0]
-        return [int(i) for i in ids]
 
     def _new_row(self, job: _Job, prompt_len: int) -> _Row:
         import torch

@@ -10,7 +10,7 @@ message's role markers."""
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text under BPE tokenizers
 MESSAGE_OVERHEAD = 4  # a chat template's role header and end-of-turn markers, per message
@@ -53,18 +53,23 @@ class HFChatTokens:
         self.chat_template = chat_template
         self.render_first = render_first
 
-    def chat_length(self, messages: list[dict[str, str]]) -> int:
+    def chat_ids(self, messages: Iterable[dict[str, str]]) -> list[int]:
+        """The prompt's token ids, as the backend sends them (the one place both count)."""
         kwargs: dict[str, Any] = {"add_generation_prompt": True}
         if self.chat_template is not None:
             kwargs["chat_template"] = self.chat_template
         if self.render_first:
+            # the template already holds any BOS token; the tokenizer must not add another
             text = self.tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False, **kwargs)
-            return len(self.tokenizer.encode(text, add_special_tokens=False))
+            return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
         encoded = self.tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=True, **kwargs)
         ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
         if ids and isinstance(ids[0], list):  # a batch of one
             ids = ids[0]
-        return len(ids)
+        return [int(i) for i in ids]
+
+    def chat_length(self, messages: list[dict[str, str]]) -> int:
+        return len(self.chat_ids(messages))
 
     def encode(self, text: str) -> list[Any]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

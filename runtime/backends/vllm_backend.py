@@ -110,12 +110,8 @@ class VLLMBackend(Backend):
     async def complete(self, request: ChatRequest) -> ChatResult:
         started = time.perf_counter()
         tokenizer = await self._get_tokenizer()
-        try:
-            prompt = tokenizer.apply_chat_template(
-                [dict(m) for m in request.messages], tokenize=False, add_generation_prompt=True
-            )
-            # The template already holds any BOS token; do not let the tokenizer add another.
-            prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        try:  # as prompt_tokenizer counts it (a role's max_prompt_tokens)
+            prompt_ids = HFChatTokens(tokenizer, render_first=True).chat_ids(request.messages)
         except Exception as exc:
             raise BackendError(f"vllm ({self.model}): the chat template failed: {exc}") from exc
         params = self._vllm.SamplingParams(
