@@ -76,3 +76,20 @@ def test_every_soar_profile_compiles_with_its_new_stages_mapped(tmp_path) -> Non
         if profile == "grounded":  # keep = best(accuracy): the service's most accurate promoted copy
             assert 'CKPT_STUDENT="$ASKSPEC_INNER_STATE/kept"' in driver and "/promoted\"" not in driver
         json.loads((job / "job.json").read_text())
+
+
+def test_a_stage_run_trains_one_retrain_stage_and_refuses_promoted_ones() -> None:
+    import pytest
+
+    from askspec.lang.compiler import compile_file
+    from askspec.runtime.commands.options import UsageError
+    from askspec.runtime.commands.start import one_stage
+
+    exp = compile_file(str(ROOT / "specs" / "soar.ask")).ir
+    assert exp is not None
+    alone = one_stage(exp, "teacher_student")
+    assert [s.name for s in alone.stages] == ["teacher_student"] and alone.training == exp.training
+    with pytest.raises(UsageError, match="promoted datasets of the run's nested schedule"):
+        one_stage(exp, "pq_student")  # its items are the run's promotions, which a stage run does not have
+    with pytest.raises(UsageError, match="no retrain stage of that name .did you mean .teacher_student.?."):
+        one_stage(exp, "teacher_studnet")
