@@ -34,7 +34,6 @@ STATE = "state.json"  # the outer step last answered and its answer
 WEIGHTS = "inner.safetensors"  # the inner role's weights after that step (a promotion changes them)
 PROMOTED = "promoted"  # the same weights as a Hugging Face folder, for the stages that evaluate the role
 KEPT = "kept"  # with `keep = best(accuracy)`: the most accurate promoted student so far, likewise (driver.sh)
-KEPT = "kept"  # keep = best(accuracy): the most accurate promoted student so far, as a Hugging Face folder
 RUN = "run"  # the service's run directory (a restarted host appends to it)
 NAMESPACE = "askspec"  # the Ray namespace of a job's named service
 STATE_ENV = "ASKSPEC_INNER_STATE"  # the service's state_dir in a job (a folder every node sees)
@@ -134,9 +133,6 @@ class InnerLoopHost:
             student.save(self.state_dir / PROMOTED, step, {}, with_optimizer=False)
             best = self.inner.state.best
             if best is not None and best.get("step") == step:  # keep = best(accuracy): this one is kept
-                student.save(self.state_dir / KEPT, step, {}, with_optimizer=False)
-            best = self.inner.state.best
-            if best is not None and best["step"] == step:  # this promotion is the most accurate (driver.sh: after RL)
                 student.save(self.state_dir / KEPT, step, {}, with_optimizer=False)
         self.inner.save(self.state_dir, step)
         write_json_atomic(self.state_dir / STATE, {"step": step, "key": key, "answer": answer})
