@@ -116,7 +116,9 @@ def test_intrinsic_t_rewards_match_replay(tmp_path, tiny_model, monkeypatch):
     assert expected[2] is None and None not in expected[:2] + expected[3:]  # the malformed reply has no reward
 
     job, _ = make_job(tmp_path / "job", "intrinsic_t")
-    assert "inner_loop" not in json.loads((job / "job.json").read_text())  # no service: the reward is the game's
+    data = json.loads((job / "job.json").read_text())
+    assert "inner_loop" not in data  # no service: the reward is the game's
+    assert sorted(data["endpoints"]["models"]) == ["student_greedy_model", "student_model"]  # frozen, never trained
     replay_frozen_roles(job, tmp_path / "replies.json")
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
     executor = load_agent_executor(job / "agent.py")
@@ -186,7 +188,10 @@ def grounded_job(tmp_path: Path, monkeypatch) -> tuple[Path, object, list[list[l
     wanted = [expected_datasets(con, f"s{k:06d}") for k in range(2)]
     assert [len(d) for d in wanted[0]] == [2, 1] and [len(d) for d in wanted[1]] == [2, 2]
     job, exp = make_job(tmp_path / "job", "grounded")
-    assert json.loads((job / "job.json").read_text())["inner_loop"]["games"] == ["teach"]
+    data = json.loads((job / "job.json").read_text())
+    assert data["inner_loop"]["games"] == ["teach"]
+    # the student is asked only under `if teacher_reward == "intrinsic"`: no frozen server for it
+    assert data["endpoints"] == {"roles": {}, "models": {}}
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
     return job, exp, wanted
 

@@ -260,8 +260,12 @@ def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, 
 
 
 def roles_asked(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
-    """The roles `games` ask, and the judges of their routes' contests."""
-    names = [r.name for r in exp.roles if any(True for g in games for _ in asks_of(g.body, r.name))]
+    """The roles `games` ask, and the judges of their routes' contests; not a role asked
+    only in a branch the parameters rule out (SOAR's student under `grounded`: no
+    server for it)."""
+    params = exp.param_values()
+    live = {r for g in games for s in _live_asks(g.body, params) for r in s.roles}
+    names = [r.name for r in exp.roles if r.name in live]
     contests: list[ir.Tournament | ir.PointwiseJudge] = [*exp.tournaments, *exp.judges]
     for g in games:
         for route in g.routes:
