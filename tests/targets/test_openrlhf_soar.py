@@ -192,6 +192,7 @@ def grounded_job(tmp_path: Path, monkeypatch) -> tuple[Path, object, list[list[l
     assert data["inner_loop"]["games"] == ["teach"]
     # the student is asked only under `if teacher_reward == "intrinsic"`: no frozen server for it
     assert data["endpoints"] == {"roles": {}, "models": {}}
+    assert "python3 -m askspec_nested" in (job / "README.md").read_text()  # the README says how the service starts
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
     return job, exp, wanted
 
