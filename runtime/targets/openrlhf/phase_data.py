@@ -114,7 +114,8 @@ def _plain_batches(exp: ir.Experiment, role: str, elements: list[dict], steps: i
     batch = cfg.batch or sizes[0]
     pos, out = 0, []
     for n in range((iteration - 1) * steps + steps):
-        taken, sessions = [], 0
+        taken: list[dict] = []
+        sessions = 0
         while sessions < batch:
             taken.append(elements[(pos + len(taken)) % len(elements)])
             sessions += sizes[(pos + len(taken) - 1) % len(elements)]
@@ -237,7 +238,7 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
             continue
         by_step.setdefault(step, []).extend((name, value) for name, value in book.pushes if name in buffers)
         scores.setdefault((step, _key(bindings)), []).append(v.get(score) if score else None)
-    replays: dict[int, list[tuple[ReplayBuffer, int, float | None]]] = {}
+    replays: dict[int | None, list[tuple[ReplayBuffer, int, float | None]]] = {}
     if replay:
         game = next(g for g in exp.games if g.name == replay["game"])
         buf = buffers[replay["buffer"]]
@@ -254,8 +255,8 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
                 replays.setdefault(step, []).append((buf, item_id, sum(nums) / len(nums) if nums else None))
     # step by step, as the engine ends a step: its replays, then its pushes
     last = steps[-1] if steps else None
-    order = sorted({*replays, *(s for s in by_step if s is not None)}) + ([None] if None in by_step else [])
-    for step in order:
+    numbered = sorted(s for s in {*replays, *by_step} if s is not None)
+    for step in [*numbered, *([None] if None in by_step else [])]:
         mark = len(events)
         for buf, item_id, value in replays.get(step, []):
             buf.replayed(item_id, value)
