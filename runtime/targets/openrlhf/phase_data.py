@@ -86,12 +86,16 @@ def _draw(buf: ReplayBuffer, steps: int, items: int) -> list[list[tuple[int, Any
 def phase_steps(exp: ir.Experiment, role: str, iteration: int) -> list[int]:
     """The local schedule's global step numbers of `role`'s phase in `iteration` (what a
     local run records as the steps of that phase's buffer events)."""
+    return [s.step for s in _slots(exp, role, iteration)]
+
+
+def _slots(exp: ir.Experiment, role: str, iteration: int) -> list:
     from askspec.runtime.train import schedule
     from askspec.runtime.train.config import config_from_ir
 
     configs = [config_from_ir(t, exp) for t in exp.training]
-    return [s.step for s in schedule.slots(exp, configs)
-            if s.phase.kind == "play" and s.iteration == iteration and s.phase.name == role]
+    return [s for s in schedule.slots(exp, configs)
+            if s.phase.kind == "play" and s.iteration == iteration and role in s.phase.roles]
 
 
 def _config(exp: ir.Experiment, role: str):
@@ -226,7 +230,9 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
         return []
     job, exp = _job(phase_dir)
     role = job["trained_role"]
-    steps = phase_steps(exp, role, iteration)
+    slots = _slots(exp, role, iteration)
+    steps = [s.step for s in slots]
+    phase = slots[0].phase.name if slots else role  # the local run's name: the role (alternating) or "online"
     events: list[dict] = []
     buffers = _buffers(exp, state, events)
     replay = job.get("replay")
@@ -254,7 +260,6 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
                 nums = [float(x) for x in got if isinstance(x, (int, float)) and not isinstance(x, bool)]
                 replays.setdefault(step, []).append((buf, item_id, sum(nums) / len(nums) if nums else None))
     # step by step, as the engine ends a step: its replays, then its pushes
-    last = steps[-1] if steps else None
     numbered = sorted(s for s in {*replays, *by_step} if s is not None)
     for step in [*numbered, *([None] if None in by_step else [])]:
         mark = len(events)
@@ -263,7 +268,7 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
         for name, value in by_step.get(step, []):
             buffers[name].add(value)
         for ev in events[mark:]:
-            ev.update(step=step if step is not None else last, phase=role)
+            ev.update(step=step, phase=phase)  # None: a prompt set written at compile time names no local step
     # the phase's events first, then the state naming the key: the commit point
     if events:
         _record(job_root, job, exp, events)
