@@ -62,6 +62,7 @@ def test_launch_script_parses_with_openrlhf(tmp_path, job_extension, spec, optio
     if nested:  # the service's state folder reaches the job's processes
         env = json.loads(next(a.split("=", 1)[1] for a in call if a.startswith("--runtime-env-json=")))
         assert env["env_vars"]["ASKSPEC_INNER_STATE"] == str(job / "ckpt" / "inner-loop")
+        assert env["env_vars"]["ASKSPEC_INNER_TIMEOUT"] == "86400"
     if loss == "cispo":
         cispo, _ = job_extension(job)
         with cispo.parser_accepts_cispo():

@@ -277,3 +277,42 @@ def test_a_teacher_call_that_raises_ends_its_group(tmp_path, tiny_model, monkeyp
     run = next((tmp_path / "agent-runs").iterdir())
     (status, error), = open_store(str(run)).execute("select status, error from sessions").fetchall()
     assert status == "error" and "the engine actor died" in error
+
+
+class BrokenService:
+    """The inner-loop service as a test double that raises, or never answers."""
+
+    def __init__(self, hang: bool) -> None:
+        self.hang = hang
+
+    async def answer(self, key: str, datasets: list[list[dict]]) -> dict:
+        if self.hang:
+            await asyncio.Event().wait()
+        raise RuntimeError("the inner-loop actor died")
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["raises", "hangs"])
+def test_a_failed_inner_loop_leaves_the_session_without_loss(tmp_path, tiny_model, monkeypatch, hang):
+    """A service that raises, or that does not answer within $ASKSPEC_INNER_TIMEOUT: every
+    rollout of the session returns, with no reward and no loss."""
+    job, _ = make_job(tmp_path / "job", "grounded")
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
+    monkeypatch.setenv("ASKSPEC_INNER_TIMEOUT", "0.5")
+    executor = load_agent_executor(job / "agent.py")
+    executor.agent.service = BrokenService(hang)
+    replies = iter(TEACHER[0])
+    engine = FakeEngine(executor, _tokenizer(tiny_model), lambda prompt: next(replies))
+    line = json.loads((job / "prompts.jsonl").read_text().splitlines()[0])
+
+    async def play():
+        from askspec.runtime.backends.registry import aclose_backends
+
+        out = await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 8192,
+                                       engine.tokenizer, DATASETS * SIZE)
+        await aclose_backends()
+        return out
+
+    responses = asyncio.run(asyncio.wait_for(play(), 60))
+    executor.agent.close()
+    assert [(r["reward"], r["action_ranges"], r["extra_logs"]["askspec_inner_loop_ok"]) for r in responses] == \
+        [(0.0, [], 0.0)] * (DATASETS * SIZE)

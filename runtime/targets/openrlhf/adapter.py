@@ -37,8 +37,10 @@ the local schedule groups an outer session. Under `outer_reward = grounded` the 
 datasets (nested.datasets_of, the local schedule's own) go to the job's inner-loop
 service once the session has ended (inner_loop.py: it trains the inner role's copies and
 answers R_k per dataset); every reply of dataset k gets the turn reward `grounded` = R_k,
-recorded in the agent's run store as the local schedule records it. A service that fails
-leaves the session's rollouts without reward or loss (logged; `askspec_inner_loop_ok` 0).
+recorded in the agent's run store as the local schedule records it. A service that fails,
+or has not answered within `$ASKSPEC_INNER_TIMEOUT` seconds (default a day: an outer step
+trains K x copies students), leaves the session's rollouts without reward or loss
+(logged; `askspec_inner_loop_ok` 0).
 
 Every session is recorded in a run directory per rollout process (`$ASKSPEC_RUNS`, else
 `runs/` in the job folder), queryable with `askspec query` like any run.
@@ -75,6 +77,8 @@ HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (defa
 TIMEOUT_ENV = "ASKSPEC_GROUP_TIMEOUT"  # seconds a session of siblings may run (docs/cluster.md)
 DEFAULT_TIMEOUT = 1800.0
 GROUNDED = "grounded"  # the turn reward the inner loop's R_k is recorded as (runtime/train/nested.py)
+INNER_TIMEOUT_ENV = "ASKSPEC_INNER_TIMEOUT"  # seconds an outer session waits for the inner loop's answer
+DEFAULT_INNER_TIMEOUT = 86400.0
 
 
 class _Recorder:
@@ -175,17 +179,17 @@ class _Siblings:
     grounded: asyncio.Future | None = None  # the inner loop's rewards (turn -> R_k), asked once the session ended
 
 
-def _timeout(raw: str | None) -> float:
-    """$ASKSPEC_GROUP_TIMEOUT: seconds a session of siblings may run (unset or empty: the default)."""
+def _timeout(raw: str | None, name: str = TIMEOUT_ENV, default: float = DEFAULT_TIMEOUT,
+             what: str = "a session of `sample N ask` siblings may run") -> float:
+    """$ASKSPEC_GROUP_TIMEOUT (or `name`): seconds `what` (unset or empty: the default)."""
     if not raw:
-        return DEFAULT_TIMEOUT
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = 0.0
     if not value > 0 or value == float("inf"):
-        raise ValueError(f"{TIMEOUT_ENV}={raw!r}: give the seconds a session of `sample N ask` siblings may run, "
-                         f"a number > 0 (default {DEFAULT_TIMEOUT:g})")
+        raise ValueError(f"{name}={raw!r}: give the seconds {what}, a number > 0 (default {default:g})")
     return value
 
 
@@ -205,6 +209,8 @@ class GameAgent:
         self.inner_loop: dict[str, Any] | None = job.get("inner_loop")
         self.service: Any = None  # the inner-loop service (inner_loop.connect), found on first use
         self.timeout = _timeout(os.environ.get(TIMEOUT_ENV))
+        self.inner_timeout = _timeout(os.environ.get(INNER_TIMEOUT_ENV), INNER_TIMEOUT_ENV, DEFAULT_INNER_TIMEOUT,
+                                      "an outer session waits for the inner-loop service's answer")
         # the names the trained role's update gate reads, when askspec_ext/gate.py evaluates one (update_gate.py)
         self.gate_names: set[str] | None = None
         if (job.get("extension") or {}).get("update_gate"):
@@ -400,8 +406,8 @@ class GameAgent:
             if self.service is None:
                 self.service = inner_loop.connect(self.inner_loop["service"])
             key = f"{socket.gethostname()}:{os.getpid()}:{sid}"
-            answer = await self.service.answer(key, [d.items for d in datasets])
-        except Exception as e:  # the rollouts return without loss rather than fail OpenRLHF's step
+            answer = await asyncio.wait_for(self.service.answer(key, [d.items for d in datasets]), self.inner_timeout)
+        except Exception as e:  # the rollouts return without loss rather than fail OpenRLHF's step (or wait forever)
             log.warning("session %s: the inner-loop service failed (%s: %s); its rollouts carry no loss",
                         sid, e.__class__.__name__, e)
             return None
