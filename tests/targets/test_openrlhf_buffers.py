@@ -278,3 +278,35 @@ def test_the_agents_own_records_fill_and_replay_the_buffer(tmp_path) -> None:
     assert events(job) == [(s, p, e, item, 1.0 if e == "replay" else None) for s, p, e, item, _ in EXPECTED]
     state = json.loads((job / phase_data.STATE).read_text())
     assert state["buffers"]["seen"]["items"] == [{"x": 1}, {"x": 2}, {"x": 2}]
+
+
+def test_pasodobles_proposer_phases_play_the_local_schedules_steps(tmp_path) -> None:
+    """specs/pasodoble.ask itself: each iteration's proposer phase plays the passages the
+    local trainer's own planner gives its steps (the data set shuffled by the seed, the
+    walk continuing over iterations), each prompt labelled with the local global step
+    (the stages before the RL stage counted)."""
+    from askspec.ir import model as ir
+    from askspec.runtime.engine.plan import load_dataset
+    from askspec.runtime.train.trainer import LocalTrainer
+
+    job = tmp_path / "job"
+    assert main(["compile", str(SPECS.parents[2] / "specs" / "pasodoble.ask"), "--target", "openrlhf", "-o", str(job),
+                 "--set", "iterations=2", "--set", "proposer_steps=2", "--set", "solver_steps=1"]) == 0
+    phase = job / "phase-1-proposer"
+    assert (phase / "prompts.jsonl").read_text() == ""  # drawn when the phase starts
+    exp = ir.Experiment.model_validate(json.loads((phase / "job.json").read_text())["experiment"])
+    seed = int(exp.options.get("seed", 0) or 0)
+    datasets = {d.name: load_dataset(d, str(phase / "spec"), seed) for d in exp.datasets}
+    local = LocalTrainer(exp, params=exp.param_values(), datasets=datasets, seed=seed, resolver=None, run_dir=None)
+    played = set()
+    for it in (1, 2):
+        assert phase_data.prompts(job, phase, it) == 2
+        labels = [json.loads(json.loads(x)["label"]) for x in (phase / "prompts.jsonl").read_text().splitlines()]
+        want = []
+        for sl in local.slots:
+            if sl.phase.kind == "play" and sl.iteration == it and sl.phase.name == "proposer":
+                plans = local.planners["proposer"].plans(sl.n, local._index0[sl.step - 1], sl.step)
+                want += [(sl.step, p.game, p.bindings) for p in plans]  # one session a passage (its sample siblings)
+        assert [(lb["step"], lb["game"], lb["bindings"]) for lb in labels] == want
+        played |= {lb["bindings"]["passage"]["id"] for lb in labels}
+    assert len(played) == 4  # two passages a phase, none played twice
