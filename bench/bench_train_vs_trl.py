@@ -5,8 +5,9 @@ same machine, same run, same model (SmolLM2-135M-Instruct, float32, CPU), same p
     .venv/bin/python bench/bench_train_vs_trl.py [--rounds 2] [--iterations 3] [--group 4] [--batch 8] [--max-new 32]
 
 An iteration = generate a batch of completions (`batch` = prompts × group), score them
-(the same reward: 0.5 for a boxed answer + 0.5 for the right one) and take one optimizer
-step (AdamW, lr 1e-5, no KL).
+(the same reward: 0.5 for a boxed answer + 0.5 for the right one + the reply's characters
+/ 1000, so that no group's rewards are all equal and every step updates) and take one
+optimizer step (AdamW, lr 1e-5, no KL).
 
 Like with like: by default every completion is exactly `max_new` tokens on both sides
 (end-of-sequence masked out of sampling: TRL's `min_new_tokens`, and the same mask on
@@ -15,7 +16,7 @@ of completion tokens per iteration. `--natural-length` lets replies stop at
 `<|im_end|>` instead (then the token counts differ, and only tokens/s compare).
 
 The headline is iteration tokens/s (completion tokens / the iteration's wall time),
-with generation and update tokens/s beside it. Each system runs in a child process of
+with generation and update tokens/s beside it, each the median over the timed iterations. Each system runs in a child process of
 its own; `--rounds` pairs run one after the other, the order swapped each round (ABBA),
 so both see the same background load; the ratio of each pair and their median are
 reported. The first iteration of each run is a warm-up and is not counted. askspec's
@@ -65,6 +66,25 @@ def _mask_eos_in_sampling() -> None:
     hf.HFBackend._sample = _sample
 
 
+LENGTH_REWARD = 1000  # reward += characters of the reply / this
+
+
+def arith_spec(folder: Path) -> Path:
+    """specs/arith.ask with its prompt and data, plus the length reward (see run_trl's
+    `reward`): every group's rewards then differ, so every step of both systems updates
+    (askspec skips the forward and backward pass of a step whose advantages are all 0,
+    TRL runs it; equal rewards are common with fixed-length completions)."""
+    for rel in ("prompts/arith/solve.j2", "data/arith_train.jsonl"):
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes((ROOT / "specs" / rel).read_bytes())
+    text = (ROOT / "specs" / "arith.ask").read_text()
+    anchor = "    reward solver as answer = case { correct -> 0.5; else -> 0.0 }\n"
+    assert anchor in text, "specs/arith.ask changed: update bench_train_vs_trl.py's arith_spec"
+    spec = folder / "arith.ask"
+    spec.write_text(text.replace(anchor, anchor + f"    reward solver as length = len(s.text) / {LENGTH_REWARD}\n"))
+    return spec
+
+
 def run_askspec(args, out: Path) -> dict:
     from askspec.cli import main as cli_main
     from askspec.runtime.store.views import open_store
@@ -73,19 +93,24 @@ def run_askspec(args, out: Path) -> dict:
         _mask_eos_in_sampling()
     sets = [f"steps={args.iterations + 1}", f"group_size={args.group}", f"batch={args.batch}",
             f"max_new={args.max_new}", "lr=0.00001"]
-    argv = ["run", str(ROOT / "specs" / "arith.ask"), "--out", str(out), "--quiet",
+    argv = ["run", str(arith_spec(out / "spec")), "--out", str(out / "runs"), "--quiet",
             *[x for s in sets for x in ("--set", s)]]
     t0 = time.time()
     if cli_main(argv) != 0:
         raise SystemExit("askspec run failed")
-    run_dir = next(p for p in out.iterdir() if p.is_dir())
+    run_dir = next(p for p in (out / "runs").iterdir() if p.is_dir())
     con = open_store(run_dir)
+    skipped = con.execute("SELECT step, skipped FROM train_steps WHERE skipped IS NOT NULL").fetchall()
+    if skipped:  # a skipped update would time no update at all
+        raise SystemExit(f"askspec skipped updates {skipped}: the comparison needs every step to update")
     rows = con.execute("SELECT step, metrics->>'$.seconds_play', metrics->>'$.seconds_update', seconds FROM train_steps "
                        "ORDER BY step").fetchall()
     toks = dict(con.execute("SELECT step, sum(len(completion_ids)) FROM rollouts GROUP BY step").fetchall())
     its = [{"gen_s": float(p), "update_s": float(u), "total_s": float(s), "tokens": int(toks[k])}
            for k, p, u, s in rows[1:]]
-    return {"iterations": its, "wall_s": time.time() - t0}
+    import torch
+
+    return {"iterations": its, "wall_s": time.time() - t0, "threads": [torch.get_num_threads()]}
 
 
 def run_trl(args, workdir: Path) -> dict:
@@ -119,7 +144,7 @@ def run_trl(args, workdir: Path) -> dict:
         for c, a in zip(completions, answer):
             text = c[0]["content"] if isinstance(c, list) else c
             b = last_boxed(text) or ""
-            out.append((0.5 if b else 0.0) + (0.5 if b and equiv(b, a) else 0.0))
+            out.append((0.5 if b else 0.0) + (0.5 if b and equiv(b, a) else 0.0) + len(text) / LENGTH_REWARD)
         return out
 
     generation_kwargs = None if args.natural_length else {"min_new_tokens": args.max_new}
@@ -143,6 +168,7 @@ def run_trl(args, workdir: Path) -> dict:
 
     trainer._generate = timed_generate
     step_times: list[float] = []
+    threads: set[int] = set()  # torch's CPU threads while training (the same as askspec's)
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -150,22 +176,28 @@ def run_trl(args, workdir: Path) -> dict:
 
         def on_step_end(self, *a, **k):
             step_times.append(time.perf_counter() - self.t)
+            threads.add(torch.get_num_threads())
 
     trainer.add_callback(Clock())
     t0 = time.time()
     trainer.train()
     its = [{"gen_s": g, "update_s": s - g, "total_s": s, "tokens": n}
            for g, s, n in zip(gen_times[1:], step_times[1:], gen_tokens[1:])]
-    return {"iterations": its, "wall_s": time.time() - t0}
+    return {"iterations": its, "wall_s": time.time() - t0, "threads": sorted(threads)}
 
 
 def summary(name: str, res: dict) -> dict:
+    """Medians over the timed iterations (one iteration slowed by a neighbour's burst of work
+    moves a median less than a sum)."""
     its = res["iterations"]
-    tokens = sum(i["tokens"] for i in its)
+
+    def rate(key: str) -> float:
+        return statistics.median(i["tokens"] / i[key] for i in its)
+
     return {"system": name, "iteration_s": statistics.median(i["total_s"] for i in its),
-            "iteration_tok_s": tokens / sum(i["total_s"] for i in its),
-            "gen_tok_s": tokens / sum(i["gen_s"] for i in its), "update_tok_s": tokens / sum(i["update_s"] for i in its),
-            "tokens_per_iteration": statistics.median(i["tokens"] for i in its), "iterations": its}
+            "iteration_tok_s": rate("total_s"), "gen_tok_s": rate("gen_s"), "update_tok_s": rate("update_s"),
+            "tokens_per_iteration": statistics.median(i["tokens"] for i in its), "threads": res["threads"],
+            "iterations": its}
 
 
 def child(side: str, args: argparse.Namespace) -> dict:
@@ -206,7 +238,8 @@ def main() -> int:
         print(f"round {r + 1} ({' then '.join(order)}): askspec {ours['iteration_tok_s']:.1f} tok/s "
               f"({ours['tokens_per_iteration']:.0f} tok/it, load {got['askspec']['load'][0]:.1f}), "
               f"TRL {theirs['iteration_tok_s']:.1f} tok/s ({theirs['tokens_per_iteration']:.0f} tok/it, "
-              f"load {got['trl']['load'][0]:.1f}): {ours['iteration_tok_s'] / theirs['iteration_tok_s']:.2f}x",
+              f"load {got['trl']['load'][0]:.1f}): {ours['iteration_tok_s'] / theirs['iteration_tok_s']:.2f}x "
+              f"(torch threads {ours['threads']} / {theirs['threads']})",
               file=sys.stderr, flush=True)
     print(json.dumps([{"askspec": o, "trl": t, "load_askspec": la, "load_trl": lt} for o, t, la, lt in pairs], indent=1))
     print("\n| round | system | iteration (median) | iteration tok/s | generation tok/s | update tok/s | "
