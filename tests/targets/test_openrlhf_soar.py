@@ -273,7 +273,8 @@ def test_a_teacher_call_that_raises_ends_its_group(tmp_path, tiny_model, monkeyp
 
     responses = asyncio.run(asyncio.wait_for(play(), 60))
     executor.agent.close()
-    assert [(r["reward"], r["action_ranges"]) for r in responses] == [(0.0, [])] * (DATASETS * SIZE)
+    assert [(r["reward"], r["action_ranges"], r["extra_logs"]["askspec_inner_loop_ok"]) for r in responses] == \
+        [(0.0, [], 0.0)] * (DATASETS * SIZE)
     run = next((tmp_path / "agent-runs").iterdir())
     (status, error), = open_store(str(run)).execute("select status, error from sessions").fetchall()
     assert status == "error" and "the engine actor died" in error

@@ -369,15 +369,18 @@ class GameAgent:
         sid = sib.plan.session_id
         extra: list[tuple[str, int | None, str, float]] = []
         logs: dict[str, float] = {}
-        if self.inner_loop is not None and sib.plan.game in self.inner_loop["games"] and result.status == "ok":
-            if sib.grounded is None:
-                sib.grounded = asyncio.ensure_future(self._grounded(result))
-            grounded = await asyncio.shield(sib.grounded)
-            logs["askspec_inner_loop_ok"] = float(grounded is not None)
-            if grounded is None:  # the service failed: no reward, no loss
-                result = dataclasses.replace(result, status="error")
-            else:
-                extra = [(self.role, t, GROUNDED, v) for t, v in grounded.items()]
+        if self.inner_loop is not None and sib.plan.game in self.inner_loop["games"]:
+            # every rollout of the job logs the same keys (OpenRLHF merges extra_logs key by key)
+            logs["askspec_inner_loop_ok"] = 0.0
+            if result.status == "ok":  # a failed session is not the inner loop's to train on
+                if sib.grounded is None:
+                    sib.grounded = asyncio.ensure_future(self._grounded(result))
+                grounded = await asyncio.shield(sib.grounded)
+                logs["askspec_inner_loop_ok"] = float(grounded is not None)
+                if grounded is None:  # the service failed: no reward, no loss
+                    result = dataclasses.replace(result, status="error")
+                else:
+                    extra = [(self.role, t, GROUNDED, v) for t, v in grounded.items()]
         try:
             per = n // self.sample_calls.get(sib.plan.game, 1)
             turns = recorder.samples.get(sid, {}).get(divmod(member, per), [])
