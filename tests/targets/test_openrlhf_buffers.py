@@ -310,3 +310,11 @@ def test_pasodobles_proposer_phases_play_the_local_schedules_steps(tmp_path) -> 
         assert [(lb["step"], lb["game"], lb["bindings"]) for lb in labels] == want
         played |= {lb["bindings"]["passage"]["id"] for lb in labels}
     assert len(played) == 4  # two passages a phase, none played twice
+
+
+def test_an_iteration_past_the_schedule_is_refused(tmp_path, capsys) -> None:
+    """ITERATIONS beyond the spec's: the drawn phases have no local steps to play."""
+    job = compile_job(tmp_path)
+    assert phase_data.main(["prompts", str(job), "phase-1-filler", "--iteration", "2"]) == 0
+    assert phase_data.main(["prompts", str(job), "phase-1-filler", "--iteration", "3"]) == 1
+    assert "iteration 3 is past the spec's schedule" in capsys.readouterr().err

@@ -143,6 +143,10 @@ def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
     job, exp = _job(phase_dir)
     role = job["trained_role"]
     replay, draw = job.get("replay"), job.get("draw")
+    if (replay or draw) and not phase_steps(exp, role, iteration):
+        raise PhaseDataError(f"iteration {iteration} is past the spec's schedule, whose steps the phase's prompts "
+                             f"are drawn for: set the schedule's `iterations` (a param with --set) and compile again, "
+                             f"rather than ITERATIONS")
     lines, plan = [], []
     if replay:
         game = next(g for g in exp.games if g.name == replay["game"])
