@@ -543,24 +543,27 @@ def test_a_group_member_that_hangs_times_out(tmp_path, tokenizer, monkeypatch):
 
 
 def pasodoble_proposer_job(out: Path, sets: dict[str, str]) -> Path:
-    """The job of PasoDoble's proposer phase alone, built by the target's own planner and
-    writer: the spec's refusal (E604: the proposer's update gate) is a setting's, not its
-    siblings'."""
+    """The job of PasoDoble's proposer phase alone, as the target's own planner plans it
+    (the phase of the compiled spec, its `sample N ask` siblings the group) and its writer
+    writes it."""
+    import dataclasses
+
     from askspec.diagnostics import DiagnosticSink
-    from askspec.runtime.targets.openrlhf import generate
-    from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, check
+    from askspec.runtime.targets.openrlhf import generate, phase_data
+    from askspec.runtime.targets.openrlhf.check import JobPlan, check
 
     spec = str(SPECS / "pasodoble.ask")
     res = compile_file(spec, sets)
     assert res.ok
     sink = DiagnosticSink()
-    assert check(res.ir, res.sources, spec, {}, sink) is None
-    assert sorted({d.code for d in sink.sorted()}) == ["E604"]  # no E603: the siblings map
-    t = next(t for t in res.ir.training if t.role == "proposer")
+    full = check(res.ir, res.sources, spec, {}, sink)
+    assert full is not None and not sink.has_errors, [d.message for d in sink.sorted()]
     n = int(sets["proposals"])
-    plan = JobPlan(phases=[Phase(role="proposer", games=["propose"], training=t, algorithm="grpo", substituted=None,
-                                 group=n, steps=None, siblings={"propose": n})])
+    phase = next(p for p in full.phases if p.role == "proposer")
+    assert (phase.games, phase.group, phase.siblings) == (["propose"], n, {"propose": n})
+    plan = JobPlan(phases=[dataclasses.replace(phase, dir=".")])
     generate._write(res.ir, res, plan, generate._build(res.ir, plan, spec), spec, out, {}, {})
+    phase_data.prompts(out, out, iteration=1)  # the pushing phase's prompts, drawn as driver.sh draws them
     return out
 
 
