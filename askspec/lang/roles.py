@@ -149,6 +149,13 @@ class RoleChecks(CheckerBase):
             whole = "whole " if key in WHOLE_SAMPLING_FIELDS else ""
             self.err("E107", f"'{key}' must be a {whole}number ≥ 0, found {v}", value.span)
             return None
+        elif (key == "top_p" and not 0 < v <= 1) or (key == "min_p" and v > 1):
+            # probabilities: the hf sampler would take top_p > 1 as off and drop every token
+            # for min_p > 1 (no token is min_p times as likely as the likeliest); vLLM refuses both
+            low = "0 <" if key == "top_p" else "0 ≤"
+            self.err("E107", f"'{key}' must be a probability, {low} {key} ≤ 1, found {v}", value.span,
+                     "top_p = 1 keeps every token" if key == "top_p" else "min_p = 0 keeps every token")
+            return None
         return v
 
     def model_attr(self, m: ir.Model, key: str, value: A.Expr, span: Span) -> None:
