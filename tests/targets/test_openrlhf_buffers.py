@@ -21,7 +21,7 @@ import pytest
 from askspec.cli import main
 from askspec.runtime.targets.openrlhf import phase_data
 
-from openrlhf_harness import parse_train_ppo_ray, train_flags
+from openrlhf_harness import launch_argv, parse_train_ppo_ray, train_flags
 
 SPECS = Path(__file__).parent / "specs"
 
@@ -318,3 +318,51 @@ def test_an_iteration_past_the_schedule_is_refused(tmp_path, capsys) -> None:
     assert phase_data.main(["prompts", str(job), "phase-1-filler", "--iteration", "2"]) == 0
     assert phase_data.main(["prompts", str(job), "phase-1-filler", "--iteration", "3"]) == 1
     assert "iteration 3 is past the spec's schedule" in capsys.readouterr().err
+
+
+def test_pasodobles_solver_phase_steps_are_the_local_steps(tmp_path) -> None:
+    """specs/pasodoble.ask's offline solver step replays `replay_questions` buffered questions,
+    each one session of `solutions` answers (its `sample` siblings: one prompt): the solver
+    phase's launch line plays that many prompts a step (--rollout.batch_size) and their
+    answers (--train.batch_size), and phase_data draws them, step by step, as the local
+    trainer's own plans take them from the same buffer."""
+    from types import SimpleNamespace
+
+    from askspec.ir import model as ir
+    from askspec.runtime.engine.plan import load_dataset
+    from askspec.runtime.scoring.buffers import ReplayBuffer
+    from askspec.runtime.train.trainer import LocalTrainer
+
+    job = tmp_path / "job"
+    assert main(["compile", str(SPECS.parents[2] / "specs" / "pasodoble.ask"), "--target", "openrlhf", "-o", str(job),
+                 "--set", "iterations=1", "--set", "proposer_steps=1", "--set", "solver_steps=2"]) == 0
+    phase = job / "phase-2-solver"
+    exp = ir.Experiment.model_validate(json.loads((phase / "job.json").read_text())["experiment"])
+    seed = int(exp.options.get("seed", 0) or 0)
+    datasets = {d.name: load_dataset(d, str(phase / "spec"), seed) for d in exp.datasets}
+    local = LocalTrainer(exp, params=exp.param_values(), datasets=datasets, seed=seed, resolver=None, run_dir=None)
+    # more questions than a step replays, so each step replays a full batch and the second wraps around
+    buf = ReplayBuffer("questions", 100)
+    for i in range(20):
+        buf.add({"question": f"q{i}", "answer": str(i), "pass_rate": 0.5})
+    (job / phase_data.STATE).parent.mkdir(parents=True, exist_ok=True)
+    (job / phase_data.STATE).write_text(json.dumps({"buffers": {"questions": buf.state()}, "committed": []}))
+
+    n = phase_data.prompts(job, phase, 1)
+    labels = [json.loads(json.loads(x)["label"]) for x in (phase / "prompts.jsonl").read_text().splitlines()]
+    engine = SimpleNamespace(buffers={"questions": ReplayBuffer("questions", 100)})
+    engine.buffers["questions"].restore(buf.state())
+    want, per_step = [], []
+    for sl in local.slots:
+        if sl.phase.kind == "play" and sl.phase.name == "solver":
+            plans, _ = local.plans(sl, engine)
+            want += [(sl.step, p.game, p.bindings) for p in plans]
+            per_step.append(len(plans))
+    assert [(lb["step"], lb["game"], lb["bindings"]) for lb in labels] == want
+    assert per_step == [12, 12] and n == 24  # replay_questions a step
+
+    args = parse_train_ppo_ray(train_flags(launch_argv(phase / "launch.sh", tmp_path)[0]))
+    assert args.rollout.batch_size == per_step[0]  # one local step's sessions, one prompt each
+    assert args.rollout.n_samples_per_prompt == exp.param_values()["solutions"]  # a session's `sample` replies
+    assert args.train.batch_size == per_step[0] * args.rollout.n_samples_per_prompt  # 72 answers
+    assert args.train.num_episodes * (n // args.rollout.batch_size) == len(per_step)  # one OpenRLHF step a local one

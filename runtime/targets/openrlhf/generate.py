@@ -44,8 +44,9 @@ _WHY = {
     "--actor.policy_loss_type": "the algorithm",
     "--rollout.n_samples_per_prompt": "the group: the game's `sample N`, else `group`",
     "--eval.n_samples_per_prompt": "the group (the agent routes whole groups)",
-    "--rollout.batch_size": "`batch` / group: elements per optimizer step",
-    "--train.batch_size": "`batch`: rollouts per optimizer step (one step per rollout batch)",
+    "--rollout.batch_size": "elements per optimizer step: `batch` sessions in whole groups (a session of "
+                            "`sample N ask` siblings is one element)",
+    "--train.batch_size": "rollouts per optimizer step, the elements' groups (one step per rollout batch)",
     "--train.num_episodes": "`steps`: passes over the elements",
     "--data.max_len": "`max_len`, else the role's calls per session x max_tokens + prompt room",
     "--reward.clip_range": "no clipping: rewards are summed as the spec says",
@@ -196,21 +197,24 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         pushes = any(s.kind == "push" for g in games for s in all_steps(g.body))
         draw = _draw(exp, phase, games) if pushes and replay is None else None
         if replay is not None:  # `steps` batches of `items` drawn items: one pass, a step per batch
-            sched = mapping.schedule(replay["steps"] * replay["items"], phase.group, batch or replay["items"] * phase.group,
-                                     replay["steps"])
+            sched = mapping.schedule(replay["steps"] * replay["items"], phase.group, replay["items"], replay["steps"])
         elif draw is not None:  # the local steps' elements, drawn per iteration: one pass, a step per local step
-            sched = mapping.schedule(draw["steps"] * draw["items"], phase.group, batch or draw["items"] * phase.group,
-                                     draw["steps"])
+            sched = mapping.schedule(draw["steps"] * draw["items"], phase.group, draw["items"], draw["steps"])
         elif phase.inner_loop is not None or phase.sample_calls:  # nested: one outer session (prompt) a step
-            sched = mapping.schedule(len(lines), phase.group, phase.group, phase.steps)
+            sched = mapping.schedule(len(lines), phase.group, 1, phase.steps)
         else:
-            sched = mapping.schedule(len(lines), phase.group, batch, phase.steps)
+            sched = mapping.schedule(len(lines), phase.group, None if batch is None else step_prompts(phase, games[0]),
+                                     phase.steps)
         flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
         flags += mapping.setting_flags(phase.training)
         explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
         others = [r for r in trained if r != phase.role and _asked(games, r)]
         servers, endpoints, frozen = _frozen(exp, games, phase.role, others)
         notes = list(sched.notes)
+        size = group_size(games[0], phase.training.hyper.get("group"))
+        if batch is not None and whole_groups(batch, size) != batch:
+            notes.append(f"batch = {batch} sessions in whole groups of {size}: each step plays "
+                         f"{whole_groups(batch, size)} sessions, as a local run does")
         shared = [f["role"] for f in frozen if f["role"] not in others and _derives_from(exp, exp.role(f["role"]).model, role.model)]
         if shared:
             notes.append(f"{', '.join(shared)} play(s) on '{role.model}' (the trained role's model) or a model derived "
@@ -239,8 +243,18 @@ def _draw(exp: ir.Experiment, phase: Phase, games: list[ir.Game]) -> dict | None
     StepPlanner takes them (`batch` in whole groups, one group without)."""
     if exp.schedule is None or exp.schedule.kind != "alternating" or phase.steps is None or not games:
         return None
-    size = group_size(games[0], phase.training.hyper.get("group"))
-    return {"steps": phase.steps, "items": whole_groups(phase.training.hyper.get("batch"), size) // size}
+    return {"steps": phase.steps, "items": step_prompts(phase, games[0])}
+
+
+def step_prompts(phase: Phase, game: ir.Game) -> int:
+    """The elements of `game` one local step of the phase plays, which are the job's
+    prompts of one OpenRLHF step (--rollout.batch_size): `batch` sessions in whole groups
+    of the game's group (its `sample N` sessions, else the block's `group`), one group
+    without `batch`, as the trainer's StepPlanner and _replay_shape take them. A session
+    whose `sample N ask` replies are the group is one element: there `batch` counts
+    prompts, each of N rollouts."""
+    size = group_size(game, phase.training.hyper.get("group"))
+    return whole_groups(phase.training.hyper.get("batch"), size) // size
 
 
 def _extension(p: _PhaseOut, plan: JobPlan) -> dict[str, Any]:
@@ -255,9 +269,8 @@ def _replay(phase: Phase, games: list[ir.Game]) -> dict | None:
     game = next((g for g in games if replays_buffer(g) is not None), None)
     if game is None or phase.steps is None:
         return None
-    size = group_size(game, phase.training.hyper.get("group"))
     return {"game": game.name, "buffer": replays_buffer(game), "steps": phase.steps,
-            "items": whole_groups(phase.training.hyper.get("batch"), size) // size}
+            "items": step_prompts(phase, game)}
 
 
 def _datasets(exp: ir.Experiment, spec_path: str) -> dict[str, list]:

@@ -88,17 +88,14 @@ class Schedule:
     notes: list[str] = field(default_factory=list)
 
 
-def schedule(elements: int, group: int, batch: int | None, steps: int | None) -> Schedule:
-    """OpenRLHF runs floor(elements * group / train_batch) steps per episode; askspec's
-    `batch` counts rollouts per optimizer step and `steps` optimizer steps."""
+def schedule(elements: int, group: int, prompts: int | None, steps: int | None) -> Schedule:
+    """OpenRLHF runs floor(elements * group / train_batch) steps per episode. `prompts`
+    is one askspec step's elements (generate.step_prompts: a prompt is one element, its
+    `group` rollouts the element's sessions or a session's `sample N ask` replies; None:
+    up to 16 a step), `steps` askspec's optimizer steps."""
     notes = []
-    if batch is None:
+    if prompts is None:
         prompts = min(elements, 16)
-    else:
-        prompts = max(1, math.ceil(batch / group))
-        if prompts * group != batch:
-            notes.append(f"batch = {batch} is not a multiple of the group ({group}): "
-                         f"each step uses {prompts * group} rollouts")
     if prompts > elements:
         notes.append(f"{prompts} prompts per step but only {elements} elements: each step uses all {elements}")
         prompts = elements
