@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from askspec.ir import model as ir
+from askspec.ir.render import expr_text
 from askspec.lang.compiler import compile_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ SPEC = {"Ask-E": "ask_e", "AskBench": "askbench", "Reasoning Arena": "reasoning_
 
 # (section, the row's item, profile (None: the spec's default), where in the IR, value, text the row shows)
 # where: param:NAME | model:NAME.FIELD (sampling) | train:ROLE.FIELD (lowered) | stage:NAME.OPTION | buffer:NAME.OPTION
-#        | role:NAME.FIELD
+#        | role:NAME.FIELD | gate:ROLE (the train block's update_when, as `askspec compile --format text` prints it)
 CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("Ask-E", "probing rounds k", "benchmark", "param:probes", 4, "4 benchmark"),
     ("Ask-E", "probing rounds k", "training", "param:probes", 3, "3 training"),
@@ -36,6 +37,14 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("Ask-E", "questioner sampling, benchmark", "benchmark", "model:policy.top_p", 0.95, "top_p 0.95"),
     ("Ask-E", "questioner sampling, benchmark", "benchmark", "model:policy.top_k", 20, "top_k 20"),
     ("Ask-E", "questioner sampling, benchmark", "benchmark", "model:policy.presence_penalty", 1.5, "presence 1.5"),
+    ("Ask-E", "questioner sampling, benchmark", "benchmark", "model:policy.min_p", 0.0, "min_p 0"),
+    ("Ask-E", "questioner sampling, benchmark", "benchmark", "model:policy.repetition_penalty", 1.0, "repetition 1.0"),
+    ("Ask-E", "diversity bonus", None, "param:alpha", 1.0, "α = 1"),
+    ("Ask-E", "downstream pass@8 / avg@8 (App. G, Table 1)", "training", "stage:downstream_eval.samples", 8,
+     "8 samples per problem"),
+    ("Ask-E", "downstream pass@8 / avg@8 (App. G, Table 1)", "training", "stage:downstream_eval.k", [8], "k = [8]"),
+    ("Ask-E", "downstream pass@8 / avg@8 (App. G, Table 1)", "training", "model:downstream_model.max_tokens", 32000,
+     "32,000 tokens"),
     ("Ask-E", "questioner sampling, training", "training", "model:policy.temperature", 1.0, "T 1.0"),
     ("Ask-E", "answer key, training", "training", "model:key.temperature", 0.0, "T 0"),
     ("Ask-E", "forwarded question", None, "param:question_words", 200, "200 words"),
@@ -89,6 +98,8 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("Reasoning Arena", "optimisation", "paper", "train:policy.warmup", 50, "50 warm-up"),
     ("Reasoning Arena", "optimisation", "paper", "train:policy.batch", 480, "480 rollouts"),
     ("Reasoning Arena", "training advantage", None, "train:policy.std", "population", "population σ"),
+    ("Reasoning Arena", "policy sequence length", "paper", "model:policy_model.max_tokens", 81920, "81,920"),
+    ("Reasoning Arena", "evaluation", "paper", "stage:heldout.samples", 16, "samples = 16"),
     ("PasoDoble", "I, J", None, "param:proposals", 6, "6, 6"),
     ("PasoDoble", "I, J", None, "param:solutions", 6, "6, 6"),
     ("PasoDoble", r"τ_low, τ_sim, τ_div, w, \|H\|", None, "param:tau_low", 0.2, "0.2, 0.3, 0.3, 0.2, 100"),
@@ -109,6 +120,15 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("PasoDoble", "offline loop", "offline", "param:solver_steps", 5, "T_S = 5"),
     ("PasoDoble", "offline loop", "offline", "param:iterations", 60, "60 iterations"),
     ("PasoDoble", "online steps", "online", "param:online_steps", 600, "600 (Table 5)"),
+    ("PasoDoble", "online skip-update rule", "online", "gate:proposer", "(sum(pushed) > 0)", "sum(pushed) > 0"),
+    ("PasoDoble", "online skip-update rule", "online", "gate:solver", "(sum(pushed) > 0)", "sum(pushed) > 0"),
+    ("PasoDoble", "offline skip-update rule", "offline", "gate:proposer", "(sum(pushed) > 0)", "sum(pushed) > 0"),
+    ("PasoDoble", "offline skip-update rule", "offline", "gate:solver", None, "the solver has no gate"),
+    ("PasoDoble", "offline replay", "offline", "train:solver.batch", 12, "replay_questions = 12"),
+    ("PasoDoble", "evaluation protocol", None, "stage:heldout.samples", 6, "6 samples"),
+    ("PasoDoble", "evaluation protocol", None, "stage:heldout.k", [1], "pass@1"),
+    ("PasoDoble", "evaluation protocol", None, "model:eval_model.temperature", 0.6, "temperature 0.6"),
+    ("PasoDoble", "evaluation protocol", None, "model:eval_model.top_p", 0.95, "top_p 0.95"),
     ("PasoDoble", "buffer eviction ablation", None, "buffer:questions.patience", 3, "c = 3"),
     ("PasoDoble", "baselines", None, "param:shots", 4, "4-shot"),
     ("PasoDoble", "baselines", None, "stage:base_4shot.weights", ["initial"], "weights = [initial]"),
@@ -122,6 +142,11 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("SOAR", "promotion", None, "param:promotion_window", 3, "window 3"),
     ("SOAR", "promotion", None, "param:promotion_threshold", 0.01, "τ = 0.01"),
     ("SOAR", "promotion", None, "param:extra_inner_steps", 5, "+5 inner steps"),
+    ("SOAR", "outer steps", None, "param:outer_steps", 200, "at most 200"),
+    ("SOAR", "max generated tokens", None, "model:teacher_model.max_tokens", 512, "512 teacher"),
+    ("SOAR", "max generated tokens", None, "model:student_model.max_tokens", 1024, "1,024 student"),
+    ("SOAR", "Intrinsic-T reward", "intrinsic_t", "param:student_samples", 32, "over 32 samples"),
+    ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:student.batch", 256, "batch = 256"),
     ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:teacher.lr", 1e-5, "lr 1e-5"),
     ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:student.lr", 1e-5, "lr 1e-5"),
     ("SOAR", "RLOO, batch, lr, KL, warm-up", None, "train:teacher.kl", 0.001, "KL 0.001"),
@@ -183,6 +208,9 @@ def ir_value(exp: ir.Experiment, where: str) -> Any:
         return b.options[field]
     if kind == "role":
         return getattr(exp.role(name), field)
+    if kind == "gate":
+        (t,) = [t for t in exp.training if t.role == name]
+        return expr_text(t.update_when) if t.update_when is not None else None
     raise AssertionError(f"unknown place {where!r}")
 
 

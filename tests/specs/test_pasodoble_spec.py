@@ -44,8 +44,8 @@ def test_offline_is_the_alternating_schedule_and_online_the_gated_one():
     assert gates == {"proposer": "(sum(pushed) > 0)", "solver": None}
     on = compiled("online").ir
     assert on.schedule.kind == "online" and on.schedule.options == {"steps": 600, "games": ["propose"]}
-    assert {t.role: expr_text(t.update_when) for t in on.training} == {  # §3.3: a valid question
-        "proposer": "(sum(valid) > 0)", "solver": "(sum(valid) > 0)"}
+    assert {t.role: expr_text(t.update_when) for t in on.training} == {  # Alg. 1 l.21: D_s != {}
+        "proposer": "(sum(pushed) > 0)", "solver": "(sum(pushed) > 0)"}
     # Alg. 2 l.19: a buffered question's peak starts at its pass rate (prev_acc = p_i)
     (questions,) = off.buffers
     assert questions.options["best"] == "pass_rate" and questions.fields["pass_rate"] == "number"
@@ -69,8 +69,8 @@ def test_compile_text_shows_each_configuration_s_schedule_with_its_bounds():
     assert "stage rl train: the schedule (alternating), steps 153–1052" in off
     on = text("--profile", "online")
     assert "profile: online" in on
-    assert ("600 step(s); each plays propose and updates proposer (update_when (sum(valid) > 0)), "
-            "solver (update_when (sum(valid) > 0)); propose: proposer ≤ 6, solver ≤ 36 per session") in on
+    assert ("600 step(s); each plays propose and updates proposer (update_when (sum(pushed) > 0)), "
+            "solver (update_when (sum(pushed) > 0)); propose: proposer ≤ 6, solver ≤ 36 per session") in on
     assert "stage rl train: the schedule (online), steps 153–752" in on
     assert ("stage heldout evaluate: test against trained and initial weights, 6 sample(s) per item × 2 weights; "
             "pass@1, avg@6 of 'correct'; step 753") in on

@@ -4,7 +4,7 @@ tests/conftest.py, 8 new tokens), with the smoke settings of its header: the col
 and the evaluation stages (Table 1's Base and Coldstart baselines, the held-out one), killed with SIGKILL during the train stage after the sft stages
 finished, then resumed; every stage's steps, sessions, buffer events and metrics are
 checked against the schedule. The online profile runs too, and its update gate skips the
-updates of a batch without a valid question.
+updates of a batch without a question kept for the solver (none pushed).
 
 A random model with 8 new tokens never writes a well-formed <problem>/<answer> pair, so no
 question is valid, nothing is pushed and the solver phases replay an empty buffer (the
@@ -145,7 +145,7 @@ def test_metrics_per_stage(offline_run, e2e):
         assert row["n"] == 1 and row["value"] == float(correct)
 
 
-def test_the_online_profile_skips_the_update_of_a_batch_without_a_valid_question(tmp_path, e2e, spec):
+def test_the_online_profile_skips_the_update_of_a_batch_without_a_kept_question(tmp_path, e2e, spec):
     out = tmp_path / "runs"
     done = subprocess.run(e2e.cmd("run", str(spec), "--profile", "online", "--set", "online_steps=1", "--out",
                                       str(out), "--quiet", *SMOKE), capture_output=True, text=True, timeout=850)
@@ -156,11 +156,12 @@ def test_the_online_profile_skips_the_update_of_a_batch_without_a_valid_question
                        "FROM train_steps ORDER BY step, role").fetchall()
     assert [r[:4] for r in rows] == [(2, "proposer", "sft_proposer", "sft_proposer"), (3, "solver", "sft_solver", "sft_solver"),
                                      (5, "proposer", "rl", "online"), (5, "solver", "rl", "online")]
-    (valid,) = con.execute("SELECT sum(CAST(vars->>'valid' AS INT)) FROM sessions WHERE stage = 'rl'").fetchone()
+    (pushed,) = con.execute("SELECT sum(CAST(vars->>'pushed' AS INT)) FROM sessions WHERE stage = 'rl'").fetchone()
     for _, role, _, _, skipped, gate in rows[2:]:
-        # the gate is sum(valid) > 0 over the step's sessions: closed exactly when no question was valid
-        assert (skipped == "gate") == (valid == 0)
-        assert (gate == "false") == (valid == 0)
+        # the gate is sum(pushed) > 0 over the step's sessions (Alg. 1's D_s != {}): closed exactly
+        # when no question was kept for the solver
+        assert (skipped == "gate") == (pushed == 0)
+        assert (gate == "false") == (pushed == 0)
         version = json.loads((run_dir / "checkpoints" / role / "step-6" / "trainer_state.json").read_text())["version"]
-        assert version == (1 if valid == 0 else 2)  # the sft step, and the rl step only when the gate was open
+        assert version == (1 if pushed == 0 else 2)  # the sft step, and the rl step only when the gate was open
     assert json.loads((run_dir / "manifest.json").read_text())["run_options"]["profile"] == "online"
