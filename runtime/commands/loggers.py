@@ -18,8 +18,10 @@ from typing import Any, Protocol
 from askspec.runtime.commands.options import LogTarget
 from askspec.runtime.store.layout import TRAIN_STEP_COLUMNS
 
-# numbers the trainer records besides the flat columns (metrics JSON), logged alongside them
-EXTRA_NUMBERS = ("seconds_play", "seconds_update", "generated_tokens", "trajectories", "groups", "abs_adv_mean")
+# numbers the trainer records besides the flat columns (metrics JSON), logged alongside them;
+# policy_version always, the last four only with max_staleness > 0 (asynchronous rollouts)
+EXTRA_NUMBERS = ("seconds_play", "seconds_update", "generated_tokens", "trajectories", "groups", "abs_adv_mean",
+                 "policy_version", "sampling_version", "is_ratio_mean", "is_truncated_share", "stale_share")
 
 
 def step_values(metrics: dict[str, Any]) -> tuple[dict[str, float], str | None]:

@@ -281,3 +281,15 @@ def test_the_wandb_writer_logs_offline_without_a_key(tmp_path, monkeypatch):
     assert (run.run_id, run.project, run.display_name) == ("r1", "askspec-test", "r1")
     config = {i.key: json.loads(i.value_json) for i in run.config.update if not i.key.startswith("_")}
     assert config == {"experiment": "e", "seed": 3, "overrides": {"n": "2"}}
+
+
+def test_the_loggers_write_the_importance_weights_of_asynchronous_rollouts():
+    """A max_staleness > 0 step's policy and sampling versions and importance-weight figures
+    (train_steps.metrics) reach TensorBoard and W&B with the columns."""
+    from askspec.runtime.commands.loggers import step_values
+
+    values, reason = step_values({"loss": 0.25, "skipped": None, "policy_version": 2, "sampling_version": 1,
+                                  "is_ratio_mean": 0.84, "is_truncated_share": 0.125, "stale_share": 1.0})
+    assert reason is None
+    assert values == {"loss": 0.25, "skipped": 0.0, "policy_version": 2.0, "sampling_version": 1.0,
+                      "is_ratio_mean": 0.84, "is_truncated_share": 0.125, "stale_share": 1.0}
