@@ -228,7 +228,7 @@ class Run:
         for line in report.warnings() if report else []:  # trained roles whose steps mostly had no signal
             print(f"warning: {line}", file=sys.stderr)
         if trainer is not None:
-            print(f"trained {', '.join(trainer.policies)} for {trainer.steps} step(s); weights in "
+            print(f"trained {', '.join(trainer.policies)} for {trainer.steps_done()}; weights in "
                   f"{writer.run_dir / 'checkpoints'}", file=sys.stderr)
         return self._summary(writer, results)
 

@@ -442,6 +442,17 @@ class LocalTrainer:
     def planned_sessions(self) -> int:
         return self.planner_sessions_before(self.steps)
 
+    def steps_done(self) -> str:
+        """The run's training steps for its closing line: all of them, or how many a stage's
+        `keep = plateau(...)` left when it stopped the stage early (the later steps of that
+        stage are never played)."""
+        stopped = self.stage_state.stopped
+        left = [sl.step for sl in self.slots if sl.phase.stage in stopped and sl.step > stopped[sl.phase.stage]]
+        if not left:
+            return f"{self.steps} step(s)"
+        why = ", ".join(f"stage {name} stopped at its reward plateau at step {step}" for name, step in stopped.items())
+        return f"{self.steps - len(left)} of {self.steps} step(s) ({why})"
+
     def planner_sessions_before(self, step: int) -> int:
         """Sessions of steps 1..step (at most: a short buffer replays fewer)."""
         return self._index0[step]

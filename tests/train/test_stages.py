@@ -331,3 +331,23 @@ def test_a_sample_game_is_held_out_of_the_schedule_and_needs_no_reward():
     assert outer_games(intrinsic + stage) == ("teach",)
     res = compile_source("s.ask", intrinsic + "stage rl train\n")
     assert [d.code for d in res.sink.items if d.severity == "error"] == ["E402"]
+
+
+def test_the_closing_line_counts_the_steps_a_plateau_left_unplayed():
+    """`trained ROLE for N step(s)` said the planned steps when `keep = plateau(...)` had
+    stopped a stage early; it says how many ran, and why not the rest."""
+    from types import SimpleNamespace
+
+    from askspec.runtime.train.trainer import LocalTrainer, StageState
+
+    res = compile_source("s.ask", BASE + "stage rl train\nstage fresh retrain { role = solver; game = practice; "
+                         "data = qs; steps = 6; keep = plateau(reward, window = 1, fraction = 0.5) }\n"
+                         "stage heldout evaluate { games = [test]; score = correct }\n")
+    assert res.ok, [(d.code, d.message) for d in res.sink.items]
+    slots = schedule.slots(res.ir, [config_from_ir(t, res.ir) for t in res.ir.training])
+    assert [s.phase.stage for s in slots] == ["rl"] + ["fresh"] * 6 + ["heldout"]
+    trainer = SimpleNamespace(slots=slots, steps=len(slots), stage_state=StageState())
+    assert LocalTrainer.steps_done(trainer) == "8 step(s)"  # type: ignore[arg-type]
+    trainer.stage_state.stopped["fresh"] = 4  # the stage's third step: steps 5-7 never ran
+    assert LocalTrainer.steps_done(trainer) == ("5 of 8 step(s) (stage fresh stopped at its reward plateau "  # type: ignore[arg-type]
+                                                "at step 4)")
