@@ -63,9 +63,9 @@ out.mkdir(parents=True, exist_ok=True)
 '''
 
 
-def compile_job(tmp_path: Path) -> Path:
+def compile_job(tmp_path: Path, spec: str = "buffer_alternating.ask") -> Path:
     out = tmp_path / "job"
-    assert main(["compile", str(SPECS / "buffer_alternating.ask"), "--target", "openrlhf", "-o", str(out)]) == 0
+    assert main(["compile", str(SPECS / spec), "--target", "openrlhf", "-o", str(out)]) == 0
     for serve in out.glob("phase-*/serve_frozen.sh"):  # no frozen servers: the stand-in plays every role
         serve.write_text("#!/usr/bin/env bash\n")
     return out
@@ -140,6 +140,53 @@ def test_replaying_phase_draws_from_the_buffer_as_it_stands(tmp_path) -> None:
         assert args.train.batch_size == 2
     # the events are the job's run store's, as `askspec query` shows a local run's
     assert main(["query", str(job / phase_data.STORE), "SELECT count(*) AS n FROM buffer_events"]) == 0
+
+
+def test_a_short_buffers_steps_take_what_it_holds(tmp_path) -> None:
+    """phase_data's draw for a learner step of 3 items (batch = 6 in groups of 2): from a
+    buffer of 2 every step replays both, and launch.args sets the launch's step to 2
+    prompts of 2 rollouts (OpenRLHF's parser: the last value wins); from a buffer of 3
+    launch.args is empty (the launch line's own 3 and 6)."""
+    from askspec.runtime.scoring.buffers import ReplayBuffer
+
+    job = compile_job(tmp_path, "buffer_short.ask")
+    phase = job / "phase-2-learner"
+    flags = train_flags(launch_argv(phase / "launch.sh", tmp_path, {"ACTOR_GPUS": "2"})[0])
+    for held, step in ((2, 2), (3, 3)):
+        buf = ReplayBuffer("seen", 3)
+        for x in range(held):
+            buf.add({"x": x})
+        (job / phase_data.STATE).parent.mkdir(parents=True, exist_ok=True)
+        (job / phase_data.STATE).write_text(json.dumps({"buffers": {"seen": buf.state()}, "committed": []}))
+        assert phase_data.prompts(job, phase, 1) == 2 * step  # the phase's 2 local steps
+        extra = (phase / phase_data.LAUNCH_ARGS).read_text().split()
+        assert (extra == []) == (held == 3)
+        args = parse_train_ppo_ray([*flags, *extra])
+        assert (args.rollout.batch_size, args.train.batch_size) == (step, step * 2)
+        assert args.train.num_episodes * (2 * step // args.rollout.batch_size) == 2  # an OpenRLHF step a local one
+
+
+@pytest.mark.slow  # a driver run: a process per phase_data call
+def test_a_buffer_shorter_than_a_step_sets_the_steps_batch(tmp_path) -> None:
+    """A learner step replays 3 items (batch = 6 in groups of 2); iteration 1's buffer
+    holds 2, so each of its steps replays both, as the local step does: its launch takes
+    2 prompts a step (launch.args, passed by driver.sh), and OpenRLHF still runs one step
+    per local step; iteration 2's buffer holds 3, a full step."""
+    job = compile_job(tmp_path, "buffer_short.ask")
+    rc, launches = drive(job, tmp_path)
+    assert rc == 0
+    assert [launch[0] for launch in launches] == ["phase-1-filler", "phase-2-learner"] * 2
+    replays: dict[int, int] = {}  # local step -> items it replayed (the committed events)
+    for step, _, event, _, _ in events(job):
+        if event == "replay":
+            replays[step] = replays.get(step, 0) + 1
+    assert replays == {2: 2, 3: 2, 5: 3, 6: 3}
+    for launch, steps in ((launches[1], (2, 3)), (launches[3], (5, 6))):
+        args = parse_train_ppo_ray(train_flags(["ray", *launch[2]]))
+        prompts = replays[steps[0]]
+        assert (args.rollout.batch_size, args.train.batch_size) == (prompts, prompts * 2)
+        drawn = sum(replays[s] for s in steps)
+        assert args.train.num_episodes * (drawn // args.rollout.batch_size) == 2  # the phase's 2 local steps
 
 
 def test_a_failed_phase_is_played_again_and_its_rollouts_never_pushed(tmp_path) -> None:

@@ -6,7 +6,8 @@ driver.sh runs, around every phase of a job whose games push to or replay a buff
 - `prompts JOB PHASE --iteration N` before the phase writes its prompt data set
   (PHASE/prompts.jsonl) as the local alternating schedule plays the phase's steps of
   iteration N: a replaying phase gets `steps` batches of `items` drawn from the buffer as
-  it stands, in circular order (ReplayBuffer.next_batch); a pushing phase the game
+  it stands, in circular order (ReplayBuffer.next_batch; from a buffer shorter than a
+  batch, every step all of it, and PHASE/launch.args says so to launch.sh); a pushing phase the game
   elements those steps take from PHASE/elements.jsonl (the StepPlanner's walk: whole
   groups, in plan order, cycling, continuing where the role's previous phase stopped).
   Each prompt's label names its local step. Nothing is saved, so a phase started again
@@ -48,6 +49,9 @@ STATE = Path("buffers") / "state.json"
 STORE = Path("runs") / "buffers"  # the run store of the job's buffer events
 PLAN = "replays.json"  # in a replaying phase's folder: the item ids of each step, as `prompts` drew them
 ELEMENTS = "elements.jsonl"  # in a pushing phase's folder: every element of its games, in plan order
+# in a replaying phase's folder: launch.sh's extra flags when the buffer holds fewer items than a step
+# replays (the step's prompts and rollouts, so that one OpenRLHF step is still one local step); else empty
+LAUNCH_ARGS = "launch.args"
 
 
 class PhaseDataError(Exception):
@@ -170,6 +174,11 @@ def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
                                              encoding="utf-8")
     if replay:
         write_json_atomic(phase_dir / PLAN, plan)
+        # next_batch returns min(items, len(buffer)) items every step (nothing is pushed while they are drawn)
+        short = plan and len(plan[0]) < int(replay["items"])
+        args = f"--rollout.batch_size {len(plan[0])} --train.batch_size {len(plan[0]) * int(job['group'])}\n" \
+            if short else ""
+        (phase_dir / LAUNCH_ARGS).write_text(args, encoding="utf-8")
     return len(lines)
 
 
