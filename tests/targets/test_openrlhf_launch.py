@@ -151,6 +151,28 @@ def test_online_schedule_chooses_games_and_steps(tmp_path) -> None:
     assert args.algo.advantage.estimator == "rloo" and args.rollout.n_samples_per_prompt == 2
 
 
+def test_steps_that_do_not_divide_the_elements_play_the_local_walk(tmp_path) -> None:
+    """3 elements, 2 a step, 4 steps: OpenRLHF would train each pass's third element as a
+    step of its own (8 steps of 1 or 2 prompts); the job's prompts are instead the 8
+    elements the local trainer's planner gives its 4 steps, one pass of whole steps."""
+    from askspec.ir import model as ir
+    from askspec.runtime.train.trainer import LocalTrainer
+
+    job = compile_to(tmp_path, Path(__file__).parent / "specs" / "uneven_steps.ask", [])
+    labels = [json.loads(json.loads(line)["label"]) for line in (job / "prompts.jsonl").read_text().splitlines()]
+    exp = ir.Experiment.model_validate(json.loads((job / "job.json").read_text())["experiment"])
+    local = LocalTrainer(exp, params=exp.param_values(), datasets={}, seed=0, resolver=None, run_dir=None)
+    want = []
+    for sl in local.slots:
+        plans = local.planners[sl.phase.name].plans(sl.n, local._index0[sl.step - 1], sl.step)
+        want += [p.bindings for p in plans if p.group_id is None or p.session_id == min(
+            q.session_id for q in plans if q.group_id == p.group_id)]  # one prompt a group
+    assert [lb["bindings"] for lb in labels] == want == [{"x": x} for x in (1, 2, 3, 1, 2, 3, 1, 2)]
+    args = parse_train_ppo_ray(train_flags(launch_argv(job / "launch.sh", tmp_path)[0]))
+    assert len(labels) % args.rollout.batch_size == 0  # no partial step
+    assert args.train.num_episodes * len(labels) // args.rollout.batch_size == 4 == len(local.slots)
+
+
 def test_sibling_job_groups_the_sample_replies(tmp_path) -> None:
     """A `sample 3 ask` of the trained role: OpenRLHF's rollouts per prompt are its 3 replies,
     and the siblings' timeout reaches the agent through Ray's runtime environment."""

@@ -6,6 +6,7 @@ module, or print the refusals (check.py) and write nothing."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -203,8 +204,15 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         elif phase.inner_loop is not None or phase.sample_calls:  # nested: one outer session (prompt) a step
             sched = mapping.schedule(len(lines), phase.group, 1, phase.steps)
         else:
-            sched = mapping.schedule(len(lines), phase.group, None if batch is None else step_prompts(phase, games[0]),
-                                     phase.steps)
+            prompts = None if batch is None else step_prompts(phase, games[0])
+            elements = len(lines)
+            if prompts is not None and prompts < elements and elements % prompts:
+                lines = _walk(lines, prompts, phase.steps)
+            sched = mapping.schedule(len(lines), phase.group, prompts, phase.steps)
+            if len(lines) != elements:
+                sched.notes.insert(0, f"a step's {prompts} elements do not divide the {elements}: prompts.jsonl holds "
+                                      f"the local steps' walk over them ({len(lines)} lines, the elements repeating as "
+                                      "the local planner cycles them), so every OpenRLHF step is one whole local step")
         flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
         flags += mapping.setting_flags(phase.training)
         explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
@@ -244,6 +252,24 @@ def _draw(exp: ir.Experiment, phase: Phase, games: list[ir.Game]) -> dict | None
     if exp.schedule is None or exp.schedule.kind != "alternating" or phase.steps is None or not games:
         return None
     return {"steps": phase.steps, "items": step_prompts(phase, games[0])}
+
+
+# the most prompt lines written to make a phase's `steps` exact where one cycle of its walk would not
+MAX_WALK = 4096
+
+
+def _walk(lines: list[dict], prompts: int, steps: int | None) -> list[dict]:
+    """The elements the local StepPlanner's steps take, `prompts` a step in plan order,
+    cycling: all `steps` steps' (one pass: the spec's steps exactly) when that is at most
+    one cycle's lcm(elements, prompts) lines or MAX_WALK, else one cycle (passes over it:
+    the next multiple of its steps). Passes over the elements themselves would not do
+    when `prompts` does not divide them: OpenRLHF 0.11.2 trains a pass's remainder as a
+    step of its own (its samples generator keeps a partial last batch), which DeepSpeed
+    then accumulates into the next step's update."""
+    n = math.lcm(len(lines), prompts)
+    if steps is not None and steps * prompts <= max(n, MAX_WALK):
+        n = steps * prompts
+    return [lines[k % len(lines)] for k in range(n)]
 
 
 def step_prompts(phase: Phase, game: ir.Game) -> int:
