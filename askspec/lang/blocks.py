@@ -346,6 +346,8 @@ class BlockChecks(TrainingChecks):
 
         def game_list(v: A.Expr) -> list[str]:
             items = v.items if isinstance(v, A.ListLit) else [v]
+            if not items:  # would play nothing: a schedule without sessions, an evaluation of no game
+                self.err("E107", "an empty list names no game", v.span, "name the games: games = [practice]")
             out = []
             for x in items:
                 if not isinstance(x, A.Name):

@@ -5,6 +5,7 @@ declaration -> check games -> warnings for unused declarations -> IR.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from dataclasses import dataclass, field
@@ -25,6 +26,13 @@ from ..span import Span
 from .types import ANY, OPEN_RECORD, T, TYPE_NAMES, from_json_value, is_a, list_of
 
 EXPERIMENT_KEYS = {"seed", "description", "profile"}
+
+
+def meant_game(name: str, games: list[A.GameDecl]) -> str:
+    """The declared game `name` is, or the one it most likely misspells (as suggest() finds)."""
+    declared = [g.name for g in games]
+    close = [] if name in declared else difflib.get_close_matches(name, declared, n=1, cutoff=0.7)
+    return close[0] if close else name
 
 
 @dataclass
@@ -196,10 +204,16 @@ class Compiler(StageChecks):
             elif isinstance(d, A.BlockDecl) and d.kind != "schedule":
                 getattr(self, "block_" + d.kind)(d)
         self.schedule_rewarded = self.nested_rewarded(decls)
-        # games a retrain stage samples its items with: their replies are data, never trained on (no E402)
-        self.sample_games = {a.value.id for d in decls if isinstance(d, A.StageDecl) for a in d.attrs
-                             if a.name == "sample" and isinstance(a.value, A.Name)}
         games = [d for d in decls if isinstance(d, A.GameDecl)]
+        # games a retrain stage samples its items with: their replies are data, never trained on (no E402);
+        # a misspelt or bracketed `sample` is the stage's error alone, not also E402 on the game it meant
+        self.sample_games = set()
+        for d in decls:
+            for a in d.attrs if isinstance(d, A.StageDecl) else []:
+                if a.name == "sample":
+                    names = a.value.items if isinstance(a.value, A.ListLit) else [a.value]
+                    self.sample_games |= {meant_game(x.id if isinstance(x, A.Name) else x.value, games)
+                                          for x in names if isinstance(x, (A.Name, A.String))}
         if not games:
             # an empty file (or one holding only declarations) would run nothing at all
             self.err("E114", "nothing to run: the spec declares no game", Span(self.path, 1, 1, 1, 2),

@@ -328,6 +328,8 @@ class ExprChecker:
             types.append(t)
         kwargs, ktypes = {}, {}
         for k, v in e.kwargs:
+            if k in kwargs:  # the later value would silently win
+                self.error("E104", f"keyword argument '{k}' given twice", v.span)
             kwargs[k], ktypes[k] = self.check(v, scope)
         b = FUNCTIONS.get(e.func)
         site = ""

@@ -63,7 +63,7 @@ class StageChecks(BlockChecks):
             seen: dict[str, A.Attribute] = {}
             for a in d.attrs:
                 if a.name not in allowed:
-                    self.err("E105", f"unknown setting '{a.name}' of a {d.kind} stage", a.name_span,
+                    self.err("E105", f"unknown setting '{a.name}' of {'an' if d.kind[0] in 'aeiou' else 'a'} {d.kind} stage", a.name_span,
                              suggest(a.name, allowed) or (f"settings: {', '.join(allowed)}" if allowed
                                                           else "a train stage takes no settings: it runs the train blocks and the schedule"))
                 elif a.name in seen:
@@ -141,6 +141,11 @@ class StageChecks(BlockChecks):
         if isinstance(v, A.Name) and v.id == KEEP_LAST:
             return {"rule": KEEP_LAST}
         name = v.func if isinstance(v, A.Call) else v.id if isinstance(v, A.Name) else None
+        if name in KEEP_RULES and not isinstance(v, A.Call):  # `keep = plateau`: the rule without its arguments
+            _, curve, keywords = KEEP_RULES[name]
+            self.err("E109", f"keep = {name} needs its arguments", v.span,
+                     f"keep = {name}({curve}" + "".join(f", {k} = ..." for k in keywords) + ")")
+            return None
         if name not in KEEP_RULES or not isinstance(v, A.Call):
             self.err("E107", f"keep is a rule that chooses the stage's checkpoint, found {name or 'an expression'}",
                      v.func_span if isinstance(v, A.Call) else v.span,
@@ -157,8 +162,12 @@ class StageChecks(BlockChecks):
                 f"keep = {name}({curve}" + "".join(f", {k} = ..." for k in keywords) + ")")
             return None
         out: dict[str, Any] = {"rule": name, "of": curve}
-        given = dict(v.kwargs)
+        given: dict[str, A.Expr] = {}
         for k, e in v.kwargs:
+            if k in given:
+                self.err("E104", f"{name}() is given '{k}' twice", e.span)
+                return None
+            given[k] = e
             if k not in keywords:
                 self.err("E109", f"{name}() has no keyword argument '{k}'", e.span,
                          suggest(k, keywords) or (f"its keyword arguments: {', '.join(keywords)}" if keywords
@@ -262,8 +271,8 @@ class StageChecks(BlockChecks):
             self.err("E408", f"the retrain stage trains role '{role}', which has no train block", a["role"].value.span,
                      f"add `train {role} with ...` (its algorithm, group and batch)")
             return None
-        games = self.schedule_games(a["game"].value, "retrain")
-        if len(games) != 1:
+        games = self.one_game(a["game"].value, "game")
+        if not games:
             return None
         game = next(g for g in self.exp.games if g.name == games[0])
         if len(game.pattern) != 1 or not (isinstance(game.iter, ir.Ref) and game.iter.scope == "data"):
@@ -319,12 +328,21 @@ class StageChecks(BlockChecks):
                 opts["keep"] = keep
         return opts
 
+    def one_game(self, v: A.Expr, key: str) -> list[str]:
+        """A retrain stage's `game` or `sample`: one game, named bare ([name] of it, or []
+        after a diagnostic: a list here once dropped the stage without one)."""
+        if not isinstance(v, A.Name):
+            self.err("E107", f"a retrain stage's {key} is one game, named bare (no brackets or quotes)", v.span,
+                     f"e.g. {key} = {'practice' if key == 'game' else 'write'}")
+            return []
+        return list(self.schedule_games(v, "retrain"))
+
     def sample_game(self, v: A.Expr, trained_game: str) -> str | None:
         """The game a retrain stage's `sample` names: played once, with the weights the
         stages before left, its `sample N ask ROLE` replies become the stage's items (as a
         nested schedule's datasets are). It is held out of the schedule, as an evaluated game."""
-        games = self.schedule_games(v, "retrain")
-        if len(games) != 1:
+        games = self.one_game(v, "sample")
+        if not games:
             return None
         game = next(g for g in self.exp.games if g.name == games[0])
         if game.name == trained_game:
