@@ -78,7 +78,8 @@ class BlockChecks(TrainingChecks):
         else:  # open records: every other name is a field, found (or not) at load time
             for n in A.names_in(cond) - set(self.param_types):
                 inner.define(n, Sym("item", ANY, None, used=True))
-        value, t = ExprChecker(self.sink, set()).check(cond, inner)
+        checker = ExprChecker(self.sink, set())
+        value, t = checker.check(cond, inner)
         if not boolish(t):
             self.err("E201", f"a data filter must be bool, found {t}", cond.span,
                      "compare a field: where kind == \"ask_mind\"")
@@ -88,6 +89,10 @@ class BlockChecks(TrainingChecks):
                             if n in self.params and inner.kind_of(n) == "param"}
         for n in ds.filter_params:
             self.used.add(("param", n))
+        for call in checker.stateful_calls:  # their histories are a game's sessions; a filter runs at load
+            self.err("E404", f"{call.func}() compares a text with earlier sessions' at its call site, and a data "
+                     "filter runs once per record when the data is loaded, outside any session", call.span,
+                     f"filter on the record's fields; call {call.func}() in a game")
 
     def file_digest(self, rel: str, span: Span, lines: bool = False) -> str | None:
         """sha256 of a data file (relative to the spec's folder), so that the experiment

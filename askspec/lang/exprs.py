@@ -127,6 +127,7 @@ class ExprChecker:
         self.outcomes = outcomes or set()
         self.metric = metric  # aggregates lift over sessions in metric expressions
         self._site = 0
+        self.stateful_calls: list[A.Call] = []  # diversity/novelty calls seen (a data filter refuses them)
         self.role_reply: dict[str, T] = {}  # role name -> its reply record type
 
     # -- helpers
@@ -336,6 +337,7 @@ class ExprChecker:
         if b is not None and b.stateful:
             self._site += 1
             site = f"{e.func}#{self._site}"
+            self.stateful_calls.append(e)
         node = ir.CallFn(span=irspan(e.span), fn=e.func, args=args, kwargs=kwargs, site=site)
         if b is None:
             self.error("E108", f"unknown function '{e.func}'", e.func_span, suggest(e.func, BUILTINS))
