@@ -89,10 +89,15 @@ class BlockChecks(TrainingChecks):
                             if n in self.params and inner.kind_of(n) == "param"}
         for n in ds.filter_params:
             self.used.add(("param", n))
-        for call in checker.stateful_calls:  # their histories are a game's sessions; a filter runs at load
-            self.err("E404", f"{call.func}() compares a text with earlier sessions' at its call site, and a data "
-                     "filter runs once per record when the data is loaded, outside any session", call.span,
-                     f"filter on the record's fields; call {call.func}() in a game")
+        self.no_stateful(checker, "a data filter runs once per record when the data is loaded",
+                         "filter on the record's fields")
+
+    def no_stateful(self, checker: ExprChecker, where: str, instead: str) -> None:
+        """E404 for each diversity/novelty call `checker` saw: their histories are a game's
+        sessions, in session order (runtime/engine/stateful.py), which only a game step has."""
+        for call in checker.stateful_calls:
+            self.err("E404", f"{call.func}() compares a text with earlier sessions' at its call site, and {where}, "
+                     "outside any session", call.span, f"{instead}; call {call.func}() in a game, into a session variable")
 
     def file_digest(self, rel: str, span: Span, lines: bool = False) -> str | None:
         """sha256 of a data file (relative to the spec's folder), so that the experiment
@@ -407,6 +412,8 @@ class BlockChecks(TrainingChecks):
             return None
         scope, checker = self.metric_scope()
         value, t = checker.check(a.value, scope)
+        self.no_stateful(checker, "update_when is evaluated over the step's finished sessions",
+                         "gate on session variables")
         for n in A.names_in(a.value):
             if n in self.params:
                 self.used.add(("param", n))
@@ -450,6 +457,8 @@ class BlockChecks(TrainingChecks):
     def metric(self, m: A.MetricDecl) -> None:
         scope, checker = self.metric_scope()
         value, _ = checker.check(m.value, scope)
+        self.no_stateful(checker, "a metric is evaluated over the run's finished sessions",
+                         "aggregate session variables")
         for n in A.names_in(m.value) | {name for name, _ in m.by}:
             if n in self.params:
                 self.used.add(("param", n))
