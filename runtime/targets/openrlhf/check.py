@@ -368,9 +368,11 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
             continue
         if role.memory.kind not in ("full", "shared") and total > 1:  # shared: one conversation a session too
             step = asks[0][0]
+            forgets = "each ask starts a new conversation" if role.memory.kind == "none" else \
+                "a later ask's prompt drops the exchanges before its window and no longer extends the earlier ones"
             sink.error("E603", f"'{t.role}' (memory = {role.memory.kind}) can be asked {total} times in a session of "
-                               f"'{g.name}': each ask starts a new conversation, so a session holds several "
-                               "trajectories; an OpenRLHF agent returns one trajectory per rollout",
+                               f"'{g.name}': {forgets}, so a session holds several trajectories; an OpenRLHF agent "
+                               "returns one trajectory per rollout",
                        span_of(step.span, spec_file), f"give '{t.role}' `memory = full` (one conversation per "
                                                       "session), or ask it once per session")
         sizes.add(g.group_size)
