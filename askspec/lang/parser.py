@@ -77,7 +77,7 @@ def _describe_expected(expected: set[str]) -> str:
 # same type; a check of the text before the token tells apart mistakes that share a
 # state (`ask q: m using "t"` and `foo "bar"` both fail on a string after a name).
 _ASK_ORDER = ("the clauses of an ask come in this order: [sample N] ask ROLES [using TEMPLATE] "
-              "[: MESSAGE] [with RECORD]; move this one before the ones it follows")
+              "[: MESSAGE] [with RECORD] [with sampling { ... }]; move this one before the ones it follows")
 _MISTAKES: list[tuple[list[str], re.Pattern[str] | None, str]] = [
     (["metric m = x by a.b", "metric m = x by (a.b)", "metric m = x by (a, b.c)"], None,
      "`by` groups by session variables, not by fields: assign the field in the game "
@@ -85,6 +85,16 @@ _MISTAKES: list[tuple[list[str], re.Pattern[str] | None, str]] = [
     (['game g { ask q: m using "t" }', 'game g { ask q with {a: 1} using "t" }'], re.compile(r"\busing\s*$"),
      _ASK_ORDER),
     (["game g { ask q with r: m }", "game g { ask q with {a: 1}: m }"], re.compile(r"\bask\b.*\bwith\b"), _ASK_ORDER),
+    # anything after `with sampling { ... }`, which closes an ask (#24)
+    (["game g { ask q with sampling { top_p = 1 } with {a: 1} }", "game g { ask q with sampling { top_p = 1 } using t }",
+      'game g { ask q with sampling { top_p = 1 } using "t" }', "game g { ask q with sampling { top_p = 1 }: m }"],
+     re.compile(r"\bwith\s+sampling\s*\{[^}]*\}\s*$"), _ASK_ORDER),
+    (["game g { ask q with sampling { top_p = 1 } with {a: 1} }"], re.compile(r"\bwith\s+sampling\s*\{[^}]*\}\s*with\s*$"),
+     _ASK_ORDER),
+    (["game g { ask q with sampling { top_p = 1 } with sampling { top_k = 1 } }"],
+     re.compile(r"\bwith\s+sampling\s*\{[^}]*\}\s*with\s*$"),
+     "an ask takes one `with sampling { ... }`: set all its fields there (`with sampling { max_tokens = 10000; "
+     "temperature = 0.6 }`)"),
     (["game g { x = 1 if a else 0 }"], None,
      "`if` starts a statement (if COND { ... } else { ... }); for a value chosen by a condition "
      "write `case { COND -> A; else -> B }`"),
