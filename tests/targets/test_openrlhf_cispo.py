@@ -1,7 +1,9 @@
 """The CISPO extension a job ships (askspec_ext/): run through OpenRLHF 0.11.2's own
 `PolicyLoss` on CPU it equals askspec's local CISPO (values and gradients), every other
 loss type is OpenRLHF's unchanged, train_ppo_ray's parser accepts `cispo` only with the
-extension, and the extension refuses an OpenRLHF it was not written for."""
+extension, and the extension refuses an OpenRLHF it was not written for. With
+`max_staleness` (asynchronous rollouts) its truncated importance weight equals the local
+trainer's correction of a stale rollout."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 import torch
 
 from askspec.cli import main
-from askspec.runtime.train.losses import aggregate, policy_token_loss, row_weights
+from askspec.runtime.train.losses import aggregate, importance_weights, policy_token_loss, row_weights
 
 from openrlhf_harness import launch_argv, parse_train_ppo_ray, stub_openrlhf_models, train_flags
 
@@ -28,6 +30,37 @@ def job(tmp_path, job_extension):
     out = tmp_path / "job"
     assert main(["compile", str(SPEC), "--target", "openrlhf", "-o", str(out)]) == 0
     return (out, *job_extension(out))
+
+
+@pytest.fixture
+def async_job(tmp_path, job_extension):
+    """The CISPO job with `max_staleness = 1; is_bound = 2.0`: (cispo module, loss module,
+    train_ppo_ray's args parsed from its launch line)."""
+    spec = tmp_path / "async.ask"
+    spec.write_text(SPEC.read_text().replace("group = 4;", "group = 4; max_staleness = 1; is_bound = 2.0;"))
+    out = tmp_path / "job"
+    assert main(["compile", str(spec), "--target", "openrlhf", "-o", str(out)]) == 0
+    cispo, loss = job_extension(out)
+    (call,) = launch_argv(out / "launch.sh", tmp_path)
+    with cispo.parser_accepts_cispo():
+        args = parse_train_ppo_ray(train_flags(call))
+    return cispo, loss, args
+
+
+def _actor_policy_loss(loss: ModuleType, args) -> object:
+    """PolicyLoss(...) as OpenRLHF 0.11.2's PPO actor builds it from the parsed args
+    (trainer/ray/ppo_actor.py)."""
+    return loss.PolicyLoss(
+        clip_eps_low=args.actor.eps_clip_low_high[0],
+        clip_eps_high=args.actor.eps_clip_low_high[1],
+        dual_clip=args.actor.dual_clip,
+        token_level_loss=args.actor.loss_agg_mode == "token-mean",
+        policy_loss_type=args.actor.policy_loss_type,
+        is_correction_level=args.algo.advantage.is_correction_level,
+        is_correction_mode=args.algo.advantage.is_correction_mode,
+        is_correction_gating=args.algo.advantage.is_correction_gating,
+        is_correction_threshold=args.algo.advantage.is_correction_threshold,
+    )
 
 
 def _batch(seed: int, rows: int = 5, steps: int = 7, empty_row: bool = True):
@@ -83,6 +116,78 @@ def test_policy_loss_cispo_equals_local_cispo(job, seed, mode, aggregation, clip
     assert float(ppo_kl) == pytest.approx(float(((old - logp_l.detach()) * mask).sum() / mask.sum()))
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stale_rollouts_weighted_as_the_local_trainer_weights_them(async_job, seed) -> None:
+    """The launch line's TIS flags (`max_staleness = 1; is_bound = 2.0`) build the loss as
+    OpenRLHF's actor builds it; called with the sampler's log-probs μ beside π_old, its loss
+    and gradients equal askspec's local update of stale rows (ratio against π_old, loss
+    times min(π_old / μ, is_bound)), with rows whose μ equals π_old on-policy (w = 1)."""
+    cispo, loss, args = async_job
+    assert (args.train.async_enable, args.train.async_queue_size) == (True, 1)
+    cispo.install()
+    fn = _actor_policy_loss(loss, args)
+    logits, tokens, old, mask, adv = _batch(seed)
+    gen = torch.Generator().manual_seed(100 + seed)
+    # μ up to e^±1.5 from π_old on the stale rows (some weights truncated at 2.0); rows 1
+    # and 3 sampled by the trained weights themselves
+    rollout = old + 1.5 * (2 * torch.rand(old.shape, generator=gen, dtype=torch.float64) - 1)
+    stale = [0, 2, 4]
+    rollout[[1, 3]] = old[[1, 3]]
+    theta_o, logp_o = _logp(logits, tokens)
+    got, _, _, vllm_kl, is_filter = fn(logp_o, old, adv[:, None].expand_as(logp_o), action_mask=mask,
+                                       rollout_log_probs=rollout)
+    got.backward()
+    # askspec's local update (runtime/train/policy.py): the stale rows' ratio against π_old,
+    # their token loss times the truncated weight; the others as without staleness
+    theta_l, logp_l = _logp(logits, tokens)
+    traj = torch.arange(logits.shape[0])
+    sel = torch.tensor(stale)
+    w_rows, ratio = importance_weights(old[sel], rollout[sel], 2.0)
+    w = torch.ones_like(old).index_copy(0, sel, w_rows)
+    token_loss, _ = policy_token_loss("cispo", logp_l, old, adv, mask, traj, clip_low=0.75, clip_high=3.0)
+    want = aggregate(token_loss * w, mask, row_weights("token", mask.sum(-1), traj))
+    want.backward()
+    assert torch.allclose(got, want, atol=1e-6, rtol=0), (float(got.detach()), float(want.detach()))
+    assert theta_o.grad is not None and theta_l.grad is not None
+    assert torch.allclose(theta_o.grad, theta_l.grad, atol=1e-6, rtol=0)
+    # the weight mattered: without it the loss differs
+    unweighted = aggregate(token_loss, mask, row_weights("token", mask.sum(-1), traj))
+    assert abs(float(unweighted.detach()) - float(want.detach())) > 1e-3
+    # OpenRLHF's is_filter_ratio is the local is_truncated_share (tokens over is_bound)
+    truncated = float(((ratio > 2.0).double() * mask[sel]).sum())
+    assert 0 < truncated and float(is_filter) == pytest.approx(truncated / float(mask.sum()))
+    assert float(vllm_kl) == pytest.approx(float(((rollout - old) * mask).sum() / mask.sum()))
+
+
+def test_equal_log_probs_weigh_one(async_job) -> None:
+    """A rollout whose sampler log-probs equal π_old's (on-policy, no staleness) gets weight
+    1: the loss and gradients are the uncorrected loss's, bit for bit, and nothing is
+    truncated."""
+    cispo, loss, args = async_job
+    cispo.install()
+    logits, tokens, old, mask, adv = _batch(7)
+    results = []
+    for level, rollout in (("token", old.clone()), ("off", None)):
+        args.algo.advantage.is_correction_level = level
+        theta, logp = _logp(logits, tokens)
+        out = _actor_policy_loss(loss, args)(logp, old, adv[:, None].expand_as(logp), action_mask=mask,
+                                             rollout_log_probs=rollout)
+        out[0].backward()
+        results.append((out, theta.grad))
+    (corrected, grad_c), (plain, grad_p) = results
+    assert torch.equal(corrected[0], plain[0]) and torch.equal(grad_c, grad_p)
+    assert float(corrected[4]) == 0.0 and float(corrected[3]) == 0.0 and plain[3] is None
+
+
+def test_the_correction_needs_the_samplers_log_probs(async_job) -> None:
+    cispo, loss, args = async_job
+    cispo.install()
+    logits, tokens, old, mask, adv = _batch(3)
+    logp = _logp(logits, tokens)[1]
+    with pytest.raises(ValueError, match="rollout_log_probs"):
+        _actor_policy_loss(loss, args)(logp, old, adv[:, None].expand_as(logp), action_mask=mask)
+
+
 def test_other_loss_types_stay_openrlhfs(job, monkeypatch) -> None:
     """`ppo` and `gspo` go to OpenRLHF's own forward, unchanged, once the extension is in."""
     _, cispo, loss = job
@@ -114,8 +219,13 @@ def test_cispo_refuses_settings_it_does_not_implement(job) -> None:
     cispo.install()
     with pytest.raises(ValueError, match="dual_clip"):
         loss.PolicyLoss(policy_loss_type="cispo", dual_clip=3.0)
-    with pytest.raises(ValueError, match="is_correction_level"):
-        loss.PolicyLoss(policy_loss_type="cispo", is_correction_level="token")
+    # the token-level TIS is the one correction it implements (what max_staleness compiles to)
+    for other in ({"is_correction_level": "seq"}, {"is_correction_level": "token", "is_correction_mode": "mask"},
+                  {"is_correction_level": "token", "is_correction_gating": "tv", "is_correction_threshold": [0.0, 0.5]}):
+        with pytest.raises(ValueError, match="token-level TIS only"):
+            loss.PolicyLoss(policy_loss_type="cispo", **other)
+    loss.PolicyLoss(policy_loss_type="cispo", is_correction_level="token", is_correction_mode="clip",
+                    is_correction_threshold=[0.0, 2.0])
 
 
 def test_launch_line_parses_only_with_the_extension(job, tmp_path) -> None:

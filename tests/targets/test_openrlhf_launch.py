@@ -22,6 +22,8 @@ JOBS = [
     ("askbench.ask", [], ("group_norm", "ppo", 8, (0.2, 0.2))),
     ("ask_e.ask", ["--profile", "training"], ("group_norm", "cispo", 16, (0.75, 3.0))),
     ("ask_e.ask", ["--profile", "training", "--substitute", "cispo=grpo"], ("group_norm", "ppo", 16, (0.75, 3.0))),
+    # App. E's asynchronous rollouts: CISPO with the extension's truncated importance weight
+    ("ask_e.ask", ["--profile", "training", "--set", "staleness=1"], ("group_norm", "cispo", 16, (0.75, 3.0))),
     ("reasoning_arena.ask", [], ("group_norm", "cispo", 8, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--profile", "cpu"], ("group_norm", "cispo", 4, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--set", "advantage_std=sample"], ("group_norm", "cispo", 8, (1.0, 2.0))),
@@ -73,6 +75,12 @@ def test_launch_script_parses_with_openrlhf(tmp_path, job_extension, spec, optio
     assert args.actor.policy_loss_type == loss
     assert args.rollout.n_samples_per_prompt == n == args.eval.n_samples_per_prompt
     assert tuple(args.actor.eps_clip_low_high) == clip
+    # max_staleness = 1: OpenRLHF's async trainer, the cispo extension's token-level TIS
+    # truncated at is_bound (2); else OpenRLHF's defaults (synchronous, no correction)
+    staleness = "staleness=1" in options
+    want_async = (True, 1, "token", "clip", [0.0, 2.0]) if staleness else (False, 1, "off", "mask", [0.5, 5.0])
+    assert (args.train.async_enable, args.train.async_queue_size, args.algo.advantage.is_correction_level,
+            args.algo.advantage.is_correction_mode, list(args.algo.advantage.is_correction_threshold)) == want_async
     assert args.train.agent_func_path == "agent.py" and args.reward.remote_url == ["agent"]
     assert args.data.prompt_dataset == "prompts.jsonl" and args.data.label_key == "label"
     assert args.actor.num_gpus_per_node == 8 and args.vllm.num_engines == 4

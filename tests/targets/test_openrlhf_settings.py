@@ -152,8 +152,10 @@ def test_staleness_reaches_the_async_trainer(tmp_path) -> None:
     assert not default.train.async_enable and default.algo.advantage.is_correction_level == "off"
 
 
-@pytest.mark.parametrize("algorithm", ["gspo", "cispo"])
-def test_staleness_needs_the_ppo_loss(tmp_path, algorithm) -> None:
-    spec = tmp_path / "w.ask"
-    spec.write_text(SPEC.format(algorithm=algorithm, block="group = 2; max_staleness = 1"))
-    assert any(f"`max_staleness = 1` with the {algorithm} loss" in m for m in refusals(spec))
+def test_staleness_needs_a_loss_with_the_correction(tmp_path) -> None:
+    """gspo takes the sampler's log-probs into its ratio instead of OpenRLHF's TIS weight;
+    ppo and askspec_ext's cispo apply the weight (test_openrlhf_cispo.py)."""
+    for algorithm, refused in (("gspo", True), ("cispo", False)):
+        spec = tmp_path / f"w_{algorithm}.ask"
+        spec.write_text(SPEC.format(algorithm=algorithm, block="group = 2; max_staleness = 1"))
+        assert any(f"`max_staleness = 1` with the {algorithm} loss" in m for m in refusals(spec)) == refused

@@ -292,13 +292,14 @@ def _check_settings(t: ir.Training, tspan: Span, sink: DiagnosticSink) -> None:
         elif key == "dtype" and value not in DTYPES:
             sink.error("E604", f"`dtype = {value}`: OpenRLHF 0.11.2 trains in bf16 or fp16 (--ds.param_dtype)", tspan,
                        "leave dtype out (bf16), or train with askspec's own trainer")
-        elif key == "max_staleness" and value and t.config is not None and t.config.loss != "ppo":
-            # OpenRLHF 0.11.2 weights tokens by its clipped TIS in the ppo loss only (gspo takes the
-            # sampler's log-probs into its ratio instead; askspec's cispo extension has no TIS)
+        elif key == "max_staleness" and value and t.config is not None and t.config.loss not in ("ppo", "cispo"):
+            # OpenRLHF 0.11.2 weights tokens by its clipped TIS in the ppo loss (and askspec_ext's
+            # cispo the same way); gspo takes the sampler's log-probs into its ratio instead
             sink.error("E604", f"`max_staleness = {value}` with the {t.config.loss} loss: OpenRLHF 0.11.2 applies "
-                               "its importance-sampling correction (the asynchronous trainer's) to the ppo loss only",
-                       tspan, "train with a ppo-loss algorithm (grpo, rloo, ...), leave max_staleness out, or train "
-                              "with askspec's own trainer")
+                               "its importance-sampling correction (the asynchronous trainer's) to the ppo loss only "
+                               "(and askspec's cispo extension)",
+                       tspan, "train with a ppo-loss algorithm (grpo, rloo, ...) or cispo, leave max_staleness out, "
+                              "or train with askspec's own trainer")
         elif key in REFUSED:
             sink.error("E604", f"training setting '{key}' cannot be mapped: {REFUSED[key]}", tspan,
                        f"remove '{key}' from the job's spec (a profile can), or train with askspec's own trainer")

@@ -8,6 +8,14 @@ token still passes gradient through log π (MiniMax-M1), as askspec's own traine
 it (askspec.runtime.train.losses). Aggregation, data-parallel scaling and the logged
 statistics are OpenRLHF's own (`aggregate_loss`, `masked_mean`).
 
+Asynchronous rollouts (the spec's `max_staleness`: `--algo.advantage.is_correction_level
+token --algo.advantage.is_correction_mode clip --algo.advantage.is_correction_threshold 0
+is_bound`): each token's loss is multiplied by OpenRLHF's truncated importance weight
+w_t = clip(π_old / μ, low, high), μ the sampler's (vLLM's) log-prob of the token, as its
+ppo loss does and as askspec's trainer weights a stale rollout (w = min(π_old / μ,
+is_bound)); the ratio r_t stays against π_old. Other correction levels, modes and gatings
+are refused.
+
 `install()` wraps `PolicyLoss.__init__` and `PolicyLoss.forward` (every other loss type
 goes to OpenRLHF's code unchanged); `install_when_loaded()`, the Ray workers' setup hook,
 does it once a worker imports `openrlhf.models.loss`; `parser_accepts_cispo()` adds
@@ -32,7 +40,7 @@ from . import pinned
 from .pinned import WRITTEN_FOR, VersionMismatch
 
 # sha256 of the hooked code as OpenRLHF 0.11.2 ships it (`fingerprint()`)
-FINGERPRINT = "a212db3846a1678d4d95f21fa749cc7a9a8c68c3ff0a579a9361972bc6b85161"
+FINGERPRINT = "ba21a1a7a45669e2c12d64d1e49eabbbae1c80dca2f72a879b8be96460eb1b35"
 POLICY_LOSS_FLAG = "--actor.policy_loss_type"
 NAME = "cispo"
 LOSS_MODULE = "openrlhf.models.loss"
@@ -41,7 +49,8 @@ LOSS_MODULE = "openrlhf.models.loss"
 def _hooked_sources() -> list[str]:
     """The code the extension depends on: PolicyLoss's constructor and forward, the parser
     line of --actor.policy_loss_type, train()'s ray.init call (train_ppo_ray adds the
-    worker setup hook to it) and the trainer's PolicyLoss(...) call."""
+    worker setup hook to it), the trainer's PolicyLoss(...) call and its call of the loss
+    (which hands it the sampler's log-probs and reads the correction's statistics)."""
     loss = importlib.import_module(LOSS_MODULE)
     # once installed, the class holds our wrappers: fingerprint the functions they wrap
     init, forward = getattr(loss.PolicyLoss, "_askspec_wrapped", (loss.PolicyLoss.__init__, loss.PolicyLoss.forward))
@@ -49,7 +58,8 @@ def _hooked_sources() -> list[str]:
     package = Path(inspect.getfile(loss)).parents[1]  # read, not imported: both modules import ray at top
     for rel, pattern in (("cli/train_ppo_ray.py", r'parser\.add_argument\("--actor\.policy_loss_type".*'),
                          ("cli/train_ppo_ray.py", r"if not ray\.is_initialized\(\):(?s:.*?)\n    \w"),
-                         ("trainer/ray/ppo_actor.py", r"self\.actor_loss_fn = PolicyLoss\((?s:.*?)\n\s*\)")):
+                         ("trainer/ray/ppo_actor.py", r"self\.actor_loss_fn = PolicyLoss\((?s:.*?)\n\s*\)"),
+                         ("trainer/ray/ppo_actor.py", r"\w+(?:, \w+)* = self\.actor_loss_fn\((?s:.*?)\n\s*\)")):
         path = package / rel
         found = re.search(pattern, path.read_text(encoding="utf-8")) if path.exists() else None
         sources.append(found.group(0) if found else f"<{rel}: not found>")
@@ -95,9 +105,15 @@ def install() -> None:
             if self.dual_clip is not None:
                 raise ValueError("--actor.dual_clip does not apply to cispo (its weight is clipped on both sides "
                                  "already): leave it out")
-            if self.is_correction_level != "off":
-                raise ValueError("askspec's CISPO extension does not implement --algo.advantage.is_correction_level: "
-                                 "leave it at off, or train with grpo")
+            # the one correction askspec compiles (max_staleness): OpenRLHF's token-level TIS
+            tis = ("token", "clip", "ratio")
+            used = (self.is_correction_level, self.is_correction_mode, self.is_correction_gating)
+            if self.is_correction_level != "off" and used != tis:
+                raise ValueError("askspec's CISPO extension implements OpenRLHF's token-level TIS only "
+                                 "(--algo.advantage.is_correction_level token --algo.advantage.is_correction_mode "
+                                 "clip --algo.advantage.is_correction_gating ratio, as `max_staleness` compiles), "
+                                 f"not level {used[0]}, mode {used[1]}, gating {used[2]}: use those, leave the "
+                                 "correction off, or train with grpo")
 
     def forward(self, log_probs, old_log_probs, advantages, action_mask=None, rollout_log_probs=None, dp_size=1,
                 batch_num_tokens=None, global_batch_size=None):
@@ -110,11 +126,23 @@ def install() -> None:
         low, high = 1 - self.clip_eps_low, 1 + self.clip_eps_high
         weight = ratio.clamp(low, high).detach()
         token_loss = -weight * advantages * log_probs
+        vllm_kl = is_filter_ratio = None
+        if self.is_correction_level != "off":
+            if rollout_log_probs is None:
+                raise ValueError("--algo.advantage.is_correction_level token with cispo needs the sampler's "
+                                 "log-probs (the experience's rollout_log_probs), and none came with this batch")
+            is_low, is_high = self.is_correction_threshold
+            # π_old / μ per token, its log clamped as askspec's importance_weights does
+            is_ratio = (old_log_probs - rollout_log_probs).detach().clamp(min=-20.0, max=20.0).exp()
+            token_loss = is_ratio.clamp(min=is_low, max=is_high) * token_loss
+            truncated = (is_ratio < is_low) | (is_ratio > is_high)
+            is_filter_ratio = loss.masked_mean(truncated.float(), action_mask, dim=None)
+            vllm_kl = loss.masked_mean(rollout_log_probs - old_log_probs, action_mask, dim=None)
         total = loss.aggregate_loss(token_loss, action_mask, token_level_loss=self.token_level_loss, dp_size=dp_size,
                                     batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size)
         clip_ratio = loss.masked_mean(((ratio < low) | (ratio > high)).float(), action_mask, dim=None)
         ppo_kl = loss.masked_mean(-log_ratio.detach(), action_mask, dim=None)
-        return total, clip_ratio, ppo_kl, None, None
+        return total, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio
 
     cls.__init__ = __init__
     cls.forward = forward
