@@ -53,6 +53,10 @@ class BlockChecks(TrainingChecks):
                 case "jsonl" | "parquet" | "knowledge":
                     ds.format, ds.path, ds.items = src.func, path, None
             ds.digest = self.file_digest(path, src.args[0].span, lines=src.func != "parquet")
+        elif isinstance(src, A.Where):  # `... where a where b`: the first `where` parsed as part of the source
+            self.err("E107", "a data set takes one `where` filter", src.span,
+                     "join the conditions with `and`: where COND1 and COND2")
+            return
         else:
             self.err("E107", "data is jsonl(\"path\"), parquet(\"path\"), knowledge(\"path\") or a list literal", src.span)
             return

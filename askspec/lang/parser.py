@@ -95,6 +95,8 @@ _MISTAKES: list[tuple[list[str], re.Pattern[str] | None, str]] = [
      re.compile(r"\bwith\s+sampling\s*\{[^}]*\}\s*with\s*$"),
      "an ask takes one `with sampling { ... }`: set all its fields there (`with sampling { max_tokens = 10000; "
      "temperature = 0.6 }`)"),
+    (['data d = jsonl("d.jsonl") { limit = 3 } where a == 1'], re.compile(r"^\s*data\b.*\}\s*$"),
+     "a data set's `where` filter comes before its settings: data NAME = jsonl(\"...\") where COND { ... }"),
     (["game g { x = 1 if a else 0 }"], None,
      "`if` starts a statement (if COND { ... } else { ... }); for a value chosen by a condition "
      "write `case { COND -> A; else -> B }`"),
