@@ -181,6 +181,18 @@ def test_steps_that_do_not_divide_the_elements_play_the_local_walk(tmp_path) -> 
     assert args.train.num_episodes * len(labels) // args.rollout.batch_size == 4 == len(local.slots)
 
 
+def test_steps_that_are_not_whole_passes_play_the_local_walk(tmp_path) -> None:
+    """4 elements, 2 a step, 3 steps: two passes would be 4 steps; the job's prompts are the
+    6 elements the local steps take, one pass."""
+    spec = tmp_path / "online.ask"
+    spec.write_text(ONLINE.replace("steps = 6", "steps = 3"))
+    job = compile_to(tmp_path, spec, [])
+    labels = [json.loads(json.loads(line)["label"]) for line in (job / "prompts.jsonl").read_text().splitlines()]
+    assert [x["bindings"]["x"] for x in labels] == [1, 2, 3, 4, 1, 2]
+    args = parse_train_ppo_ray(train_flags(launch_argv(job / "launch.sh", tmp_path)[0]))
+    assert (args.rollout.batch_size, args.train.num_episodes) == (2, 1)
+
+
 def test_sibling_job_groups_the_sample_replies(tmp_path) -> None:
     """A `sample 3 ask` of the trained role: OpenRLHF's rollouts per prompt are its 3 replies,
     and the siblings' timeout reaches the agent through Ray's runtime environment."""

@@ -203,16 +203,23 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
             sched = mapping.schedule(draw["steps"] * draw["items"], phase.group, draw["items"], draw["steps"])
         elif phase.inner_loop is not None or phase.sample_calls:  # nested: one outer session (prompt) a step
             sched = mapping.schedule(len(lines), phase.group, 1, phase.steps)
+        elif batch is None:  # up to 16 elements a step: a step's rollouts must cover the actor processes
+            sched = mapping.schedule(len(lines), phase.group, min(len(lines), 16), phase.steps)
         else:
-            prompts = None if batch is None else step_prompts(phase, games[0])
-            elements = len(lines)
-            if prompts is not None and prompts < elements and elements % prompts:
-                lines = _walk(lines, prompts, phase.steps)
-            sched = mapping.schedule(len(lines), phase.group, prompts, phase.steps)
-            if len(lines) != elements:
-                sched.notes.insert(0, f"a step's {prompts} elements do not divide the {elements}: prompts.jsonl holds "
-                                      f"the local steps' walk over them ({len(lines)} lines, the elements repeating as "
-                                      "the local planner cycles them), so every OpenRLHF step is one whole local step")
+            prompts = step_prompts(phase, games[0])
+            # the local run's steps (a block without `steps`: the schedule's, else 1)
+            steps = phase.steps if phase.steps is not None else mapping.lowered(phase.training).steps
+            elements, elements_lines = len(lines), lines
+            # passes over the elements are whole local steps only when a step's elements divide them (a
+            # step with more elements than there are repeats some), and the spec's steps only in whole passes
+            if elements % prompts or steps % (elements // prompts):
+                lines = _walk(lines, prompts, steps)
+            sched = mapping.schedule(len(lines), phase.group, prompts, steps)
+            if lines is not elements_lines:
+                sched.notes.insert(0, f"prompts.jsonl holds the elements the local steps take ({len(lines)} lines "
+                                      f"from the {elements} elements, {prompts} a step, in plan order, cycling): passes "
+                                      "over the elements themselves would not be whole local steps, or not the "
+                                      f"spec's {steps}")
         flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
         flags += mapping.setting_flags(phase.training)
         explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
@@ -258,7 +265,7 @@ def _draw(exp: ir.Experiment, phase: Phase, games: list[ir.Game]) -> dict | None
 MAX_WALK = 4096
 
 
-def _walk(lines: list[dict], prompts: int, steps: int | None) -> list[dict]:
+def _walk(lines: list[dict], prompts: int, steps: int) -> list[dict]:
     """The elements the local StepPlanner's steps take, `prompts` a step in plan order,
     cycling: all `steps` steps' (one pass: the spec's steps exactly) when that is at most
     one cycle's lcm(elements, prompts) lines or MAX_WALK, else one cycle (passes over it:
@@ -267,7 +274,7 @@ def _walk(lines: list[dict], prompts: int, steps: int | None) -> list[dict]:
     step of its own (its samples generator keeps a partial last batch), which DeepSpeed
     then accumulates into the next step's update."""
     n = math.lcm(len(lines), prompts)
-    if steps is not None and steps * prompts <= max(n, MAX_WALK):
+    if steps * prompts <= max(n, MAX_WALK):
         n = steps * prompts
     return [lines[k % len(lines)] for k in range(n)]
 

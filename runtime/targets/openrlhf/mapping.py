@@ -88,14 +88,12 @@ class Schedule:
     notes: list[str] = field(default_factory=list)
 
 
-def schedule(elements: int, group: int, prompts: int | None, steps: int | None) -> Schedule:
+def schedule(elements: int, group: int, prompts: int, steps: int | None) -> Schedule:
     """OpenRLHF runs floor(elements * group / train_batch) steps per episode. `prompts`
     is one askspec step's elements (generate.step_prompts: a prompt is one element, its
-    `group` rollouts the element's sessions or a session's `sample N ask` replies; None:
-    up to 16 a step), `steps` askspec's optimizer steps."""
+    `group` rollouts the element's sessions or a session's `sample N ask` replies; a
+    block without `batch`: up to 16), `steps` askspec's optimizer steps."""
     notes = []
-    if prompts is None:
-        prompts = min(elements, 16)
     if prompts > elements:
         notes.append(f"{prompts} prompts per step but only {elements} elements: each step uses all {elements}")
         prompts = elements
