@@ -150,6 +150,8 @@ class TrainedPolicy:
         self.take_weights(fresh.state_dict())
         del fresh
         self.optimizer.state.clear()
+        if self.served is not self.model:  # asynchronous rollouts: the fresh copy plays its own weights
+            self.publish()
 
     # -- forward ---------------------------------------------------------------------------
 

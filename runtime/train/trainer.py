@@ -12,7 +12,8 @@ samples from the updated policy; `current(role)` models share them.
 Asynchronous rollouts (`max_staleness` ≥ 1, online schedule): step t's update runs in a
 worker thread while step t + 1 is played by a copy of the weights from before it, so
 rollouts are at most one update stale; each records the version that sampled it and the
-update corrects for it (policy.py, losses.py). See `_run_async`.
+update corrects for it (policy.py, losses.py); a stage boundary drains the overlap (a
+stage's step runs by the current weights). See `_run_async`.
 
 Resume. Checkpoints are written every `save_every` steps and after the last; a resumed run
 (`--resume` after any crash or `kill -9`) reloads the newest complete one (weights and
@@ -411,7 +412,7 @@ class LocalTrainer:
 
     def _staleness_problems(self, exp: ir.Experiment) -> list[tuple[str, ir.Span | None]]:
         """Asynchronous rollouts overlap one online step's update with the next step's play;
-        what keeps per-step state beside the weights (a buffer, stages, another schedule)
+        what keeps per-step state beside the weights (a buffer, another schedule)
         or trains a role on-policy beside them cannot overlap."""
         lagged = [(t, c) for t, c in zip(exp.training, self.configs) if c.max_staleness > 0]
         if not lagged:
@@ -422,8 +423,6 @@ class LocalTrainer:
         if exp.schedule is not None and exp.schedule.kind != "online":
             out.append((f"{what} runs with the online schedule only, not '{exp.schedule.kind}': remove the setting",
                         t.span))
-        if exp.stages:
-            out.append((f"{what} runs without stages: remove the setting or the stages", t.span))
         if exp.buffers:
             out.append((f"{what} cannot run with a buffer (its checkpointed contents would include the next "
                         f"step's pushes): remove the setting or the buffer", t.span))
@@ -634,10 +633,7 @@ class LocalTrainer:
             if sl.phase.stage in self.stage_state.stopped:  # its `keep` rule stopped the stage: no more steps
                 continue
             if sl.phase.kind != "play":
-                log.reset()
-                engine.enter_step(sl.step, sl.phase.name)
-                metrics = await self._stage_step(sl, engine, log)
-                self._end_step(sl, metrics, engine, log, on_step)
+                await self._run_stage_step(sl, engine, log, on_step)
                 continue
             played = await self._play(sl, engine, log)
             metrics, keys = self._train(sl, played)
@@ -668,16 +664,50 @@ class LocalTrainer:
         """Whether a step's update overlaps the next step's play (`max_staleness` > 0)."""
         return any(c.max_staleness > 0 for c in self.configs)
 
+    async def _run_stage_step(self, sl: schedule.Slot, engine, log: StepLog, on_step) -> None:
+        """A step of an sft, evaluate or retrain stage, recorded (and checkpointed)."""
+        log.reset()
+        engine.enter_step(sl.step, sl.phase.name)
+        metrics = await self._stage_step(sl, engine, log)
+        self._end_step(sl, metrics, engine, log, on_step)
+
     async def _run_async(self, engine, log: StepLog, on_step) -> None:
-        """Asynchronous rollouts (`max_staleness` ≥ 1; docs/training.md): step t's update
-        runs in a worker thread while step t + 1 is played by the served copy of the
-        weights, which holds the weights of before step t's update; once both are done,
-        step t is recorded (and checkpointed) and the copy takes the updated weights. So
-        step t + 1's rollouts are one update stale (the first step's, and a resumed run's
-        first, none), within any bound K ≥ 1."""
+        """Asynchronous rollouts (`max_staleness` ≥ 1; docs/training.md): the train stage's
+        steps (all of them without stages) overlap in `_overlap`; a stage boundary drains
+        the overlap, since `_overlap` plays nothing past its last step: no rollout is ever
+        sampled for a step of another stage. An sft, evaluate or retrain stage's step then
+        runs as without staleness, by the current weights (the served copy takes them
+        before the step, and whatever the step trained after it), and the next train steps
+        overlap afresh, their first on-policy."""
         slots = self.slots[self.start_step:]
-        if not slots:
-            return
+        i = 0
+        while i < len(slots):
+            sl = slots[i]
+            if sl.phase.kind != "play":
+                if sl.phase.stage not in self.stage_state.stopped:  # its `keep` rule stopped the stage
+                    self._publish()
+                    await self._run_stage_step(sl, engine, log, on_step)
+                    self._publish()
+                i += 1
+                continue
+            j = i + 1
+            while j < len(slots) and slots[j].phase.kind == "play" and slots[j].phase.stage == sl.phase.stage:
+                j += 1
+            await self._overlap(slots[i:j], engine, log, on_step)
+            i = j
+
+    def _publish(self) -> None:
+        """The served copies take the trained weights (no session is playing)."""
+        for policy in self.policies.values():
+            policy.publish()
+
+    async def _overlap(self, slots: list[schedule.Slot], engine, log: StepLog, on_step) -> None:
+        """Consecutive play steps of one stage: step t's update runs in a worker thread while
+        step t + 1 is played by the served copy of the weights, which holds the weights of
+        before step t's update; once both are done, step t is recorded (and checkpointed)
+        and the copy takes the updated weights. So step t + 1's rollouts are one update
+        stale (the first step's, and a resumed run's first, none), within any bound K ≥ 1;
+        the last step's update overlaps nothing."""
         played = await self._play(slots[0], engine, log)
         for i, sl in enumerate(slots):
             update = asyncio.ensure_future(asyncio.to_thread(self._train, sl, played))
@@ -687,10 +717,11 @@ class LocalTrainer:
                     following = await self._play(slots[i + 1], engine, log)
             finally:  # never leave an update running on the weights
                 metrics, keys = await update
+            if self._stage_end.get(sl.phase.stage) == sl.step:
+                self._keep_best(sl, log)
             self._record(sl, played, keys, log)
             self._end_step(sl, metrics, engine, log, on_step)
-            for policy in self.policies.values():
-                policy.publish()
+            self._publish()
             if following is None:
                 break
             played = following

@@ -80,3 +80,16 @@ def test_a_rollout_staler_than_the_bound_is_refused(tiny_model):
     trajs[0].turns[0].policy_version = 0
     with pytest.raises(ValueError, match="policy version 0, outside \\[1, 2\\]"):
         policy.update(trajs)
+
+
+def test_a_reset_serves_the_specs_weights(tiny_model):
+    # a retrain stage resets its role, then plays it: the served copy must hold the fresh weights
+    policy = policy_for(tiny_model, "grpo", max_staleness=1)
+    with torch.no_grad():
+        for p in policy.params:
+            p.add_(1.0)
+    policy.publish()
+    policy.reset()
+    served, trained = policy.served.state_dict(), policy.model.state_dict()
+    assert policy.served is not policy.model and all(torch.equal(served[k], trained[k]) for k in trained)
+    assert policy.sampling_version == policy.version
