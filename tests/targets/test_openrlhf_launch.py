@@ -22,8 +22,9 @@ JOBS = [
     ("askbench.ask", [], ("group_norm", "ppo", 8, (0.2, 0.2))),
     ("ask_e.ask", ["--profile", "training"], ("group_norm", "cispo", 16, (0.75, 3.0))),
     ("ask_e.ask", ["--profile", "training", "--substitute", "cispo=grpo"], ("group_norm", "ppo", 16, (0.75, 3.0))),
-    # App. E's asynchronous rollouts: CISPO with the extension's truncated importance weight
-    ("ask_e.ask", ["--profile", "training", "--set", "staleness=1"], ("group_norm", "cispo", 16, (0.75, 3.0))),
+    # App. E's asynchronous rollouts are Ask-E's default (CISPO with the extension's truncated
+    # importance weight); staleness 0 trains synchronously
+    ("ask_e.ask", ["--profile", "training", "--set", "staleness=0"], ("group_norm", "cispo", 16, (0.75, 3.0))),
     ("reasoning_arena.ask", [], ("group_norm", "cispo", 8, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--profile", "cpu"], ("group_norm", "cispo", 4, (1.0, 2.0))),
     ("reasoning_arena.ask", ["--set", "advantage_std=sample"], ("group_norm", "cispo", 8, (1.0, 2.0))),
@@ -77,7 +78,7 @@ def test_launch_script_parses_with_openrlhf(tmp_path, job_extension, spec, optio
     assert tuple(args.actor.eps_clip_low_high) == clip
     # max_staleness = 1: OpenRLHF's async trainer, the cispo extension's token-level TIS
     # truncated at is_bound (2); else OpenRLHF's defaults (synchronous, no correction)
-    staleness = "staleness=1" in options
+    staleness = "staleness=1" in options or (spec == "ask_e.ask" and "staleness=0" not in options)
     want_async = (True, 1, "token", "clip", [0.0, 2.0]) if staleness else (False, 1, "off", "mask", [0.5, 5.0])
     assert (args.train.async_enable, args.train.async_queue_size, args.algo.advantage.is_correction_level,
             args.algo.advantage.is_correction_mode, list(args.algo.advantage.is_correction_threshold)) == want_async

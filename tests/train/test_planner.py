@@ -39,6 +39,16 @@ def test_ask_e_training_plays_groups_of_g_repeats_of_one_pair():
     assert t.steps == 201 and t.planned_sessions() == 200 * 256 + 60 * 8 * 2
 
 
+
+@pytest.mark.parametrize("profile", ["benchmark", "training"])
+def test_ask_e_trains_one_update_stale_beside_its_stages(profile):
+    """App. E's asynchronous rollouts are the spec's default; the local trainer runs them
+    beside the `rl` and `downstream_eval` stages (it refused them before)."""
+    t = trainer("ask_e.ask", profile=profile)
+    assert t.asynchronous and t.by_role["questioner"].max_staleness == 1
+    assert [s.phase.stage for s in t.slots[-2:]] == ["rl", "downstream_eval"]
+    assert not trainer("ask_e.ask", {"staleness": 0}, profile).asynchronous
+
 def test_elements_cycle_and_steps_are_deterministic():
     t = trainer("arith.ask")
     assert [len(t.planner.plans(k)) for k in (1, 2, 3)] == [8, 8, 8]
