@@ -44,11 +44,13 @@ CASES = [
         "profile: grounded",
         "  inner loop: 4 dataset(s) × 4 copies of student × 10 step(s) (15 after a promotion) = 160-240 inner "
         "update(s) per outer step, 256 session(s) each; practice: student ≤ 1 per session",
-        "  stage rl train: the schedule (nested), steps 1–200",
-    ], ["pass@1, pass@4, pass@8, pass@16, pass@32, avg@32 of 'correct'; step 201", "steps 202–1701"]),
+        "  stage rl train: the schedule (nested), keeping the promoted student of best accuracy, steps 1–200",
+    ], ["pass@1, pass@4, pass@8, pass@16, pass@32, avg@32 of 'correct'; step 201",
+        "stopping at its reward plateau (window 25, fraction 0.15), steps 202–1701"]),
     ("soar", "intrinsic_t", [
         "profile: intrinsic_t",
-        "  200 outer step(s); each updates teacher once; teach: student ≤ 8192, student_greedy ≤ 64, teacher ≤ 1280 per session",
+        "  200 outer step(s); each updates teacher once; teach: student ≤ 8192, student_greedy ≤ 64, teacher ≤ 1280 per "
+        "session; write: teacher ≤ 640 per session",
     ], []),
 ]
 
