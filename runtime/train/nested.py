@@ -12,7 +12,9 @@ step does between playing the outer games and updating the outer role.
    paper's longer inner loop for an improved baseline) by playing the `practice` game
    over the dataset's items (the train block's `group` and `batch`), then evaluated on the
    same reward questions. One copy lives at a time; its weights wait on disk
-   (`checkpoints/nested/work/`) only while it may still be the one promoted.
+   (`checkpoints/nested/work/`) only while it may still be the one promoted. A copy's
+   seeds and session numbers follow (step, k, j) alone (`train_copy`), so the cluster's
+   inner-loop service trains the copies on a pool of workers with the same result.
 4. **Outer reward.** R_k = mean_j acc(copy k,j) − acc(baseline), written as a turn reward
    `grounded` on every outer reply of X_k; the outer role's group is all datasets of the
    session (so RLOO compares datasets). With `outer_reward = intrinsic` steps 2-4 are
@@ -33,6 +35,7 @@ is checkpointed with the outer step (`checkpoints/nested/step-<n>.json`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import json
@@ -40,7 +43,7 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from askspec.ir import model as ir
 from askspec.ir.plansize import group_size, whole_groups
@@ -82,6 +85,19 @@ class Dataset:
     k: int  # 1-based, over the step's outer sessions
     items: list[dict[str, Any]]
     turns: list[tuple[str, int, int]]  # (session, attempt, turn index) of each reply of the dataset
+
+
+@dataclass
+class CopyResult:
+    """What training one copy gives its outer step (InnerLoop.train_copy)."""
+
+    accuracy: float  # on the step's reward questions
+    metrics: list[dict[str, Any]]  # each inner step's update metrics (JSON values)
+    weights: str  # the trained copy's weights (a file in the work folder)
+
+
+# (step, dataset, copy, inner steps, reward questions, first session index) -> the trained copy
+CopyTrainer = Callable[[int, "Dataset", int, int, list, int], Awaitable[CopyResult]]
 
 
 @dataclass
@@ -249,15 +265,19 @@ class InnerLoop:
                 log.reward(sid, attempt, role=self.s.outer, turn_index=turn, name="grounded", value=r_k, kind="turn")
         return summary
 
-    async def outer_step(self, step: int, index0: int, engine, log, datasets: list[Dataset]) -> dict[str, Any]:
+    async def outer_step(self, step: int, index0: int, engine, log, datasets: list[Dataset],
+                         train: CopyTrainer | None = None) -> dict[str, Any]:
         """Steps 2-5 of the module doc for one outer step's datasets: R_k per dataset
         (`outer_rewards`, in dataset order) and the promotion decision, with the
         nested_events written to `log`; the loop's state and the inner role's weights are
         updated. The one computation of R_k: the local schedule (run) and the cluster's
-        inner-loop service (targets/openrlhf/inner_loop.py) both call it."""
+        inner-loop service (targets/openrlhf/inner_loop.py) both call it. `train` trains
+        the copies elsewhere (the service's pool of Ray workers, each calling `train_copy`);
+        its copies are all started first and gathered in (dataset, copy) order. Without it
+        each copy is `train_copy` here, one after the other."""
         t = self.trainer
         self._cursor = index0
-        work = t.run_dir / "checkpoints" / NESTED / "work"
+        work = self.work_root()
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True, exist_ok=True)
         assert self.evaluate is not None
@@ -272,43 +292,45 @@ class InnerLoop:
             # the best dataset so far: (k, median copy, its weights, its accuracy)
             best: tuple[int, int, Path | None, float] | None = None
             steps = self.s.inner_steps + (self.s.extra_inner_steps if self.state.promotions else 0)
-            for ds in datasets:
-                accs: list[float] = []
-                files: list[Path | None] = []
-                for j in range(1, self.s.copies + 1):
-                    if not ds.items:  # nothing to train on: the copy is the baseline
-                        accs.append(base)
-                        files.append(None)
-                        continue
-                    copy = student.fork()
-                    t.policies[self.s.inner] = copy  # the copy serves the inner role and current(inner)
-                    try:
-                        for i in range(1, steps + 1):
-                            m = await self._inner_step(step, ds, j, i, copy, engine, log)
+            jobs = [(ds, j) for ds in datasets if ds.items for j in range(1, self.s.copies + 1)]
+            started = {(ds.k, j): asyncio.ensure_future(train(step, ds, j, steps, questions, self.copy_index0(index0, ds.k, j)))
+                       for ds, j in jobs} if train is not None else {}
+            gathered: set[Path] = set()
+            try:
+                for ds in datasets:
+                    accs: list[float] = []
+                    files: list[Path | None] = []
+                    for j in range(1, self.s.copies + 1):
+                        if not ds.items:  # nothing to train on: the copy is the baseline
+                            accs.append(base)
+                            files.append(None)
+                            continue
+                        done = await (started[(ds.k, j)] if started else
+                                      self.train_copy(step, ds, j, steps, questions, self.copy_index0(index0, ds.k, j),
+                                                      engine, log))
+                        for i, m in enumerate(done.metrics, 1):
                             log.nested_event(step=step, event="inner_step", dataset=ds.k, copy=j, inner_step=i,
-                                             value=m.get("loss"), data=t.jsonable(m))
-                        acc = await self._accuracy(step, f"d{ds.k}c{j}", questions, engine, log)
-                    finally:
-                        t.policies[self.s.inner] = student
-                        await copy.release()  # its backend's worker thread holds the weights
-                    accs.append(acc)
-                    log.nested_event(step=step, event="copy", dataset=ds.k, copy=j, value=acc,
-                                     data={"reward": acc - base, "steps": steps})
-                    path = work / f"d{ds.k}-c{j}.safetensors"
-                    _save_weights(copy.state(), path)
-                    files.append(path)
-                    del copy
-                    gc.collect()  # the copy's weights and AdamW state go before the next copy is made
-                r_k = sum(a - base for a in accs) / len(accs)
-                rewards.append(r_k)
-                med = median_copy(accs)
-                log.nested_event(step=step, event="dataset", dataset=ds.k, value=r_k,
-                                 data={"accuracies": accs, "baseline": base, "median_copy": med + 1, "items": ds.items})
-                if best is None or r_k > rewards[best[0] - 1]:
-                    best = (ds.k, med + 1, files[med], accs[med])
-                for f in (work.glob("*.safetensors")):  # only the best dataset's median copy may be promoted
-                    if best[2] is None or f != best[2]:
-                        f.unlink(missing_ok=True)
+                                             value=m.get("loss"), data=m)
+                        accs.append(done.accuracy)
+                        log.nested_event(step=step, event="copy", dataset=ds.k, copy=j, value=done.accuracy,
+                                         data={"reward": done.accuracy - base, "steps": steps})
+                        files.append(Path(done.weights))
+                    r_k = sum(a - base for a in accs) / len(accs)
+                    rewards.append(r_k)
+                    med = median_copy(accs)
+                    log.nested_event(step=step, event="dataset", dataset=ds.k, value=r_k,
+                                     data={"accuracies": accs, "baseline": base, "median_copy": med + 1,
+                                           "items": ds.items})
+                    if best is None or r_k > rewards[best[0] - 1]:
+                        best = (ds.k, med + 1, files[med], accs[med])
+                    # only the best dataset's median copy may be promoted (a pool's later copies wait)
+                    gathered.update(f for f in files if f is not None)
+                    for f in gathered:
+                        if best[2] is None or f != best[2]:
+                            f.unlink(missing_ok=True)
+            finally:
+                for fut in started.values():
+                    fut.cancel()
             mean = sum(rewards) / len(rewards) if rewards else 0.0
             average, promote = decide(self.state, mean, self.s.window, self.s.threshold)
             promote = promote and best is not None
@@ -331,6 +353,44 @@ class InnerLoop:
             shutil.rmtree(work, ignore_errors=True)
         return {"datasets": len(datasets), "baseline_accuracy": base, "outer_rewards": rewards,
                 "moving_average": average, "promoted": promote, "inner_steps": steps}
+
+    def copy_index0(self, index0: int, k: int, j: int) -> int:
+        """The first session index of copy j of dataset k in the outer step whose sessions
+        start at `index0`: a range of its own after the baseline's (max_sessions), so a
+        copy's sessions are numbered alike whichever process trains it, and in what order."""
+        per_copy = (self.s.inner_steps + self.s.extra_inner_steps) * self._practice_shape()[1] + self._eval_items()
+        return index0 + self._eval_items() + ((k - 1) * self.s.copies + (j - 1)) * per_copy
+
+    def work_root(self) -> Path:
+        """Where the copies' weights wait for the step's promotion decision."""
+        return self.trainer.run_dir / "checkpoints" / NESTED / "work"
+
+    async def train_copy(self, step: int, ds: Dataset, j: int, steps: int, questions: list, index0: int,
+                         engine, log) -> CopyResult:
+        """Step 3 of the module doc for copy j of dataset `ds`: a fork of the inner role's
+        current weights trained `steps` inner steps on the dataset's items (its sessions
+        numbered from `index0`), evaluated on `questions`, its weights saved in the work
+        folder (`d<k>-c<j>.safetensors`). The seeds follow (step, k, j) alone, so the copy
+        is the same whether the local schedule or a worker of the service's pool trains it."""
+        t = self.trainer
+        self._cursor = index0
+        student = t.policies[self.s.inner]
+        copy = student.fork()
+        t.policies[self.s.inner] = copy  # the copy serves the inner role and current(inner)
+        metrics: list[dict[str, Any]] = []
+        try:
+            for i in range(1, steps + 1):
+                metrics.append(t.jsonable(await self._inner_step(step, ds, j, i, copy, engine, log)))
+            acc = await self._accuracy(step, f"d{ds.k}c{j}", questions, engine, log)
+        finally:
+            t.policies[self.s.inner] = student
+            await copy.release()  # its backend's worker thread holds the weights
+        path = self.work_root() / f"d{ds.k}-c{j}.safetensors"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _save_weights(copy.state(), path)
+        del copy
+        gc.collect()  # the copy's weights and AdamW state go before the next copy is made
+        return CopyResult(acc, metrics, str(path))
 
     def kept_root(self) -> Path:
         """Where keep = best(accuracy) keeps promoted students: beside the inner loop's work

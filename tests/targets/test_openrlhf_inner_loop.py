@@ -4,7 +4,8 @@ of tests/conftest.py with tests/train/specs/tiny_nested.ask: 2 datasets x 2 copi
 inner steps, 2 outer steps, the same seed. The service must return the R_k and the
 promotions the local schedule computes, also after Ray restarted it between the steps,
 when started by the job's entry point and called as the job's agents call it (found by
-name, one outer step per session key)."""
+name, one outer step per session key), whatever the size of its pool of workers (2, then
+1: the copies' seeds follow (step, dataset, copy), not the worker that trains them)."""
 
 from __future__ import annotations
 
@@ -108,7 +109,10 @@ def test_the_service_returns_the_local_schedules_rewards_and_promotions(ray_cpu,
     state = tmp_path / "service"
     monkeypatch.setenv("ASKSPEC_INNER_STATE", str(state))
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "service-runs"))
-    actor = run_job(tmp_path / "job", local_resolver, "fake_train_ppo_ray")
+    monkeypatch.setenv("ASKSPEC_INNER_WORKERS", "2")
+    started = run_job(tmp_path / "job", local_resolver, "fake_train_ppo_ray")
+    assert started is not None and len(started.workers) == 2  # the pool, owned here: it outlives a restarted host
+    actor = started.host
     service = connect(job["inner_loop"]["service"])  # as the job's agents find it: by name
 
     def answer(key: str, datasets: list) -> dict:
@@ -138,11 +142,30 @@ def test_the_service_returns_the_local_schedules_rewards_and_promotions(ray_cpu,
     assert not all(torch.equal(local[0]["weights"][k], local[1]["weights"][k]) for k in weights)
     ray.get(actor.close.remote())
     # the service's run store holds the same nested events as the local run's, per outer step
-    (run,) = [p for p in (tmp_path / "service-runs").iterdir() if p.is_dir()]
+    # (the inner steps' losses too: the workers return them); the copies' sessions are in
+    # the two workers' run directories
+    service = (state / "run").read_text().strip()
+    workers = [(state / f"run-worker-{i}").read_text().strip() for i in (0, 1)]
+    assert sorted(str(p) for p in (tmp_path / "service-runs").iterdir() if p.is_dir()) == sorted([service, *workers])
     (local_run,) = [p for p in (tmp_path / "local" / "runs").iterdir() if p.is_dir()]
     q = "SELECT step, event, dataset, copy, inner_step, value FROM nested_events ORDER BY seq"
     theirs = open_store(local_run).execute(q).fetchall()
-    mine = open_store(run).execute(q).fetchall()
-    assert [e for e in mine if e[1] == "promotion"] == [e for e in theirs if e[1] == "promotion"]
-    assert [e for e in mine if e[1] in ("copy", "dataset", "decision")] == [
-        e for e in theirs if e[1] in ("copy", "dataset", "decision")]
+    mine = open_store(Path(service)).execute(q).fetchall()
+    assert mine == theirs
+    def session_ids(run: Path | str) -> list[str]:
+        return [r[0] for r in open_store(Path(run)).execute("SELECT session_id FROM sessions").fetchall()]
+
+    copies = [session_ids(w) for w in workers]
+    assert all(copies)  # both workers trained copies: the sessions are the local run's, numbered alike
+    assert sorted(session_ids(service) + copies[0] + copies[1]) == sorted(session_ids(local_run))
+    # a pool of 1 (a host in this process, its one worker a Ray actor) answers as the pool of 2
+    from askspec.runtime.targets.openrlhf.inner_loop import InnerLoopHost
+
+    one = InnerLoopHost(exp.model_dump_json(), spec_dir=str(SPEC.parent), seed=SEED, runs=str(tmp_path / "one-runs"),
+                        state_dir=str(tmp_path / "one"), resolver_factory=local_resolver, workers=1)
+    try:
+        for step, mine in enumerate(got, 1):
+            assert one.outer_step(step, local[step - 1]["datasets"]) == mine
+        assert len(one.pool) == 1
+    finally:
+        one.close()
