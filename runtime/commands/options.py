@@ -107,6 +107,7 @@ class RunOptions:
     eval_only: bool = False  # play a spec with train blocks without training
     stage: str | None = None  # --stage NAME: play one evaluate stage's sessions (with --eval-only)
     weights: str | None = None  # --weights trained|initial: what a --stage run's sessions are recorded as
+    promotions: str | None = None  # --promotions FILE: a retrain stage's promoted datasets (an inner-loop service's state)
     log: tuple[str, ...] = ()  # --log tensorboard[:DIR] | wandb[:PROJECT] (commands/loggers.py)
 
     def __post_init__(self) -> None:
@@ -149,6 +150,9 @@ class RunOptions:
         if self.weights is not None and not self.eval_only:
             raise UsageError("--weights chooses the weights an evaluate stage plays (--eval-only --stage); a retrain "
                              "stage trains the models as given (--model ROLE=hf:CHECKPOINT)")
+        if self.promotions is not None and (self.stage is None or self.eval_only):
+            raise UsageError("--promotions gives a retrain stage on promoted datasets (`promoted = true`) the "
+                             "datasets to train on: use it with --stage NAME, without --eval-only")
         for value in self.log:
             parse_log(value)  # a bad value, or a missing package, before anything starts
 
@@ -163,6 +167,7 @@ class RunOptions:
                    base_url=_url(args.base_url), served_models=parse_served(args.served_model), quiet=args.quiet,
                    verbose=args.verbose, eval_only=getattr(args, "eval_only", False),
                    stage=getattr(args, "stage", None), weights=getattr(args, "weights", None),
+                   promotions=getattr(args, "promotions", None),
                    log=tuple(getattr(args, "log", None) or ()))
 
     @classmethod
@@ -194,7 +199,8 @@ class RunOptions:
                 "sessions": self.sessions, "max_tokens": self.max_tokens, "models": dict(self.models),
                 "base_url": self.base_url, "served_models": dict(self.served_models),
                 "concurrency": self.concurrency, "profile": self.profile, "log": list(self.log),
-                "eval_only": self.eval_only, "stage": self.stage, "weights": self.weights}
+                "eval_only": self.eval_only, "stage": self.stage, "weights": self.weights,
+                "promotions": os.path.abspath(self.promotions) if self.promotions else None}
 
     def resumed(self, saved: Mapping[str, Any]) -> RunOptions:
         """These options completed by an earlier run's recorded ones (the flags given now
@@ -206,7 +212,7 @@ class RunOptions:
                              f"come from the same server as its first ones (start a new run to use {self.base_url})")
         changes: dict[str, Any] = {}
         for key in ("backend", "replay", "sessions", "max_tokens", "base_url", "profile", "stage",
-                    "weights"):
+                    "weights", "promotions"):
             if getattr(self, key) is None and saved.get(key) is not None:
                 changes[key] = saved[key]
         if saved.get("eval_only") is True and not self.eval_only:

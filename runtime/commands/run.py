@@ -56,6 +56,10 @@ def register(sub) -> None:
                         "one retrain stage alone, from the models as given (--model ROLE=hf:CHECKPOINT)")
     p.add_argument("--weights", choices=("trained", "initial"),
                    help="with --stage: which weights the models run (recorded with each session; default trained)")
+    p.add_argument("--promotions", metavar="FILE",
+                   help="with --stage NAME of a retrain stage on promoted datasets (promoted = true): the nested "
+                        "schedule's promotions, from the inner-loop service's state.json (an OpenRLHF job's "
+                        "$ASKSPEC_INNER_STATE/state.json)")
     p.add_argument("--log", action="append", metavar="tensorboard[:DIR]|wandb[:PROJECT]",
                    help="also log every training step to TensorBoard (default folder: RUN_DIR/tensorboard) or "
                         "Weights & Biases (offline unless WANDB_MODE or an API key says otherwise)")

@@ -169,21 +169,43 @@ def stage_plan(exp: ir.Experiment, name: str, weights: str, params: dict, datase
     return StagePlan(stage, eval_plans(one, elements, seed, 0, 0)[weights])
 
 
-def one_stage(exp: ir.Experiment, name: str) -> ir.Experiment:
+def one_stage(exp: ir.Experiment, name: str, promotions: bool = False) -> ir.Experiment:
     """`--stage NAME` without --eval-only: the experiment whose stage list is that retrain
     stage alone, which the local trainer runs from the models as given (a cluster job runs
     a retrain stage so, with `--model ROLE=hf:CHECKPOINT` for the roles the stages before
-    trained: docs/cluster.md, "Stages")."""
+    trained: docs/cluster.md, "Stages"). A stage on promoted datasets needs them given
+    (`promotions`: --promotions FILE) unless the nested schedule promotes none (its outer
+    reward is not grounded: no inner loop runs)."""
     stage = next((s for s in exp.stages if s.name == name), None)
     if stage is None or stage.kind != "retrain":
         names = [s.name for s in exp.stages if s.kind == "retrain"]
         raise UsageError(f"--stage {name} without --eval-only trains one retrain stage: no retrain stage of that "
                          f"name{did_you_mean(name, names)}" + (f"; retrain stages: {', '.join(names)}" if names else
                                                               " (the spec has none; --eval-only plays an evaluate stage)"))
-    if stage.options.get("promoted"):
+    if stage.options.get("promoted") and not promotions and _promotes(exp):
         raise UsageError(f"--stage {name}: the stage trains on the promoted datasets of the run's nested schedule, "
-                         f"which a run of the stage alone does not have: run the spec whole")
+                         f"which a run of the stage alone does not have: give them with --promotions FILE (the "
+                         f"inner-loop service's state.json), or run the spec whole")
     return exp.model_copy(update={"stages": [stage]})
+
+
+def _promotes(exp: ir.Experiment) -> bool:
+    """Whether the spec's nested schedule can promote datasets (its inner loop runs)."""
+    from askspec.runtime.train.nested import Settings
+
+    return exp.schedule is not None and exp.schedule.kind == "nested" and Settings.of(exp).outer_reward == "grounded"
+
+
+def given_promotions(opts: RunOptions) -> list[dict] | None:
+    """--promotions FILE's promoted datasets (None without the flag); a bad file is the user's error."""
+    if opts.promotions is None:
+        return None
+    from askspec.runtime.targets.openrlhf.inner_loop import read_promotions
+
+    try:
+        return read_promotions(opts.promotions)
+    except ValueError as e:
+        raise UsageError(f"--promotions: {e}") from None
 
 
 def stage_experiment(exp: ir.Experiment, plan: Plan | StagePlan) -> ir.Experiment:
@@ -252,8 +274,9 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], 
     if res is None:
         return None
     exp = res.ir
+    promotions = given_promotions(opts)
     if opts.stage is not None and not opts.eval_only:  # one retrain stage, trained alone
-        exp = one_stage(exp, opts.stage)
+        exp = one_stage(exp, opts.stage, promotions is not None)
         res = dataclasses.replace(res, ir=exp)
     check_names(opts, exp)
     spec_dir = os.path.dirname(os.path.abspath(opts.file))
@@ -263,6 +286,8 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], 
     trainer = prepare_training(opts, manifest, res, params, datasets, seed)
     if trainer is False:
         return None  # refused: the diagnostics are printed
+    if promotions is not None and trainer is not None and trainer.inner is not None:
+        trainer.inner.state.promotions = promotions  # what the stage's retrain_items read (a resume restores them)
     base = default_base_url(manifest, warn)
     resolver = ModelResolver(exp, opts, spec_dir, default_base_url=base if manifest else None, warn=warn,
                              set_torch_threads=own_process)

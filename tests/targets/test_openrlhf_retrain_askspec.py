@@ -4,7 +4,9 @@ it with askspec's own trainer (`askspec run --stage NAME`, whose command line as
 parser and validation accept), the other trained roles on the weights the stages before
 left, and copies the checkpoint the stage kept to the driver's SAVE_PATH, which the next
 stages then use. SOAR compiles so in both profiles, its student after the RL stage being
-the inner-loop service's kept (most accurate) promoted copy."""
+the inner-loop service's kept (most accurate) promoted copy. A retrain stage on the nested
+schedule's promoted datasets (`promoted = true`: SOAR's pq_student) runs so too, its
+datasets read from the service's state file (`--promotions`)."""
 
 from __future__ import annotations
 
@@ -23,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ASKSPEC_STUB = """#!/usr/bin/env bash
 printf '%s\\n' "$@" > "$STUB_LOG"
 prev=""; for a in "$@"; do if [ "$prev" = --out ]; then out="$a"; fi; prev="$a"; done
-run="$out/20260101-000000-retrain_sampled-abcdef"
-mkdir -p "$run/checkpoints/s/step-3" "$run/checkpoints/s/step-2"
-echo '{"step": 3, "roles": {"s": "s/step-3"}}' > "$run/checkpoints/latest.json"
-echo kept > "$run/checkpoints/s/step-3/config.json"
-echo earlier > "$run/checkpoints/s/step-2/config.json"
+run="$out/20260101-000000-retrain_sampled-abcdef"; r=${STUB_ROLE:-s}
+mkdir -p "$run/checkpoints/$r/step-3" "$run/checkpoints/$r/step-2"
+echo '{"step": 3}' > "$run/checkpoints/latest.json"
+echo kept > "$run/checkpoints/$r/step-3/config.json"
+echo earlier > "$run/checkpoints/$r/step-2/config.json"
 echo "a progress line"
 echo "$run"
 """
@@ -39,19 +41,24 @@ def compile_to(tmp_path: Path, spec: Path, *options: str) -> Path:
     return out
 
 
-def test_retrain_sh_trains_the_stage_with_askspec_and_hands_on_the_kept_checkpoint(tmp_path) -> None:
-    job = compile_to(tmp_path, SPECS / "retrain_sampled.ask")
+def run_retrain_sh(tmp_path: Path, script: Path, **env: str) -> list[str]:
+    """retrain.sh run with a stub `askspec` (ASKSPEC_STUB) first on PATH: the arguments it was given."""
     stubs = tmp_path / "stubs"
-    stubs.mkdir()
+    stubs.mkdir(exist_ok=True)
     (stubs / "askspec").write_text(ASKSPEC_STUB)
     (stubs / "askspec").chmod(0o755)
-    log, save = tmp_path / "askspec.args", tmp_path / "ckpt" / "stage-2-fresh"
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SAVE_PATH": str(save),
-           "CKPT_T": "/ckpt/iter-1/t", "ASKSPEC_RUNS": str(tmp_path / "runs")}
-    done = subprocess.run(["bash", str(job / "stage-2-fresh" / "retrain.sh")], env=env, capture_output=True,
-                          text=True, timeout=60)
+    log = tmp_path / "askspec.args"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log),
+                               "ASKSPEC_RUNS": str(tmp_path / "runs"), **env})
     assert done.returncode == 0, done.stderr
-    argv = log.read_text().splitlines()
+    return log.read_text().splitlines()
+
+
+def test_retrain_sh_trains_the_stage_with_askspec_and_hands_on_the_kept_checkpoint(tmp_path) -> None:
+    job = compile_to(tmp_path, SPECS / "retrain_sampled.ask")
+    save = tmp_path / "ckpt" / "stage-2-fresh"
+    argv = run_retrain_sh(tmp_path, job / "stage-2-fresh" / "retrain.sh", SAVE_PATH=str(save), CKPT_T="/ckpt/iter-1/t")
     assert argv[:4] == ["run", "spec/retrain_sampled.ask", "--stage", "fresh"]
     assert argv[argv.index("--model") + 1] == "t=hf:/ckpt/iter-1/t"  # the trained t, not its initial weights
     opts = RunOptions.from_args(build_parser().parse_args(argv))  # askspec's own validation of the combination
@@ -78,7 +85,7 @@ def test_every_soar_profile_compiles_with_its_new_stages_mapped(tmp_path) -> Non
         json.loads((job / "job.json").read_text())
 
 
-def test_a_stage_run_trains_one_retrain_stage_and_refuses_promoted_ones() -> None:
+def test_a_stage_run_trains_one_retrain_stage_and_needs_the_promotions_of_promoted_ones() -> None:
     import pytest
 
     from askspec.lang.compiler import compile_file
@@ -89,7 +96,61 @@ def test_a_stage_run_trains_one_retrain_stage_and_refuses_promoted_ones() -> Non
     assert exp is not None
     alone = one_stage(exp, "teacher_student")
     assert [s.name for s in alone.stages] == ["teacher_student"] and alone.training == exp.training
-    with pytest.raises(UsageError, match="promoted datasets of the run's nested schedule"):
+    with pytest.raises(UsageError, match="promoted datasets of the run's nested schedule.*--promotions FILE"):
         one_stage(exp, "pq_student")  # its items are the run's promotions, which a stage run does not have
+    assert [s.name for s in one_stage(exp, "pq_student", promotions=True).stages] == ["pq_student"]
+    # Intrinsic-T runs no inner loop: nothing is promoted, the stage trains on its data set alone
+    intrinsic = compile_file(str(ROOT / "specs" / "soar.ask"), profile="intrinsic_t").ir
+    assert [s.name for s in one_stage(intrinsic, "pq_student").stages] == ["pq_student"]
     with pytest.raises(UsageError, match="no retrain stage of that name .did you mean .teacher_student.?."):
         one_stage(exp, "teacher_studnet")
+    for wrong in ({}, {"stage": "ps", "eval_only": True}):  # --promotions is a retrain stage's
+        with pytest.raises(UsageError, match="--promotions .* use it with --stage NAME, without --eval-only"):
+            RunOptions(file="soar.ask", promotions="state.json", **wrong)
+
+
+def test_soars_promoted_retrain_stage_reads_the_services_state_in_the_job(tmp_path, capsys) -> None:
+    for profile in ("grounded", "intrinsic_t"):
+        job = compile_to(tmp_path / profile, ROOT / "specs" / "soar.ask", "--profile", profile)
+        assert "W601" not in capsys.readouterr().err  # every stage the paper uses is part of the job
+        save = tmp_path / profile / "ckpt" / "stage-3-pq_student"
+        argv = run_retrain_sh(tmp_path / profile, job / "stage-3-pq_student" / "retrain.sh", SAVE_PATH=str(save),
+                              STUB_ROLE="student", CKPT_TEACHER="/ckpt/teacher", ASKSPEC_INNER_STATE="/state")
+        opts = RunOptions.from_args(build_parser().parse_args(argv))
+        assert (opts.stage, opts.eval_only, opts.profile, opts.models) == (
+            "pq_student", False, profile, {"teacher": "hf:/ckpt/teacher"})
+        # the promoted datasets: the service's state file in driver.sh's ASKSPEC_INNER_STATE (Intrinsic-T
+        # runs no inner loop: nothing is promoted, and the job has no service)
+        assert opts.promotions == ("/state/state.json" if profile == "grounded" else None)
+        assert (save / "config.json").read_text() == "kept\n"  # the student for the stages after it
+        driver = (job / "driver.sh").read_text()
+        assert ("export ASKSPEC_INNER_STATE=" in driver) == (profile == "grounded")
+        after = driver[driver.index('SAVE_PATH="$out" bash stage-3-pq_student/retrain.sh'):]
+        assert after.index('CKPT_STUDENT="$out"') < after.index("stage-4-pq/evaluate.sh")  # pq evaluates it
+
+
+def test_a_stage_run_trains_on_the_promoted_datasets_of_a_services_state_file(tmp_path, tiny_model) -> None:
+    import asyncio
+
+    from askspec.runtime.commands.run import run_spec
+    from askspec.runtime.store.views import open_store
+
+    # the service's state file after two promotions (InnerLoopHost._save: its answer's promotions)
+    promoted = [[{"question": "11+1?", "answer": "12"}], [{"question": "20+3?", "answer": "23", "text": "x"}]]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"step": 2, "key": "session-b", "answer": {"step": 2, "promoted": True, "promotions": [
+        {"step": n, "dataset": 1, "copy": 1, "items": items} for n, items in enumerate(promoted, 1)]}}))
+    spec = str(ROOT / "tests" / "train" / "specs" / "tiny_pq.ask")
+    weights = {"weights": f'"{tiny_model}"'}
+    rc, run = asyncio.run(run_spec(spec, stage="pq_student", set=weights, out=str(tmp_path / "refused")))
+    assert rc != 0 and run is None  # without them the stage would train on the data set alone: refused
+    rc, run = asyncio.run(run_spec(spec, stage="pq_student", promotions=str(state), set=weights,
+                                   out=str(tmp_path / "runs")))
+    assert rc == 0 and run is not None
+    rows = open_store(Path(run)).execute("SELECT step, params->>'$.qa.question' FROM sessions WHERE stage = "
+                                         "'pq_student' ORDER BY index").fetchall()
+    # curriculum = 1: step 1 plays the promoted questions alone, in promotion order; then the data set
+    assert [q for step, q in rows if step == 1] == ["11+1?", "20+3?"]
+    assert {q for step, q in rows if step > 1} <= {"2+2?", "3+5?"} and max(step for step, _ in rows) == 3
+    manifest = json.loads((Path(run) / "manifest.json").read_text())
+    assert manifest["run_options"]["promotions"] == str(state)  # a resumed run reads them again

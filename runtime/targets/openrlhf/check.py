@@ -58,8 +58,11 @@ class StageJob:
     dir: str  # its folder in the job ("" for the train stage)
     role: str | None = None
     phase: Phase | None = None
-    # a retrain stage OpenRLHF cannot run (it samples its items from a role, or stops at a reward plateau)
+    # a retrain stage OpenRLHF cannot run (it samples its items from a role, or stops at a reward plateau,
+    # or trains on the nested schedule's promoted datasets)
     askspec: bool = False
+    # its items include the promoted datasets the job's inner-loop service keeps (retrain.sh: --promotions)
+    promotions: bool = False
 
 
 @dataclass
@@ -198,13 +201,13 @@ def _check_stage(exp: ir.Experiment, stage: ir.Stage, k: int, sources: Sources, 
             return None
         return StageJob(stage, folder, role=owner)
     if o["promoted"]:
-        sink.warn("W601", f"stage '{stage.name}' (retrain, promoted = true) is not part of the OpenRLHF job: its items "
-                          "are the nested schedule's promoted datasets, which the job's inner-loop service keeps "
-                          "(state.json under $ASKSPEC_INNER_STATE) and no stage run can read yet; the stages after it "
-                          f"see '{o['role']}' as the stages before left it",
-                  span_of(stage.span, spec_file), "train it with askspec's own trainer on the whole spec "
-                                                  "(`askspec run`), or train on the data set alone (promoted = false)")
-        return None
+        # the promoted datasets are the inner-loop service's (state.json): askspec's trainer reads them
+        # there; with no grounded inner loop nothing is promoted, and the stage trains on its data alone
+        from askspec.runtime.train.nested import Settings
+
+        grounded = exp.schedule is not None and exp.schedule.kind == "nested" and \
+            Settings.of(exp).outer_reward == "grounded"
+        return StageJob(stage, folder, role=o["role"], askspec=True, promotions=grounded)
     if o.get("sample") or o.get("keep"):
         # a PPO job can neither play a game before its first step nor stop by its reward's slope:
         # askspec's own trainer runs the stage on the job's node, from the weights the stages before left

@@ -4,7 +4,9 @@ format OpenRLHF's SFTDataset reads; an evaluate stage serves the evaluated role'
 with vLLM (serve_frozen.sh) and plays the stage's games against them with
 `askspec run --eval-only --stage`. A `retrain` stage is a PPO phase of its own (generate.py
 builds it like the schedule's), or, when it samples its items from a role or stops at a
-reward plateau, a run of askspec's own trainer (`askspec run --stage`, retrain.sh). Files
+reward plateau, or trains on the nested schedule's promoted datasets (read from the
+inner-loop service's state file: `--promotions`), a run of askspec's own trainer
+(`askspec run --stage`, retrain.sh). Files
 come back in memory, by path; generate.py writes."""
 
 from __future__ import annotations
@@ -80,9 +82,13 @@ def retrain_files(env: jinja2.Environment, common: dict, job: StageJob, others: 
     the driver's SAVE_PATH."""
     o = job.stage.options
     why = [f"its items include {o['sample']}'s replies, sampled when the stage starts"] if o.get("sample") else []
+    if o.get("promoted"):
+        why.append("its items include the nested schedule's promoted datasets (" + (
+            "the inner-loop service's $ASKSPEC_INNER_STATE/state.json" if job.promotions else
+            "none: the schedule's inner loop does not run, so nothing is promoted") + ")")
     if o.get("keep"):
         why.append(f"it stops where its reward levels off (keep = {o['keep']['rule']})")
     ctx = {**common, "stage": job.stage.name, "role": job.role, "why": "; ".join(why), "spec": spec_name,
            "profile": profile, "sets": [f"{k}={v}" for k, v in overrides.items()], "others": others,
-           "pretrain": pretrain}
+           "pretrain": pretrain, "promotions": job.promotions}
     return {os.path.join(job.dir, "retrain.sh"): env.get_template("retrain.sh.j2").render(**ctx)}
