@@ -471,6 +471,7 @@ class Engine:
             history = st.history.get(role) or []
             messages = ([{"role": "system", "content": st.system[role]}] if role in st.system else []) + history
             messages.append({"role": "user", "content": user})
+        uncut = messages[-1]
         if r.max_prompt_tokens is not None and not any(m["role"] == "assistant" for m in history):
             messages = await self.fit_prompt(role, rc, messages)  # the prompt opens the role's conversation
         asked = messages[-1]
@@ -490,7 +491,8 @@ class Engine:
             st.first_user[role] = user
         if remember and conversation is not None:
             # in the order replies arrive; shared_view orders them
-            st.shared.setdefault(conversation, []).append(SharedTurn(ask_no, reply.turn, role, user, reply["text"]))
+            cut = asked["content"] if asked is not uncut else None
+            st.shared.setdefault(conversation, []).append(SharedTurn(ask_no, reply.turn, role, user, reply["text"], cut))
         elif remember and rc.memory != "none":
             # the message sent, itself (the store then finds the next prompt's head equal by identity)
             new = history + [asked, {"role": "assistant", "content": reply["text"]}]
@@ -635,7 +637,12 @@ def shared_view(turns: Iterable[SharedTurn], role: str, ask_no: int, prompt: str
         if t.ask >= ask_no:
             break
         if t.speaker == role:
-            user(t.prompt)
+            if t.sent is not None:  # its prompt was cut: the message as it was sent, the others' turns in it
+                if out and out[-1]["role"] == "user":
+                    out.pop()
+                out.append({"role": "user", "content": t.sent})
+            else:
+                user(t.prompt)
             out.append({"role": "assistant", "content": t.text})
         else:
             user(f"{t.speaker}: {t.text}")

@@ -125,6 +125,10 @@ class SharedTurn:
     speaker: str
     prompt: str
     text: str
+    # the user message the speaker was sent when its prompt was cut to max_prompt_tokens
+    # (truncate_left): the others' tagged turns before it and its prompt, joined and cut
+    # from the left; the speaker's later prompts carry that message as it was sent
+    sent: str | None = None
 
 
 @dataclass

@@ -110,3 +110,23 @@ game g {{ ask q: "{' '.join(f'word{i}' for i in range(60))}" }}
     assert 30 < len(ids) <= 40 and tokens_in == len(ids)
     assert messages[0] == {"role": "system", "content": "Be brief."}
     assert messages[1]["content"].endswith("word58 word59") and "word0 " not in messages[1]["content"]
+
+
+def test_a_cut_prompt_in_a_shared_conversation_is_remembered_as_it_was_sent(tmp_path):
+    # b's first message (a's tagged turn and b's own prompt, joined) is cut; its second
+    # call carries that first message as it was sent, as `memory = full` does
+    run(tmp_path, f"""
+model m = python("fake_models:remember_messages")
+role a {{ model = m; memory = shared(talk); prompt = "go" }}
+role b {{ model = m; memory = shared(talk); max_prompt_tokens = 12; prompt_overflow = truncate_left; prompt = "{DIGITS}" }}
+game g {{
+    ask a
+    ask b
+    ask a
+    ask b
+}}
+""")
+    first, second = sent("b")
+    assert first == [("user", DIGITS[-32:])]  # "a: a 0" and the start of the digits cut away
+    assert second[:2] == [("user", DIGITS[-32:]), ("assistant", "b 0")]
+    assert second[2] == ("user", f"a: a 1\n\n{DIGITS}")  # (not the opening prompt: sent whole)
