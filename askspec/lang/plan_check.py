@@ -67,7 +67,21 @@ def check_training_size(exp: ir.Experiment, spans: dict[str, dict[str, Span]], s
 
 def describe(exp: ir.Experiment) -> str:
     """'N sessions planned', naming the games whose sessions are counted only at run time
-    (over a data file, or replaying a buffer)."""
+    (over a data file, or replaying a buffer); for a spec that trains, what each train
+    block plays (the count before it is one pass over the games: an --eval-only run)."""
+    text = _describe_pass(exp)
+    if not exp.training:
+        return text
+    games = first_phase(exp)
+    blocks = []
+    for t in exp.training:
+        steps, per_step = training_steps(t, exp), training_step_sessions(t, games)
+        blocks.append(f"train {t.role}: {steps:,} step{'s' if steps != 1 else ''} × {per_step:,} "
+                      f"session{'s' if per_step != 1 else ''}")
+    return f"{text} (one pass, as --eval-only plays it); {'; '.join(blocks)}"
+
+
+def _describe_pass(exp: ir.Experiment) -> str:
     params = exp.param_values()
     total, later = 0, []
     for game, n in iter_game_counts(first_phase(exp), params, dataset_sizes(exp)):

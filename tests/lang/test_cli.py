@@ -19,7 +19,10 @@ def test_check_all_specs_clean() -> None:
     assert lines[-1] == f"ok: {len(SPECS)} specs checked"
     assert "warning" not in res.stderr  # no warnings either
     assert len(lines) == len(SPECS) + 1  # one "sessions planned" line per spec
-    assert "specs/ask_e.ask: 30 sessions planned" in lines
+    # a spec that trains: one pass over its games (what --eval-only plays), then each train block's plan
+    assert "specs/ask_e.ask: 30 sessions planned (one pass, as --eval-only plays it); train questioner: 200 steps × " \
+           "260 sessions" in lines
+    assert "; train proposer: 600 steps × 1 session; train solver: 300 steps × 12 sessions" in res.stderr
     assert res.stdout == ""
 
 
