@@ -22,23 +22,33 @@ def pytest_report_header(config):
 
 
 @pytest.fixture
-def job_extension(monkeypatch):
-    """`load(job)`: the CISPO extension a compiled job folder ships (askspec_ext.cispo),
-    imported from that folder, with OpenRLHF's own loss.py loaded on CPU beside it
-    (openrlhf_harness.load_policy_loss); returns (the extension's cispo module, loss module).
-    Everything is unloaded afterwards."""
-    from openrlhf_harness import load_policy_loss
-
+def job_module(monkeypatch):
+    """`load(job, name)`: the module `askspec_ext.<name>` a compiled job folder ships (the
+    CISPO loss, the population std, the update gate), imported from that folder afresh;
+    everything of askspec_ext is unloaded afterwards."""
     def ours() -> list[str]:
         return [n for n in sys.modules if n == "askspec_ext" or n.startswith("askspec_ext.")]
 
-    def load(job):
-        loss = load_policy_loss(lambda name, module: monkeypatch.setitem(sys.modules, name, module))
+    def load(job, name: str):
         monkeypatch.syspath_prepend(str(job))
-        for name in ours():
-            monkeypatch.delitem(sys.modules, name)
-        return importlib.import_module("askspec_ext.cispo"), loss
+        for module in ours():
+            monkeypatch.delitem(sys.modules, module)
+        return importlib.import_module(f"askspec_ext.{name}")
 
     yield load
-    for name in ours():
-        del sys.modules[name]
+    for module in ours():
+        del sys.modules[module]
+
+
+@pytest.fixture
+def job_extension(monkeypatch, job_module):
+    """`load(job)`: the CISPO extension a compiled job folder ships (askspec_ext.cispo),
+    imported from that folder, with OpenRLHF's own loss.py loaded on CPU beside it
+    (openrlhf_harness.load_policy_loss); returns (the extension's cispo module, loss module)."""
+    from openrlhf_harness import load_policy_loss
+
+    def load(job):
+        loss = load_policy_loss(lambda name, module: monkeypatch.setitem(sys.modules, name, module))
+        return job_module(job, "cispo"), loss
+
+    return load

@@ -54,17 +54,9 @@ def job(tmp_path) -> Path:
 
 
 @pytest.fixture
-def ext(monkeypatch):
+def ext(job_module):
     """`load(job)`: the job's askspec_ext.gate, imported from its folder."""
-    def load(folder: Path):
-        monkeypatch.syspath_prepend(str(folder))
-        for name in [n for n in sys.modules if n.split(".")[0] == "askspec_ext"]:
-            monkeypatch.delitem(sys.modules, name)
-        return importlib.import_module("askspec_ext.gate")
-
-    yield load
-    for name in [n for n in sys.modules if n.split(".")[0] == "askspec_ext"]:
-        del sys.modules[name]
+    return lambda job: job_module(job, "gate")
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ OpenRLHF it was not written for."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import json
 import sys
@@ -49,17 +48,9 @@ def openrlhf(monkeypatch):
 
 
 @pytest.fixture
-def ext(monkeypatch):
+def ext(job_module):
     """`load(job)`: the job's askspec_ext.advantages, imported from its folder."""
-    def load(job: Path):
-        monkeypatch.syspath_prepend(str(job))
-        for name in [n for n in sys.modules if n.split(".")[0] == "askspec_ext"]:
-            monkeypatch.delitem(sys.modules, name)
-        return importlib.import_module("askspec_ext.advantages")
-
-    yield load
-    for name in [n for n in sys.modules if n.split(".")[0] == "askspec_ext"]:
-        del sys.modules[name]
+    return lambda job: job_module(job, "advantages")
 
 
 def job_args(job: Path, tmp: Path):
