@@ -75,12 +75,14 @@ def teacher_turns(con, sid: str) -> list[int]:
                                       "order by turn_index", [sid]).fetchall()]
 
 
-async def drive(executor, engine, job: Path) -> list[dict]:
+async def drive(executor, engine, job: Path, episodes: int = 2) -> list[dict]:
+    """The job's episodes over its one prompt (`teach times outer_steps`: outer steps 1, 2, ...)
+    through OpenRLHF's generate_responses; the agent closed after them."""
     from askspec.runtime.backends.registry import aclose_backends
 
-    (line,) = [json.loads(x) for x in (job / "prompts.jsonl").read_text().splitlines()]  # `teach times outer_steps`
+    (line,) = [json.loads(x) for x in (job / "prompts.jsonl").read_text().splitlines()]
     out = []
-    for line in [line, line]:  # the job's two episodes over its one prompt: outer steps 1 and 2
+    for _ in range(episodes):
         out += await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 8192,
                                         engine.tokenizer, DATASETS * SIZE)
     await aclose_backends()
@@ -261,18 +263,7 @@ def test_a_teacher_call_that_raises_ends_its_group(tmp_path, tiny_model, monkeyp
 
     executor.agent.service = Unreachable()
     engine = FakeEngine(executor, _tokenizer(tiny_model), Failing(TEACHER[0], fail=1))
-    line = json.loads((job / "prompts.jsonl").read_text().splitlines()[0])
-
-    async def play():
-        from askspec.runtime.backends.registry import aclose_backends
-
-        out = await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 8192,
-                                       engine.tokenizer, DATASETS * SIZE)
-        await aclose_backends()
-        return out
-
-    responses = asyncio.run(asyncio.wait_for(play(), 60))
-    executor.agent.close()
+    responses = asyncio.run(asyncio.wait_for(drive(executor, engine, job, episodes=1), 60))
     assert [(r["reward"], r["action_ranges"], r["extra_logs"]["askspec_inner_loop_ok"]) for r in responses] == \
         [(0.0, [], 0.0)] * (DATASETS * SIZE)
     run = next((tmp_path / "agent-runs").iterdir())
@@ -303,17 +294,6 @@ def test_a_failed_inner_loop_leaves_the_session_without_loss(tmp_path, tiny_mode
     executor.agent.service = BrokenService(hang)
     replies = iter(TEACHER[0])
     engine = FakeEngine(executor, _tokenizer(tiny_model), lambda prompt: next(replies))
-    line = json.loads((job / "prompts.jsonl").read_text().splitlines()[0])
-
-    async def play():
-        from askspec.runtime.backends.registry import aclose_backends
-
-        out = await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 8192,
-                                       engine.tokenizer, DATASETS * SIZE)
-        await aclose_backends()
-        return out
-
-    responses = asyncio.run(asyncio.wait_for(play(), 60))
-    executor.agent.close()
+    responses = asyncio.run(asyncio.wait_for(drive(executor, engine, job, episodes=1), 60))
     assert [(r["reward"], r["action_ranges"], r["extra_logs"]["askspec_inner_loop_ok"]) for r in responses] == \
         [(0.0, [], 0.0)] * (DATASETS * SIZE)
