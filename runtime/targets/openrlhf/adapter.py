@@ -179,6 +179,20 @@ class _Siblings:
     grounded: asyncio.Future | None = None  # the inner loop's rewards (turn -> R_k), asked once the session ended
 
 
+def open_job_writer(exp: ir.Experiment, job: dict[str, Any], job_dir: Path, role: str, program: str) -> Any:
+    """A new run directory of one of the job's processes (`program`: the agent, the trainer)
+    under $ASKSPEC_RUNS (default JOB/runs), `role` the trained one."""
+    from askspec.ir.canonical import experiment_hash, to_json
+    from askspec.runtime.store.writer import RunWriter
+
+    out = os.environ.get("ASKSPEC_RUNS") or str(job_dir / "runs")
+    roles = {r.name: {"model": r.model, "trained": r.name == role} for r in exp.roles}
+    return RunWriter.create(out, experiment=exp.name, experiment_hash=experiment_hash(exp), ir_json=to_json(exp),
+                            spec_files=job.get("spec_files", {}), seed=int(job.get("seed", 0)), roles=roles,
+                            params=exp.param_values(), planned_sessions=0,
+                            argv=[program, str(job_dir), socket.gethostname(), str(os.getpid())])
+
+
 def _timeout(raw: str | None, name: str = TIMEOUT_ENV, default: float = DEFAULT_TIMEOUT,
              what: str = "a session of `sample N ask` siblings may run") -> float:
     """$ASKSPEC_GROUP_TIMEOUT (or `name`): seconds `what` (unset or empty: the default)."""
@@ -270,15 +284,7 @@ class GameAgent:
         return self._engine
 
     def _open_writer(self) -> Any:
-        from askspec.ir.canonical import experiment_hash, to_json
-        from askspec.runtime.store.writer import RunWriter
-
-        out = os.environ.get("ASKSPEC_RUNS") or str(self.job_dir / "runs")
-        roles = {r.name: {"model": r.model, "trained": r.name == self.role} for r in self.exp.roles}
-        writer = RunWriter.create(out, experiment=self.exp.name, experiment_hash=experiment_hash(self.exp),
-                                  ir_json=to_json(self.exp), spec_files=self.job.get("spec_files", {}), seed=self.seed,
-                                  roles=roles, params=self.params, planned_sessions=0,
-                                  argv=["openrlhf-agent", str(self.job_dir), socket.gethostname(), str(os.getpid())])
+        writer = open_job_writer(self.exp, self.job, self.job_dir, self.role, "openrlhf-agent")
         atexit.register(writer.close)  # a training job ends by stopping the process
         return writer
 

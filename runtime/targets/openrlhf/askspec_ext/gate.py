@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import socket
 from typing import Any
 
 from . import pinned
@@ -58,17 +56,10 @@ class StepGate:
 
     def record(self, step: int, metrics: dict[str, Any]) -> None:
         if self.writer is None:
-            from askspec.ir.canonical import experiment_hash, to_json
-            from askspec.runtime.store.writer import RunWriter
+            from askspec.runtime.targets.openrlhf.adapter import open_job_writer
 
-            exp = self.gate.exp
-            out = os.environ.get("ASKSPEC_RUNS") or str(pinned.JOB_FILE.parent / "runs")
-            roles = {r.name: {"model": r.model, "trained": r.name == self.gate.role} for r in exp.roles}
-            self.writer = RunWriter.create(out, experiment=exp.name, experiment_hash=experiment_hash(exp),
-                                           ir_json=to_json(exp), spec_files=self.job.get("spec_files", {}),
-                                           seed=int(self.job.get("seed", 0)), roles=roles, params=exp.param_values(),
-                                           planned_sessions=0, argv=["openrlhf-trainer", str(pinned.JOB_FILE.parent),
-                                                                     socket.gethostname(), str(os.getpid())])
+            self.writer = open_job_writer(self.gate.exp, self.job, pinned.JOB_FILE.parent, self.gate.role,
+                                          "openrlhf-trainer")
         self.writer.train_step(self.gate.role, step, metrics)
         self.writer.flush()  # the trainer's process ends when the job stops it
 
