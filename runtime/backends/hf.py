@@ -457,6 +457,7 @@ class HFBackend(Backend):
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
+            from askspec.runtime.backends.cpu_linear import use_onednn_linears
             from askspec.runtime.backends.hf_ops import use_gqa_attention
 
             folder = resolve_weights(self.model_name, self.cache_dir)
@@ -476,6 +477,7 @@ class HFBackend(Backend):
                 # On GPU the stock path is better: CUDA SDPA drops to its slow math kernel
                 # when given a mask together with enable_gqa.
                 use_gqa_attention(model)
+                use_onednn_linears(model)  # float32 layers only: a quantised one keeps its kernel
             if self.chat_template is None and not getattr(tokenizer, "chat_template", None):
                 raise BackendError(
                     f"hf model {self.model_name!r} has no chat template; give one with the "
@@ -492,6 +494,7 @@ class HFBackend(Backend):
         """Serve an already loaded model (the local trainer's, whose weights it updates in
         place between steps) instead of loading weights. Call before the first request."""
         with self._load_lock:
+            from askspec.runtime.backends.cpu_linear import use_onednn_linears
             from askspec.runtime.backends.hf_ops import use_gqa_attention
 
             if self.chat_template is None and not getattr(tokenizer, "chat_template", None):
@@ -503,6 +506,7 @@ class HFBackend(Backend):
                             self.quantize)
             if device.type == "cpu":
                 use_gqa_attention(model)
+                use_onednn_linears(model)
             self._eos = frozenset(_eos_ids(model, tokenizer))
             self._context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
             self._tokenizer, self._model, self._device = tokenizer, model, device

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from askspec.runtime.backends.cpu_linear import use_onednn_linears
 from askspec.runtime.train.advantages import advantages, zero_variance_groups
 from askspec.runtime.train.batch import Trajectory
 from askspec.runtime.train.config import TrainConfig, lr_factor
@@ -56,6 +57,7 @@ class TrainedPolicy:
                      f"trained role '{cfg.role}' ({weights})")
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(self.device)
+        use_onednn_linears(self.model)  # on a CPU: the forward and backward's products (cpu_linear)
         self.model.eval()  # no dropout: the update sees the distribution the sampler saw
         self.attn_implementation = getattr(self.model.config, "_attn_implementation", None)
         # the model config's end-of-sequence id, never the GGUF tokenizer's (it says <|im_start|>)
