@@ -25,7 +25,7 @@ costs about the same per row at 8 rows as at 1 and is 2x slower than float32 at 
 int8 or faster, at batch 8 and in prefill about 2x int8; top-1 token agreement with
 float32 100% on a 300-token text. Its output rows do not depend on the batch (bit-equal
 at 1, 7 or 300 rows), so a reply's cached keys/values match a re-encoding's, as float32's
-MKL GEMM does not promise. torch marks these two functions deprecated in its Python API;
+GEMM (oneDNN's or MKL's, see cpu_linear) does not promise. torch marks these two functions deprecated in its Python API;
 a torch without them (or without FBGEMM: non-x86) gets a clear error.
 """
 
