@@ -23,6 +23,11 @@ reported. The first iteration of each run is a warm-up and is not counted. asksp
 figures come from its own `train_steps` records (seconds_play, seconds_update,
 seconds) and `rollouts`; TRL's from timing its `_generate` and its optimizer steps
 (callbacks), because TRL reports timings only to experiment loggers.
+
+Kernels: on a CPU askspec runs float32 linear layers through oneDNN
+(runtime/backends/cpu_linear.py); TRL runs torch's default GEMM (MKL), as it ships.
+`--trl-linear onednn` gives TRL's model askspec's layers too, and `ASKSPEC_CPU_LINEAR=torch`
+takes them from askspec: what remains is what askspec's trainer does differently.
 """
 
 from __future__ import annotations
@@ -129,6 +134,10 @@ def run_trl(args, workdir: Path) -> dict:
     tok.eos_token = "<|im_end|>"
     tok.pad_token = "<|im_end|>"
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    if args.trl_linear == "onednn":  # what askspec does on a CPU (cpu_linear), given to TRL's model too
+        from askspec.runtime.backends.cpu_linear import use_onednn_linears
+
+        use_onednn_linears(model)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     template = (ROOT / "specs" / "prompts" / "arith" / "solve.j2").read_text().strip()
@@ -203,7 +212,8 @@ def summary(name: str, res: dict) -> dict:
 def child(side: str, args: argparse.Namespace) -> dict:
     """Run one system in a fresh process (its own imports, threads and allocator)."""
     flags = [f"--iterations={args.iterations}", f"--group={args.group}", f"--batch={args.batch}",
-             f"--max-new={args.max_new}", *(["--natural-length"] if args.natural_length else [])]
+             f"--max-new={args.max_new}", f"--trl-linear={args.trl_linear}",
+             *(["--natural-length"] if args.natural_length else [])]
     load0 = os.getloadavg()[0]
     proc = subprocess.run([sys.executable, __file__, "--side", side, *flags], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -222,6 +232,9 @@ def main() -> int:
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--natural-length", action="store_true",
                     help="let completions stop at end-of-sequence (token counts then differ between the systems)")
+    ap.add_argument("--trl-linear", choices=("torch", "onednn"), default="torch",
+                    help="TRL's float32 linear layers: torch's GEMM as TRL ships (default), or askspec's oneDNN "
+                         "layers (runtime/backends/cpu_linear.py), to see what askspec gains besides the kernel")
     ap.add_argument("--side", choices=("askspec", "trl"), help=argparse.SUPPRESS)  # a child's one system
     args = ap.parse_args()
     if args.side:
@@ -233,7 +246,7 @@ def main() -> int:
     for r in range(args.rounds):
         order = ("askspec", "trl") if r % 2 == 0 else ("trl", "askspec")
         got = {side: child(side, args) for side in order}
-        ours, theirs = summary("askspec", got["askspec"]), summary("TRL 1.16 GRPOTrainer", got["trl"])
+        ours, theirs = summary("askspec", got["askspec"]), summary("TRL 1.16 GRPOTrainer" + (" (oneDNN linears)" if args.trl_linear == "onednn" else ""), got["trl"])
         pairs.append((ours, theirs, got["askspec"]["load"], got["trl"]["load"]))
         print(f"round {r + 1} ({' then '.join(order)}): askspec {ours['iteration_tok_s']:.1f} tok/s "
               f"({ours['tokens_per_iteration']:.0f} tok/it, load {got['askspec']['load'][0]:.1f}), "
