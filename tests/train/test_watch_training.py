@@ -251,8 +251,6 @@ def _wandb_records(path: Path) -> list:
     return out
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
-                    reason="wandb is not installed (pip install 'askspec[wandb]'; left out of dev: heavy)")
 def test_the_wandb_writer_logs_offline_without_a_key(tmp_path, monkeypatch):
     from askspec.runtime.commands.loggers import WandbLogger
 
