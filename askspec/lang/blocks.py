@@ -25,6 +25,34 @@ OUTER_REWARDS = ("grounded", "intrinsic")
 EVICTIONS = {"oldest", "none", "solved", "no_peak", "solved_or_no_peak"}
 
 
+def _kind(t: T) -> str:
+    """A type in a sentence: 'a string', 'a record', 'a list of number'."""
+    if t.name == "record":
+        return "a record"
+    if t.name == "list":
+        return f"a list of {t.elem or ANY}"
+    return f"a {t}"
+
+
+def _clash(a: T, b: T) -> bool:
+    """Whether values of types a and b cannot be items' values of one field (any, an
+    empty list's elements, agrees with everything; records agree on their common fields)."""
+    if "any" in (a.name, b.name):
+        return False
+    if a.name != b.name:
+        return True
+    if a.name == "list":
+        return _clash(a.elem or ANY, b.elem or ANY)
+    if a.name == "record" and a.fields and b.fields:
+        theirs = dict(b.fields)
+        return any(_clash(t, theirs[k]) for k, t in a.fields if k in theirs)
+    return False
+
+
+def _fields(names: list[str]) -> str:
+    return ("field " if len(names) == 1 else "fields ") + ", ".join(f"'{n}'" for n in names)
+
+
 class BlockChecks(TrainingChecks):
     def data(self, d: A.DataDecl) -> None:
         src = d.source
@@ -43,6 +71,7 @@ class BlockChecks(TrainingChecks):
         self.exp.datasets.append(ds)  # even when invalid, so that uses do not report it as undefined
         if isinstance(src, A.ListLit):
             ds.items = self.const(src, "inline data") or []
+            self.inline_rows(src, ds.items)
         elif isinstance(src, A.Call) and src.func in ("jsonl", "parquet", "knowledge") and len(src.args) == 1:
             path = self.const(src.args[0], "a data path")
             if not isinstance(path, str):
@@ -65,6 +94,36 @@ class BlockChecks(TrainingChecks):
             self.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
         if cond is not None:
             self.data_filter(ds, cond)
+
+    def inline_rows(self, src: A.ListLit, items: list[Any]) -> None:
+        """E201 for an inline data item that differs from the first: the items are typed
+        by the first one (data_item_type), so another item's missing or extra field, or a
+        field of another type, would surface only in a session (or never, as a wrong value)."""
+        if len(items) != len(src.items) or not items:
+            return  # not a constant list: its own error is reported
+        first, first_t = items[0], from_json_value(items[0])
+        for n, (node, item) in enumerate(zip(src.items[1:], items[1:]), start=2):
+            t = from_json_value(item)
+            if not isinstance(first, dict) or not isinstance(item, dict):
+                if _clash(first_t, t):
+                    self.err("E201", f"inline data item {n} is {_kind(t)}, item 1 is {_kind(first_t)}: every item of "
+                             "a data set has the first one's type", node.span)
+                continue
+            missing = [k for k in first if k not in item]
+            extra = [k for k in item if k not in first]
+            if missing or extra:
+                what = "; ".join(x for x in (
+                    f"it has no {_fields(missing)}" if missing else "",
+                    f"it has {_fields(extra)}, which item 1 has not" if extra else "") if x)
+                self.err("E201", f"inline data item {n} has other fields than item 1: {what}", node.span,
+                         "give every item the same fields")
+                continue
+            spans = dict((k, e.span) for k, e in node.fields) if isinstance(node, A.RecordLit) else {}
+            for k, v in item.items():
+                a, b = from_json_value(first[k]), from_json_value(v)
+                if _clash(a, b):
+                    self.err("E201", f"field '{k}' of inline data item {n} is {_kind(b)}, in item 1 {_kind(a)}",
+                             spans.get(k, node.span), "a field has one type in every item of a data set")
 
     def data_filter(self, ds: ir.Dataset, cond: A.Expr) -> None:
         """A data set's `where` condition: a bool over the record's fields (typed by the
