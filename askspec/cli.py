@@ -7,7 +7,6 @@ like every other error; `askspec run` adds 3 (no session succeeded) and 130
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 from typing import NoReturn
@@ -32,17 +31,19 @@ class Parser(argparse.ArgumentParser):
     a mistyped command or choice) and exit code 1, like every other usage error."""
 
     def error(self, message: str) -> NoReturn:
+        from askspec.runtime.commands.options import did_you_mean  # the run options' own hint
+
         hint = ""
         if "invalid choice:" in message:
             try:
                 bad = message.split("invalid choice: ", 1)[1].split("'")[1]
                 choices = message.split("(choose from ", 1)[1].rstrip(")").replace("'", "").split(", ")
-                hint = _did_you_mean(bad, choices)
+                hint = did_you_mean(bad, choices)
             except IndexError:
                 pass
         elif message.startswith("unrecognized arguments:"):
             flags = [a for a in message.split(":", 1)[1].split() if a.startswith("-")]
-            hints = [_did_you_mean(f.split("=", 1)[0], self._all_flags()) for f in flags]
+            hints = [did_you_mean(f.split("=", 1)[0], self._all_flags()) for f in flags]
             hint = "".join(h for h in hints if h)
         self.print_usage(sys.stderr)
         self.exit(1, f"error: {message}{hint}\n")
@@ -56,11 +57,6 @@ class Parser(argparse.ArgumentParser):
                 for sub in action.choices.values():
                     flags += list(sub._option_string_actions)
         return sorted(set(flags))
-
-
-def _did_you_mean(name: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def cmd_check(args) -> int:
