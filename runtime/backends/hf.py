@@ -329,7 +329,8 @@ class HFBackend(Backend):
     Options (all optional):
       max_batch      rows decoded together (default 8)
       device         "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
-      dtype          "float32", "bfloat16", "float16" (default: float32 on cpu, bf16 on gpu)
+      dtype          "float32", "bfloat16", "float16" (default: float32 on cpu, bf16 on gpu); on
+                     a cpu, float32 linear layers run through oneDNN (cpu_linear)
       num_threads    torch CPU threads (default: usable CPUs minus one; see default_threads).
                      torch's setting is the process's, so the backend never sets it: `askspec
                      run` does (torch_threads), a program embedding the backend does its own
