@@ -246,7 +246,8 @@ def main() -> int:
     for r in range(args.rounds):
         order = ("askspec", "trl") if r % 2 == 0 else ("trl", "askspec")
         got = {side: child(side, args) for side in order}
-        ours, theirs = summary("askspec", got["askspec"]), summary("TRL 1.16 GRPOTrainer" + (" (oneDNN linears)" if args.trl_linear == "onednn" else ""), got["trl"])
+        trl_name = "TRL 1.16 GRPOTrainer" + (" (oneDNN linears)" if args.trl_linear == "onednn" else "")
+        ours, theirs = summary("askspec", got["askspec"]), summary(trl_name, got["trl"])
         pairs.append((ours, theirs, got["askspec"]["load"], got["trl"]["load"]))
         print(f"round {r + 1} ({' then '.join(order)}): askspec {ours['iteration_tok_s']:.1f} tok/s "
               f"({ours['tokens_per_iteration']:.0f} tok/it, load {got['askspec']['load'][0]:.1f}), "

@@ -118,7 +118,7 @@ class BlockChecks(TrainingChecks):
                 self.err("E201", f"inline data item {n} has other fields than item 1: {what}", node.span,
                          "give every item the same fields")
                 continue
-            spans = dict((k, e.span) for k, e in node.fields) if isinstance(node, A.RecordLit) else {}
+            spans = {k: e.span for k, e in node.fields} if isinstance(node, A.RecordLit) else {}
             for k, v in item.items():
                 a, b = from_json_value(first[k]), from_json_value(v)
                 if _clash(a, b):

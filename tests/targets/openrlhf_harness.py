@@ -254,3 +254,20 @@ class InProcessService:
 def boxed_three(messages, request) -> str:
     """A python model (test double) for `askspec run --model ROLE=python:openrlhf_harness:boxed_three`."""
     return "\\boxed{3}"
+
+
+def assert_pin_refusals(hook: ModuleType, changed_source: str, monkeypatch) -> None:
+    """An askspec_ext hook pinned through askspec_ext/pinned.py (`hook.install`,
+    `hook.sources`, `hook.pinned`) refuses to install under another OpenRLHF version, and
+    under 0.11.2 when the code it hooks (`changed_source` stands in for it) differs from the
+    release's. The caller checks that nothing was hooked."""
+    import pytest
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.12.0" if name == "openrlhf" else real(name))
+    with pytest.raises(hook.pinned.VersionMismatch, match=r"written for OpenRLHF 0\.11\.2.*openrlhf 0\.12\.0"):
+        hook.install()
+    monkeypatch.setattr(importlib.metadata, "version", real)
+    monkeypatch.setattr(hook, "sources", lambda: [changed_source])
+    with pytest.raises(hook.pinned.VersionMismatch, match=r"differs from the released 0\.11\.2's"):
+        hook.install()

@@ -96,9 +96,10 @@ class SessionScript:
         return self.given[-1][0]
 
 
-async def drive(job: Path, tokenizer, elements: int, group: int, replies, max_length: int = 4096):
-    """Every element through OpenRLHF's generate_responses; the engine answers the trained
-    role's calls with `replies` (a list, in call order, or a script of the prompt)."""
+async def drive(job: Path, tokenizer, elements: int | None, group: int, replies, max_length: int = 4096):
+    """The first `elements` elements (None: all of prompts.jsonl) through OpenRLHF's
+    generate_responses; the engine answers the trained role's calls with `replies` (a list,
+    in call order, or a script of the prompt)."""
     executor = load_agent_executor(job / "agent.py")
     if callable(replies):
         script = replies

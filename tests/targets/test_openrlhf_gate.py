@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
-import importlib.metadata
 import json
 import sys
 from pathlib import Path
@@ -26,8 +25,8 @@ from askspec.runtime.backends.registry import aclose_backends
 from askspec.runtime.store.views import open_store
 from askspec.runtime.targets.openrlhf.update_gate import JobGate, labelled, session_fields
 
-from openrlhf_harness import (FakeEngine, FakeSamplingParams, generate_responses, launch_argv, load_agent_executor,
-                              parse_train_ppo_ray, smollm2_tokenizer, train_flags)
+from openrlhf_harness import (FakeEngine, FakeSamplingParams, assert_pin_refusals, generate_responses, launch_argv,
+                              load_agent_executor, parse_train_ppo_ray, smollm2_tokenizer, train_flags)
 from openrlhf_modules import ppo_trainer, samples_generator
 
 SPEC = """
@@ -196,15 +195,7 @@ def test_siblings_count_once_and_errors_not_at_all(job) -> None:
 
 def test_refuses_another_openrlhf(job, ext, openrlhf, monkeypatch) -> None:
     module, _ = openrlhf
-    gate = ext(job)
-    real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.12.0" if name == "openrlhf" else real(name))
-    with pytest.raises(gate.pinned.VersionMismatch, match=r"written for OpenRLHF 0\.11\.2.*openrlhf 0\.12\.0"):
-        gate.install()
-    monkeypatch.setattr(importlib.metadata, "version", real)
-    monkeypatch.setattr(gate, "sources", lambda: ["def train_step(self, rollout_samples, global_step): ..."])
-    with pytest.raises(gate.pinned.VersionMismatch, match=r"differs from the released 0\.11\.2's"):
-        gate.install()
+    assert_pin_refusals(ext(job), "def train_step(self, rollout_samples, global_step): ...", monkeypatch)
     assert getattr(module.BasePPOTrainer, "_askspec_gate", None) is None  # nothing was hooked
 
 

@@ -8,7 +8,6 @@ OpenRLHF it was not written for."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 from askspec.cli import main
 from askspec.runtime.train.advantages import advantages as local_advantages
 
-from openrlhf_harness import launch_argv, parse_train_ppo_ray, train_flags
+from openrlhf_harness import assert_pin_refusals, launch_argv, parse_train_ppo_ray, train_flags
 from openrlhf_modules import experience_maker, experience_module
 
 SPEC = """
@@ -161,13 +160,5 @@ def test_kl_in_the_reward_is_refused(tmp_path, openrlhf, ext) -> None:
 
 def test_refuses_another_openrlhf(tmp_path, openrlhf, ext, monkeypatch) -> None:
     module, _ = openrlhf
-    advantages = ext(compile_job(tmp_path))
-    real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.12.0" if name == "openrlhf" else real(name))
-    with pytest.raises(advantages.pinned.VersionMismatch, match=r"written for OpenRLHF 0\.11\.2.*openrlhf 0\.12\.0"):
-        advantages.install()
-    monkeypatch.setattr(importlib.metadata, "version", real)
-    monkeypatch.setattr(advantages, "sources", lambda: ["def compute_advantages_and_returns(self): ..."])
-    with pytest.raises(advantages.pinned.VersionMismatch, match=r"differs from the released 0\.11\.2's"):
-        advantages.install()
+    assert_pin_refusals(ext(compile_job(tmp_path)), "def compute_advantages_and_returns(self): ...", monkeypatch)
     assert getattr(module.RemoteExperienceMaker, "_askspec_population_std", None) is None  # nothing was hooked

@@ -6,13 +6,12 @@ that ends the session leaves the rollout without a loss."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 
-from openrlhf_harness import FakeEngine, FakeSamplingParams, generate_responses, load_agent_executor, smollm2_tokenizer
-from test_openrlhf_agent import make_job
+from openrlhf_harness import FakeEngine, smollm2_tokenizer
+from test_openrlhf_agent import drive, make_job
 
 pytestmark = pytest.mark.slow  # the SmolLM2 tokenizer, as the other agent tests
 
@@ -35,20 +34,7 @@ def play(tmp_path: Path, over: str, monkeypatch) -> tuple[list[dict], FakeEngine
     spec.write_text(SPEC.format(over=over, words=WORDS))
     job = make_job(spec, tmp_path / "job", {})
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
-    tokenizer = smollm2_tokenizer()
-    executor = load_agent_executor(job / "agent.py")
-    engine = FakeEngine(executor, tokenizer, lambda prompt: "ok")
-
-    async def drive() -> list[dict]:
-        out = []
-        for line in [json.loads(x) for x in (job / "prompts.jsonl").read_text().splitlines()]:
-            out += await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 4096,
-                                            tokenizer, 2)
-        return out
-
-    responses = asyncio.run(asyncio.wait_for(drive(), 60))
-    executor.agent.close()
-    return responses, engine
+    return asyncio.run(asyncio.wait_for(drive(job, smollm2_tokenizer(), None, 2, lambda prompt: "ok"), 60))
 
 
 def test_the_trained_roles_prompt_is_cut_to_the_cap_by_openrlhfs_tokenizer(tmp_path, monkeypatch):

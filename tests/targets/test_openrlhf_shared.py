@@ -39,9 +39,8 @@ def test_the_agent_plays_a_shared_conversation_as_one_token_sequence(tmp_path: P
     import asyncio
     import json
 
-    from openrlhf_harness import (FakeEngine, FakeSamplingParams, generate_responses, load_agent_executor,
-                                  smollm2_tokenizer)
-    from test_openrlhf_agent import make_job, replay_frozen_roles
+    from openrlhf_harness import smollm2_tokenizer
+    from test_openrlhf_agent import drive, make_job, replay_frozen_roles
 
     spec = tmp_path / "s.ask"
     spec.write_text(SPEC.format(memory="shared(talk)"))
@@ -51,18 +50,7 @@ def test_the_agent_plays_a_shared_conversation_as_one_token_sequence(tmp_path: P
     replay_frozen_roles(job, recording)
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
     tokenizer = smollm2_tokenizer()
-    executor = load_agent_executor(job / "agent.py")
-    engine = FakeEngine(executor, tokenizer, lambda prompt: "p speaks")
-
-    async def drive() -> list[dict]:
-        out = []
-        for line in [json.loads(x) for x in (job / "prompts.jsonl").read_text().splitlines()]:
-            out += await generate_responses(engine, line["prompt"], line["label"], FakeSamplingParams(logprobs=1), 4096,
-                                            tokenizer, 4)
-        return out
-
-    responses = asyncio.run(asyncio.wait_for(drive(), 60))
-    executor.agent.close()
+    responses, engine = asyncio.run(asyncio.wait_for(drive(job, tokenizer, None, 4, lambda prompt: "p speaks"), 60))
     assert len(responses) == 8
     for r in responses:
         assert r["extra_logs"]["askspec_kept_attempts"] == 0  # each call extended the sequence as it was
