@@ -54,6 +54,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E406": ("error", "buffer eviction that cannot be carried out"),
     "E407": ("error", "update gate that is not a yes/no over the step's sessions"),
     "E408": ("error", "invalid stage list"),
+    "E409": ("error", "variable read on a path where it has no value"),
     # compile --target openrlhf: what an OpenRLHF 0.11.2 job cannot express (docs/cluster.md)
     "E601": ("error", "training algorithm the target lacks"),
     "E602": ("error", "schedule the target cannot express"),
@@ -62,6 +63,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "E605": ("error", "buffer replayed across a run"),
     "E606": ("error", "trained role without trainable weights"),
     "E607": ("error", "nothing to train"),
+    "E608": ("error", "trained roles whose names the job's files and shell variables cannot tell apart"),
     "W601": ("warning", "stage the target's job leaves out"),
     "W501": ("warning", "unused declaration"),
     "W502": ("warning", "unreachable statement"),

@@ -111,11 +111,14 @@ def run_askspec(args, out: Path) -> dict:
     rows = con.execute("SELECT step, metrics->>'$.seconds_play', metrics->>'$.seconds_update', seconds FROM train_steps "
                        "ORDER BY step").fetchall()
     toks = dict(con.execute("SELECT step, sum(len(completion_ids)) FROM rollouts GROUP BY step").fetchall())
+    # on-policy: the sampler played the trained weights (ratio 1, nothing clipped, the KL float noise)
+    kl, clip = con.execute("SELECT max(mismatch_kl), max(clip_frac) FROM train_steps").fetchone()
     its = [{"gen_s": float(p), "update_s": float(u), "total_s": float(s), "tokens": int(toks[k])}
            for k, p, u, s in rows[1:]]
     import torch
 
-    return {"iterations": its, "wall_s": time.time() - t0, "threads": [torch.get_num_threads()]}
+    return {"iterations": its, "wall_s": time.time() - t0, "threads": [torch.get_num_threads()],
+            "mismatch_kl_max": kl, "clip_frac_max": clip}
 
 
 def run_trl(args, workdir: Path) -> dict:
@@ -253,7 +256,8 @@ def main() -> int:
               f"({ours['tokens_per_iteration']:.0f} tok/it, load {got['askspec']['load'][0]:.1f}), "
               f"TRL {theirs['iteration_tok_s']:.1f} tok/s ({theirs['tokens_per_iteration']:.0f} tok/it, "
               f"load {got['trl']['load'][0]:.1f}): {ours['iteration_tok_s'] / theirs['iteration_tok_s']:.2f}x "
-              f"(torch threads {ours['threads']} / {theirs['threads']})",
+              f"(torch threads {ours['threads']} / {theirs['threads']}); askspec on-policy: mismatch KL max "
+              f"{got['askspec'].get('mismatch_kl_max')}, clip max {got['askspec'].get('clip_frac_max')}",
               file=sys.stderr, flush=True)
     print(json.dumps([{"askspec": o, "trl": t, "load_askspec": la, "load_trl": lt} for o, t, la, lt in pairs], indent=1))
     print("\n| round | system | iteration (median) | iteration tok/s | generation tok/s | update tok/s | "

@@ -41,7 +41,8 @@ def main() -> int:
             return proc.returncode
         run_dir = proc.stdout.strip().splitlines()[-1]
         con = open_store(run_dir)
-        rows = con.execute("SELECT step, reward_mean, loss, grad_norm, seconds FROM train_steps ORDER BY step").fetchall()
+        rows = con.execute("SELECT step, reward_mean, loss, grad_norm, seconds, mismatch_kl, clip_frac FROM train_steps "
+                           "ORDER BY step").fetchall()
         rewards = [r[1] for r in rows]
         w = args.window
         first, last = sum(rewards[:w]) / w, sum(rewards[-w:]) / w
@@ -49,13 +50,20 @@ def main() -> int:
                           "avg(CASE WHEN (vars->>'$.has_box')::BOOLEAN THEN 1 ELSE 0 END) FROM sessions").fetchone()
         results.append({"seed": seed, "run_dir": run_dir, "steps": len(rows), "rewards": rewards, "first": first,
                         "last": last, "wall_s": wall, "step_s": [r[4] for r in rows], "accuracy": acc[0],
-                        "boxed_rate": acc[1]})
-        print(f"seed {seed}: first {w} steps {first:.3f}, last {w} {last:.3f}, {wall:.0f} s", flush=True)
+                        "boxed_rate": acc[1],
+                        # on-policy: the sampler played the trained weights (docs/training.md, mismatch)
+                        "mismatch_kl_max": max((r[5] for r in rows if r[5] is not None), default=None),
+                        "clip_frac_max": max((r[6] for r in rows if r[6] is not None), default=None)})
+        print(f"seed {seed}: first {w} steps {first:.3f}, last {w} {last:.3f}, {wall:.0f} s; mismatch KL max "
+              f"{results[-1]['mismatch_kl_max']}, clip max {results[-1]['clip_frac_max']}", flush=True)
     (ROOT / "bench" / "learning_curve.json").write_text(json.dumps(results, indent=2))
-    print(f"\n| seed | mean reward, steps 1–{args.window} | mean reward, last {args.window} steps | wall time |")
-    print("|---|---|---|---|")
+    print(f"\n| seed | mean reward, steps 1–{args.window} | mean reward, last {args.window} steps | wall time | "
+          "mismatch KL (max) | clip (max) |")
+    print("|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['seed']} | {r['first']:.3f} | {r['last']:.3f} | {r['wall_s'] / 60:.1f} min |")
+        print(f"| {r['seed']} | {r['first']:.3f} | {r['last']:.3f} | {r['wall_s'] / 60:.1f} min | "
+              f"{'-' if r['mismatch_kl_max'] is None else format(r['mismatch_kl_max'], '.1e')} | "
+              f"{100 * (r['clip_frac_max'] or 0):.0f}% |")
     try:
         import matplotlib
 

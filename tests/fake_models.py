@@ -138,3 +138,11 @@ def remember_messages(messages, request):
     (role, call index, [(message role, content), ...])."""
     SEEN.append((request.role, request.call_index, [(m["role"], m["content"]) for m in messages]))
     return f"{request.role} {request.call_index}"
+
+
+def final_answer_on_second_try(messages, request):
+    """No `#Final_Answer#` section until it has been asked again (a recovery turn sees 3+
+    messages): a section tag whose field name keeps its underscore (`final_answer`)."""
+    if len(messages) < 3:
+        return "#Reasoning#\n3 and 4 make 7, I think."
+    return "#Reasoning#\n3 + 4 = 7\n#Final_Answer#\n7"

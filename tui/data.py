@@ -775,7 +775,7 @@ def run_sql(source: Source, sql: str, limit: int = 100_000) -> tuple[pa.Table, i
             # at most ``limit`` rows fetched, counted on to the end (memory stays bounded)
             result = readonly.run_readonly(cur, sql, timeout=SQL_TIMEOUT,
                                            limits=readonly.Limits(rows=limit, cell_chars=SQL_CELL_CHARS, count=True))
-        except (readonly.QueryRefused, readonly.QueryTimeout) as e:
+        except (readonly.QueryRefused, readonly.QueryTimeout, readonly.QueryTooLarge) as e:
             raise DataError(one_line(e)) from None
     table = result.table
     if not table.num_columns:

@@ -17,6 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
+# the estimators and their group std, the trainer's (askspec.ir.advantages: one reference)
+from askspec.ir.advantages import TEXT as ESTIMATOR_TEXT
+from askspec.ir.advantages import group_advantages, group_std
 from askspec.ir.vocab import STD_ESTIMATORS
 from askspec.tui.numbers import number
 from askspec.tui.stats import Interval
@@ -344,7 +347,7 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
         line = f"{r}: count {len(got)}"
         if got:
             mean = sum(got) / len(got)
-            line += (f", mean {_num(mean)}, std {_num(_std(got, std_kind))}, min {_num(min(got))}, "
+            line += (f", mean {_num(mean)}, std {_num(group_std(got, std_kind))}, min {_num(min(got))}, "
                      f"max {_num(max(got))}")
         if est:
             line += f";  advantage: {est} {ESTIMATOR_TEXT.get(est, '')}"
@@ -378,55 +381,6 @@ def r4(v: float | None) -> float | None:
     """A reward or advantage kept to 4 decimals: the rounding noise of a sum (2.8e-17)
     is 0, not a number to read."""
     return None if v is None else round(float(v), 4) + 0.0  # (+ 0.0: -0.0 is 0)
-
-
-def _std(values: list[float], kind: str = "sample") -> float:
-    """Standard deviation, 0 for one value: `sample` with Bessel's correction (n − 1) or
-    `population` (n), as a train block's `std` says (the trainer's _group_stats)."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = sum(values) / n
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1 if kind == "sample" else n))
-
-
-# The trainer's estimators (runtime/train/advantages.py, which computes them on tensors for
-# a whole batch; a test checks these against it), per group: r the member's reward.
-ESTIMATOR_TEXT = {
-    "grpo": "(r − mean) / (std + 1e-4)",
-    "group_norm": "(r − mean) / (std + 1e-9)",
-    "dr_grpo": "r − mean",
-    "rloo": "r − mean of the others",
-    "reinforce_baseline": "r − mean (then whitened over the batch: not shown)",
-    "reinforce": "r (whitened over the batch: not shown)",
-}
-
-
-def group_advantages(estimator: str, rewards: list[float | None], std_kind: str = "sample") -> list[float | None]:
-    """Each member's advantage in its group (None for a member without a reward, which
-    the trainer leaves out); a member alone gets 0, as in the trainer. ``std_kind`` is the
-    train block's `std` (sample | population), read by grpo and group_norm."""
-    got = [r for r in rewards if r is not None]
-    n = len(got)
-    mean = sum(got) / n if n else 0.0
-    std = _std(got, std_kind)
-    out: list[float | None] = []
-    for r in rewards:
-        if r is None:
-            out.append(None)
-        elif estimator == "reinforce":
-            out.append(r)
-        elif n < 2:
-            out.append(0.0)
-        elif estimator == "grpo":
-            out.append((r - mean) / (std + 1e-4))
-        elif estimator == "group_norm":
-            out.append((r - mean) / (std + 1e-9))
-        elif estimator == "rloo":
-            out.append(r - (mean * n - r) / (n - 1))
-        else:  # dr_grpo, reinforce_baseline (before its batch whitening)
-            out.append(r - mean)
-    return out
 
 
 def train_estimators(run_dir: str | None) -> dict[str, tuple[str, str]]:
@@ -475,10 +429,11 @@ class Metrics:
 
 
 # The training curves shown first (the rest, the trainer's bookkeeping, behind a key):
-# reward mean ± std, loss, KL, grad norm, share of zero advantages, tokens per second
-KEY_CURVES = ("reward_mean", "loss", "kl", "grad_norm", "zero_adv_share", "tokens_per_s")
+# reward mean ± std, loss, KL, grad norm, share of zero advantages, tokens per second, and the
+# sampler-trainer mismatch (float noise when the sampler plays the trained weights)
+KEY_CURVES = ("reward_mean", "loss", "kl", "grad_norm", "zero_adv_share", "tokens_per_s", "mismatch_kl")
 CURVE_TITLES = {"reward_mean": "reward mean ± std", "zero_adv_share": "zero-advantage share",
-                "tokens_per_s": "tokens / s", "grad_norm": "grad norm"}
+                "tokens_per_s": "tokens / s", "grad_norm": "grad norm", "mismatch_kl": "sampler-trainer KL"}
 # series that are the x axis again or restate another one
 _NOT_CURVES = {"step", "reward_std"}
 

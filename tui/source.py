@@ -18,7 +18,7 @@ from typing import Iterator
 
 import duckdb
 
-from askspec.runtime.store import layout, readonly, views
+from askspec.runtime.store import layout, liveness, readonly, views
 from askspec.terminal import printable
 from askspec.tui.mirror import RunMirror
 
@@ -51,9 +51,11 @@ def check_path(path: str | os.PathLike[str]) -> str | None:
 
 def fingerprint(path: str | os.PathLike[str]) -> tuple:
     """Cheap change detector for follow mode: the runs under ``path`` and the sizes and
-    modification times of their manifests and event files (a few stat calls per run)."""
-    out: list[tuple[str, int | None, int | None]] = []
+    modification times of their manifests and event files (a few stat calls per run), and
+    each run's shown status (a run whose process died changes no file: liveness.py)."""
+    out: list[tuple[str, int | str | None, int | None]] = []
     for d in layout.find_run_dirs(path):
+        out.append((str(d), liveness.shown_status_of_file(layout.manifest_path(d)), None))
         files = [layout.manifest_path(d)] + sorted(layout.events_dir(d).glob("*.ndjson"))
         for f in files:
             try:

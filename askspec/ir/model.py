@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .vocab import Backend, ParserKind, StageKind
+from .vocab import Backend, MismatchAction, ParserKind, StageKind
 
 
 class Span(BaseModel):
@@ -422,6 +422,11 @@ class TrainSettings(BaseModel):
     max_nonfinite_steps: int
     max_staleness: int  # 0: on-policy; K: rollouts sampled up to K updates before the trained weights
     is_bound: float  # truncation of a stale token's importance weight
+    # an on-policy step whose sampler-trainer KL exceeds max_mismatch (None: vocab.MAX_MISMATCH
+    # of the training precision): warn, or stop the run (defaults here too: an IR written
+    # before them still reads)
+    max_mismatch: float | None = None
+    on_mismatch: MismatchAction = "warn"
     dtype: str
     replay: str | None
 

@@ -51,6 +51,16 @@ PARSERS: dict[str, Parser] = {
 }
 
 
+def tag_field(tag: str) -> str:
+    """The field a `sections` or `tags` tag names, the one rule the checker (the IR's
+    `fields` and `required`) and the reply parsers (the fields they fill) share: the tag's
+    letters, digits and underscores, in lower case (`#Question#` -> `question`,
+    `#Final_Answer#` -> `final_answer`, `#Final Answer#` -> `finalanswer`); "" for a tag
+    without a letter or digit, which names no field."""
+    name = "".join(ch for ch in tag.lower() if ch.isalnum() or ch == "_")
+    return name if any(ch.isalnum() for ch in name) else ""
+
+
 # ---- stages ----------------------------------------------------------------------------
 StageKind = Literal["sft", "train", "evaluate", "retrain"]
 STAGE_KINDS: tuple[str, ...] = get_args(StageKind)
@@ -75,6 +85,14 @@ ADVANTAGE_STDS: tuple[str, ...] = ("sample", "population")
 STD_ESTIMATORS: tuple[str, ...] = ("grpo", "group_norm")  # the estimators that divide by it
 LOSSES: tuple[str, ...] = ("ppo", "gspo", "cispo", "sft")  # policy losses
 AGGREGATIONS: tuple[str, ...] = ("token", "sequence", "constant")  # how token losses become the batch loss
+# sampler-trainer mismatch of an on-policy step (train_steps.mismatch_kl): the bound past which
+# the step is reported (`max_mismatch`; unset: by the training precision) and what happens then
+# (`on_mismatch`). On-policy the KL is float noise: ~1e-13 in float32 on a CPU; bf16 kernels
+# differ by ~1e-3. A sampler decoding from prompt caches of older weights gave 3e-6 (a tiny
+# model, lr 0.003) to 1e-2 (lr 0.03)
+MAX_MISMATCH = {"float32": 1e-6, "bfloat16": 1e-3}
+MismatchAction = Literal["warn", "error"]
+MISMATCH_ACTIONS: tuple[str, ...] = get_args(MismatchAction)
 
 # algorithm -> (estimator, policy loss, aggregation) when the spec does not choose
 ALGORITHM_DEFAULTS: dict[str, tuple[str | None, str, str]] = {

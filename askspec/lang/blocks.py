@@ -522,6 +522,7 @@ class BlockChecks(TrainingChecks):
         value, _ = checker.check(m.value, scope)
         self.no_stateful(checker, "a metric is evaluated over the run's finished sessions",
                          "aggregate session variables")
+        self.metric_unassigned_reads(m, scope)
         for n in A.names_in(m.value) | {name for name, _ in m.by}:
             if n in self.params:
                 self.used.add(("param", n))
@@ -532,6 +533,42 @@ class BlockChecks(TrainingChecks):
                          suggest(name, lambda: [n for n in scope.all_names() if scope.kind_of(n) != "role"]))
             by.append(name)
         self.exp.metrics.append(ir.Metric(span=irspan(m.span), name=m.name, value=value, by=by))
+
+
+    def metric_unassigned_reads(self, m: A.MetricDecl, scope: Scope) -> None:
+        """E409: the metric reads a session variable that a game setting it may leave
+        unassigned at the game's end (the sessions on that path would silently drop out of
+        the metric). A game that never sets the variable, and a session that ends early with
+        `end`, give the metric nothing by design."""
+        seen: set[str] = set()
+        for node in _name_nodes(m.value):
+            n = node.id
+            if n in seen or n in _SESSION_COLUMNS or scope.kind_of(n) != "var":
+                continue
+            seen.add(n)
+            for g in self.exp.games:
+                why = self.session_unassigned.get(g.name, {}).get(n)
+                if why is not None and n in self.session_vars.get(g.name, {}):
+                    self.err("E409", f"metric '{m.name}' reads '{n}', which game '{g.name}' leaves unassigned {why}",
+                             node.span, f"assign '{n}' on every path of game '{g.name}' (e.g. a default before the "
+                             f"`if`): as it is, the metric leaves out the sessions without it")
+
+
+# what a metric reads from the session's row, not from its variables (runtime/engine/metrics.py)
+_SESSION_COLUMNS = frozenset({"outcome", "status", "game"})
+
+
+def _name_nodes(e: Any) -> list[A.Name]:
+    """The names an expression (or any node) reads, in source order."""
+    if isinstance(e, A.Name):
+        return [e]
+    out: list[A.Name] = []
+    for v in getattr(e, "__dict__", {}).values():
+        for x in (v if isinstance(v, list) else [v]):
+            for y in (x if isinstance(x, tuple) else (x,)):
+                if isinstance(y, A.Node):
+                    out += _name_nodes(y)
+    return out
 
 
 def schema_type(schema: dict[str, str]) -> T:

@@ -45,6 +45,9 @@ class CheckerBase:
         self.broken_templates: set[str] = set()  # named templates that failed to load
         self.broken_params: set[str] = set()  # parameters whose default is reported as ill-typed
         self.session_vars: dict[str, dict[str, T]] = {}  # game -> its session variables (set by GameChecker)
+        # game -> the variables a session reaching the game's end may not have assigned, each with
+        # a path that leaves it unassigned (set by GameChecker; metrics check their reads, E409)
+        self.session_unassigned: dict[str, dict[str, str]] = {}
         self.exp = ir.Experiment(name=os.path.splitext(os.path.basename(path))[0])
 
     # -- shared helpers

@@ -129,6 +129,8 @@ class ExprChecker:
         self._site = 0
         self.stateful_calls: list[A.Call] = []  # diversity/novelty calls seen (a data filter refuses them)
         self.role_reply: dict[str, T] = {}  # role name -> its reply record type
+        # called with each read of a variable (a game's definite-assignment check, E409)
+        self.on_var_read: Callable[[str, Sym, Span], None] | None = None
 
     # -- helpers
     def error(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
@@ -159,6 +161,8 @@ class ExprChecker:
             match sym.kind:
                 case "param" | "role" | "item" | "data" | "buffer":
                     return ir.Ref(span=irspan(e.span), name=e.id, scope=sym.kind), sym.type
+            if self.on_var_read is not None:
+                self.on_var_read(e.id, sym, e.span)
             return ir.Ref(span=irspan(e.span), name=e.id, scope="var"), sym.type
         if e.id in self.outcomes:
             return ir.Lit(span=irspan(e.span), value=e.id, type="outcome"), OUTCOME

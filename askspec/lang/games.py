@@ -3,7 +3,9 @@
 Besides names and types this pass owns the protocol-level checks: template variables at
 each ask, loop bounds (E401), reward coverage of trained roles on every path (E402),
 roles asked before any model is bound (E403), unreachable statements (W502), and the
-static per-session upper bound on model calls per role."""
+static per-session upper bound on model calls per role. It also checks definite assignment
+(E409): a variable read by a step, a reward or a template has a value on every path that
+reaches the read, and metrics learn which variables a finished session may lack."""
 
 from __future__ import annotations
 
@@ -50,6 +52,10 @@ class GameChecker:
         self.routes: list[ir.Route] = []  # group-level, collected from the body
         self.contest_templates: list[tuple[str, set[str]]] = []  # (template, extra names) of routed contests
         self.overflow_checked: set[str] = set()  # roles checked by check_overflow_outcome
+        self.flow = _Flow()  # definite assignment where the walk is (E409)
+        self.live = False  # whether the walk is on a path that can run (not after an `end`, not walking)
+        self.contest_reads: set[str] = set()  # variables the game's tournament / judge prompts read
+        self.ended: list[tuple[dict[str, bool | str | None], str]] = []  # those variables at each `end`, and where
 
     def err(self, code, msg, span, hint=None):
         self.sink.error(code, msg, span, hint)
@@ -87,11 +93,21 @@ class GameChecker:
         self.game_scope = game_scope
         if self.outcomes:
             game_scope.define("outcome", Sym("var", OUTCOME, None, used=True))
+        self.contest_reads = self._contest_reads()
+        self.flow, self.live = _Flow(), True
+        self.x.on_var_read = self.read_var
         game.body = self.block(g.body, game_scope, in_loop=False)
+        self.c.session_unassigned[g.name] = dict(self.flow.why) if self.live else {}
         # tournament / judge prompts see the group's session variables (at the session's
-        # end), the traces being judged, and the parameters
+        # end, however it ended), the traces being judged, and the parameters
+        ends = [(self.flow.status(self.contest_reads), "when the session reaches the end of the game")] if self.live else []
+        ends += [(at_end, f"when the session ends at {where}") for at_end, where in self.ended]
+        self.flow, self.live = _Flow(), bool(ends)
+        self.flow.meet(ends)
         for key, extra in self.contest_templates:
             self.check_template_vars(key, _Available(game_scope, extra), game_scope)
+        self.live = False
+        self.x.on_var_read = None
         game.routes = self.routes
         self.flow_check(g)
         game.call_bounds = self.call_bounds(game.body)
@@ -151,6 +167,9 @@ class GameChecker:
             step = self.stmt(s, scope, in_loop)
             if isinstance(s, A.End):
                 ended = True
+                if self.live:
+                    self.ended.append((self.flow.status(self.contest_reads), _at(s.span)))
+                self.live = False  # nothing after an `end` runs
             if step is not None:
                 out.append(step)
         return out
@@ -179,6 +198,44 @@ class GameChecker:
             t = _widen(existing.type, t)
         # variables live for the whole session, like Python function locals
         self.game_scope.define(name, Sym("var", t, span, used=True))
+        self.assigned(name)
+
+    # -- definite assignment (E409) ----------------------------------------------------
+    def assigned(self, *names: str) -> None:
+        if self.live:
+            for name in names:
+                self.flow.assign(name)
+
+    def _contest_reads(self) -> set[str]:
+        """The variables the tournament / judge prompts of this game's routes read (unguarded)."""
+        out: set[str] = set()
+        for s in _walk(self.g.body):
+            for arm in s.arms if isinstance(s, A.Route) else []:
+                if arm.target in ("tournament", "judge") and arm.arg is not None:
+                    pool = self.c.exp.tournaments if arm.target == "tournament" else self.c.exp.judges
+                    for contest in pool:
+                        lt = self.c.loaded.get(contest.template) if contest.name == arm.arg[0] else None
+                        if lt is not None:
+                            out |= set(lt.variables) - lt.guarded
+        return out
+
+    def read_var(self, name: str, sym: Sym, span: Span | Callable[[], Span], ask: Span | None = None) -> None:
+        """A read of `name` (resolved to `sym`) where the walk is: E409 when it is a session
+        variable that some path reaching here leaves unassigned (the session would fail there
+        with "'name' has no value yet on this path")."""
+        if not self.live or name in self.flow.assigned or self.game_scope.names.get(name) is not sym:
+            return  # unreachable, assigned, or not a session variable (a parameter, a loop's or the pattern's name)
+        why = self.flow.why.get(name)
+        where = span() if callable(span) else span
+        if why is None:
+            first = "no `outcome = ...`" if name == "outcome" else "no assignment to it"
+            d = self.sink.error("E409", f"'{name}' has no value here: {first} runs before this on any path", where,
+                                f"assign '{name}' before this read")
+        else:
+            d = self.sink.error("E409", f"'{name}' may have no value here: it is unassigned {why}", where,
+                                f"assign '{name}' on every path to this read (in each branch, or before the `if` or loop)")
+        if ask is not None and ask != where:
+            d.notes.append(("the template is rendered by this ask", ask))
 
     def _Assign(self, s: A.Assign, scope, in_loop):
         if isinstance(s.value, A.Ask):
@@ -193,6 +250,7 @@ class GameChecker:
                 self.err("E203", "this game declares no outcomes", span, "declare them: outcomes calibrated, too_easy, too_hard")
             elif t.name not in ("outcome", "any"):
                 self.err("E201", f"outcome must be one of {', '.join(self.outcomes)}, found {t}", s.value.span)
+            self.assigned("outcome")
             return ir.OutcomeStep(span=irspan(s.span), value=value)
         self.define(scope, name, t, span)
         return ir.AssignStep(span=irspan(s.span), name=name, value=value)
@@ -254,10 +312,10 @@ class GameChecker:
                 self.err("E106", f"nothing to send to '{role}': give a template (using ...), a message (: expr) or a role prompt", a.span)
             names = _Available(scope, extra | {"role", "turn"})
             for key in {k for k in (tpl, r.system) if k is not None}:
-                self.check_template_vars(key, names, scope)
+                self.check_template_vars(key, names, scope, a.span)
             if r.recover.retries:
                 for key in {k for k in (r.recover.truncated, r.recover.malformed) if k is not None}:
-                    self.check_template_vars(key, _Available(scope, names.extra | {"reply", "missing"}), scope)
+                    self.check_template_vars(key, _Available(scope, names.extra | {"reply", "missing"}), scope, a.span)
         step = ir.AskStep(span=irspan(a.span), roles=roles, targets=[n for n, _ in targets] or [None] * len(roles),
                           sample=sample_ir, template=template, message=message, context=context,
                           sampling=self.ask_sampling(a.sampling or []))
@@ -266,6 +324,7 @@ class GameChecker:
         for (name, span), role in zip(targets, roles):
             t = self.x.role_reply.get(role, ANY)
             self.define(scope, name, list_of(t) if a.sample is not None else t, span)
+        self.assigned(*(n for n, _ in targets))  # all of them, so an unknown role (E102) is not also E409
         return step
 
     def check_overflow_outcome(self, r: ir.Role, span: Span) -> None:
@@ -297,7 +356,9 @@ class GameChecker:
                 out[a.name] = v
         return out
 
-    def check_template_vars(self, key: str, available: "_Available", scope: Scope) -> None:
+    def check_template_vars(self, key: str, available: "_Available", scope: Scope, at: Span | None = None) -> None:
+        """E301 for a variable the template uses that is not available; E409 for one that a
+        path to `at` (the ask rendering it; None: the session's end) leaves unassigned."""
         lt = self.c.loaded.get(key)
         if lt is None:
             return
@@ -308,6 +369,8 @@ class GameChecker:
                 sym = scope.lookup(var)
                 if sym is not None:
                     sym.used = True
+                    if var not in available.extra and var not in lt.guarded:  # `with` fields shadow variables
+                        self.read_var(var, sym, functools.partial(variable_location, lt, var), at)
                 if var in self.param_syms:
                     self.param_syms[var].used = True
                 continue
@@ -369,9 +432,12 @@ class GameChecker:
         else:
             bound = max(0, hi - lo + 1)
         inner = scope.child()
+        before = self.before_loop()
         if s.var is not None:
             inner.define(s.var[0], Sym("var", NUM, s.var[1], used=True))
+            self.assigned(s.var[0])
         body = self.block(s.body, inner, True)
+        self.after_loop(before, "repeat", s, self._repeat_runs(s))
         return ir.RepeatStep(span=irspan(s.span), var=s.var[0] if s.var else None, start=start_ir, stop=stop_ir, bound=bound, body=body)
 
     def _While(self, s: A.While, scope, in_loop):
@@ -386,7 +452,9 @@ class GameChecker:
             limit = self._bound(s.limit, "a loop limit")
             if limit is None:
                 self.err("E401", "a loop limit must be known before the run (a number or parameter)", s.limit.span)
+        before = self.before_loop()
         body = self.block(s.body, scope.child(), True)
+        self.after_loop(before, "until" if s.until else "while", s, False)
         return ir.WhileStep(span=irspan(s.span), cond=cond, until=s.until, limit=limit or 0, body=body)
 
     def _For(self, s: A.For, scope, in_loop):
@@ -414,8 +482,25 @@ class GameChecker:
             inner.define(name, Sym("var", elem, span, used=True))
         else:
             self._bind_pattern(s.pattern, elem, inner)
+        before = self.before_loop()
+        self.assigned(*(n for n, _ in s.pattern))
         body = self.block(s.body, inner, True)
+        self.after_loop(before, "for", s, self._runs_at_least_once(s))
         return ir.ForStep(span=irspan(s.span), names=[n for n, _ in s.pattern], iter=it, limit=limit or 0, body=body)
+
+    def before_loop(self) -> tuple[bool, int]:
+        return self.live, self.flow.mark()
+
+    def after_loop(self, before: tuple[bool, int], kw: str, s: A.Node, runs: bool) -> None:
+        """The flow after a loop: its body's, met with the flow before it unless the loop
+        certainly runs at least once."""
+        live, mark = before
+        paths = [(self.flow.delta(mark), f"when the `{kw}` at {_at(s.span)} runs")] if self.live else []
+        self.flow.undo(mark)
+        if live and not runs:
+            paths.append(({}, f"when the `{kw}` at {_at(s.span)} runs no iteration"))
+        self.live = live and bool(paths)
+        self.flow.meet(paths)
 
     def _list_bound(self, e: A.Expr) -> int | None:
         """Length bound of a list produced by `sample N ask` (held in a variable), or of a
@@ -447,12 +532,34 @@ class GameChecker:
 
     def _If(self, s: A.If, scope, in_loop):
         branches = []
-        for cond, body in s.branches:
+        at = _at(s.span)
+        live = self.live  # whether the next branch can run (not once a branch is decided true)
+        mark = self.flow.mark()
+        paths: list[tuple[dict[str, bool | str | None], str]] = []  # each live branch's changes, and its path
+        for i, (cond, body) in enumerate(s.branches):
+            self.live = live
             c, ct = self.expr(cond, scope)
             if not boolish(ct):
                 self.err("E201", f"an 'if' condition must be bool, found {ct}", cond.span)
+            # a condition on parameters only is decided now (as for E402): the other branches never run
+            truth = self._const_truth(cond) if live else None
+            self.live = live and truth is not False
             branches.append(ir.Branch(cond=c, body=self.block(body, scope.child(), in_loop)))
+            if self.live:
+                paths.append((self.flow.delta(mark), f"when the `if` at {at} is true" if i == 0
+                              else f"when the `if` at {at} takes its `elif` at {_at(cond.span)}"))
+            self.flow.undo(mark)
+            if truth is True:
+                live = False
+        self.live = live
         orelse = self.block(s.orelse, scope.child(), in_loop) if s.orelse is not None else []
+        if self.live:
+            paths.append((self.flow.delta(mark), f"when the `if` at {at} takes its `else`" if s.orelse is not None
+                          else f"when the `if` at {at} is false" if len(s.branches) == 1
+                          else f"when the `if` at {at} takes none of its branches"))
+        self.flow.undo(mark)
+        self.live = bool(paths)
+        self.flow.meet(paths)
         return ir.IfStep(span=irspan(s.span), branches=branches, orelse=orelse)
 
     def _Reward(self, s: A.Reward, scope, in_loop):
@@ -464,6 +571,7 @@ class GameChecker:
             return ir.RewardStep(span=irspan(s.span), role=s.target, name=name, value=value)
         sym = scope.lookup(s.target)
         if sym is not None and sym.type.name == "record" and sym.type.role:
+            self.read_var(s.target, sym, s.target_span)  # the reply the reward is attached to
             return ir.RewardStep(span=irspan(s.span), role=sym.type.role, turn_var=s.target, name=name, value=value)
         return self._not_a_target(s, scope, sym, "a role or a single reply")
 
@@ -728,6 +836,75 @@ class GameChecker:
 
         bounds = walk(steps, 1)
         return dict(sorted(bounds.items()))
+
+
+class _Flow:
+    """Definite assignment at the walk's point (E409): the session variables assigned on
+    every path that reaches it, and, for each variable assigned on some of those paths
+    only, a path that leaves it unassigned ("when the `if` at 7:5 is false").
+
+    One mutable state with an undo log, so that a game is checked in time linear in its
+    size: each branch of an `if` (or a loop's body) is walked from the state before it,
+    its changes taken (`delta`) and undone; where the paths meet, only the variables they
+    changed are looked at (`meet`)."""
+
+    def __init__(self) -> None:
+        self.assigned: set[str] = set()
+        self.why: dict[str, str] = {}
+        self._log: list[tuple[str, bool, str | None]] = []  # (name, was assigned, its former reason)
+
+    def assign(self, name: str) -> None:
+        if name not in self.assigned:
+            self._log.append((name, False, self.why.pop(name, None)))
+            self.assigned.add(name)
+
+    def unassigned_when(self, name: str, why: str) -> None:
+        self._log.append((name, name in self.assigned, self.why.get(name)))
+        self.assigned.discard(name)
+        self.why[name] = why
+
+    def mark(self) -> int:
+        return len(self._log)
+
+    def _state(self, name: str) -> bool | str | None:
+        """True: assigned; else the reason it may not be (None: no path assigned it)."""
+        return True if name in self.assigned else self.why.get(name)
+
+    def delta(self, mark: int) -> dict[str, bool | str | None]:
+        """The variables changed since `mark`, with their state now."""
+        return {name: self._state(name) for name, _, _ in self._log[mark:]}
+
+    def status(self, names: set[str]) -> dict[str, bool | str | None]:
+        return {name: self._state(name) for name in names}
+
+    def undo(self, mark: int) -> None:
+        while len(self._log) > mark:
+            name, was, why = self._log.pop()
+            if was:
+                self.assigned.add(name)
+            else:
+                self.assigned.discard(name)
+            if why is None:
+                self.why.pop(name, None)
+            else:
+                self.why[name] = why
+
+    def meet(self, paths: list[tuple[dict[str, bool | str | None], str]]) -> None:
+        """Where paths from this state meet (the branches of an `if`; a loop's body and its
+        skipping): each path's changes and how to say that it is taken. A variable is
+        assigned if every path assigns it; otherwise the first path that does not gives the
+        reason, its own if the variable was already unassigned on part of that path."""
+        for name in dict.fromkeys(n for changes, _ in paths for n in changes):
+            states = [(changes.get(name, self.why.get(name)), path) for changes, path in paths]
+            if all(state is True for state, _ in states):
+                self.assign(name)
+            else:
+                state, path = next((st, p) for st, p in states if st is not True)
+                self.unassigned_when(name, state if isinstance(state, str) else path)
+
+
+def _at(span: Span) -> str:
+    return f"{span.line}:{span.col}"
 
 
 # values of each scalar type at run time: a template may use their attributes (`r.text.strip()`)

@@ -30,6 +30,10 @@ MAX_DATA_BYTES = 1024 * 1024 * 1024  # 1 GiB: data files are hashed at check tim
 # One data record (a jsonl line, a text field of a parquet row): 1 MiB of text is far past
 # any model's context, so a longer record is a mistake to report, not a prompt to send.
 MAX_RECORD_BYTES = 1024 * 1024
+# A JSON file a command is handed or keeps between its steps (a --replay recording, the
+# inner-loop service's state for --promotions, an OpenRLHF job's buffer state): read whole
+# and parsed, so capped well below what parsing it would take in memory.
+MAX_STATE_BYTES = 256 * 1024 * 1024
 
 
 def record_too_large(size: int) -> str:
@@ -115,11 +119,22 @@ def open_spec_file(spec_dir: str, rel: str, max_bytes: int) -> BinaryIO:
     return open_regular(resolve_spec_path(spec_dir, rel), max_bytes, shown=rel)
 
 
+def read_regular(path: str | os.PathLike[str], max_bytes: int, shown: str | None = None) -> bytes:
+    """The bytes of ``path`` if it is a regular file of no more than ``max_bytes``: what
+    every file a command is handed (``--replay``, ``--promotions``, a job's state files)
+    is read with, so that ``/dev/zero`` is refused rather than read without end and a FIFO
+    is refused rather than waited on. A file that grew past the limit since it was
+    stat'ed is refused too (at most ``max_bytes + 1`` bytes are read). Raises
+    FileRefused (its message names the limit), FileNotFoundError or another OSError."""
+    shown = shown or os.fspath(path)
+    with open_regular(os.fspath(path), max_bytes, shown=shown) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileRefused(f"{shown} is over the limit of {human_size(max_bytes)}")
+    return data
+
+
 def read_spec_file(spec_dir: str, rel: str, max_bytes: int) -> bytes:
     """The bytes of ``rel`` (see ``open_spec_file``); a file that grew past the limit
     since it was stat'ed is refused too."""
-    with open_spec_file(spec_dir, rel, max_bytes) as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise FileRefused(f"{rel} is over the limit of {human_size(max_bytes)}")
-    return data
+    return read_regular(resolve_spec_path(spec_dir, rel), max_bytes, shown=rel)

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..ir import model as ir
 from ..ir.vocab import (BACKENDS, JSON_RETRIES, PARSERS, SAMPLING_FIELDS, SUMMARY_KEEP, SUMMARY_MAX_CHARS, SUMMARY_TAGS,
-                        WHOLE_SAMPLING_FIELDS)
+                        WHOLE_SAMPLING_FIELDS, tag_field)
 from . import ast as A
 from .checker_base import CheckerBase
 from .consts import INVALID
@@ -358,10 +358,11 @@ class RoleChecks(CheckerBase):
             return ir.ReplyParser(kind="boxed", fields=list(PARSERS["boxed"].fields), required=list(PARSERS["boxed"].required))
         if name == "sections":
             tags = [self.const(a, "a section tag") for a in args]
-            if not tags or not all(isinstance(t, str) and t for t in tags):
-                self.err("E109", "sections() takes one or more tag strings, e.g. sections(\"#Draft#\", \"#Question#\")", e.span)
+            if not tags or not all(isinstance(t, str) and tag_field(t) for t in tags):
+                self.err("E109", "sections() takes one or more tag strings, each with a letter or digit to name its field, "
+                         "e.g. sections(\"#Draft#\", \"#Question#\")", e.span)
                 return ir.ReplyParser(kind="text")
-            fields = [section_field(t) for t in tags]
+            fields = [tag_field(t) for t in tags]
             return ir.ReplyParser(kind="sections", args={"tags": tags}, fields=fields, required=[fields[-1]])
         if name == "summary":
             after = kwargs.get("after")
@@ -394,7 +395,7 @@ class RoleChecks(CheckerBase):
             for k in kwargs:
                 if k != "boxed":
                     self.err("E109", f"tags() has no option '{k}'", e.span, "options: boxed")
-            fields = [section_field(t) for t in tags]
+            fields = [tag_field(t) for t in tags]
             targs: dict = {"tags": tags}
             if "boxed" in kwargs:
                 b = self.const(kwargs["boxed"], "boxed")
@@ -432,8 +433,3 @@ class RoleChecks(CheckerBase):
                 fields = {f: STR for f in r.reply.fields}
             out[r.name] = reply_type(fields, r.name)
         return out
-
-
-def section_field(tag: str) -> str:
-    name = "".join(ch for ch in tag.lower() if ch.isalnum() or ch == "_")
-    return name or "section"

@@ -209,6 +209,16 @@ def _chain(node: nodes.Node) -> tuple[nodes.Name, tuple[str, ...]] | None:
     return (node, tuple(reversed(path))) if isinstance(node, nodes.Name) and path else None
 
 
+def guarded_names(tree: nodes.Template) -> set[str]:
+    """Variables the template guards somewhere: tests with ``is defined`` / ``is undefined``
+    or reads through ``| default(...)``. Such a template can render whether or not the
+    variable has a value, so the definite-assignment check (E409) leaves it out. Only the
+    variable itself guards it: ``x.a | default("")`` still fails when x has no value."""
+    guards = [t.node for t in tree.find_all(nodes.Test) if t.name in ("defined", "undefined")]
+    guards += [f.node for f in tree.find_all(nodes.Filter) if f.name in ("default", "d") and f.node is not None]
+    return {g.name for g in guards if isinstance(g, nodes.Name)}
+
+
 def field_uses(tree: nodes.Template) -> list[tuple[str, tuple[str, ...], int]]:
     """(name, fields read in order, line) of each access chain on a variable the template
     does not bind itself: ``item.claim`` -> ("item", ("claim",), 1). The checker types

@@ -21,7 +21,7 @@ from .paths import MAX_TEMPLATE_BYTES, FileRefused, read_spec_file, spec_relativ
 from .sandbox import environment
 from .sandbox import render as render_template  # noqa: F401 - the runtime renders through here
 from ..span import Span
-from .template_checks import field_uses, static_problems
+from .template_checks import field_uses, guarded_names, static_problems
 
 
 CONFINED_HINT = "a spec reads only regular files inside its own folder (symlinks are followed first)"
@@ -40,6 +40,8 @@ class LoadedTemplate:
     span: Span  # where it is referenced in the spec
     # (variable, fields read in order, template line) of each field access, checked per ask (E202)
     fields: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
+    # variables it tests with `is defined` or reads through `| default(...)` (E409 leaves them out)
+    guarded: set[str] = field(default_factory=set)
 
 
 def load_template(e: A.Expr, spec_dir: str, spec_path: str, sink: DiagnosticSink, files: dict[str, str],
@@ -108,6 +110,7 @@ def _analyse(key, source, rel, full, line, col, span, sink, display=None) -> Loa
     try:
         problems = static_problems(parsed)
         lt.fields = field_uses(parsed)
+        lt.guarded = guarded_names(parsed)
     except RecursionError:
         problems = []  # an expression nested too deeply to analyse; the render limits still apply
     for lineno, needle, message in problems:

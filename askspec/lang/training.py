@@ -13,7 +13,8 @@ from typing import Any
 
 from ..ir import model as ir
 from ..ir.plansize import training_steps
-from ..ir.vocab import ADVANTAGE_STDS, AGGREGATIONS, ALGORITHM_DEFAULTS, ESTIMATORS, STD_ESTIMATORS
+from ..ir.vocab import (ADVANTAGE_STDS, AGGREGATIONS, ALGORITHM_DEFAULTS, ESTIMATORS, MISMATCH_ACTIONS,
+                        STD_ESTIMATORS)
 from . import ast as A
 from .roles import RoleChecks
 
@@ -110,6 +111,12 @@ HYPERPARAMETERS: dict[str, Setting] = {
                              "updates older than the ones trained (0: on-policy, play and update take turns)", 0, 100),
     "is_bound": Setting("number", 2.0, "truncation of the importance weight π_train/π_sample of a stale rollout's tokens "
                         "(max_staleness > 0)", 1.0, 100.0),
+    "max_mismatch": Setting("number", None, "bound on an on-policy step's KL between the sampler's and the trainer's "
+                            "log-probabilities of its tokens (train_steps.mismatch_kl); past it the step is reported "
+                            "(on_mismatch); default by the training precision: 1e-6 in float32, 1e-3 under bf16",
+                            0.0, 1000.0),
+    "on_mismatch": Setting("name", "warn", "an on-policy step past max_mismatch: warn (the step's line and the closing "
+                           "summary) or error (the run stops after recording the step)", choices=MISMATCH_ACTIONS),
     "dtype": Setting("name", "auto", "training precision: auto (float32 on CPU, bf16 autocast on GPU), float32, bfloat16",
                      choices=("auto", "float32", "bfloat16")),
 }
@@ -162,7 +169,8 @@ def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
         std=str(hyper["std"]),
         save_every=int(hyper["save_every"]), keep_checkpoints=int(hyper["keep_checkpoints"]),
         max_nonfinite_steps=int(hyper["max_nonfinite_steps"]), max_staleness=int(hyper["max_staleness"]),
-        is_bound=float(hyper["is_bound"]), dtype=str(hyper["dtype"]), replay=hyper.get("replay"))
+        is_bound=float(hyper["is_bound"]), max_mismatch=None if hyper["max_mismatch"] is None else float(hyper["max_mismatch"]),
+        on_mismatch=hyper["on_mismatch"], dtype=str(hyper["dtype"]), replay=hyper.get("replay"))
 
 
 def closest(name: str, candidates) -> str | None:

@@ -58,7 +58,6 @@ from askspec.runtime.backends.hf_prefix import (
     DEFAULT_MB,
     PrefixCache,
     common_prefix,
-    weights_fingerprint,
 )
 from askspec.runtime.backends.hf_quant import QUANTIZE, quantize_linears
 from askspec.runtime.backends.prompt_tokens import HFChatTokens, PromptTokenizer
@@ -314,7 +313,7 @@ class _Row:
     finish: FinishReason | None = None
     prompt_ids: list[int] | None = None  # kept for a rollout request (ChatRequest.rollout)
     fed: list[int] | None = None  # the prompt ids, kept when the row's keys/values are to be cached
-    weights: tuple[int, ...] | None = None  # the weights' fingerprint at admission (prefix cache)
+    weights: int | None = None  # the backend's weights version at admission (prefix cache)
     logprobs: list[float] | None = None  # per generated token, for a rollout request
     first_token: float | None = None  # perf_counter() when the first token was picked
 
@@ -396,6 +395,9 @@ class HFBackend(Backend):
                           if prefix_cache else None)
         self._prefilled = 0  # prompt tokens run through the model (worker thread only)
         self._reused = 0  # prompt tokens taken from the prefix cache instead
+        # advanced on every write of the served weights (weights_changed): every cache of model
+        # state is keyed by it, never by torch internals
+        self._weights_version = 0
 
         self._load_lock = threading.Lock()
         self._loaded = False
@@ -512,7 +514,7 @@ class HFBackend(Backend):
             self._context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
             self._tokenizer, self._model, self._device = tokenizer, model, device
             self._loaded = True
-            self.forget_prefixes()  # computed under other weights
+            self.weights_changed()  # anything cached was computed under other weights
 
     async def prompt_tokenizer(self, model: str) -> PromptTokenizer:
         """The model's tokenizer and chat template, as `_encode` applies them."""
@@ -523,10 +525,23 @@ class HFBackend(Backend):
     def torch_threads(self) -> int:
         return int(self.num_threads or default_threads())
 
+    @property
+    def weights_version(self) -> int:
+        """How many times the served weights were written since this backend started."""
+        return self._weights_version
+
+    def weights_changed(self) -> None:
+        """Say that the served weights were written (an optimizer step, `load_state_dict`, a
+        copy): keys/values cached under the old weights are never used again, and a row
+        admitted before the write is not cached after it. Whoever writes the weights a
+        backend serves calls this (the local trainer: TrainedPolicy._weights_written); the
+        backend cannot tell by itself (a fused optimizer writes parameters in place without
+        bumping torch's version counters)."""
+        self._weights_version += 1
+        self.forget_prefixes()
+
     def forget_prefixes(self) -> None:
-        """Drop every cached prefix. Weight updates through the optimizer or
-        `load_state_dict` are noticed without this (see hf_prefix.weights_fingerprint);
-        call it after writing weights some other way (through `.data`)."""
+        """Drop every cached prefix (the weights are unchanged: see weights_changed)."""
         if self._prefixes is not None:
             self._prefixes.clear()
 
@@ -723,9 +738,9 @@ class HFBackend(Backend):
         import torch
 
         vocab = int(self._model.get_output_embeddings().out_features)  # a quantised head has no .weight tensor
-        fingerprint = weights_fingerprint(self._model) if self._prefixes is not None else None
+        version = self._weights_version
         if self._prefixes is not None:
-            self._prefixes.check_weights(fingerprint)
+            self._prefixes.check_weights(version)
         rows: list[_Row] = []
         prompts: list[list[int]] = []
         hits: list[tuple[Any, int]] = []
@@ -754,7 +769,7 @@ class HFBackend(Backend):
                 row.seen_gen = torch.zeros(vocab, dtype=torch.bool, device=self._device)
             hit: tuple[Any, int] = (None, 0)
             if self._prefixes is not None and job.request.options.get("prefix_cache", True):
-                row.fed, row.weights = ids, fingerprint
+                row.fed, row.weights = ids, version
                 hit = self._prefixes.lookup(ids)
             rows.append(row)
             prompts.append(ids)
@@ -869,7 +884,7 @@ class HFBackend(Backend):
         tokens but the last, which was sampled and never fed)."""
         if row.fed is None or self._prefixes is None or not row.generated:
             return
-        if row.weights != weights_fingerprint(self._model):
+        if row.weights != self._weights_version:
             return  # the weights changed while it ran: its keys/values match neither
         ids = row.fed + row.generated[:-1]
         real = int(self._mask[index].sum())

@@ -14,8 +14,9 @@ attention, absolute positions baked in by RoPE), not on what follows.
 
 Bounded by entries and bytes (least recently used goes first); an entry whose ids extend
 another's makes that one redundant (any prompt matches the longer at least as far), so it
-replaces it. Cleared when the weights change (`fingerprint`), on `clear()`, and when the
-backend closes. Thread-safe: the worker stores and looks up, other threads may clear.
+replaces it. Cleared when the weights change (`check_weights` with the backend's explicit
+weights version, which whoever writes the served weights advances: see
+HFBackend.weights_changed), on `clear()`, and when the backend closes. Thread-safe: the worker stores and looks up, other threads may clear.
 """
 
 from __future__ import annotations
@@ -58,17 +59,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
-def weights_fingerprint(model: Any) -> tuple[int, ...]:
-    """Changes whenever a parameter is replaced or written in place through autograd-aware
-    ops (optimizer steps, `load_state_dict`, `copy_`): each tensor's storage address and
-    version counter. Writes through `.data` bypass the counter: call `clear()` after those."""
-    out: list[int] = []
-    for p in model.parameters():
-        out.append(p.data_ptr())
-        out.append(p._version)
-    return tuple(out)
-
-
 class PrefixCache:
     """Least-recently-used store of PrefixEntry, bounded by `max_entries` and `max_bytes`."""
 
@@ -79,7 +69,7 @@ class PrefixCache:
         self.min_tokens = max(1, int(min_tokens))
         self._entries: OrderedDict[int, PrefixEntry] = OrderedDict()  # id(entry) -> entry, oldest first
         self._bytes = 0
-        self._fingerprint: tuple[int, ...] | None = None
+        self._weights: Any = None  # the weights version the entries were computed under
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -130,13 +120,15 @@ class PrefixCache:
                 self.evictions += 1
         return True
 
-    def check_weights(self, fingerprint: tuple[int, ...]) -> None:
-        """Clear every entry when the weights' fingerprint differs from the one they were
-        computed under."""
+    def check_weights(self, version: Any) -> None:
+        """Clear every entry when the weights version differs from the one they were
+        computed under. The version is explicit (HFBackend.weights_changed), never read from
+        torch's tensor internals: a fused optimizer writes parameters in place without
+        bumping their version counters."""
         with self._lock:
-            if fingerprint != self._fingerprint:
+            if version != self._weights:
                 self._clear()
-                self._fingerprint = fingerprint
+                self._weights = version
 
     def clear(self) -> None:
         with self._lock:

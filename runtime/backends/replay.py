@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
-from askspec.lang.paths import FileRefused, resolve_spec_path
+from askspec.lang.paths import MAX_STATE_BYTES, FileRefused, read_regular, resolve_spec_path
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult, SpecContext
 from askspec.runtime.backends.loop import let_loop_run, loop_due
 
@@ -96,21 +95,19 @@ def load_recording(path: Path) -> list[dict[str, list[str]]]:
     """Read and validate a recording; every problem is a BackendError naming where it is."""
     where = f"replay file {str(path)!r}"
     try:
-        mode = path.stat().st_mode  # follows symlinks: what would be read
+        # a regular file of at most MAX_STATE_BYTES: a FIFO would block the read for good,
+        # /dev/zero would never end
+        raw = read_regular(path, MAX_STATE_BYTES, shown=where)
     except FileNotFoundError:
         raise BackendError(f"{where} does not exist") from None
+    except FileRefused as exc:
+        raise BackendError(f"{exc}; a recording is a JSON file") from None
     except OSError as exc:
         raise BackendError(f"{where} cannot be read: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        # a FIFO would block the read for good, /dev/zero would never end
-        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-        raise BackendError(f"{where} is {what}; a recording is a JSON file")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is tolerated
+        text = raw.decode("utf-8-sig")  # a byte-order mark is tolerated
     except UnicodeDecodeError as exc:
         raise BackendError(f"{where} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    except OSError as exc:
-        raise BackendError(f"{where} cannot be read: {exc.strerror or exc}") from None
     try:
         data: Any = json.loads(text)
     except json.JSONDecodeError as exc:

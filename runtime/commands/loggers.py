@@ -6,7 +6,8 @@ config. The packages are optional extras (`pip install 'askspec[tensorboard]'`,
 
 Tags are `ROLE/COLUMN`, or `ROLE/STAGE/COLUMN` for a step of a declared stage; the x axis
 is the global training step. `skipped` is logged as 1 (the update did not run) or 0, its
-reason as text."""
+reason as text. The spec's declared metrics over the step's sessions are logged as
+`metrics/NAME` (`metrics/NAME/KEY=VALUE,...` per `by` group) when they have a number."""
 
 from __future__ import annotations
 
@@ -41,13 +42,27 @@ def step_values(metrics: dict[str, Any]) -> tuple[dict[str, float], str | None]:
     return out, reason
 
 
+def declared_values(rows: list[dict[str, Any]] | None) -> dict[str, float]:
+    """The declared metrics of a step (engine/metrics.py's rows) that have a number, by tag:
+    `metrics/NAME`, or `metrics/NAME/KEY=VALUE,...` for a `by` group."""
+    out: dict[str, float] = {}
+    for row in rows or ():
+        v = row.get("value")
+        if not isinstance(v, (int, float)) or row.get("n") == 0:
+            continue
+        by = ",".join(f"{k}={val}" for k, val in row["by"].items())
+        out[f"metrics/{row['metric']}" + (f"/{by}" if by else "")] = float(v)
+    return out
+
+
 def _prefix(role: str, metrics: dict[str, Any]) -> str:
     stage = metrics.get("stage")
     return f"{role}/{stage}" if stage else role
 
 
 class StepLogger(Protocol):
-    def step(self, step: int, metrics: dict[str, dict[str, Any]]) -> None: ...
+    def step(self, step: int, metrics: dict[str, dict[str, Any]],
+             declared: list[dict[str, Any]] | None = None) -> None: ...
     def close(self) -> None: ...
 
 
@@ -62,7 +77,7 @@ class TensorBoardLogger:
         self.writer.add_text("config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
         self.writer.flush()
 
-    def step(self, step: int, metrics: dict[str, dict[str, Any]]) -> None:
+    def step(self, step: int, metrics: dict[str, dict[str, Any]], declared: list[dict[str, Any]] | None = None) -> None:
         for role, m in metrics.items():
             prefix = _prefix(role, m)
             values, reason = step_values(m)
@@ -70,6 +85,8 @@ class TensorBoardLogger:
                 self.writer.add_scalar(f"{prefix}/{key}", v, step)
             if reason:
                 self.writer.add_text(f"{prefix}/skip_reason", reason, step)
+        for tag, v in declared_values(declared).items():
+            self.writer.add_scalar(tag, v, step)
         self.writer.flush()  # a step's records are on disk when it ends: a killed run loses none
 
     def close(self) -> None:
@@ -92,7 +109,7 @@ class WandbLogger:
                               config=config, mode=mode,
                               settings=wandb.Settings(console="off"))
 
-    def step(self, step: int, metrics: dict[str, dict[str, Any]]) -> None:
+    def step(self, step: int, metrics: dict[str, dict[str, Any]], declared: list[dict[str, Any]] | None = None) -> None:
         row: dict[str, Any] = {}
         for role, m in metrics.items():
             prefix = _prefix(role, m)
@@ -100,6 +117,7 @@ class WandbLogger:
             row.update({f"{prefix}/{k}": v for k, v in values.items()})
             if reason:
                 row[f"{prefix}/skip_reason"] = reason
+        row.update(declared_values(declared))
         if row:
             self.run.log(row, step=step)
 

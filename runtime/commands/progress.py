@@ -19,6 +19,10 @@ from typing import Callable, TextIO
 
 from askspec.terminal import printable
 
+# a role whose replies did not parse, or were cut at max_tokens, in more than this share of
+# its calls gets a warning after the summary (frozen roles and judges too)
+REPLY_WARN_SHARE = 0.1
+
 
 class Progress:
     def __init__(self, total: int, already: int, quiet: bool, stream: TextIO | None = None) -> None:
@@ -35,6 +39,7 @@ class Progress:
         self._tokens_lock = threading.Lock()  # backends report from their own threads
         self.turns = 0
         self.roles: dict[str, list[int]] = {}  # role -> [calls, tokens in, tokens out]
+        self.replies: dict[str, list[int]] = {}  # role -> [unparsed, truncated, both] replies
         self.outcomes: Counter = Counter()  # the line's counts: outcome, or "error"
         self.statuses: Counter = Counter()  # (status, outcome) for the summary
         self._last = 0.0
@@ -69,15 +74,23 @@ class Progress:
         with self._tokens_lock:
             self.tokens += n
 
-    def turn(self, role: str, tokens_in: int, tokens_out: int, streamed: int = 0) -> None:
-        """A recorded call; `streamed` of its tokens_out were already counted as they came."""
+    def turn(self, role: str, tokens_in: int, tokens_out: int, streamed: int = 0, unparsed: bool = False,
+             truncated: bool = False) -> None:
+        """A recorded call; `streamed` of its tokens_out were already counted as they came;
+        whether its reply did not parse and whether it was cut at max_tokens."""
         self.turns += 1
         per = self.roles.get(role)
         if per is None:
             per = self.roles[role] = [0, 0, 0]
+            self.replies[role] = [0, 0, 0]
         per[0] += 1
         per[1] += tokens_in
         per[2] += tokens_out
+        if unparsed or truncated:
+            bad = self.replies[role]
+            bad[0] += unparsed
+            bad[1] += truncated
+            bad[2] += unparsed and truncated
         if tokens_out > streamed:  # what the backend did not report while it ran
             self.stream_tokens(tokens_out - streamed)
         self.maybe_print()
@@ -176,6 +189,39 @@ class Progress:
             tout = sum(v[2] for v in self.roles.values())
             per = "; ".join(f"{role} {v[1]:,} in / {v[2]:,} out ({v[0]:,} calls)" for role, v in sorted(self.roles.items()))
             lines.append(f"  tokens: {per}; total {tin:,} in / {tout:,} out")
+            lines.append(f"  replies: {self._replies()}")
         lines.append(f"  speed: {self.tokens / playing:,.1f} generated tok/s, {played / playing:,.2f} sessions/s")
         lines.append(f"  run directory: {run_dir}")
         return [printable(line, single_line=True) for line in lines]  # role and outcome names, paths
+
+    def _replies(self) -> str:
+        """Per role, the replies that did not parse and those cut at max_tokens."""
+        parts = []
+        for role, (unparsed, truncated, both) in sorted(self.replies.items()):
+            calls = self.roles[role][0]
+            if unparsed:
+                cut = f" ({both:,} truncated)" if both else ""
+                extra = f", {truncated - both:,} more truncated" if truncated - both else ""
+                parts.append(f"{role} {unparsed:,} of {calls:,} unparsed{cut}{extra}")
+            elif truncated:
+                parts.append(f"{role} {truncated:,} of {calls:,} truncated")
+        return "; ".join(parts) if parts else "every reply parsed, none truncated"
+
+    def warnings(self, warned: frozenset[str] = frozenset()) -> list[str]:
+        """A warning per role (trained or not, judges included) whose replies did not parse,
+        or were cut at max_tokens, in more than REPLY_WARN_SHARE of its calls; `warned`: the
+        judge roles whose missing verdicts the run's routes warn about already."""
+        out = []
+        for role, (unparsed, truncated, both) in sorted(self.replies.items()):
+            calls = self.roles[role][0]
+            said = unparsed > REPLY_WARN_SHARE * calls
+            if said and role not in warned:
+                cut = (f" ({both:,} of them cut at max_tokens: raise the role's max_tokens)" if both
+                       else "; check its prompt against its reply format")
+                out.append(f"{role}: {unparsed:,} of {calls:,} replies did not parse{cut}")
+            cut_only = truncated - both if said else truncated  # those the warning above did not name
+            if cut_only > REPLY_WARN_SHARE * calls:
+                more = " more" if said and both else ""
+                out.append(f"{role}: {cut_only:,}{more} of {calls:,} replies were cut at max_tokens; raise the role's "
+                           f"max_tokens if they are meant to end")
+        return [printable(line, single_line=True) for line in out]

@@ -27,8 +27,8 @@ from askspec.terminal import os_error, printable
 
 from askspec.runtime.store import layout
 from askspec.runtime.store.compact import CompactError, compact_run
-from askspec.runtime.store.readonly import (MEMORY_LIMIT, Limits, QueryRefused, QueryTimeout, open_readonly_store,
-                                             run_readonly)
+from askspec.runtime.store.readonly import (MEMORY_LIMIT, Limits, QueryRefused, QueryTimeout, QueryTooLarge,
+                                             open_readonly_store, run_readonly)
 from askspec.runtime.store.views import VIEW_NAMES, Store, StoreError, connect
 
 QUERY_TIMEOUT = 600.0  # seconds; a query over a large run takes seconds, not minutes
@@ -176,6 +176,10 @@ def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             except (OSError, ValueError):
                 pass
             return 0  # as the askspec CLI does for a closed pipe
+        except QueryTooLarge as e:
+            hint = ("--memory-limit SIZE gives it more" if str(e).startswith("Out of Memory Error")
+                    else "--limit ROWS changes the size limit with the row limit (0: none)")
+            return _error(f"{e}; {hint}")
         except (StoreError, CompactError, QueryRefused, QueryTimeout) as e:
             return _error(str(e))
         except duckdb.PermissionException as e:

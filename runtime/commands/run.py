@@ -103,6 +103,38 @@ async def run_spec(file: str | None = None, *, own_process: bool = False, **opti
     return rc, run.run_dir
 
 
+def _step_counts(writer: RunWriter, report: Any) -> dict:
+    """Per trained role, the run's steps by `train_steps.skipped` code (None: the update ran),
+    from the store (a resumed run's earlier steps included); this process's steps when the
+    store cannot be read."""
+    import warnings
+    from collections import Counter
+
+    from askspec.runtime.store.views import open_store
+
+    try:
+        with warnings.catch_warnings():  # a torn line is the store's to report, not this line's
+            warnings.simplefilter("ignore")
+            rows = open_store(writer.run_dir).execute(
+                "SELECT role, skipped, count(*) FROM train_steps GROUP BY ALL").fetchall()
+    except Exception:
+        return report.counts() if report is not None else {}
+    out: dict[str, Counter] = {}
+    for role, skipped, n in rows:
+        out.setdefault(role, Counter())[skipped] += int(n)
+    return out
+
+
+def _checkpoint_note(trainer: LocalTrainer) -> str | None:
+    """What the run's checkpoints will hold on disk, when that is a lot (train_report.py's
+    CHECKPOINT_NOTE_BYTES): from each trained role's loaded weights."""
+    from askspec.runtime.commands.train_report import checkpoint_note, policy_bytes
+
+    sizes = {role: policy_bytes(p) for role, p in trainer.policies.items()}
+    return checkpoint_note({r: b for r, b in sizes.items() if b is not None}, trainer.steps,
+                           min(c.save_every for c in trainer.configs), min(c.keep_checkpoints for c in trainer.configs))
+
+
 def _err(msg: str) -> int:
     print(f"error: {printable(msg, single_line=True)}", file=sys.stderr)
     return EXIT_ERROR
@@ -124,11 +156,16 @@ class Run:
 
     async def execute(self) -> int:
         from askspec.runtime.commands.progress import Progress
-        from askspec.runtime.commands.start import start
+        from askspec.runtime.commands.start import AlreadyFinished, start
 
         progress = Progress(0, 0, self.opts.quiet)
         try:
             started = await start(self.opts, progress.step, own_process=self.own_process)
+        except AlreadyFinished as e:  # said; nothing loaded, nothing changed
+            print(printable(str(e), single_line=True), file=sys.stderr)
+            self.run_dir = self.opts.resume
+            print(str(self.opts.resume))
+            return EXIT_OK
         except UsageError as e:
             return _err(str(e))
         if started is None:
@@ -150,14 +187,18 @@ class Run:
         progress.done = progress.start_done = min(len(s.done), s.plan.total)
         engine_kw: dict[str, Any] = dict(writer=writer, resolve_model=s.resolver.resolve)
         what = f"{s.plan.total:,} sessions"
+        step_sessions = None
         if trainer is not None:  # the local trainer plays the steps (docs/training.md)
+            from askspec.runtime.commands.train_report import StepSessions
             from askspec.runtime.train.trainer import StepLog
 
             log = StepLog(writer)
             progress.total = trainer.planned_sessions()
             progress.done = progress.start_done = trainer.planner_sessions_before(trainer.start_step)
-            engine_kw = dict(writer=log, resolve_model=trainer.resolve, rollout_roles=frozenset(trainer.policies),
-                             on_rollout=log.rollout)
+            # the declared metrics are shown per step, over its sessions: the engine records through a tap
+            step_sessions = StepSessions(log, s.exp) if s.exp.metrics else None
+            engine_kw = dict(writer=step_sessions or log, resolve_model=trainer.resolve,
+                             rollout_roles=frozenset(trainer.policies), on_rollout=log.rollout)
             what = f"{trainer.planned_sessions():,} sessions in {trainer.steps} training step(s)"
         engine = Engine(trainer.engine_experiment() if trainer else s.exp, params=s.params, datasets=s.datasets,
                         seed=s.seed, concurrency=opts.concurrency, stateful=StatefulScorers(),
@@ -175,15 +216,31 @@ class Run:
             if made is None:
                 return EXIT_ERROR
             report, loggers = made
+            note = _checkpoint_note(trainer)
+            if note:
+                print(f"note: {note}", file=sys.stderr)
+            declared_failed: list[str] = []
 
             def on_step(step: int, metrics: dict) -> None:
-                lines = report.step(step, metrics)
+                declared = None
+                if step_sessions is not None:
+                    try:
+                        rows = step_sessions.metrics(step)  # the step's sessions are forgotten either way
+                        # an evaluate stage's step trains nothing and mixes its weights' sessions: not shown
+                        declared = rows if metrics else None
+                    except Exception as e:  # the metrics are shown, not needed: the training goes on
+                        if not declared_failed:
+                            declared_failed.append(str(e))
+                            progress.warn(f"the declared metrics could not be evaluated over step {step}'s "
+                                          f"sessions ({e.__class__.__name__}: {e}); `askspec metrics` evaluates "
+                                          f"them after the run")
+                lines = report.step(step, metrics, declared)
                 if not opts.quiet:
                     for line in lines:
                         progress.note(line)
                 for logger in list(loggers):
                     try:
-                        logger.step(step, metrics)
+                        logger.step(step, metrics, declared)
                     except Exception as e:  # a full disk, W&B gone: the training goes on, unlogged
                         loggers.remove(logger)
                         progress.warn(f"--log: {e.__class__.__name__}: {e}; no more steps are logged there "
@@ -229,11 +286,16 @@ class Run:
             return _err(f"the run failed: {failure}; its status is 'failed' (see {writer.run_dir})")
         for line in engine.route_warnings():  # the run summary: judges that mostly gave no verdict
             print(f"warning: {printable(line, single_line=True)}", file=sys.stderr)
+        judges = frozenset(t.judge for t in engine.judge_tallies.values() if t.failing)
+        for line in progress.warnings(judges):  # roles (frozen ones too) whose replies often did not parse
+            print(f"warning: {line}", file=sys.stderr)
         for line in report.warnings() if report else []:  # trained roles whose steps mostly had no signal
             print(f"warning: {line}", file=sys.stderr)
         if trainer is not None:
-            print(f"trained {', '.join(trainer.policies)} for {trainer.steps_done()}; weights in "
-                  f"{writer.run_dir / 'checkpoints'}", file=sys.stderr)
+            from askspec.runtime.commands.train_report import trained_line
+
+            print(f"{trained_line(list(trainer.policies), _step_counts(writer, report))}; schedule: "
+                  f"{trainer.steps_done()}; weights in {writer.run_dir / 'checkpoints'}", file=sys.stderr)
         return self._summary(writer, results)
 
     def _training_output(self, s: Started, trainer: LocalTrainer, progress: Progress) -> tuple[Any, list] | None:

@@ -15,13 +15,13 @@ from typing import Any
 import pyarrow as pa
 
 from askspec.runtime.commands.query import _error, _guarded, _print_warnings, format_table
-from askspec.runtime.store import layout
+from askspec.runtime.store import layout, liveness
 from askspec.runtime.store.views import connect
 
 _RUNS_SQL = """
     SELECT r.run_id, r.experiment, r.experiment_hash, r.status, r.started_at, r.ended_at,
            r.seed, r.planned_sessions, r.resumes, r.run_dir, r.roles, r.overrides, r.run_options,
-           r.totals, r.duration_s,
+           r.totals, r.duration_s, r.history,
            coalesce(s.ok, 0) AS ok, coalesce(s.error, 0) AS error,
            coalesce(s.running, 0) AS running
     FROM runs r LEFT JOIN (
@@ -34,7 +34,8 @@ _RUNS_SQL = """
     ORDER BY r.started_at, r.run_id
 """
 
-# Runs whose manifest has no totals yet (running, or killed): counted from their turns.
+# Runs whose process has not recorded its end (running, crashed, stale): the manifest's
+# totals are those of the processes that ended, so they are counted from their turns.
 _TOKENS_SQL = """
     SELECT run_id, count(*) AS turns, coalesce(sum(tokens_in), 0) AS tokens_in,
            coalesce(sum(tokens_out), 0) AS tokens_out
@@ -46,10 +47,12 @@ def list_runs(dir: str | Path) -> list[dict[str, Any]]:
     """One dict per run under ``dir`` (subfolders included; or ``dir`` itself if it is a
     run), oldest first. An existing folder without runs gives an empty list.
 
-    Keys: run_id, experiment, experiment_hash, status, started_at, ended_at, seed,
-    planned_sessions, resumes, run_dir, ok, error, running (session counts), duration_s,
-    tokens_in, tokens_out, turns, roles, overrides, run_options (decoded JSON), and the
-    one-line texts ``models`` and ``settings``.
+    Keys: run_id, experiment, experiment_hash, status (as shown: ``crashed`` or ``stale``
+    for a run whose process is gone, liveness.py), started_at, ended_at, seed,
+    planned_sessions, resumes, run_dir, ok, error, running (session counts), duration_s
+    (every process's time, the latest one's so far), tokens_in, tokens_out, turns (all
+    processes'), roles, overrides, run_options, history (decoded JSON), and the one-line
+    texts ``models`` and ``settings``.
     """
     root = Path(dir)
     if root.is_dir() and not layout.find_run_dirs(root):
@@ -64,16 +67,20 @@ def list_runs(dir: str | Path) -> list[dict[str, Any]]:
 def _rows(con) -> list[dict[str, Any]]:
     rows = con.sql(_RUNS_SQL).to_arrow_table().to_pylist()
     for r in rows:
-        for key in ("roles", "overrides", "run_options", "totals"):
+        for key in ("roles", "overrides", "run_options", "totals", "history"):
             r[key] = _json(r[key])
-    missing = [r["run_id"] for r in rows if not r["totals"]]
+    unended = {r["run_id"] for r in rows if r["status"] in ("running", *liveness.NOT_RUNNING)}
+    for r in rows:
+        if r["run_id"] in unended:
+            r["duration_s"] = liveness.run_seconds(r["history"], live=r["status"] == "running")
+    missing = [r["run_id"] for r in rows if not r["totals"] or r["run_id"] in unended]
     counted: dict[str, dict] = {}
     if missing:
         ids = ", ".join("'" + str(i).replace("'", "''") + "'" for i in missing)
         for run_id, turns, t_in, t_out in con.execute(_TOKENS_SQL.format(ids=ids)).fetchall():
             counted[run_id] = {"turns": turns, "tokens_in": t_in, "tokens_out": t_out}
     for r in rows:
-        totals = r["totals"] or counted.get(r["run_id"]) or {}
+        totals = (counted.get(r["run_id"]) if r["run_id"] in unended else r["totals"]) or r["totals"] or {}
         r["turns"] = totals.get("turns", 0)
         r["tokens_in"] = totals.get("tokens_in", 0)
         r["tokens_out"] = totals.get("tokens_out", 0)

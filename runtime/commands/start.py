@@ -45,6 +45,10 @@ class Started:
     trainer: LocalTrainer | None = None  # when the run trains
 
 
+class AlreadyFinished(UsageError):
+    """--resume of a run that finished: nothing to do (said, exit 0; no model is loaded)."""
+
+
 def resumed_options(opts: RunOptions) -> tuple[RunOptions, dict | None]:
     """For --resume: the options completed from the run's manifest, and the manifest."""
     from askspec.runtime.store import layout
@@ -57,6 +61,10 @@ def resumed_options(opts: RunOptions) -> tuple[RunOptions, dict | None]:
         manifest = layout.load_manifest(opts.resume)  # checked: fields have the types a resume relies on
     except layout.ManifestError as e:
         raise UsageError(f"cannot resume: {e}") from None
+    if manifest["status"] == "finished":
+        ended = f" at {manifest['ended_at']}" if isinstance(manifest.get("ended_at"), str) else ""
+        raise AlreadyFinished(f"run {manifest['run_id']} finished{ended}: there is nothing to resume "
+                              f"(askspec runs {opts.resume} shows it; start the spec again for a new run)")
     saved = manifest.get("run_options") or {}
     opts = opts.resumed(saved)
     if not opts.overrides and isinstance(manifest.get("overrides"), dict):
@@ -304,15 +312,11 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], 
     if not loaded:
         await resolver.aclose()
         return None
-    writer = open_writer(opts, manifest, res, ehash, seed, params, plan, resolver, base)
+    writer = open_writer(opts, manifest, res, ehash, seed, params, plan, resolver, base, trainer)
     started = Started(opts, stage_experiment(exp, plan), ehash, seed, params, datasets, plan, resolver, writer,
                       trainer=trainer)
     if trainer is not None:
-        from askspec.runtime.train import runner as train_runner
-
         trainer.run_dir = writer.run_dir
-        if manifest is None:
-            writer.annotate(training=train_runner.manifest_record(trainer), planned_sessions=trainer.planned_sessions())
         return started  # a training run replays from its newest checkpoint, not from finished sessions
     started.done = writer.completed_sessions()
     if manifest is not None and started.done:
@@ -337,6 +341,11 @@ def prepare_training(opts: RunOptions, manifest: dict | None, res, params: dict,
     from askspec.runtime.train import runner as train_runner
     from askspec.runtime.train.trainer import CheckpointDamaged, TrainingRefused
 
+    if manifest is not None and not manifest.get("training") and res.ir.training and not opts.eval_only:
+        # (a run of this version records its training with the rest of its manifest, at once)
+        raise UsageError(f"cannot resume {opts.resume}: the spec trains, but the run's manifest has no record of "
+                         "its training (the run was stopped while it started, by an older askspec): it cannot "
+                         "be told from an evaluation; start the spec again")
     if not train_runner.wants_training(res.ir, opts.eval_only, manifest):
         return None
     if opts.sessions is not None and manifest is None:
@@ -389,9 +398,12 @@ def determinism_record(opts: RunOptions, seed: int, resolver: ModelResolver) -> 
 
 
 def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: int, params: dict,
-                plan: Plan | StagePlan, resolver: ModelResolver, base_url: str | None) -> RunWriter:
+                plan: Plan | StagePlan, resolver: ModelResolver, base_url: str | None,
+                trainer: LocalTrainer | None = None) -> RunWriter:
     """A new run directory, or the resumed one reopened; the manifest gets the options,
-    and each model a role is bound to (now and as the run goes on)."""
+    and each model a role is bound to (now and as the run goes on). A new run's manifest
+    is written once, complete (options, determinism, a training run's record), as the
+    directory appears: no crash leaves one that resumes as another kind of run."""
     from askspec.ir.canonical import to_json
     from askspec.runtime.store.writer import RunLockedError, RunWriter
 
@@ -399,16 +411,21 @@ def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: 
     if manifest is None:
         if os.path.exists(opts.out) and not os.path.isdir(opts.out):
             raise UsageError(f"--out {opts.out} is a file; give a folder for run directories")
+        # the profile the IR is (the spec's default one too): a resume and `askspec runs` see it
+        recorded = {**opts.recorded(), "default_base_url": base_url, "profile": exp.options.get("profile")}
+        fields: dict[str, Any] = dict(spec_path=os.path.abspath(opts.file), run_options=recorded,
+                                      overrides={k: params[k] for k in opts.overrides if k in params},
+                                      determinism=determinism_record(opts, seed, resolver))
+        if trainer is not None:
+            from askspec.runtime.train import runner as train_runner
+
+            fields.update(training=train_runner.manifest_record(trainer), planned_sessions=trainer.planned_sessions())
         try:
             writer = RunWriter.create(opts.out, experiment=exp.name, experiment_hash=ehash, ir_json=to_json(exp),
                                       spec_files=res.files, seed=seed, roles=roles_record(exp, opts, resolver),
-                                      params=params, planned_sessions=plan.total, argv=sys.argv)
+                                      params=params, planned_sessions=plan.total, argv=sys.argv, fields=fields)
         except OSError as e:
             raise UsageError(os_error(e, "cannot create a run directory in")) from None
-        # the profile the IR is (the spec's default one too): a resume and `askspec runs` see it
-        recorded = {**opts.recorded(), "default_base_url": base_url, "profile": exp.options.get("profile")}
-        writer.annotate(spec_path=os.path.abspath(opts.file), run_options=recorded,
-                        overrides={k: params[k] for k in opts.overrides if k in params})
     else:
         try:
             writer = RunWriter.open_for_resume(opts.resume, argv=sys.argv)
@@ -420,13 +437,12 @@ def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: 
             raise UsageError(f"cannot resume {opts.resume}: {e}") from None
         for note in writer.notes:  # what the resume repaired (damaged lines moved, files rebuilt)
             warn(note)
-        writer.annotate(roles=roles_record(exp, opts, resolver, writer.manifest.get("roles")))
+        writer.annotate(roles=roles_record(exp, opts, resolver, writer.manifest.get("roles")),
+                        determinism=determinism_record(opts, seed, resolver))
 
     def on_bind(role: str, info: dict) -> None:
         writer.annotate(roles=roles_record(exp, opts, resolver, writer.manifest.get("roles")),
                         determinism=determinism_record(opts, seed, resolver))
-
-    writer.annotate(determinism=determinism_record(opts, seed, resolver))
 
     resolver.on_bind = on_bind
     return writer

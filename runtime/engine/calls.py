@@ -35,9 +35,10 @@ class TokenStream:
         self.sink(n)
 
 
-# on_turn(role, tokens_in, tokens_out, streamed): a recorded call, and how many of its
-# tokens_out were already reported while it ran
-TurnListener = Callable[[str, int, int, int], None]
+# on_turn(role, tokens_in, tokens_out, streamed, unparsed, truncated): a recorded call, how
+# many of its tokens_out were already reported while it ran, whether its reply did not parse
+# (the role's parser, a judge's verdict) and whether it was cut at max_tokens
+TurnListener = Callable[[str, int, int, int, bool, bool], None]
 
 
 class ModelCalls:
@@ -86,7 +87,8 @@ class ModelCalls:
                            tokens_in=result.tokens_in, tokens_out=result.tokens_out, latency_ms=round(latency_ms, 3),
                            group_id=group_id, ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3))
         if self.on_turn:
-            self.on_turn(role, result.tokens_in or 0, result.tokens_out or 0, streamed)
+            self.on_turn(role, result.tokens_in or 0, result.tokens_out or 0, streamed, parsed.get("parsed") is False,
+                         result.finish_reason == "length")
 
     def record_failure(self, session_id: str, attempt: int, turn_index: int, role: str, binding: ModelBinding,
                        messages: list[dict], error: str, group_id: str | None = None) -> None:

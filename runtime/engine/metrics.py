@@ -18,14 +18,16 @@ n = 0 and no value ("no sessions"), never a count of sessions it did not use."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from askspec.ir import model as ir
+from askspec.ir.advantages import STD_EPS, group_std
 from askspec.ir.builtins import AGGREGATES
 
 from askspec.runtime.engine.evaluator import Env, MissingValue, EvalError, RoleView, aggregate, evaluate
@@ -66,20 +68,32 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], 
         if status != "ok":
             errors += status == "error"
             continue
-        scope = {**groups.get((rid, group_id or "", sid), {}), **_load_json(vars_), **_load_json(params)}
-        for old in ("__step__", "__stage__", "__weights__"):  # a run of store format < 4 bound them (the view reads them)
-            scope.pop(old, None)
-        # the session plan's (set by the trainer; none when evaluating), unless the spec names a variable so
-        scope.setdefault("step", step)
-        scope.setdefault("stage", stage)
-        scope.setdefault("weights", weights)
-        scope.update(outcome=outcome, status=status, game=game)
-        scopes.append(SessionScope(scope, dict(totals[(rid, sid)]), group_id))
+        scopes.append(session_scope(groups.get((rid, group_id or "", sid), {}), _load_json(vars_), _load_json(params),
+                                    step=step, stage=stage, weights=weights, outcome=outcome, status=status, game=game,
+                                    rewards=dict(totals[(rid, sid)]), group_id=group_id))
     return scopes, errors
 
 
+def session_scope(group: dict[str, Any], vars: dict[str, Any], params: dict[str, Any], *, step: Any, stage: Any,
+                  weights: Any, outcome: str | None, status: str, game: str, rewards: dict[str, float],
+                  group_id: str | None) -> SessionScope:
+    """One ok session's scope from what the store records of it: its group's values
+    (`group_values`), its final variables and bindings (`params`), the plan's step, stage
+    and weights, and its total reward per role."""
+    scope = {**group, **vars, **params}
+    for old in ("__step__", "__stage__", "__weights__"):  # a run of store format < 4 bound them (the view reads them)
+        scope.pop(old, None)
+    # the session plan's (set by the trainer; none when evaluating), unless the spec names a variable so
+    scope.setdefault("step", step)
+    scope.setdefault("stage", stage)
+    scope.setdefault("weights", weights)
+    scope.update(outcome=outcome, status=status, game=game)
+    return SessionScope(scope, rewards, group_id)
+
+
 ROUTED = ("tournament", "judge")  # the reward names a routed contest records
-ADVANTAGE_EPS = 1e-4  # ε of the group-normalised reward (Reasoning Arena Eq. 2; the trainer's grpo uses the same)
+# ε of the group-normalised reward (Reasoning Arena Eq. 2): the trainer's grpo's (askspec.ir.advantages)
+ADVANTAGE_EPS = STD_EPS["grpo"]
 
 
 def _group_scopes(con, where: str, named: dict) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -87,22 +101,36 @@ def _group_scopes(con, where: str, named: dict) -> dict[tuple[str, str, str], di
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for rid, gid, route, stats, members, calls in con.execute(
             f"SELECT run_id, group_id, route, stats, members, judge_calls FROM groups {where}").fetchall():
-        stats, members = _load_json(stats), json_cell(members) or []
-        role = stats.get("role") if isinstance(stats, dict) else None
-        routed = str(route).split(":", 1)[0] in ROUTED
-        finals = []
-        for sid in members:
-            mine = [(n, v) for r, n, v in named.get((rid, sid), []) if r == role]
-            # a routed group trains on the contest's reward, the others on the sum of theirs
-            finals.append(sum(v for n, v in mine if (n in ROUTED) == routed))
-        mean = sum(finals) / len(finals) if finals else 0.0
-        std = math.sqrt(sum((r - mean) ** 2 for r in finals) / len(finals)) if finals else 0.0
-        trained = route not in ("drop", "resample", "error")
-        for sid, r in zip(members, finals):
-            centred = r - mean if trained and abs(r - mean) > 1e-12 else 0.0
-            out[(rid, gid, sid)] = {"route": route, "routed": routed, "group_judge_calls": int(calls or 0),
-                                    "nonzero_advantage": centred != 0.0,
-                                    "advantage": centred / (std + ADVANTAGE_EPS)}
+        values = group_values(route, _load_json(stats), json_cell(members) or [], calls,
+                              functools.partial(_named_of, named, rid))
+        out.update(((rid, gid, sid), v) for sid, v in values.items())
+    return out
+
+
+def _named_of(named: dict, rid: str, sid: str) -> list[tuple[str, str, float]]:
+    return named.get((rid, sid), [])
+
+
+def group_values(route: str, stats: Any, members: list[str], calls: int | None,
+                 named: Callable[[str], list[tuple[str, str, float]]]) -> dict[str, dict[str, Any]]:
+    """Member session -> the values of its group that its metrics see (`route`, `routed`,
+    `group_judge_calls`, `nonzero_advantage`, `advantage`); `named(session)` is the
+    session's rewards as (role, name, value)."""
+    role = stats.get("role") if isinstance(stats, dict) else None
+    routed = str(route).split(":", 1)[0] in ROUTED
+    finals = []
+    for sid in members:
+        mine = [(n, v) for r, n, v in named(sid) if r == role]
+        # a routed group trains on the contest's reward, the others on the sum of theirs
+        finals.append(sum(v for n, v in mine if (n in ROUTED) == routed))
+    mean = sum(finals) / len(finals) if finals else 0.0
+    std = group_std(finals, "population")  # Eq. 2's σ, whatever the train block's `std`
+    trained = route not in ("drop", "resample", "error")
+    out = {}
+    for sid, r in zip(members, finals):
+        centred = r - mean if trained and abs(r - mean) > 1e-12 else 0.0
+        out[sid] = {"route": route, "routed": routed, "group_judge_calls": int(calls or 0),
+                    "nonzero_advantage": centred != 0.0, "advantage": centred / (std + ADVANTAGE_EPS)}
     return out
 
 

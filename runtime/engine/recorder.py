@@ -8,9 +8,11 @@ from typing import Any, Protocol
 
 class Recorder(Protocol):
     def session_started(self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int,
-                        step: int | None = None, stage: str | None = None, weights: str | None = None) -> int:
+                        step: int | None = None, stage: str | None = None, weights: str | None = None,
+                        seed: int | None = None) -> int:
         """Returns the session's attempt number (1, 2, ... across resumes). `params` are the
-        session's bindings; `step`, `stage` and `weights` its plan's (a training run's)."""
+        session's bindings; `step`, `stage` and `weights` its plan's (a training run's);
+        `seed` its plan's sampling seed (every run's)."""
         ...
 
     def turn(self, session_id: str, attempt: int, *, turn_index: int, role: str, model: str | None, prompt: Any,

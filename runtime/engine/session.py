@@ -247,7 +247,8 @@ class Engine:
     async def run_session(self, p: SessionPlan) -> SessionResult:
         game = self.games[p.game]
         attempt = self.writer.session_started(p.session_id, game=p.game, group_id=p.group_id, params=_jsonable(p.bindings),
-                                              index=p.index, step=p.step, stage=p.stage, weights=p.weights)
+                                              index=p.index, step=p.step, stage=p.stage, weights=p.weights,
+                                              seed=p.seed)
         st = SessionState(plan=p, attempt=attempt, vars=dict(p.bindings), roles={r: RoleView(r) for r in self.roles})
         if self.stateful is not None:
             scorer = self.stateful

@@ -35,7 +35,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from askspec.ir.vocab import PARSERS as KINDS
-from askspec.ir.vocab import SUMMARY_KEEP, SUMMARY_MAX_CHARS, SUMMARY_TAGS
+from askspec.ir.vocab import SUMMARY_KEEP, SUMMARY_MAX_CHARS, SUMMARY_TAGS, tag_field
 
 __all__ = [
     "ParsedReply",
@@ -121,11 +121,13 @@ def _as_text(text: Any) -> str:
 
 @lru_cache(maxsize=1024)
 def field_name(tag: str) -> str:
-    """Spec-level field name of a tag: non-alphanumerics dropped, lowercased.
+    """Spec-level field name of a tag, by the rule the checker names the IR's fields with
+    (askspec.ir.vocab.tag_field): letters, digits and underscores, lowercased.
 
-    ``"#Question#"`` -> ``"question"``, ``"#Final Answer#"`` -> ``"finalanswer"``.
+    ``"#Question#"`` -> ``"question"``, ``"#Final_Answer#"`` -> ``"final_answer"``,
+    ``"#Final Answer#"`` -> ``"finalanswer"``.
     """
-    return "".join(ch for ch in tag if ch.isalnum()).lower()
+    return tag_field(tag)
 
 
 # what `_tag_regex` lets follow a tag (always matches, possibly empty)

@@ -36,7 +36,11 @@ from typing import Any
 # 3: train_steps.skipped (why a step's update did not run); older lines read it as NULL.
 # 4: sessions.step, stage, weights (a training run's step, stage and evaluate-stage weights,
 # before kept in params as __step__, __stage__, __weights__: the sessions view reads either).
-FORMAT_VERSION = 4
+# 5: train_steps.mismatch_abs, mismatch_kl (sampler vs trainer on on-policy tokens); older
+# lines read them as NULL.
+# 6: sessions.seed (the session's sampling seed, on its started line); older lines read it
+# as NULL.
+FORMAT_VERSION = 6
 
 MANIFEST = "manifest.json"
 IR_JSON = "ir.json"
@@ -77,6 +81,9 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "step": "BIGINT",
         "stage": "VARCHAR",
         "weights": "VARCHAR",  # an evaluate stage's trained | initial
+        # started only: the session's sampling seed (engine.plan.SessionPlan.seed; every
+        # model call's seed derives from it, engine.calls.call_seed), so it replays alone
+        "seed": "BIGINT",
     },
     "turns": {
         "session_id": "VARCHAR",
@@ -140,6 +147,10 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
         "zero_adv_share": "DOUBLE",  # share of trajectories with advantage 0
         "kl": "DOUBLE",  # mean per-token KL to the frozen initial weights (k1/k3 as configured)
         "clip_frac": "DOUBLE",  # share of tokens whose ratio was clipped
+        # sampler vs trainer over the on-policy rows' trained tokens, before the update: mean
+        # |log π_train − log π_sampler| and the KL between them (k3); float noise on-policy
+        "mismatch_abs": "DOUBLE",
+        "mismatch_kl": "DOUBLE",
         "grad_norm": "DOUBLE",  # before clipping
         "lr": "DOUBLE",
         "tokens": "BIGINT",  # trained (completion) tokens
@@ -180,7 +191,7 @@ EVENT_SCHEMAS: dict[str, dict[str, str]] = {
     },
 }
 TRAIN_STEP_COLUMNS = ("loss", "reward_mean", "reward_std", "zero_adv_share", "kl", "clip_frac", "grad_norm", "lr",
-                      "tokens", "seconds", "skipped")
+                      "tokens", "seconds", "skipped", "mismatch_abs", "mismatch_kl")
 # train_steps.skipped: why a step's update did not run (docs/training.md, "Skipped steps")
 TRAIN_SKIP_REASONS = ("zero_advantage", "no_tokens", "nonfinite", "gate", "empty_buffer", "no_data")
 
@@ -194,11 +205,11 @@ LATER_EVENTS = frozenset({"buffer_events", "nested_events"})
 OVERFLOW_COLUMN: dict[str, str] = {"overflow": "JSON"}
 
 # Columns added after format 1 (absent from Parquet copies compacted by format 1; a copy
-# of format 2 or 3 lacks the later ones, found by reading its schema).
+# of format 2 to 5 lacks the later ones, found by reading its schema).
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     name: {"turns": ("prompt_chain", "prompt_link", "group_id", "ttft_ms"),
-           "sessions": ("bookkeeping", "step", "stage", "weights"),
-           "groups": ("judge_calls", "unparsed"), "train_steps": ("skipped",)}.get(name, ()) + ("overflow",)
+           "sessions": ("bookkeeping", "step", "stage", "weights", "seed"),
+           "groups": ("judge_calls", "unparsed"), "train_steps": ("skipped", "mismatch_abs", "mismatch_kl")}.get(name, ()) + ("overflow",)
     for name in EVENT_SCHEMAS
 }
 
@@ -234,9 +245,11 @@ MANIFEST_COLUMNS: dict[str, str] = {
     "run_options": "JSON",  # backend, base_url, served models, concurrency, max_tokens, sessions, profile
     "totals": "JSON",  # turns and tokens over every process of the run (set when one ends)
     "duration_s": "DOUBLE",  # seconds the run's processes ran (set when one ends)
+    # one entry per process (gen, pid, host, started_at, heartbeat_at, ended_at, status, totals)
+    "history": "JSON",
 }
 
-RUN_STATUSES = ("running", "finished", "failed", "interrupted")
+RUN_STATUSES = ("running", "finished", "failed", "interrupted")  # as recorded; shown: liveness.py
 
 # Distributions recorded in the manifest; a missing one is recorded as null.
 TRACKED_PACKAGES = (

@@ -27,22 +27,30 @@ make a query read ``~/.ssh`` or block on a pipe.
 
 Resources. A query runs with DuckDB's ``memory_limit`` (``MEMORY_LIMIT``; an in-memory
 store has nowhere to spill, so a query needing more fails with DuckDB's "Out of Memory
-Error"), under a watchdog that interrupts it after its time limit and gives up on it if
-it still has not stopped ``STUCK_GRACE`` seconds later (a read blocked in the kernel
+Error", raised as ``QueryTooLarge``). DuckDB does not count every allocation against
+that limit (the text a string function builds, ``repeat('x', 2e9)``, is not), so while
+a query runs the process may grow by no more than the limit and the result's size
+limit (``RLIMIT_DATA``, where the platform has it: ``_growth_cap``); past it DuckDB's
+allocation fails with the same error. The query runs under a watchdog that interrupts
+it after its time limit and gives up on it if it still has not stopped ``STUCK_GRACE``
+seconds later (a read blocked in the kernel
 does not see the interrupt), and its result is fetched in batches up to ``Limits``
 (rows, bytes, characters a text cell): a query can describe a result of any size
-(``SELECT * FROM range(1e12)``, ``SELECT repeat('x', 1e9)``).
+(``SELECT * FROM range(1e12)``, ``SELECT repeat('x', 1e9)``). A row that alone is past
+the size limit is ``QueryTooLarge``.
 
 Usage (the TUI does the same)::
 
     store = open_readonly_store(run_dir)       # or a folder of runs
     result = run_readonly(store.con, sql, timeout=60)   # .table, .types, .cut
-    # QueryRefused, QueryTimeout or duckdb.Error (one line each) on failure
+    # QueryRefused, QueryTimeout, QueryTooLarge or duckdb.Error (one line each) on failure
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -52,21 +60,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from askspec.lang.paths import human_size
 from askspec.runtime.store.views import Store, connect
 
 
-def _default_memory_limit() -> str:
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        ram = 0
-    return f"{max(2 << 30, ram // 4) >> 20}MiB"
-
-
-# DuckDB's memory limit for a query: a quarter of the machine's memory, at least 2 GiB
-# (DuckDB's own default is 80%). A query that needs more fails with DuckDB's "Out of
-# Memory Error" and can be given more (``askspec query --memory-limit``).
-MEMORY_LIMIT = _default_memory_limit()
+# DuckDB's memory limit for a query: 1 GiB, whatever the machine (DuckDB's own default is 80%
+# of it): queries over a run's event files stream, and a query someone hands you must not
+# take the machine (`SELECT repeat('x', 2e9)` built 2.5 GB under a quarter of 24 GiB). A
+# query that needs more fails at once with DuckDB's "Out of Memory Error" and can be given
+# more (``askspec query --memory-limit``).
+MEMORY_LIMIT = "1024MiB"
 
 
 class QueryRefused(Exception):
@@ -181,6 +184,89 @@ class QueryTimeout(Exception):
     """A query ran past its time limit and was interrupted (or abandoned, see run_readonly)."""
 
 
+class QueryTooLarge(Exception):
+    """A query that needs more memory than its limit, or a result row past the size
+    limit (the message is one line and names the limit)."""
+
+
+_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50,
+          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
+
+
+def memory_limit_of(con: duckdb.DuckDBPyConnection) -> tuple[str, int | None]:
+    """DuckDB's memory_limit on ``con``: as DuckDB shows it ("286.1 MiB") and in bytes
+    (None when it cannot be read)."""
+    try:
+        rows = con.execute("SELECT current_setting('memory_limit')").fetchall()
+    except duckdb.Error:
+        return "unknown", None
+    text = str(rows[0][0]) if rows else ""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]+)\s*", text)
+    if m is None or m.group(2) not in _UNITS:
+        return text, None
+    return text, int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _data_size() -> int | None:
+    """The process's data segment (VmData: what RLIMIT_DATA limits), in bytes."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+GROWTH_SLACK = 256 << 20  # besides DuckDB's limit and the result's: the interpreter's own
+_cap_lock = threading.Lock()
+_cap_users = 0
+_cap_saved: tuple[int, int] | None = None
+
+
+@contextlib.contextmanager
+def _growth_cap(grow: int | None):
+    """While the block runs, the process's data segment may grow by at most ``grow``
+    bytes (RLIMIT_DATA's soft limit; never raised, only lowered, and put back after): an
+    allocation past it fails, which DuckDB reports as its Out of Memory Error. Queries
+    running at once share the first one's cap. Nothing where the platform has no
+    RLIMIT_DATA or no /proc."""
+    global _cap_users, _cap_saved
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        resource = None  # type: ignore[assignment]
+    if grow is None or resource is None or not hasattr(resource, "RLIMIT_DATA"):
+        yield
+        return
+    with _cap_lock:
+        if _cap_users == 0:
+            now = _data_size()
+            if now is not None:
+                soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+                cap = now + grow
+                if hard != resource.RLIM_INFINITY:
+                    cap = min(cap, hard)
+                if soft == resource.RLIM_INFINITY or cap < soft:
+                    try:
+                        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+                        _cap_saved = (soft, hard)
+                    except (OSError, ValueError):
+                        _cap_saved = None
+        _cap_users += 1
+    try:
+        yield
+    finally:
+        with _cap_lock:
+            _cap_users -= 1
+            if _cap_users == 0 and _cap_saved is not None:
+                try:
+                    resource.setrlimit(resource.RLIMIT_DATA, _cap_saved)
+                finally:
+                    _cap_saved = None
+
+
 # Seconds a query may take to stop once interrupted before it is abandoned: DuckDB sees
 # an interrupt between vectors, within milliseconds, unless a read is blocked.
 STUCK_GRACE = 3.0
@@ -254,9 +340,18 @@ def _fetch(rel: duckdb.DuckDBPyRelation, limits: Limits) -> tuple[pa.Table, str 
             seen += batch.num_rows
             if cut:  # past a limit, counting on (Limits.count)
                 continue
-            if limits.bytes is not None and batches and size + batch.nbytes > limits.bytes:
+            if limits.bytes is not None and size + batch.nbytes > limits.bytes:
+                fit = _rows_within(batch, limits.bytes - size)
+                if kept + fit == 0:
+                    raise QueryTooLarge(f"the result's first row is {human_size(batch.slice(0, 1).nbytes)}, past the "
+                                        f"size limit of {human_size(limits.bytes)}: select less of it (left(text, N), "
+                                        f"fewer columns)")
+                if fit:
+                    batches.append(batch.slice(0, fit))
+                    kept += fit
+                    size += batches[-1].nbytes
                 cut = (f"only the first {kept:,} rows are shown: the next would pass "
-                       f"{limits.bytes >> 20:,} MiB (the size limit)")
+                       f"{human_size(limits.bytes)} (the size limit)")
             else:
                 if limits.rows is not None and kept + batch.num_rows > limits.rows:
                     batch = batch.slice(0, limits.rows - kept)
@@ -277,6 +372,18 @@ def _fetch(rel: duckdb.DuckDBPyRelation, limits: Limits) -> tuple[pa.Table, str 
         cut = f"{cut}; {cells}" if cut else cells
     counted = not cut or limits.count or kept == seen
     return pa.Table.from_batches(batches, schema=reader.schema), cut, seen if counted else None
+
+
+def _rows_within(batch: pa.RecordBatch, room: int) -> int:
+    """How many of ``batch``'s first rows take no more than ``room`` bytes."""
+    lo, hi = 0, batch.num_rows
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if batch.slice(0, mid).nbytes <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> bool:
@@ -304,17 +411,27 @@ def run_readonly(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None
     same): ``con`` stays busy with it, so use a fresh cursor for what follows.
     """
     statements = check_sql(con, sql)
+    shown, memory = memory_limit_of(con)
+    # what the process may grow by while the query runs: DuckDB's limit, the result's, slack
+    grow = None if memory is None else memory + (limits.bytes if limits.bytes is not None else memory) + GROWTH_SLACK
 
     def work() -> QueryResult:
-        for stmt in statements[:-1]:
-            con.execute(stmt)
-            con.complete()  # run to its end for its errors; its rows are not shown (nor fetched)
-        rel = con.sql(statements[-1])
-        if rel is None:
-            return QueryResult(pa.table({}), [], None, 0)
-        types = [str(t) for t in rel.types]
-        table, cut, rows = _fetch(rel, limits)
-        return QueryResult(table, types, cut, rows)
+        try:
+            with _growth_cap(grow):
+                for stmt in statements[:-1]:
+                    con.execute(stmt)
+                    con.complete()  # run to its end for its errors; its rows are not shown (nor fetched)
+                rel = con.sql(statements[-1])
+                if rel is None:
+                    return QueryResult(pa.table({}), [], None, 0)
+                types = [str(t) for t in rel.types]
+                table, cut, rows = _fetch(rel, limits)
+                return QueryResult(table, types, cut, rows)
+        except (duckdb.OutOfMemoryException, MemoryError, pa.ArrowMemoryError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if not first.startswith("Out of Memory Error"):
+                first = f"Out of Memory Error: {first}"
+            raise QueryTooLarge(f"{first} (the query's memory limit is {shown})") from None
 
     if not timeout:
         return work()

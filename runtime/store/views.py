@@ -21,12 +21,15 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
 
     runs(run_id, experiment, experiment_hash, status, started_at, ended_at, seed,
          planned_sessions, resumes, roles, params, versions, overrides, run_options,
-         totals, duration_s, run_dir)
+         totals, duration_s, history, run_dir)
+         (``status``: as shown, ``crashed`` or ``stale`` for a run whose process is gone,
+         liveness.py; ``history``: one entry per process, with its own totals)
     sessions(run_id, session_id, game, group_id, status, outcome, error,
              started_at, ended_at, params, vars, attempt, index, bookkeeping, overflow, stage,
-             step, weights)
+             step, weights, seed)
           (``step``, ``weights``: a training run's step and an evaluate stage's trained |
-          initial, else NULL; a run of format < 4 kept them, and ``stage``, in ``params``)
+          initial, else NULL; a run of format < 4 kept them, and ``stage``, in ``params``;
+          ``seed``: the session's sampling seed, NULL in a run of format < 6)
     turns(run_id, session_id, turn_index, role, model, prompt, text, parsed,
           finish_reason, tokens_in, tokens_out, latency_ms, error, attempt, ts, group_id, overflow,
           ttft_ms)
@@ -35,8 +38,10 @@ Views (all carry ``run_id``; JSON-valued columns have DuckDB's JSON type;
     groups(run_id, group_id, route, stats, members, ts, judge_calls, unparsed, overflow)
     matches(run_id, group_id, a, b, first_shown, verdict, outcome, raw, ts, overflow)
     train_steps(run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl,
-                clip_frac, grad_norm, lr, tokens, seconds, metrics, ts, overflow, stage, skipped)
-    (``skipped``: why the step's update did not run, NULL when it ran; layout.TRAIN_SKIP_REASONS)
+                clip_frac, grad_norm, lr, tokens, seconds, metrics, ts, overflow, stage, skipped,
+                mismatch_abs, mismatch_kl)
+    (``skipped``: why the step's update did not run, NULL when it ran; layout.TRAIN_SKIP_REASONS;
+    ``mismatch_abs``/``mismatch_kl``: the sampler vs the trainer on the step's on-policy tokens)
     (``stage``: the stage a session or step belongs to when the spec declares stages, else NULL)
     buffer_events(run_id, buffer, event, item, value, reason, score, best, replays, step,
                   phase, seq, ts, gen, overflow)   (push | rejected | replay | evict)
@@ -226,7 +231,7 @@ def _partial_tail(path: Path, live: bool) -> int:
 # versions or by hand. DuckDB's default (16 MiB) made one huge reply break every query.
 # DuckDB reads a file in buffers of twice the maximum object size, counted against its
 # memory limit: 256 MiB keeps one scan's buffer at 512 MiB (1 GiB made it 2 GiB, and a
-# query's default limit is 2 GiB on a small machine, see readonly.py).
+# query's default limit is 1 GiB, see readonly.py).
 MAX_LINE_BYTES = 256 << 20
 # No line is longer than its file: each read_json call is given the size of its largest
 # file rounded up to a power of two, at least MIN_LINE_BYTES (above the writer's longest
@@ -299,7 +304,8 @@ _VIEW_SQL = {
                     ELSE ('[' || s.overflow[2:-2] || ',' || f.overflow[2:-2] || ']')::JSON END AS overflow,
                coalesce(s.stage, s.params->>'__stage__') AS stage,
                coalesce(s.step, TRY_CAST(s.params->>'__step__' AS BIGINT)) AS step,
-               coalesce(s.weights, s.params->>'__weights__') AS weights
+               coalesce(s.weights, s.params->>'__weights__') AS weights,
+               s.seed
         FROM (SELECT e.* FROM events_sessions e
               ANTI JOIN retried_sessions r
                 ON r.run_id = e.run_id AND r.session_id = e.session_id AND r.attempt <> e.attempt
@@ -366,7 +372,8 @@ _VIEW_SQL = {
     """,
     "train_steps": """
         SELECT run_id, role, step, loss, reward_mean, reward_std, zero_adv_share, kl, clip_frac, grad_norm, lr,
-               tokens, seconds, metrics, ts, overflow, metrics->>'stage' AS stage, skipped FROM events_train_steps
+               tokens, seconds, metrics, ts, overflow, metrics->>'stage' AS stage, skipped, mismatch_abs, mismatch_kl
+        FROM events_train_steps
         QUALIFY row_number() OVER (PARTITION BY run_id, role, step ORDER BY seq DESC) = 1
     """,
     # a replayed training step (after --resume) writes its buffer events again: per step,
@@ -543,13 +550,19 @@ def define_views(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _create_runs_view(con: duckdb.DuckDBPyConnection, run_dirs: list[Path]) -> None:
+    from askspec.runtime.store import liveness
+
     manifests = [layout.manifest_path(rd) for rd in run_dirs]
     cols = layout.MANIFEST_COLUMNS
     # Read live (not copied at open time) so a long-lived reader sees status and
-    # ended_at change; manifests are replaced atomically, so never torn.
+    # ended_at change; manifests are replaced atomically, so never torn. The status is
+    # the one shown (liveness.py: a run whose process is gone is crashed or stale),
+    # decided at each query.
+    liveness.register(con)
+    shown = {"status": f"{liveness.SQL_FUNCTION}(\"status\", CAST(\"history\"->-1 AS VARCHAR)) AS \"status\""}
     con.execute(
         f"""CREATE VIEW runs AS
-        SELECT {_select_list(cols)}, parse_dirpath(filename) AS run_dir
+        SELECT {", ".join(shown.get(c, f'"{c}"') for c in cols)}, parse_dirpath(filename) AS run_dir
         FROM read_json({_sql_list(manifests)}, format='auto', columns={_columns_struct(cols)},
                        auto_detect=false, filename=true)"""
     )

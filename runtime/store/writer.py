@@ -53,11 +53,12 @@ import datetime as _dt
 import json
 import operator
 import os
+import threading
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from askspec.runtime.store import layout
+from askspec.runtime.store import faults, layout, liveness
 from askspec.runtime.store.overflow import LINE_CHARS
 
 # the single-writer lock lives in its own module so that compaction (which the writer
@@ -374,6 +375,11 @@ class RunWriter:
         self.notes: list[str] = []  # what open_for_resume repaired, one line each
         self._failed: BaseException | None = None  # a write error ends the writer's usefulness
         self._tokens = {"turns": 0, "tokens_in": 0, "tokens_out": 0}  # this generation's, added at finish
+        # The manifest is rewritten by the engine's thread (annotate, finish) and by the
+        # heartbeat's: one at a time, each write whole.
+        self._manifest_lock = threading.Lock()
+        self._stop_beat = threading.Event()
+        threading.Thread(target=self._heartbeats, name=f"heartbeat {self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ creation
 
@@ -391,14 +397,21 @@ class RunWriter:
         params: dict,
         planned_sessions: int,
         argv: list[str],
+        fields: dict[str, Any] | None = None,
         flush_interval: float = 0.2,
         flush_bytes: int = 1 << 18,
     ) -> RunWriter:
         """Create ``<out_dir>/<run-id>/`` and return a writer for it.
 
         The directory is assembled under a hidden temporary name and renamed into
-        place, so readers never see a half-created run.
+        place, so readers never see a half-created run. ``fields`` are the run-level
+        facts of ``annotate`` (the options, a training run's record, ...): given here,
+        the manifest is complete from the moment the run exists, so no crash leaves one
+        that a resume would take for a different kind of run.
         """
+        own = sorted(cls._OWN_FIELDS & set(fields or {}))
+        if own:
+            raise ValueError(f"manifest field(s) {', '.join(own)} are kept by the writer itself")
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         checked = {_check_rel_path(rel): text for rel, text in spec_files.items()}
@@ -439,10 +452,12 @@ class RunWriter:
                 "started_at": started,
                 "ended_at": None,
                 "resumes": 0,
-                "history": [{"gen": 0, "started_at": started, "pid": os.getpid(), "argv": list(argv)}],
+                "history": [_process_entry(0, started, argv)],
                 "repairs": [],
+                **(fields or {}),
             }
             layout.write_json_atomic(tmp / layout.MANIFEST, manifest)
+            faults.manifest_write()  # the run (and its manifest) exists once renamed into place
             try:
                 os.rename(tmp, final)
             except OSError:  # another process took this id in the meantime
@@ -496,17 +511,19 @@ class RunWriter:
                 # The previous process never called finish(): it died or was killed.
                 prev = manifest.get("status")
                 history[-1]["status"] = "interrupted" if prev == "running" else prev
-            history.append(
-                {"gen": gen, "started_at": now, "pid": os.getpid(), "argv": list(argv or manifest.get("argv") or [])}
-            )
+                if prev == "running" and history[-1].get("ended_at") is None:
+                    _account_killed(run_dir, manifest, history[-1], gen - 1)
+            history.append(_process_entry(gen, now, argv or manifest.get("argv") or []))
             # Torn lines that older versions terminated in place ("repairs") are
             # damaged lines: the scan above has just quarantined them.
-            manifest.update(status="running", ended_at=None, resumes=gen, history=history, repairs=[])
+            manifest.update(status="running", ended_at=None, resumes=gen, history=history, repairs=[],
+                            duration_s=liveness.run_seconds(history[:-1]))
             manifest.pop("closed_files", None)
             if prepared.restored:
                 manifest["restored"] = list(manifest.get("restored", [])) + prepared.restored
             if prepared.quarantined:
                 manifest["quarantined"] = list(manifest.get("quarantined", [])) + prepared.quarantined
+            faults.manifest_write()
             layout.write_json_atomic(layout.manifest_path(run_dir), manifest)
         except BaseException:
             release_writer_lock(lock_fd)
@@ -535,9 +552,11 @@ class RunWriter:
     def session_started(
         self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int,
         step: int | None = None, stage: str | None = None, weights: str | None = None,
+        seed: int | None = None,
     ) -> int:
         """Record the start of a session; returns its attempt number (1, 2, ...). ``step``,
-        ``stage`` and ``weights`` are a training run's (engine.plan.SessionPlan)."""
+        ``stage`` and ``weights`` are a training run's (engine.plan.SessionPlan); ``seed``
+        is the session's sampling seed (any run's: the engine passes its plan's)."""
         attempt = self._attempts.get(session_id, 0) + 1
         self._attempts[session_id] = attempt
         self._completed.discard(session_id)
@@ -546,6 +565,8 @@ class RunWriter:
                   "group_id": group_id, "params": params}
         if step is not None or stage is not None or weights is not None:  # an evaluation run's lines stay as they were
             fields.update(step=step, stage=stage, weights=weights)
+        if seed is not None:
+            fields["seed"] = seed
         self._emit("sessions:pre", _LINES["sessions"].body(self._head_now(), fields))
         return attempt
 
@@ -710,8 +731,31 @@ class RunWriter:
             raise ValueError(f"manifest field(s) {', '.join(own)} are kept by the writer itself")
         if self._closed:
             raise ValueError(f"run writer for {self.run_id} is closed")
-        self.manifest.update(fields)
+        with self._manifest_lock:
+            self.manifest.update(fields)
+            self._write_manifest()
+
+    def _write_manifest(self) -> None:  # (holding the manifest lock)
+        faults.manifest_write()
         layout.write_json_atomic(layout.manifest_path(self.run_dir), self.manifest)
+
+    def _heartbeats(self) -> None:
+        while not self._stop_beat.wait(liveness.HEARTBEAT_S):
+            try:
+                self.heartbeat()
+            except Exception:  # the run dir gone, a full disk: the events are what matter; stop beating
+                return
+
+    def heartbeat(self) -> None:
+        """Record in the manifest that this process is alive (``heartbeat_at`` in its
+        history entry, with its totals so far): liveness.py tells a run whose process is
+        gone by it. A thread calls this every ``liveness.HEARTBEAT_S`` seconds."""
+        with self._manifest_lock:
+            history = self.manifest.get("history")
+            if self._closed or self.manifest.get("status") != "running" or not history:
+                return
+            history[-1].update(heartbeat_at=layout.utc_iso(), totals=dict(self._tokens))
+            self._write_manifest()
 
     # ------------------------------------------------------------------ state
 
@@ -810,6 +854,16 @@ class RunWriter:
         if self._closed:
             return
         self.flush()
+        self._stop_beat.set()
+        with self._manifest_lock:
+            self._record_end(status)
+        self.close()
+        if compact:
+            from askspec.runtime.store.compact import compact_run  # only runs that finish are compacted
+
+            compact_run(self.run_dir)
+
+    def _record_end(self, status: str) -> None:
         now = layout.utc_iso()
         self.manifest["status"] = status
         self.manifest["ended_at"] = now
@@ -822,21 +876,17 @@ class RunWriter:
                 name: file_stamp(layout.ndjson_path(self.run_dir, name)) for name in layout.EVENT_NAMES
             }
         if self.manifest.get("history"):
-            self.manifest["history"][-1].update(ended_at=now, status=status)
+            self.manifest["history"][-1].update(ended_at=now, status=status, totals=dict(self._tokens))
         # Totals over every process that ran this run: tokens of all attempts (what the run
-        # cost) and the time spent running (pauses between resumes left out).
+        # cost) and the time spent running (pauses between resumes left out). Each process
+        # adds its own: a resume has added those of a process killed before its end.
         totals = dict(self.manifest.get("totals") or {})
         for key, n in self._tokens.items():
             totals[key] = int(totals.get(key) or 0) + n
         self._tokens = dict.fromkeys(self._tokens, 0)
         self.manifest["totals"] = totals
-        self.manifest["duration_s"] = _active_seconds(self.manifest.get("history") or [])
-        layout.write_json_atomic(layout.manifest_path(self.run_dir), self.manifest)
-        self.close()
-        if compact:
-            from askspec.runtime.store.compact import compact_run  # only runs that finish are compacted
-
-            compact_run(self.run_dir)
+        self.manifest["duration_s"] = liveness.run_seconds(self.manifest.get("history") or [])
+        self._write_manifest()
 
     def close(self) -> None:
         """Flush and close files without changing the manifest (status stays as is)."""
@@ -845,7 +895,9 @@ class RunWriter:
         try:
             self.flush()
         finally:
-            self._closed = True
+            self._stop_beat.set()
+            with self._manifest_lock:
+                self._closed = True
             for fd in self._fds.values():
                 os.close(fd)
             release_writer_lock(self._lock_fd)
@@ -865,18 +917,73 @@ class RunWriter:
             self.finish("failed")
 
 
-def _active_seconds(history: list[dict]) -> float | None:
-    """Seconds the run's processes ran, summed over the writer generations that ended."""
-    total, seen = 0.0, False
-    for h in history:
-        try:
-            start = _dt.datetime.fromisoformat(str(h["started_at"]).replace("Z", "+00:00"))
-            end = _dt.datetime.fromisoformat(str(h["ended_at"]).replace("Z", "+00:00"))
-        except (KeyError, TypeError, ValueError):
+def _process_entry(gen: int, started: str, argv: list[str]) -> dict[str, Any]:
+    """A process's history entry as it starts: liveness.py checks its pid, host and heartbeat."""
+    return {"gen": gen, "started_at": started, "pid": os.getpid(), "host": liveness.host(), "argv": list(argv),
+            "heartbeat_at": started}
+
+
+def _lines_from_end(path: Path, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """The complete lines of ``path``, last first."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        pos = f.seek(0, os.SEEK_END)
+        rest = b""
+        while pos > 0:
+            start = max(0, pos - chunk)
+            f.seek(start)
+            lines = (f.read(pos - start) + rest).split(b"\n")
+            pos = start
+            rest = lines.pop(0) if start > 0 else b""
+            for raw in reversed(lines):
+                if raw.strip():
+                    yield raw
+
+
+def _event(raw: bytes) -> dict[str, Any] | None:
+    try:
+        ev = json.loads(raw)
+    except ValueError:
+        return None
+    return ev if isinstance(ev, dict) else None
+
+
+def _account_killed(run_dir: Path, manifest: dict[str, Any], process: dict[str, Any], gen: int) -> None:
+    """Record the end of writer generation ``gen``, whose process died before ``finish``:
+    its totals are counted from its turns on disk (a killed process's counters are lost;
+    its lines are the last of the turns file, generations append in turn), added to the
+    run's, and its end is its last sign of life (its heartbeat, or its last event)."""
+    counted = {"turns": 0, "tokens_in": 0, "tokens_out": 0}
+    ends = [t for t in (liveness.last_sign_of_life(process),) if t]
+    for raw in _lines_from_end(layout.ndjson_path(run_dir, "turns")):
+        ev = _event(raw)
+        if ev is None:
             continue
-        total += max(0.0, (end - start).total_seconds())
-        seen = True
-    return round(total, 3) if seen else None
+        if ev.get("gen") != gen:
+            if isinstance(ev.get("gen"), int) and ev["gen"] < gen:
+                break
+            continue
+        counted["turns"] += 1
+        for key in ("tokens_in", "tokens_out"):
+            if type(ev.get(key)) is int:
+                counted[key] += ev[key]
+    for name in layout.EVENT_NAMES:  # the last event it wrote in any file
+        for raw in _lines_from_end(layout.ndjson_path(run_dir, name)):
+            ev = _event(raw)
+            if ev is not None and ev.get("gen") == gen and isinstance(ev.get("ts"), str):
+                ends.append(ev["ts"])
+            break
+    totals = dict(manifest.get("totals") or {})
+    for key, n in counted.items():
+        totals[key] = int(totals.get(key) or 0) + n
+    manifest["totals"] = totals
+    process["totals"] = counted
+    process["killed"] = True  # ended without recording its end: ended_at is its last sign of life
+    if ends:
+        process["ended_at"] = max(ends, key=lambda t: liveness.seconds(t) or 0.0)
 
 
 def _rmtree(path: Path) -> None:

@@ -1,20 +1,11 @@
-"""Advantage estimators: one scalar reward per trajectory in, one advantage out.
+"""Advantage estimators on a batch's tensors: one scalar reward per trajectory in, one
+advantage out.
 
 Trajectories come in groups (rollouts of the same game element); `groups[i]` is the
-group index of trajectory i. Groups may have different sizes. Every estimator leaves a
-trajectory alone in its group (size 1) with advantage 0, except `reinforce`, which has no
-baseline. Definitions (r_i the reward, G the group, n = |G|):
-
-    grpo                (r_i − mean_G) / (std_G + 1e-4)      (TRL)
-    group_norm          (r_i − mean_G) / (std_G + 1e-9)      (OpenRLHF)
-    dr_grpo             r_i − mean_G                          (no std division)
-    rloo                r_i − mean_{j≠i} r_j                  (sums to zero per group)
-    reinforce_baseline  r_i − mean_G, then whitened over the batch (OpenRLHF)
-    reinforce           r_i, whitened over the batch (OpenRLHF)
-
-std_G is the sample std (Bessel's n − 1, as TRL and OpenRLHF) unless `std = "population"`
-(n, Reasoning Arena's Eq. 2): at n = 8 the sample std is √(8/7) ≈ 1.07 times the
-population one, so population advantages are that much larger.
+group index of trajectory i. Groups may have different sizes. The estimators, their
+definitions and the group std (sample by default, population with `std = "population"`)
+are askspec.ir.advantages's, the one reference the TUI and the OpenRLHF target use too;
+this module applies its formulas (`RAW`, `std_divisor`) to every group of a batch at once.
 
 The two whitened estimators follow OpenRLHF 0.11.2, which normalises them over all action
 tokens of the batch; `token_counts` gives each trajectory's number of trained tokens so
@@ -23,22 +14,10 @@ the mean and variance are token-weighted exactly as there.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
-from askspec.ir.vocab import ADVANTAGE_STDS, ESTIMATORS
-
-Raw = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-# estimator -> its advantage from (reward, group size, group mean, group std) per trajectory
-_RAW: dict[str, Raw] = {
-    "grpo": lambda r, n, mean, std: (r - mean) / (std + 1e-4),
-    "group_norm": lambda r, n, mean, std: (r - mean) / (std + 1e-9),
-    "dr_grpo": lambda r, n, mean, std: r - mean,
-    "rloo": lambda r, n, mean, std: r - (mean * n - r) / (n - 1).clamp(min=1),
-    "reinforce_baseline": lambda r, n, mean, std: r - mean,
-    "reinforce": lambda r, n, mean, std: r.clone(),
-}
+from askspec.ir.advantages import NO_BASELINE, RAW, WHITENED, check_std, std_divisor
+from askspec.ir.vocab import ESTIMATORS
 
 
 def _group_stats(rewards: torch.Tensor, groups: torch.Tensor,
@@ -52,8 +31,7 @@ def _group_stats(rewards: torch.Tensor, groups: torch.Tensor,
     mean = (total / count.clamp(min=1))[groups]
     sq = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, groups, (r - mean) ** 2)
     n = count[groups]
-    dof = n - 1 if std_kind == "sample" else n
-    std = torch.where(n > 1, (sq[groups] / dof.clamp(min=1)).sqrt(), torch.zeros_like(r))
+    std = torch.where(n > 1, (sq[groups] / std_divisor(n, std_kind).clamp(min=1)).sqrt(), torch.zeros_like(r))
     return n, mean, std
 
 
@@ -61,19 +39,20 @@ def advantages(estimator: str, rewards: torch.Tensor, groups: torch.Tensor,
                token_counts: torch.Tensor | None = None, std: str = "sample") -> torch.Tensor:
     """Advantages [N] (float32) for trajectory rewards [N] in groups [N] (long, 0..G-1);
     `std` is the train block's (sample | population), read by grpo and group_norm."""
-    if estimator not in _RAW:
+    if estimator not in RAW:
         raise ValueError(f"unknown advantage estimator {estimator!r}; one of {', '.join(ESTIMATORS)}")
-    if std not in ADVANTAGE_STDS:
-        raise ValueError(f"unknown advantage std {std!r}; one of {', '.join(ADVANTAGE_STDS)}")
+    check_std(std)
     r = rewards.double()
     if r.numel() == 0:
         return r.float()
     n, mean, sd = _group_stats(r, groups, std)
     alone = n < 2
-    adv = _RAW[estimator](r, n, mean, sd)
-    if estimator != "reinforce":
+    # a lone trajectory's value is computed as in a pair (rloo divides by n − 1), then
+    # replaced by 0 below
+    adv = RAW[estimator](r, n.clamp(min=2), mean, sd)
+    if estimator not in NO_BASELINE:
         adv = torch.where(alone, torch.zeros_like(adv), adv)
-    if estimator in ("reinforce", "reinforce_baseline"):
+    if estimator in WHITENED:
         adv = whiten(adv, token_counts)
     return adv.float()
 

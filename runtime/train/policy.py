@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from askspec.ir.advantages import group_std
 from askspec.runtime.backends.cpu_linear import use_onednn_linears
 from askspec.runtime.train.advantages import advantages, zero_variance_groups
 from askspec.runtime.train.batch import Trajectory
@@ -97,6 +98,16 @@ class TrainedPolicy:
                                  fused=True if self.device.type == "cpu" else None)
 
     @property
+    def mismatch_bound(self) -> float:
+        """`max_mismatch`, or the bound of the training precision (float noise of float32
+        kernels is ~1e-13; bf16 kernels differ by far more)."""
+        from askspec.ir.vocab import MAX_MISMATCH
+
+        if self.cfg.max_mismatch is not None:
+            return self.cfg.max_mismatch
+        return MAX_MISMATCH["bfloat16" if self.autocast else "float32"]
+
+    @property
     def sampling_version(self) -> int:
         """The policy version of the weights the backend samples: the updates they had seen."""
         return self.version if self._served_version is None else self._served_version
@@ -108,7 +119,17 @@ class TrainedPolicy:
         if self.served is not self.model:
             with torch.no_grad():
                 self.served.load_state_dict(self.model.state_dict())
+            self._weights_written(self.served)
         self._served_version = self.version
+
+    def _weights_written(self, module: Any) -> None:
+        """Every write of `module`'s weights ends here: when the backend samples that module,
+        it is told, so nothing it cached under the old weights (prompt keys/values) is used
+        again. The one rule that keeps the sampler on the weights being trained: torch's
+        tensor version counters cannot be trusted for it (the fused AdamW writes in place
+        without bumping them)."""
+        if module is self.served:
+            self.backend.weights_changed()
 
     def fork(self) -> TrainedPolicy:
         """A copy of this policy to train on its own (a nested schedule's inner copy): its
@@ -139,6 +160,7 @@ class TrainedPolicy:
         copy's weights become this policy's."""
         with torch.no_grad():
             self.model.load_state_dict(state)
+        self._weights_written(self.model)
 
     def reset(self) -> None:
         """Back to the spec's weights with a fresh AdamW (a retrain stage's fresh copy of
@@ -229,7 +251,7 @@ class TrainedPolicy:
         n = len(trajectories)
         rewards, groups = _rewards_and_groups(trajectories)
         counts = torch.tensor([t.tokens for t in trajectories], dtype=torch.float64)
-        metrics: dict[str, Any] = {**batch_reward_stats(trajectories), "lr": lr, "tokens": int(counts.sum())}
+        metrics: dict[str, Any] = {**batch_reward_stats(trajectories, cfg.std), "lr": lr, "tokens": int(counts.sum())}
         if cfg.loss == "sft":
             adv = torch.zeros(n)
         else:
@@ -260,6 +282,7 @@ class TrainedPolicy:
             self._check_staleness([turn for _, turn in rows])
         train_old: dict[int, torch.Tensor] = {}  # chunk -> log π_old of its stale rows (the first epoch's)
         ratio_sum, truncated, stale_tokens = 0.0, 0.0, 0.0
+        mismatch = _Mismatch()  # sampler vs trainer on the on-policy rows, before this update
         for epoch in range(cfg.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             total_loss, clipped, kl_sum, token_sum = 0.0, 0.0, 0.0, 0.0
@@ -273,6 +296,10 @@ class TrainedPolicy:
                 for j, turn in enumerate(turns):
                     old[j, : len(turn.logprobs)] = torch.tensor(turn.logprobs, device=self.device)
                 row_adv = adv[row_traj[idx]].to(self.device)
+                if epoch == 0:
+                    mismatch.add(logp.detach(), old, mask, [cfg.max_staleness == 0 or turn.policy_version is None
+                                                            or turn.policy_version == self.version for turn in turns],
+                                 [len(turn.logprobs) == len(turn.completion_ids) for turn in turns])
                 # rows sampled by older weights (max_staleness > 0): the ratio is taken against the
                 # weights before this update, and the truncated importance weight corrects for the
                 # sampler; on-policy rows are left exactly as without staleness (w = 1)
@@ -316,8 +343,10 @@ class TrainedPolicy:
                 metrics.update(clip_frac=None, kl=None, epochs=epoch)
                 return self._not_applied(metrics, t0, bad, why)
             self.optimizer.step()
+            self._weights_written(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
+        metrics.update(mismatch.figures())
         metrics.update(loss=total_loss, clip_frac=clipped / max(token_sum, 1.0),
                        kl=(kl_sum / max(token_sum, 1.0)) if self.ref is not None else 0.0,
                        grad_norm=float(norm), epochs=cfg.epochs, seconds_update=time.perf_counter() - t0)
@@ -417,6 +446,38 @@ class TrainedPolicy:
                                        "exp_avg": tensors[f"{i}.exp_avg"], "exp_avg_sq": tensors[f"{i}.exp_avg_sq"]}
 
 
+class _Mismatch:
+    """Sampler-trainer mismatch over the trained tokens of on-policy rows: the mean
+    |log π_train − log π_sampler| and the KL between them (k3 = r − 1 − log r with
+    r = π_train/π_sampler, ≥ 0, averaged over the sampler's tokens), as prime-rl's
+    `mismatch_kl` and verl's rollout-correction figures. Both recompute the same
+    distribution (hf_ops.token_logprobs: log-softmax at the sampling temperature, no
+    sampling-time filters), so on-policy they are float noise; more means the sampler played
+    other weights than the trainer's (a stale cache, a copy not refreshed)."""
+
+    def __init__(self) -> None:
+        self.abs_sum, self.kl_sum, self.tokens = 0.0, 0.0, 0.0
+
+    def add(self, logp: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor, on_policy: list[bool],
+            complete: list[bool]) -> None:
+        """One micro-batch: rows that are on-policy and whose every completion token has the
+        sampler's log-probability."""
+        rows = [j for j, (on, full) in enumerate(zip(on_policy, complete)) if on and full]
+        if not rows:
+            return
+        sel = torch.tensor(rows, device=logp.device)
+        m = mask.index_select(0, sel).double()
+        d = (logp.index_select(0, sel).double() - sampler.index_select(0, sel).double()) * m
+        self.abs_sum += float(d.abs().sum())
+        self.kl_sum += float(((d.exp() - 1.0 - d) * m).sum())
+        self.tokens += float(m.sum())
+
+    def figures(self) -> dict[str, float | None]:
+        if not self.tokens:
+            return {"mismatch_abs": None, "mismatch_kl": None}
+        return {"mismatch_abs": self.abs_sum / self.tokens, "mismatch_kl": self.kl_sum / self.tokens}
+
+
 def _rewards_and_groups(trajectories: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor]:
     """The trajectories' rewards (None as 0) and each one's group number."""
     rewards = torch.tensor([t.reward if t.reward is not None else 0.0 for t in trajectories], dtype=torch.float64)
@@ -424,12 +485,14 @@ def _rewards_and_groups(trajectories: list[Trajectory]) -> tuple[torch.Tensor, t
     return rewards, torch.tensor([group_ids[t.group_key] for t in trajectories], dtype=torch.long)
 
 
-def batch_reward_stats(trajectories: list[Trajectory]) -> dict[str, Any]:
+def batch_reward_stats(trajectories: list[Trajectory], std: str) -> dict[str, Any]:
     """What a step's batch was rewarded, whether or not the update then runs (a step the
-    spec's update gate closes still played and was rewarded)."""
+    spec's update gate closes still played and was rewarded): `reward_std` is the std the
+    train block's estimator divides by (`std`: sample | population, askspec.ir.advantages),
+    so a step of one group shows the std the TUI's Groups tab shows for that group."""
     n = len(trajectories)
     rewards, groups = _rewards_and_groups(trajectories)
     return {"trajectories": n, "groups": int(groups.unique().numel()) if n else 0,
             "reward_mean": float(rewards.mean()) if n else None,
-            "reward_std": float(rewards.std(unbiased=False)) if n else None,
+            "reward_std": group_std(rewards.tolist(), std) if n else None,
             "zero_var_groups": zero_variance_groups(rewards, groups) if n else 0}

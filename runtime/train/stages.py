@@ -99,7 +99,10 @@ def sft_config(cfg: Any, opts: dict[str, Any]) -> Any:
 
 def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: int) -> dict[str, list[SessionPlan]]:
     """Per weights, the sessions of an evaluate stage: every element `samples` times. Both
-    weights play the same seeds (a paired comparison)."""
+    weights play the same seeds (a paired comparison: the one seed the spec shares, by
+    asking for both weights); another evaluate stage of the same games has seeds of its
+    own (the stage's name is part of them). `step` is not: `askspec run --eval-only
+    --stage NAME` plays the stage alone under the seeds a training run gives it."""
     samples = int(stage.options["samples"])
     out: dict[str, list[SessionPlan]] = {}
     k = index0
@@ -111,7 +114,7 @@ def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: in
                 plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=e.game.name, group_id=group_id,
                                          group_size=samples, bindings=e.bindings, step=step, stage=stage.name,
                                          weights=weights,
-                                         seed=derive_seed(seed, e.game.name, e.item_index, "evaluate", member),
+                                         seed=derive_seed(seed, e.game.name, e.item_index, "evaluate", stage.name, member),
                                          item_index=e.item_index))
                 k += 1
     return out

@@ -62,8 +62,9 @@ class TrainingRefused(Exception):
 
 class TrainingStopped(Exception):
     """The run cannot go on: too many steps with a NaN or infinite advantage, loss or
-    gradient (`max_nonfinite_steps`), or weights that are no longer finite numbers. The
-    message says which role and steps, and what to do."""
+    gradient (`max_nonfinite_steps`), weights that are no longer finite numbers, or an
+    on-policy step whose sampler did not play the trained weights (`on_mismatch = error`).
+    The message says which role and steps, and what to do."""
 
 
 class CheckpointDamaged(Exception):
@@ -173,8 +174,9 @@ class StepPlanner:
         """Groups played in place of those a route `resample`d (DAPO-style dynamic sampling,
         reasoning_arena.txt §3): at least `sessions` sessions of the elements that follow
         this planner's `n`-th step's own, after the `skip` elements earlier refills of the
-        step used. Their seeds and ids are the (global) step's and the round's own, so a
-        resumed run replays them."""
+        step used. Their seeds and ids are the (global) step's, the round's and the group's
+        place in it own (an element met twice in one round gets two), so a resumed run
+        replays them."""
         pos, count, _ = self._bounds(n)
         out: list[SessionPlan] = []
         j = 0
@@ -187,14 +189,22 @@ class StepPlanner:
                 out.append(SessionPlan(index=REFILL_INDEX + step * 10_000 + round_ * 1_000 + k,
                                        session_id=f"s{step:06d}-r{round_}-{k:03d}", game=e.game.name, group_id=group_id,
                                        group_size=e.size, bindings=e.bindings, step=step,
-                                       seed=derive_seed(self.seed, e.game.name, e.item_index, "refill", step, round_, member),
+                                       seed=derive_seed(self.seed, e.game.name, e.item_index, "refill", step, round_, j,
+                                                        member),
                                        item_index=e.item_index))
             j += 1
         return out
 
     def plans(self, n: int, index0: int | None = None, step: int | None = None) -> list[SessionPlan]:
         """The sessions of this planner's `n`-th step; `index0` (the first session index)
-        and `step` (the global step) default to n's own when one planner is the schedule."""
+        and `step` (the global step) default to n's own when one planner is the schedule.
+
+        A session's seed follows its element, the pass over the elements (`epoch`), its
+        member and the global step: every step samples afresh, whichever phase or stage
+        it belongs to (an alternating schedule's phases walk the same elements with
+        planners of their own: without the step the second phase would replay the first
+        one's seeds), and a resumed run replays the same step under the same seeds. The
+        nested loop's planners, all playing in one outer step, have seeds of their own."""
         pos, count, index = self._bounds(n)
         index = index if index0 is None else index0
         step = n if step is None else step
@@ -207,7 +217,8 @@ class StepPlanner:
                 k = index + len(out)
                 out.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=e.game.name, group_id=group_id,
                                        group_size=e.size, bindings=e.bindings, step=step,
-                                       seed=derive_seed(self.seed, e.game.name, e.item_index, "train", epoch, member)))
+                                       seed=derive_seed(self.seed, e.game.name, e.item_index, "train", step, epoch,
+                                                        member)))
         return out
 
 
@@ -238,9 +249,10 @@ class StepLog:
             self.parsed[(session_id, int(fields["turn_index"]))] = {"text": fields.get("text"), **parsed}
 
     def session_started(self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int,
-                        step: int | None = None, stage: str | None = None, weights: str | None = None) -> int:
+                        step: int | None = None, stage: str | None = None, weights: str | None = None,
+                        seed: int | None = None) -> int:
         attempt = self._writer.session_started(session_id, game=game, group_id=group_id, params=params, index=index,
-                                               step=step, stage=stage, weights=weights)
+                                               step=step, stage=stage, weights=weights, seed=seed)
         self.sessions[session_id] = SessionRecord(session_id, group_id, attempt)
         return attempt
 
@@ -776,8 +788,8 @@ class LocalTrainer:
             elif closed is not None:  # the spec's update gate said no (PasoDoble: no valid question)
                 from askspec.runtime.train.policy import batch_reward_stats
 
-                m = {**batch_reward_stats(batch.trajectories), "skipped": "gate", "skip_reason": closed, "gate": False,
-                     "tokens": 0}
+                m = {**batch_reward_stats(batch.trajectories, cfg.std), "skipped": "gate", "skip_reason": closed,
+                     "gate": False, "tokens": 0}
             else:
                 m = policy.update(batch.trajectories)
             generated = sum(len(r["completion_ids"]) for s in sessions for r in s.rollouts if r["role"] == role)
@@ -821,11 +833,18 @@ class LocalTrainer:
         stopped = sl.phase.stage is not None and self.stage_state.stopped.get(sl.phase.stage) == step
         if not bad and (step % min(c.save_every for c in self.configs) == 0 or step == self.steps or stopped):
             self.checkpoint(step, metrics, engine)
+        mismatched = self._mismatched(metrics)
         for role, m in metrics.items():
             log.train_step(role, step, _jsonable(m))
         log.flush()
         if on_step is not None:
             on_step(step, metrics)
+        stop = [role for role in mismatched if self.by_role[role].on_mismatch == "error"]
+        if stop:
+            raise TrainingStopped("; ".join(f"role '{role}': {metrics[role]['mismatch_warning']}" for role in stop)
+                                  + " (on_mismatch = error). The sampler did not play the weights being trained: "
+                                    "run with `prefix_cache = false` on the role's model to narrow it down, and "
+                                    "report it; or set on_mismatch = warn")
         for role in bad:
             steps, limit = self.nonfinite[role], self.by_role[role].max_nonfinite_steps
             if len(steps) >= limit:
@@ -834,6 +853,23 @@ class LocalTrainer:
                     f"(steps {', '.join(map(str, steps))}; max_nonfinite_steps = {limit}); their updates were not "
                     f"applied and no checkpoint holds them ({self._newest_checkpoint_words()}). Check the rewards "
                     f"(train_steps: skipped, metrics->>'skip_reason'), lower `lr`, or raise `max_nonfinite_steps`")
+
+    def _mismatched(self, metrics: dict[str, dict[str, Any]]) -> list[str]:
+        """The roles whose step's sampler-trainer KL (policy._Mismatch, on-policy tokens
+        only) exceeds their `max_mismatch`; each such step's metrics say so in
+        `mismatch_warning` (the step's line and the closing summary show it)."""
+        out = []
+        for role, m in metrics.items():
+            kl = m.get("mismatch_kl")
+            if kl is None:  # no on-policy token (a skipped step, stale rows only)
+                continue
+            bound = self.policies[role].mismatch_bound
+            if not kl <= bound:  # a NaN KL is past any bound
+                m["mismatch_warning"] = (f"step {m.get('step')}: the sampler-trainer mismatch of on-policy tokens is "
+                                         f"KL {kl:.2e} (mean |Δ log π| {m.get('mismatch_abs') or 0.0:.2e}), above "
+                                         f"max_mismatch = {bound:g}")
+                out.append(role)
+        return out
 
     def _newest_checkpoint_words(self) -> str:
         step = self.latest_checkpoint()

@@ -129,12 +129,26 @@ def test_special_files_are_refused_without_reading(tmp_path):
 
     fifo = tmp_path / "rec.fifo"
     os.mkfifo(fifo)  # reading it would block for good
-    with pytest.raises(BackendError, match="is not a regular file; a recording is a JSON file"):
+    with pytest.raises(BackendError, match=r"is a FIFO \(named pipe\), not a regular file; a recording is a JSON file"):
         ReplayBackend(file=str(fifo))
-    with pytest.raises(BackendError, match="is not a regular file"):
+    with pytest.raises(BackendError, match="is a character device, not a regular file"):
         ReplayBackend(file="/dev/zero")  # would never end
     with pytest.raises(BackendError, match="is a folder"):
         ReplayBackend(file=str(tmp_path))
+
+
+def test_a_recording_past_the_size_limit_is_refused_unread(tmp_path, monkeypatch):
+    """A recording is read whole and parsed: one past MAX_STATE_BYTES is refused, the
+    limit named."""
+    from askspec.runtime.backends import replay
+
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(RECORDING))
+    monkeypatch.setattr(replay, "MAX_STATE_BYTES", 16)
+    with pytest.raises(BackendError) as info:
+        ReplayBackend(file=str(path))
+    assert str(info.value) == (f"replay file {str(path)!r} is {path.stat().st_size} bytes; the limit is 16 bytes; "
+                               f"a recording is a JSON file")
 
 
 def test_a_byte_order_mark_is_tolerated(tmp_path):

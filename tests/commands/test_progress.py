@@ -101,8 +101,9 @@ def test_summary_lists_sessions_tokens_time_speed_and_the_run_dir():
     assert lines[1] == "  sessions: 4 played: ok 3 (lost 1, won 2); error 1; 2 finished by an earlier process"
     assert lines[2] == ("  tokens: answerer 120 in / 30 out (1 calls); questioner 1,000 in / 186 out (2 calls); "
                         "total 1,120 in / 216 out")
-    assert lines[3].startswith("  speed: ") and "generated tok/s" in lines[3] and "sessions/s" in lines[3]
-    assert lines[4] == "  run directory: runs/x\\e[2Jy"  # escaped: a path is not a terminal command
+    assert lines[3] == "  replies: every reply parsed, none truncated"
+    assert lines[4].startswith("  speed: ") and "generated tok/s" in lines[4] and "sessions/s" in lines[4]
+    assert lines[5] == "  run directory: runs/x\\e[2Jy"  # escaped: a path is not a terminal command
     assert progress.tokens == 216
 
 
@@ -192,3 +193,44 @@ game g for i in range(0, 4) {
     assert "  sessions: 4 played: ok 3 (lost 1, won 2); error 1\n" in err
     assert "  tokens: a 0 in / 0 out (3 calls); total 0 in / 0 out\n" in err
     assert f"  run directory: {run_dir}\n" in err
+
+
+def test_every_roles_unparsed_and_truncated_replies_are_counted_and_warned_about():
+    """Issue #30 item 6: a frozen role's 30 unparsed replies (15 of them cut at max_tokens)
+    are in the summary and warned about; a role under the share is counted, not warned."""
+    progress = Progress(1, 0, quiet=True)
+    for i in range(30):
+        progress.turn("oracle", 10, 5, 0, True, i % 2 == 0)
+    for i in range(40):
+        progress.turn("solver", 10, 5, 0, i < 2, i == 39)
+    progress.turn("judge", 10, 5)
+    lines = progress.summary("finished", "runs/x")
+    assert ("  replies: oracle 30 of 30 unparsed (15 truncated); solver 2 of 40 unparsed, 1 more truncated"
+            in lines)
+    assert progress.warnings() == [
+        "oracle: 30 of 30 replies did not parse (15 of them cut at max_tokens: raise the role's max_tokens)"]
+    cut = Progress(1, 0, quiet=True)
+    for i in range(10):
+        cut.turn("solver", 10, 5, 0, False, i < 5)
+    assert cut.warnings() == ["solver: 5 of 10 replies were cut at max_tokens; raise the role's max_tokens if they "
+                              "are meant to end"]
+    assert progress.warnings(frozenset({"oracle"})) == []  # a judge the routes warned about already
+
+
+def test_a_run_warns_about_a_frozen_roles_unparsed_replies(tmp_path, capsys):
+    spec = tmp_path / "g.ask"
+    spec.write_text("""
+model m = replay("answers.json")
+role oracle { model = m; memory = none; reply = boxed; prompt = "q {{ i }}" }
+game g for i in range(0, 4) {
+    x = ask oracle
+}
+""")
+    (tmp_path / "answers.json").write_text(json.dumps({"sessions": [{"oracle": ["no box"]}] * 3
+                                                       + [{"oracle": ["\\boxed{1}"]}]}))
+    rc, _ = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), quiet=True))
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "warning: oracle: 3 of 4 replies did not parse; check its prompt against its reply format\n" in err
+    rc, _ = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), quiet=False))
+    assert "  replies: oracle 3 of 4 unparsed\n" in capsys.readouterr().err

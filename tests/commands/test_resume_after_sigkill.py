@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SPEC = """
@@ -70,6 +72,11 @@ def test_sigkill_then_resume(tmp_path):
     assert 0 < len(before_ok) < 40
     turns_before = _lines(run_dir / "events" / "turns.ndjson")
     sessions_before = _lines(run_dir / "events" / "sessions.ndjson")
+    # the killed run is shown as crashed (its manifest still says running; its pid is gone)
+    from askspec.runtime.commands.runs import list_runs
+
+    (listed,) = list_runs(run_dir)
+    assert listed["status"] == "crashed" and listed["turns"] == len([l for l in turns_before if l.endswith(b"\n")])
 
     resumed = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "--resume", str(run_dir), "--quiet"],
                              cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
@@ -96,6 +103,15 @@ def test_sigkill_then_resume(tmp_path):
     assert not (before_ok & {r[0] for r in reran})
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished"
+    # the totals and the duration are the two processes', not the resuming one's (issue 30)
+    (all_turns,) = con.execute("select count(*) from events_turns").fetchone()
+    killed, resuming = manifest["history"]
+    assert manifest["totals"]["turns"] == all_turns == killed["totals"]["turns"] + resuming["totals"]["turns"]
+    assert killed["killed"] and killed["totals"]["turns"] >= 12  # its 6 finished sessions' turns at least
+    from askspec.runtime.store.liveness import process_seconds
+
+    assert process_seconds(killed) >= 0.5  # 6 sessions of two 0.15 s turns, two at a time
+    assert manifest["duration_s"] == pytest.approx(process_seconds(killed) + process_seconds(resuming), abs=0.01)
     # run-level histories (novelty) were rebuilt: the resumed run equals an uninterrupted one
     clean = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--eval-only", "--out", str(tmp_path / "clean"),
                             "--quiet"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
@@ -113,6 +129,9 @@ def test_resume_refuses_changed_spec(tmp_path):
                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     run_dir = Path(done.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())  # as if interrupted (a finished run has
+    manifest["status"] = "interrupted"  # nothing to resume: --resume says so whatever the spec)
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
     spec.write_text(spec.read_text().replace("Ask question", "Please ask question"))
     again = subprocess.run([sys.executable, "-m", "askspec.cli", "run", "--resume", str(run_dir)],
                            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)

@@ -21,11 +21,11 @@ def test_the_ir_types_its_kinds_with_the_vocabulary():
 
 
 def test_the_runtime_dispatches_on_the_vocabulary():
-    from askspec.runtime.train.advantages import _RAW
+    from askspec.ir.advantages import RAW, TEXT
 
     assert set(BACKEND_CLASSES) == set(vocab.BACKENDS)
     assert set(PARSER_FUNCTIONS) == set(vocab.PARSERS)
-    assert set(_RAW) == set(vocab.ESTIMATORS)
+    assert set(RAW) == set(TEXT) == set(vocab.ESTIMATORS)
     assert {f.name for f in dataclasses.fields(Sampling)} == set(vocab.SAMPLING_FIELDS)
 
 

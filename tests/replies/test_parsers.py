@@ -39,7 +39,8 @@ def test_sections_basic_and_field_names():
 
 @pytest.mark.parametrize(
     "tag, name",
-    [("#Question#", "question"), ("#Final Answer#", "finalanswer"), ("<Draft>", "draft"), ("#Q2#", "q2")],
+    [("#Question#", "question"), ("#Final Answer#", "finalanswer"), ("#Final_Answer#", "final_answer"),
+     ("<Draft>", "draft"), ("#Q2#", "q2"), ("#_#", "")],
 )
 def test_field_name(tag, name):
     assert field_name(tag) == name

@@ -204,9 +204,15 @@ def test_cli_resume_of_damaged_runs(tmp_path):
         return subprocess.run([sys.executable, "-m", "askspec.cli", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=180)
 
+    def interrupted(run_dir: Path) -> None:  # (a finished run has nothing to resume: --resume says so)
+        manifest = json.loads(layout.manifest_path(run_dir).read_text())
+        manifest["status"] = "interrupted"
+        layout.manifest_path(run_dir).write_text(json.dumps(manifest))
+
     done = cli("run", str(spec), "--out", str(tmp_path / "runs"), "--quiet")
     assert done.returncode == 0, done.stderr
     run_dir = Path(done.stdout.strip().splitlines()[-1])
+    interrupted(run_dir)
     sessions = layout.ndjson_path(run_dir, "sessions")
     lines = sessions.read_bytes().splitlines(keepends=True)
     sessions.write_bytes(lines[0] + b"\x00\xff garbage\n" + b"".join(lines[1:]) + b'{"seq": 1')
@@ -229,6 +235,7 @@ def test_cli_resume_of_damaged_runs(tmp_path):
             lines[i] = json.dumps({**ev, "bookkeeping": {"stateful": [1]}}) + "\n"
             break
     sessions.write_text("".join(lines))
+    interrupted(run_dir)
     refused = cli("run", "--resume", str(run_dir), "--quiet")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert "the recorded bookkeeping of session" in refused.stderr.strip().splitlines()[-1]

@@ -431,7 +431,7 @@ def test_queries_run_under_a_memory_limit(finished_run, capsys):
     from askspec.runtime.store.readonly import MEMORY_LIMIT
 
     assert query(finished_run, "SELECT current_setting('memory_limit') AS m").to_pylist() != [{"m": ""}]
-    assert MEMORY_LIMIT.endswith("MiB") and int(MEMORY_LIMIT[:-3]) >= 2048
+    assert MEMORY_LIMIT == "1024MiB"  # whatever the machine (readonly.py)
     assert cli("query", finished_run, "SELECT current_setting('memory_limit') AS m", "--memory-limit", "300MB",
                "--format", "csv") == 0
     assert capsys.readouterr().out.splitlines()[1] in ("286.1 MiB", "300.0 MB")
@@ -443,6 +443,61 @@ def test_queries_run_under_a_memory_limit(finished_run, capsys):
     rc = cli("query", finished_run, "SELECT 1", "--memory-limit", "lots")
     out, err = capsys.readouterr()
     assert rc == 1 and "Memory must have a number (e.g. 1GB)" in err and err.count("\n") == 1, err
+
+
+def test_text_built_in_a_query_is_held_to_the_memory_limit(finished_run, capsys):
+    """DuckDB's memory_limit does not count the text a string function builds
+    (repeat('x', 8e8) took 1.6 GB under a 100 MB limit): while a query runs the process
+    may grow by the limit and the result's size limit, no more, and past it the query
+    fails with one line naming the limit; the process's own limit is put back after."""
+    import resource
+
+    before = resource.getrlimit(resource.RLIMIT_DATA)
+    rc = cli("query", finished_run, "SELECT repeat('x', 800000000) AS s", "--memory-limit", "100MB",
+             "--timeout", "60")
+    out, err = capsys.readouterr()
+    assert rc == 1 and out == "", out[:200]
+    assert err.startswith("error: Out of Memory Error") and err.count("\n") == 1, err
+    assert err.rstrip().endswith("(the query's memory limit is 95.3 MiB); --memory-limit SIZE gives it more"), err
+    assert resource.getrlimit(resource.RLIMIT_DATA) == before
+    assert cli("query", finished_run, "SELECT length(repeat('x', 1000000)) AS n", "--memory-limit", "100MB") == 0
+    assert capsys.readouterr().out.splitlines()[2].strip() == "1000000"
+
+
+def test_the_size_limit_holds_for_the_first_rows_too():
+    """A result's first batch of rows (1,024) was kept whole whatever its size: it is
+    cut to the rows within the size limit, and a first row past it alone is refused."""
+    from askspec.runtime.store.readonly import Limits, QueryTooLarge
+
+    con = duckdb.connect(":memory:")
+    r = run_readonly(con, "SELECT repeat('y', 100) AS s FROM range(100)", limits=Limits(None, 2000, None))
+    assert 0 < r.table.num_rows < 100 and r.table.nbytes <= 2000 and "the size limit" in r.cut
+    with pytest.raises(QueryTooLarge, match=r"the result's first row is 4.89 KiB, past the size limit of 1.95 KiB"):
+        run_readonly(con, "SELECT repeat('y', 5000) AS s", limits=Limits(None, 2000, None))
+
+
+def test_the_cli_refuses_a_first_row_past_the_size_limit(finished_run, capsys, monkeypatch):
+    from askspec.runtime.commands import query as query_cmd
+    from askspec.runtime.store.readonly import Limits
+
+    monkeypatch.setattr(query_cmd, "QUERY_LIMITS", Limits(bytes=1 << 20))
+    assert cli("query", finished_run, "SELECT repeat('y', 3000000) AS s", "--max-cell", "0") == 1
+    err = capsys.readouterr().err
+    assert err == ("error: the result's first row is 2.86 MiB, past the size limit of 1 MiB: select less of it "
+                   "(left(text, N), fewer columns); --limit ROWS changes the size limit with the row limit "
+                   "(0: none)\n")
+
+
+def test_the_tui_console_is_held_to_the_memory_limit(finished_run, monkeypatch):
+    from askspec.runtime.store import readonly
+    from askspec.tui import data, source as tui_source
+
+    # (room for a scan of the run's files after the refused query: a JSON scan's buffers take ~64 MiB)
+    monkeypatch.setattr(tui_source, "_connect", lambda path: readonly.open_readonly_store(path, "200MB"))
+    src = data.Source(finished_run)
+    with pytest.raises(data.DataError, match=r"^Out of Memory Error.*\(the query's memory limit is 190.7 MiB\)$"):
+        data.run_sql(src, "SELECT repeat('x', 400000000) AS s", 10)
+    assert data.run_sql(src, "SELECT count(*) AS n FROM turns", 10)[0].to_pylist() == [{"n": 8}]
 
 
 @pytest.mark.parametrize("value", ["-1", "x", "1.5"])
@@ -483,3 +538,11 @@ def test_the_tui_console_reports_an_abandoned_query(finished_run, monkeypatch):
         data.run_sql(source, f"SELECT * FROM read_text('{side}')", 10)
     os.close(os.open(side, os.O_WRONLY))  # unblock the abandoned query
     assert data.run_sql(source, "SELECT count(*) AS n FROM turns", 10)[0].to_pylist() == [{"n": 8}]
+
+
+def test_a_value_larger_than_the_default_memory_limit_is_refused_at_once(finished_run, capsys):
+    """The hardening report's case: 2 GB built inside one query passed (the default limit
+    was a quarter of the machine's memory); under the default 1 GiB it is one error line."""
+    assert cli("query", finished_run, "SELECT repeat('x', 2000000000) AS s", "--timeout", "10") != 0
+    err = capsys.readouterr().err
+    assert "Out of Memory Error" in err and "--memory-limit" in err and "Traceback" not in err

@@ -185,6 +185,9 @@ def test_cli_resume_of_an_archived_run_replays_nothing(tmp_path):
     before = snapshot(run_dir)
     for name in layout.EVENT_NAMES:
         layout.ndjson_path(run_dir, name).unlink()
+    manifest = json.loads(layout.manifest_path(run_dir).read_text())  # as if interrupted after its sessions
+    manifest["status"] = "interrupted"  # (a finished run has nothing to resume: --resume says so)
+    layout.manifest_path(run_dir).write_text(json.dumps(manifest))
     resumed = _cli(tmp_path, "run", "--resume", str(run_dir), "--quiet")
     assert resumed.returncode == 0, resumed.stderr
     assert "Traceback" not in resumed.stderr and "rebuilt from turns.parquet" in resumed.stderr

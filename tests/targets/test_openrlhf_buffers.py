@@ -413,3 +413,58 @@ def test_pasodobles_solver_phase_steps_are_the_local_steps(tmp_path) -> None:
     assert args.rollout.n_samples_per_prompt == exp.param_values()["solutions"]  # a session's `sample` replies
     assert args.train.batch_size == per_step[0] * args.rollout.n_samples_per_prompt  # 72 answers
     assert args.train.num_episodes * (n // args.rollout.batch_size) == len(per_step)  # one OpenRLHF step a local one
+
+
+@pytest.fixture(scope="module")
+def _compiled_alternating(tmp_path_factory) -> Path:
+    return compile_job(tmp_path_factory.mktemp("compiled"))
+
+
+@pytest.fixture
+def alternating_job(_compiled_alternating, capsys):
+    """A fresh copy of buffer_alternating.ask's job under a test's folder (compiled once)."""
+    import shutil
+
+    def copy(where: Path) -> Path:
+        capsys.readouterr()  # the compile's own lines
+        return Path(shutil.copytree(_compiled_alternating, where / "job"))
+    return copy
+
+
+@pytest.mark.parametrize("garbled, why", [
+    (b"{garbled", "is not valid JSON: Expecting property name"),
+    (b"\xff\xfe{}", "is not UTF-8 text (byte 0: invalid start byte)"),
+    (b"[]", "is not the job's buffer state (not an object)"),
+    (b'{"buffers": 3, "committed": []}', "is not the job's buffer state (its `buffers` is not an object)"),
+    (b'{"buffers": {}, "committed": 5}', "is not the job's buffer state (its `committed` is not a list of keys)"),
+    (b'{"buffers": {"seen": 7}, "committed": []}', "(buffer 'seen': not an object)"),
+    (b'{"buffers": {"seen": {}}, "committed": []}', "(buffer 'seen': `items` is missing or not a list)"),
+    (b'{"buffers": {"seen": {"items": [1], "ids": [], "next_id": 1, "cursor": 0, "stats": {}}}, "committed": []}',
+     "(buffer 'seen': `ids` is not one integer per item)"),
+], ids=["json", "utf8", "list", "buffers", "committed", "buffer", "items", "ids"])
+def test_a_garbled_buffer_state_is_one_error_line(tmp_path, capsys, alternating_job, garbled, why) -> None:
+    """buffers/state.json damaged (a disk filled mid-write, a hand edit): `prompts`,
+    `commit` and `committed` each say so in one line, exit 1, never a traceback."""
+    job = alternating_job(tmp_path)
+    (job / phase_data.STATE).parent.mkdir(parents=True, exist_ok=True)
+    (job / phase_data.STATE).write_bytes(garbled)
+    for argv in (["prompts", str(job), "phase-2-learner"], ["commit", str(job), "phase-2-learner", str(tmp_path), "k"],
+                 ["committed", str(job), "k"]):
+        assert phase_data.main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {job / phase_data.STATE} ") and why in err and err.count("\n") == 1, err
+
+
+def test_a_buffer_state_that_is_not_a_regular_file_or_too_large_is_refused(tmp_path, capsys, monkeypatch,
+                                                                           alternating_job) -> None:
+    job = alternating_job(tmp_path)
+    state = job / phase_data.STATE
+    state.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(state)  # waited on for good if opened for reading
+    assert phase_data.main(["prompts", str(job), "phase-2-learner"]) == 1
+    assert capsys.readouterr().err == f"error: {state} is a FIFO (named pipe), not a regular file\n"
+    state.unlink()
+    state.write_text(json.dumps({"buffers": {}, "committed": []}) + " " * 64)
+    monkeypatch.setattr(phase_data, "MAX_STATE_BYTES", 32)
+    assert phase_data.main(["committed", str(job), "k"]) == 1
+    assert capsys.readouterr().err == f"error: {state} is {state.stat().st_size} bytes; the limit is 32 bytes\n"

@@ -255,6 +255,23 @@ def test_refuses_another_openrlhf_version(job, monkeypatch) -> None:
     assert getattr(loss.PolicyLoss, "_askspec_wrapped", None) is None  # nothing was hooked
 
 
+@pytest.mark.parametrize("version", ["0.12.0", "0.11.2"])
+def test_a_renamed_policy_loss_is_refused_with_both_versions(job, monkeypatch, version) -> None:
+    """An OpenRLHF whose PolicyLoss is renamed: the version is checked before the class is
+    looked up, so the refusal names both versions (or, under 0.11.2, the changed code) and
+    the remedy instead of an AttributeError."""
+    _, cispo, loss = job
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: version if name == "openrlhf" else real(name))
+    monkeypatch.delattr(loss, "PolicyLoss")
+    monkeypatch.setattr(loss, "PolicyLossV2", type("PolicyLossV2", (), {}), raising=False)
+    why = r"openrlhf 0\.12\.0 is installed" if version == "0.12.0" else r"differs from the released 0\.11\.2's"
+    for attempt in (cispo.install, cispo.parser_accepts_cispo().__enter__, cispo.check_version):
+        with pytest.raises(cispo.VersionMismatch, match=rf"written for OpenRLHF 0\.11\.2 .*PolicyLoss.*{why}.*"
+                                                         r"--substitute cispo=grpo"):
+            attempt()
+
+
 def test_refuses_changed_hooked_code_under_the_same_version(job, monkeypatch) -> None:
     """A patched or re-released 0.11.2 whose PolicyLoss.forward differs: the fingerprint."""
     _, cispo, loss = job
@@ -264,7 +281,7 @@ def test_refuses_changed_hooked_code_under_the_same_version(job, monkeypatch) ->
         raise AssertionError("a changed OpenRLHF")
 
     monkeypatch.setattr(loss.PolicyLoss, "forward", forward)
-    with pytest.raises(cispo.VersionMismatch, match=r"differ from the released 0\.11\.2's.*--substitute cispo=grpo"):
+    with pytest.raises(cispo.VersionMismatch, match=r"differs from the released 0\.11\.2's.*--substitute cispo=grpo"):
         cispo.install()
     assert loss.PolicyLoss.forward is forward
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
+import importlib.metadata
 import json
 import sys
 from pathlib import Path
@@ -145,7 +146,8 @@ def same(a, b) -> bool:
 
 def test_closed_gate_takes_no_update(job, ext, openrlhf, tmp_path, monkeypatch) -> None:
     module, generator = openrlhf
-    assert json.loads((job / "job.json").read_text())["extension"] == {"update_gate": True}
+    assert json.loads((job / "job.json").read_text())["extension"] == {
+        "advantages": {"estimator": "grpo", "std": "sample"}, "update_gate": True}
     (call,) = launch_argv(job / "launch.sh", tmp_path)
     assert call[call.index("--") + 3] == "askspec_ext.train_ppo_ray"
     args = parse_train_ppo_ray(train_flags(call))  # OpenRLHF's own parser: no flag of ours
@@ -174,6 +176,13 @@ def test_closed_gate_takes_no_update(job, ext, openrlhf, tmp_path, monkeypatch) 
         "metrics->>'tokens' FROM train_steps ORDER BY step").fetchall()
     assert [r[:4] for r in rows] == [("p", 1, None, "true"), ("p", 2, "gate", "false"), ("p", 3, None, "true")]
     assert "update_when was false" in rows[1][4] and rows[1][5] == "2" and rows[1][6] == "0"
+    # the gated step's reward_std is the block's std (grpo's default: sample), as the local trainer's
+    from askspec.ir.advantages import group_std
+
+    values = [float(r) for e in rollouts(generator, job, closed) for r in e.rewards.flatten().tolist()]
+    (gated_std,) = open_store(str(run)).execute("SELECT reward_std FROM train_steps WHERE step = 2").fetchone()
+    assert gated_std == pytest.approx(group_std(values, "sample"))
+    assert gated_std != pytest.approx(group_std(values, "population"))
 
 
 def test_siblings_count_once_and_errors_not_at_all(job) -> None:
@@ -200,9 +209,9 @@ def test_refuses_another_openrlhf(job, ext, openrlhf, monkeypatch) -> None:
 
 
 def test_worker_hook_waits_for_what_the_job_asks(job, ext, monkeypatch) -> None:
-    """Ray runs askspec_ext.train_ppo_ray.install_when_loaded in every worker: a gated job's
-    waits for the loss module and OpenRLHF's PPO trainer (not the experience maker: its std
-    is the sample one), importing neither."""
+    """Ray runs askspec_ext.train_ppo_ray.install_when_loaded in every worker: a gated grpo
+    job's waits for OpenRLHF's PPO trainer (the gate) and its experience maker (askspec's
+    advantages), not the loss module (it trains with no CISPO), importing nothing."""
     ext(job)
     entry = importlib.import_module("askspec_ext.train_ppo_ray")
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finders go with the test
@@ -211,8 +220,47 @@ def test_worker_hook_waits_for_what_the_job_asks(job, ext, monkeypatch) -> None:
     entry.install_when_loaded()
     entry.install_when_loaded()  # twice: still one finder each
     waiting = [f.module for f in sys.meta_path if type(f).__name__ == "_InstallAfterLoad"]
-    assert sorted(waiting) == ["openrlhf.models.loss", "openrlhf.trainer.ppo_trainer"]
+    assert sorted(waiting) == ["openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.experience_maker"]
     assert "openrlhf.trainer.ppo_trainer" not in sys.modules
+    assert "openrlhf.trainer.ppo_utils.experience_maker" not in sys.modules
+
+
+def refusal(ext, job: Path, monkeypatch) -> str:
+    """What the job's entry point says under OpenRLHF 0.12.0 (before Ray starts)."""
+    ext(job)
+    entry = importlib.import_module("askspec_ext.train_ppo_ray")
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.12.0" if name == "openrlhf" else real(name))
+    monkeypatch.setattr(entry.runpy, "run_module", lambda *a, **kw: pytest.fail("OpenRLHF was started"))
+    with pytest.raises(entry.pinned.VersionMismatch) as info:
+        entry.main()
+    return str(info.value)
+
+
+def test_a_gated_grpo_job_is_refused_for_its_advantages_not_for_cispo(job, ext, monkeypatch) -> None:
+    """A gated grpo job under another OpenRLHF: the entry point refuses it naming the first
+    hook it checks, askspec's advantages, and that hook's remedy, not CISPO's (which the job
+    does not use, and whose `--substitute cispo=grpo` does not apply)."""
+    message = refusal(ext, job, monkeypatch)
+    assert message.startswith("askspec's advantages extension was written for OpenRLHF 0.11.2 (it hooks "
+                              "RemoteExperienceMaker.compute_advantages_and_returns), but openrlhf 0.12.0 is installed")
+    assert message.endswith("install openrlhf==0.11.2 on every node, or train with askspec's own trainer")
+    assert "CISPO" not in message and "substitute" not in message and "std = sample" not in message
+
+
+def test_a_gate_only_job_is_refused_for_the_gate_not_for_cispo(tmp_path, ext, monkeypatch) -> None:
+    """A ppo (gae) job's only extension is the update gate (gae keeps OpenRLHF's
+    advantages): under another OpenRLHF the entry point refuses it naming the gate's hook
+    and its remedy, not the advantages' or CISPO's, before Ray starts."""
+    (tmp_path / "ppo.ask").write_text(SPEC.replace("with grpo", "with ppo"))
+    job = tmp_path / "ppo"
+    assert main(["compile", str(tmp_path / "ppo.ask"), "--target", "openrlhf", "-o", str(job)]) == 0
+    assert json.loads((job / "job.json").read_text())["extension"] == {"update_gate": True}
+    message = refusal(ext, job, monkeypatch)
+    assert message.startswith("askspec's update-gate extension was written for OpenRLHF 0.11.2 (it hooks "
+                              "BasePPOTrainer.train_step and _compute_rollout_stats), but openrlhf 0.12.0 is installed")
+    assert message.endswith("train with askspec's own trainer")
+    assert "CISPO" not in message and "substitute" not in message and "advantages" not in message
 
 
 SIBLINGS = """

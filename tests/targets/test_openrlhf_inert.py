@@ -187,6 +187,18 @@ def test_a_leading_dash_in_the_weights_is_refused(tmp_path, capsys, field) -> No
     assert not (tmp_path / "job").exists()
 
 
+def test_empty_weights_are_refused(tmp_path, capsys) -> None:
+    """`hf("")` named no model: the job ran `vllm serve ""`; its scripts now refuse an empty
+    PRETRAIN, so the compile says so instead."""
+    spec = tmp_path / "empty.ask"
+    spec.write_text(SINGLE.format(trained='""', frozen='"org/f"', remote='"j"', url='"http://h:1/v1"', value='"v"'))
+    res = compile_file(str(spec), {})
+    assert res.ok
+    assert compile_job(res, str(spec), str(tmp_path / "job"), {}) == 1
+    assert "model 'm': empty weights" in capsys.readouterr().err
+    assert not (tmp_path / "job").exists()
+
+
 def test_a_template_cannot_emit_an_unescaped_value() -> None:
     """The job environment is fail-closed: a `{{ value }}` without an escape.py filter
     fails the render instead of writing the value as code."""
@@ -207,8 +219,9 @@ PIECES = ['"""', "'''", "'", '"', "\\", "\\\\", "\n", "\r", "\r\n", "\\N", "\\N{
           '__import__("os").system("touch PWNED")', '""";open("PWNED","w");"""', "-", "--x", "~", "*", "?", "!"]
 hostile = st.lists(st.sampled_from(PIECES) | st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"),
                                                    max_size=3), min_size=1, max_size=6).map("".join)
-# weights: a leading "-" is refused (an option to vllm serve), test_a_leading_dash_... below
-weights = hostile.filter(lambda s: not s.startswith("-"))
+# weights: a leading "-" is refused (an option to vllm serve), test_a_leading_dash_... below; so
+# are empty weights (test_empty_weights_are_refused)
+weights = hostile.filter(lambda s: s != "" and not s.startswith("-"))
 # a file name: no "/" or NUL, at most 255 bytes with ".ask"
 file_names = hostile.map(lambda s: s.replace("/", "_")).filter(lambda s: len(s.encode("utf-8")) <= 200)
 

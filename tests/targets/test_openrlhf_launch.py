@@ -53,15 +53,23 @@ def test_launch_script_parses_with_openrlhf(tmp_path, job_extension, spec, optio
     assert call[:3] == ["ray", "job", "submit"]
     estimator, loss, n, clip = want
     entry = call[call.index("--") + 3]
-    # a job starts OpenRLHF through the extension it ships (job.json's `extension`: the CISPO loss,
-    # which adds the choice, Reasoning Arena's population std, an update gate)
+    # every RL job whose estimator is not gae starts OpenRLHF through the extension it ships
+    # (job.json's `extension`: askspec's advantages, and the CISPO loss, which adds the choice);
+    # a nested job's askspec_nested.py starts that entry in turn
     ext = json.loads((job / "job.json").read_text()).get("extension") or {}
-    assert (entry == "askspec_ext.train_ppo_ray") == bool(ext) == (job / "askspec_ext").is_dir()
+    assert ext["advantages"] == {"estimator": {"group_norm": "grpo"}.get(estimator, estimator),
+                                 "std": "sample" if spec != "reasoning_arena.ask" or "advantage_std=sample" in options
+                                 else "population"}
+    assert (job / "askspec_ext").is_dir()
     assert (loss == "cispo") == ("policy_loss" in ext)
     if spec == "reasoning_arena.ask":  # Eq. 2's std unless the compile sets the sample std
         assert ext.get("advantage_std") == (None if "advantage_std=sample" in options else "population")
     nested = "inner_loop" in json.loads((job / "job.json").read_text())
     assert (entry == "askspec_nested") == nested == (job / "askspec_nested.py").exists()
+    if nested:
+        assert "local_resolver, 'askspec_ext.train_ppo_ray')" in (job / "askspec_nested.py").read_text()
+    else:
+        assert entry == "askspec_ext.train_ppo_ray"
     if nested:  # the service's state folder reaches the job's processes
         env = json.loads(next(a.split("=", 1)[1] for a in call if a.startswith("--runtime-env-json=")))
         assert env["env_vars"]["ASKSPEC_INNER_STATE"] == str(job / "ckpt" / "inner-loop")
@@ -241,8 +249,9 @@ def test_pasodoble_phases_and_stages_parse_with_openrlhf(tmp_path) -> None:
         args = parse_train_ppo_ray(train_flags(call))
         ext = json.loads((phase / "job.json").read_text()).get("extension") or {}
         gated = phase.name == "phase-1-proposer"
-        assert ext == ({"update_gate": True} if gated else {})
-        assert (call[call.index("--") + 3] == "askspec_ext.train_ppo_ray") == gated == (phase / "askspec_ext").is_dir()
+        # both phases compute askspec's grpo advantages; only the proposer's also gates its updates
+        assert ext == {"advantages": {"estimator": "grpo", "std": "sample"}, **({"update_gate": True} if gated else {})}
+        assert call[call.index("--") + 3] == "askspec_ext.train_ppo_ray" and (phase / "askspec_ext").is_dir()
         assert args.algo.advantage.estimator == "group_norm" and args.actor.policy_loss_type == "ppo"
     for stage in sorted(job.glob("stage-*/sft.sh")):
         (call,) = launch_argv(stage, tmp_path)

@@ -1,10 +1,11 @@
-"""`std = population` on OpenRLHF: the job's askspec_ext/advantages.py, run through
+"""askspec's advantages on OpenRLHF: the job's askspec_ext/advantages.py, run through
 OpenRLHF 0.11.2's own `RemoteExperienceMaker.compute_advantages_and_returns` on CPU with the
-args its own parser makes of the generated launch line, gives askspec's local group_norm
-advantages with the population std (runtime/train/advantages.py) on random grouped
-rewards; `std = sample` ships no hook and OpenRLHF's own code already gives the local
-sample-std advantages; other estimators are OpenRLHF's unchanged; the hook refuses an
-OpenRLHF it was not written for."""
+args its own parser makes of the generated launch line, gives the local trainer's
+advantages (runtime/train/advantages.py: the block's estimator, its std and ε) on random
+grouped rewards, for `std = population` (Reasoning Arena's Eq. 2), `std = sample` and every
+other estimator but gae, which stays OpenRLHF's; a rollout the agent trained no turn of, or
+with no loss token, is left out of its group; the hook refuses an OpenRLHF it was not
+written for."""
 
 from __future__ import annotations
 
@@ -105,47 +106,130 @@ def per_rollout(experiences) -> dict[int, torch.Tensor]:
     return out
 
 
+def job_extension(job: Path) -> dict:
+    return json.loads((job / "job.json").read_text()).get("extension") or {}
+
+
+def local(estimator: str, experiences, rewards: torch.Tensor, n: int, std: str) -> torch.Tensor:
+    """The local trainer's advantages for every rollout of the batch (in prompt order)."""
+    tokens = {i: float(e.action_mask[row].sum()) for e in experiences for row, i in enumerate(e.index)}
+    counts = torch.tensor([tokens[i] for i in range(rewards.numel())], dtype=torch.float64)
+    return local_advantages(estimator, rewards, torch.arange(rewards.numel()) // n, counts, std)
+
+
 @pytest.mark.parametrize("n,seed", [(4, 0), (8, 1), (2, 2)])
 def test_population_std_equals_local_advantages(tmp_path, openrlhf, ext, n, seed) -> None:
     module, exp_module = openrlhf
     job = compile_job(tmp_path, group=n)
-    assert json.loads((job / "job.json").read_text())["extension"] == {"advantage_std": "population"}
+    assert job_extension(job) == {"advantage_std": "population",
+                                  "advantages": {"estimator": "grpo", "std": "population"}}
     args = job_args(job, tmp_path)
     assert args.algo.advantage.estimator == "group_norm" and args.rollout.n_samples_per_prompt == n
     ext(job).install()
     experiences, rewards = batch(exp_module, n, groups=5, seed=seed)
     got = per_rollout(maker(module, args).compute_advantages_and_returns(experiences))
-    groups = torch.arange(rewards.numel()) // n
-    want = local_advantages("group_norm", rewards, groups, std="population")
-    assert torch.allclose(torch.stack([got[i] for i in range(rewards.numel())]), want, atol=1e-6, rtol=0)
-    sample = local_advantages("group_norm", rewards, groups, std="sample")
+    got = torch.stack([got[i] for i in range(rewards.numel())])
+    want = local("grpo", experiences, rewards, n, "population")
+    assert torch.allclose(got, want, atol=1e-6, rtol=0)
+    sample = local("grpo", experiences, rewards, n, "sample")
     assert not torch.allclose(want, sample, atol=1e-3)  # the two stds differ at this n
     assert all(torch.equal(e.returns, e.advantages) for e in experiences)
 
 
-def test_sample_std_is_openrlhfs_own_code(tmp_path, openrlhf) -> None:
-    """`std = sample` (the default): no extension, and OpenRLHF's group_norm is askspec's."""
+def test_sample_std_equals_local_advantages(tmp_path, openrlhf, ext) -> None:
+    """`std = sample` (the default): the hook too, with grpo's ε (1e-4), where OpenRLHF's own
+    group_norm adds 1e-9."""
     module, exp_module = openrlhf
     job = compile_job(tmp_path, block="std = sample")
-    assert "extension" not in json.loads((job / "job.json").read_text()) and not (job / "askspec_ext").exists()
-    experiences, rewards = batch(exp_module, 4, groups=5, seed=3)
-    got = per_rollout(maker(module, job_args(job, tmp_path)).compute_advantages_and_returns(experiences))
-    want = local_advantages("group_norm", rewards, torch.arange(rewards.numel()) // 4, std="sample")
-    assert torch.allclose(torch.stack([got[i] for i in range(rewards.numel())]), want, atol=1e-6, rtol=0)
-
-
-def test_other_estimators_stay_openrlhfs(tmp_path, openrlhf, ext) -> None:
-    """std is read by group_norm only (the language refuses it beside rloo): the hook,
-    installed, leaves an rloo job's advantages exactly as OpenRLHF's."""
-    module, exp_module = openrlhf
-    job = compile_job(tmp_path, algorithm="rloo", block="lr = 0.00001")
+    assert job_extension(job) == {"advantages": {"estimator": "grpo", "std": "sample"}}
+    assert (job / "askspec_ext").is_dir()
     args = job_args(job, tmp_path)
-    before = per_rollout(maker(module, args).compute_advantages_and_returns(batch(exp_module, 4, 5, seed=4)[0]))
-    population = tmp_path / "population"
-    population.mkdir()
-    ext(compile_job(population)).install()
-    after = per_rollout(maker(module, args).compute_advantages_and_returns(batch(exp_module, 4, 5, seed=4)[0]))
-    assert all(torch.equal(before[i], after[i]) for i in before)
+    own = per_rollout(maker(module, args).compute_advantages_and_returns(batch(exp_module, 4, 5, seed=3)[0]))
+    ext(job).install()
+    experiences, rewards = batch(exp_module, 4, groups=5, seed=3)
+    got = per_rollout(maker(module, args).compute_advantages_and_returns(experiences))
+    got = torch.stack([got[i] for i in range(rewards.numel())])
+    assert torch.allclose(got, local("grpo", experiences, rewards, 4, "sample"), atol=1e-6, rtol=0)
+    own = torch.stack([own[i] for i in range(rewards.numel())])  # OpenRLHF's: group_norm, ε 1e-9
+    assert torch.allclose(own, local("group_norm", experiences, rewards, 4, "sample"), atol=1e-6, rtol=0)
+    assert not torch.allclose(got, own, atol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["group_norm", "dr_grpo", "rloo", "reinforce_baseline", "reinforce"])
+def test_every_estimator_but_gae_is_askspecs(tmp_path, openrlhf, ext, algorithm) -> None:
+    """Each estimator's job ships the hook with its own estimator, and the hook gives the local
+    trainer's advantages (the reinforce estimators whitened over the batch's tokens)."""
+    module, exp_module = openrlhf
+    job = compile_job(tmp_path, algorithm=algorithm, block="lr = 0.00001")
+    assert job_extension(job) == {"advantages": {"estimator": algorithm, "std": "sample"}}
+    args = job_args(job, tmp_path)
+    ext(job).install()
+    experiences, rewards = batch(exp_module, 4, groups=5, seed=4)
+    got = per_rollout(maker(module, args).compute_advantages_and_returns(experiences))
+    got = torch.stack([got[i] for i in range(rewards.numel())])
+    assert torch.allclose(got, local(algorithm, experiences, rewards, 4, "sample"), atol=1e-5, rtol=0)
+    assert got.abs().sum() > 0
+
+
+def test_gae_stays_openrlhfs(tmp_path, openrlhf, ext) -> None:
+    """ppo (gae) ships no advantages hook, and the hook, installed, leaves a gae job's
+    advantages exactly as OpenRLHF's."""
+    module, exp_module = openrlhf
+    job = compile_job(tmp_path, algorithm="ppo", block="lr = 0.00001")
+    assert "advantages" not in job_extension(job)
+    args = job_args(job, tmp_path)
+    assert args.algo.advantage.estimator == "gae"
+
+    def with_values(seed):
+        experiences = batch(exp_module, 4, 5, seed=seed)[0]
+        gen = torch.Generator().manual_seed(seed)
+        for e in experiences:
+            e.values = torch.rand(e.action_mask.shape, generator=gen)
+        return experiences
+
+    before = maker(module, args).compute_advantages_and_returns(with_values(6))
+    grpo = tmp_path / "grpo"
+    grpo.mkdir()
+    ext(compile_job(grpo)).install()
+    after = maker(module, args).compute_advantages_and_returns(with_values(6))
+    assert all(torch.equal(b.advantages, a.advantages) and torch.equal(b.returns, a.returns)
+               for b, a in zip(before, after))
+
+
+def test_untrained_and_tokenless_members_are_left_out(tmp_path, openrlhf, ext) -> None:
+    """A rollout the agent trained no turn of (`askspec_trained_turns` 0: unrewarded, dropped,
+    failed) or with no loss token is left out of its group, as the local trainer's batch leaves
+    it out, and gets advantage 0; its group's std (logged) is over the others."""
+    module, exp_module = openrlhf
+    job = compile_job(tmp_path)
+    args = job_args(job, tmp_path)
+    ext(job).install()
+    experiences, rewards = batch(exp_module, 4, groups=3, seed=7)
+    untrained, tokenless = 5, 9  # in groups 1 and 2
+    for e in experiences:
+        e.info["askspec_trained_turns"] = torch.tensor([0.0 if i == untrained else 1.0 for i in e.index])
+        for row, i in enumerate(e.index):
+            if i == tokenless:
+                e.action_mask[row] = 0
+    got = per_rollout_or_none(maker(module, args).compute_advantages_and_returns(experiences))
+    kept = [i for i in range(rewards.numel()) if i not in (untrained, tokenless)]
+    want = local_advantages("grpo", rewards[kept], torch.tensor([i // 4 for i in kept]), std="population")
+    assert torch.allclose(torch.stack([got[i] for i in kept]), want, atol=1e-6, rtol=0)
+    assert got[untrained] == 0 and got[tokenless] is None  # no action token carries one
+    everyone = local_advantages("grpo", rewards, torch.arange(rewards.numel()) // 4, std="population")
+    assert not torch.allclose(torch.stack([got[i] for i in kept]), everyone[kept], atol=1e-3)
+    stds = {i: float(e.info["group_reward_std"][row]) for e in experiences for row, i in enumerate(e.index)}
+    assert stds[4] == pytest.approx(float(rewards[[6, 7, 4]].std(unbiased=False)), abs=1e-6)
+
+
+def per_rollout_or_none(experiences) -> dict[int, torch.Tensor | None]:
+    out: dict[int, torch.Tensor | None] = {}
+    for e in experiences:
+        for row, i in enumerate(e.index):
+            values = e.advantages[row][e.action_mask[row].bool()]
+            assert values.numel() == 0 or torch.all(values == values[0]), values
+            out[i] = values[0] if values.numel() else None
+    return out
 
 
 def test_kl_in_the_reward_is_refused(tmp_path, openrlhf, ext) -> None:

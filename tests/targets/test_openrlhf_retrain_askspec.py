@@ -77,7 +77,8 @@ def test_every_soar_profile_compiles_with_its_new_stages_mapped(tmp_path) -> Non
         job = compile_to(tmp_path / profile, ROOT / "specs" / "soar.ask", "--profile", profile)
         retrain = (job / "stage-7-teacher_student" / "retrain.sh").read_text()
         assert "askspec run spec/soar.ask --stage teacher_student --profile " + profile in retrain
-        assert '--model teacher=hf:"${CKPT_TEACHER:-' in retrain  # sampled from the trained teacher
+        assert '--model teacher=hf:"$CKPT_TEACHER"' in retrain  # sampled from the trained teacher
+        assert "\nCKPT_TEACHER=${CKPT_TEACHER-" in retrain
         assert (job / "stage-5-hard_only" / "retrain.sh").exists()  # its plateau: askspec's trainer too
         driver = (job / "driver.sh").read_text()
         if profile == "grounded":  # keep = best(accuracy): the service's most accurate promoted copy
@@ -124,7 +125,7 @@ def test_soars_promoted_retrain_stage_reads_the_services_state_in_the_job(tmp_pa
         assert opts.promotions == ("/state/state.json" if profile == "grounded" else None)
         assert (save / "config.json").read_text() == "kept\n"  # the student for the stages after it
         driver = (job / "driver.sh").read_text()
-        assert ("export ASKSPEC_INNER_STATE=" in driver) == (profile == "grounded")
+        assert ("\nexport ASKSPEC_INNER_STATE\n" in driver) == (profile == "grounded")
         after = driver[driver.index('SAVE_PATH="$out" bash stage-3-pq_student/retrain.sh'):]
         assert after.index('CKPT_STUDENT="$out"') < after.index("stage-4-pq/evaluate.sh")  # pq evaluates it
 
@@ -154,3 +155,38 @@ def test_a_stage_run_trains_on_the_promoted_datasets_of_a_services_state_file(tm
     assert {q for step, q in rows if step > 1} <= {"2+2?", "3+5?"} and max(step for step, _ in rows) == 3
     manifest = json.loads((Path(run) / "manifest.json").read_text())
     assert manifest["run_options"]["promotions"] == str(state)  # a resumed run reads them again
+
+
+def test_promotions_must_be_a_regular_file_within_the_size_limit(tmp_path, monkeypatch, capsys) -> None:
+    """--promotions FILE is read whole: a FIFO is refused rather than waited on for good,
+    /dev/zero and a folder rather than read, and a file past the limit with the limit
+    named; each one `error:` line, exit 1, as the command's other usage errors."""
+    import sys
+
+    from askspec.runtime.targets.openrlhf import inner_loop
+
+    fifo = tmp_path / "state.fifo"
+    os.mkfifo(fifo)
+    argv = ["run", str(ROOT / "specs" / "soar.ask"), "--stage", "pq_student", "--out", str(tmp_path / "runs")]
+    # a process of its own, so that a read that waits on the FIFO fails the test rather than hanging it
+    done = subprocess.run([sys.executable, "-m", "askspec.cli", *argv, "--promotions", str(fifo)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"error: --promotions: {fifo} is a FIFO (named pipe), not a regular file "
+                                        f"(the inner-loop service's state file: the job's "
+                                        f"$ASKSPEC_INNER_STATE/state.json)"]
+    for path, what in (("/dev/zero", "a character device"), (str(tmp_path), "a folder")):
+        assert main([*argv, "--promotions", path]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --promotions: {path} is {what}, not a regular file") and err.count("\n") == 1
+    big = tmp_path / "state.json"
+    big.write_text(json.dumps({"answer": {"promotions": []}}) + " " * 100)
+    import askspec.lang.paths as paths
+
+    monkeypatch.setattr(paths, "MAX_STATE_BYTES", 64)
+    assert main([*argv, "--promotions", str(big)]) == 1
+    err = capsys.readouterr().err
+    assert f"error: --promotions: {big} is {big.stat().st_size} bytes; the limit is 64 bytes" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    monkeypatch.setattr(paths, "MAX_STATE_BYTES", 1 << 20)
+    assert inner_loop.read_promotions(big) == []  # under the limit it is read as before

@@ -48,6 +48,7 @@ VALUES = {
     "dtype": ("dtype = bfloat16", ""), "replay": ("replay = seen", ""), "std": ("std = population", ""),
     "update_when": ("update_when = sum(score) > 0", ""),
     "max_staleness": ("max_staleness = 2", ""), "is_bound": ("is_bound = 3.0", "max_staleness = 1"),
+    "max_mismatch": ("max_mismatch = 0.01", ""), "on_mismatch": ("on_mismatch = error", ""),
     "clip": ("(clip = 0.3)", ""), "clip_low": ("(clip_low = 0.1)", ""), "clip_high": ("(clip_high = 0.4)", ""),
     "dual_clip": ("(dual_clip = 3.0)", ""), "estimator": ("(estimator = rloo)", ""), "min_reward": ("(min_reward = 0.5)", ""),
 }

@@ -108,3 +108,72 @@ def test_std_is_lowered_into_the_trainers_config():
         assert res.ir is not None, [d.message for d in res.sink.sorted()]
         t = res.ir.training[0]
         assert config_from_ir(t, res.ir).std == want, body
+
+
+# ---------------------------------------------------------------------------------------
+# one reference (askspec.ir.advantages): the trainer's tensors, the TUI's groups, the
+# trainer's train_steps.reward_std and the OpenRLHF hook's √(n / (n − 1)) all follow it
+
+
+def random_groups(seed: int) -> list[list[float]]:
+    """Groups of 1 to 9 rewards: 0/1 ones, dense ones and groups of equal rewards."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for g in range(int(torch.randint(1, 12, (1,), generator=gen))):
+        n = int(torch.randint(1, 10, (1,), generator=gen))
+        kind = g % 3
+        if kind == 0:
+            out.append([float(v) for v in torch.randint(0, 2, (n,), generator=gen)])
+        elif kind == 1:
+            out.append([round(float(v), 3) for v in torch.randn(n, generator=gen) * 3])
+        else:
+            out.append([0.25] * n)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("std", ["sample", "population"])
+def test_the_trainers_advantages_are_the_references_on_random_groups(seed, std):
+    from askspec.ir.advantages import WHITENED, group_advantages
+    from askspec.ir.vocab import ESTIMATORS
+
+    from askspec.runtime.train.advantages import whiten
+
+    groups = random_groups(seed)
+    flat = torch.tensor([r for g in groups for r in g], dtype=torch.float64)
+    ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
+    for est in ESTIMATORS:
+        want = torch.tensor([a for g in groups for a in group_advantages(est, g, std)], dtype=torch.float64)
+        if est in WHITENED:  # over the whole batch, after the group's formula
+            want = whiten(want, None)
+        got = advantages(est, flat, ids, std=std)
+        assert got.tolist() == pytest.approx(want.tolist(), rel=1e-5, abs=1e-5), (est, std, groups)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_reference_std_is_the_sample_or_population_one(seed):
+    from askspec.ir.advantages import group_advantages, group_std, population_over_sample
+
+    for g in random_groups(seed):
+        n = len(g)
+        t = torch.tensor(g, dtype=torch.float64)
+        assert group_std(g, "sample") == pytest.approx(float(t.std()) if n > 1 else 0.0, abs=1e-12)
+        assert group_std(g, "population") == pytest.approx(float(t.std(unbiased=False)), abs=1e-12)
+        # OpenRLHF's group_norm (sample std) times the hook's √(n / (n − 1)) is the population one
+        sample = group_advantages("group_norm", g, "sample")
+        population = group_advantages("group_norm", g, "population")
+        if n > 1 and group_std(g) > 1e-6:
+            assert [a * population_over_sample(n) for a in sample] == pytest.approx(population, rel=1e-6)
+
+
+@pytest.mark.parametrize("std", ["sample", "population"])
+def test_a_steps_reward_std_is_the_std_its_estimator_divides_by(std):
+    from askspec.ir.advantages import group_std
+    from askspec.runtime.train.batch import Trajectory
+    from askspec.runtime.train.policy import batch_reward_stats
+
+    rewards = [1.0, 0.0, 0.0, 0.5]
+    batch = [Trajectory(f"s{i}/r", "g0", r, []) for i, r in enumerate(rewards)]
+    got = batch_reward_stats(batch, std)["reward_std"]
+    assert got == pytest.approx(group_std(rewards, std))
+    assert got == pytest.approx(float(torch.tensor(rewards).std(unbiased=std == "sample")))

@@ -44,8 +44,13 @@ def finished_run(tiny_model, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def run(finished_run, tmp_path) -> Path:
+    """A copy of the run as a kill after its last checkpoint leaves it (a finished run has
+    nothing to resume: `--resume` says so and loads nothing)."""
     copy = tmp_path / finished_run.name
     shutil.copytree(finished_run, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest.update(status="interrupted", ended_at=None)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
     return copy
 
 

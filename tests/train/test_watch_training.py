@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import struct
@@ -81,7 +82,8 @@ def test_equal_rewards_skip_the_update_without_a_forward_pass(tiny_model, monkey
     monkeypatch.setattr(policy, "token_logprobs", no_forward)
     m = policy.update(trajectories([1.0, 1.0, 0.0, 0.0]))  # two groups, each of equal rewards
     assert m["skipped"] == "zero_advantage" and "2 of 2 group(s)" in m["skip_reason"]
-    assert m["zero_adv_share"] == 1.0 and m["reward_std"] == 0.5 and m["loss"] is None and m["grad_norm"] is None
+    assert m["zero_adv_share"] == 1.0 and m["loss"] is None and m["grad_norm"] is None
+    assert m["reward_std"] == pytest.approx(math.sqrt(1 / 3))  # the block's std: sample (n − 1) by default
     assert all(torch.equal(a, p) for a, p in zip(before, policy.params)) and not policy.optimizer.state
     assert policy.version == 1  # the learning-rate schedule counts the step (docs/training.md)
     monkeypatch.undo()
@@ -140,7 +142,8 @@ def test_a_run_without_signal_shows_each_step_skips_each_update_and_warns(tiny_m
     assert len(lines) == 2, done.stderr
     for n, line in enumerate(lines, 1):
         assert re.fullmatch(rf"step {n}/2 online a: reward 1\.000 ± 0\.000  zero-adv 100%  loss -  kl -  grad -  "
-                            rf"clip -  tokens \d+  rollout \d+\.\d s  update \d\.\d\d s  skipped: zero_advantage",
+                            rf"clip -  (mis \S+  )?tokens \d+  rollout \d+\.\d s  update \d\.\d\d s  "
+                            rf"skipped: zero_advantage",
                             line), line
     assert "  training a: 2 step(s), reward mean 1.000 (step 1) -> 1.000 (step 2); 2 skipped (zero_advantage 2)" \
         in done.stderr
@@ -174,7 +177,7 @@ def test_live_lines_and_tensorboard_hold_the_train_steps(tiny_model, tmp_path):
     assert len(lines) == 2 and all("skipped" not in ln for ln in lines), done.stderr
     for line in lines:
         assert re.search(r"reward [\d.]+ ± [\d.]+  zero-adv \d+%  loss \S+  kl 0  grad [\d.e+-]+  clip \d+%  "
-                         r"tokens \d+  rollout \d+\.\d s  update \d\.\d\d s$", line), line
+                         r"(mis \S+  )?tokens \d+  rollout \d+\.\d s  update \d\.\d\d s$", line), line
         assert "loss -  " not in line and "grad -  " not in line, line  # "-" alone: no value
     assert "equal rewards" not in done.stderr
     run_dir = only_run(tmp_path / "runs")
@@ -291,3 +294,188 @@ def test_the_loggers_write_the_importance_weights_of_asynchronous_rollouts():
     assert reason is None
     assert values == {"loss": 0.25, "skipped": 0.0, "policy_version": 2.0, "sampling_version": 1.0,
                       "is_ratio_mean": 0.84, "is_truncated_share": 0.125, "stale_share": 1.0}
+
+
+# ---------------------------------------------------------------------------------------
+# issue #30 items 6 and 9: what trained and what was skipped, the declared metrics per
+# step, the sampler/trainer mismatch, the checkpoints' size
+
+
+def test_the_step_line_shows_the_mismatch_when_the_step_has_one():
+    from askspec.runtime.commands.train_report import step_line
+
+    row = {"reward_mean": 1.0, "reward_std": 0.0, "zero_adv_share": 0.0, "loss": 0.5, "kl": 0.0, "grad_norm": 1.0,
+           "clip_frac": 0.0, "generated_tokens": 8, "seconds_play": 1.0, "seconds_update": 0.5}
+    assert "clip 0%  tokens 8" in step_line("a", 1, 2, row)  # no column (an older trainer), or no value
+    assert "clip 0%  tokens 8" in step_line("a", 1, 2, {**row, "mismatch_kl": None, "mismatch_abs": None})
+    assert "clip 0%  mis 0.0e+00  tokens 8" in step_line("a", 1, 2, {**row, "mismatch_kl": 0.0})
+    assert "clip 0%  mis 1.2e-03  tokens 8" in step_line("a", 1, 2, {**row, "mismatch_kl": 0.00123})
+    past = {**row, "mismatch_kl": 0.02, "mismatch_warning": "step 1: the mismatch is KL 2.00e-02"}
+    assert "clip 0%  mis 2.0e-02 (> max_mismatch)  tokens 8" in step_line("a", 1, 2, past)
+    report = TrainReport(2)
+    report.step(1, {"a": past})
+    report.step(2, {"a": row})
+    assert report.warnings() == ["a: 1 of 2 steps past max_mismatch; the first: step 1: the mismatch is KL 2.00e-02"]
+
+
+def test_the_declared_metrics_end_the_steps_last_line():
+    from askspec.runtime.commands.train_report import DECLARED_SHOWN, declared_words
+
+    rows = [{"metric": "solve_rate", "by": {}, "value": 0.75, "n": 8},
+            {"metric": "acc", "by": {"variant": "a", "k": 2}, "value": 1 / 3, "n": 3},
+            {"metric": "acc", "by": {"variant": "b", "k": 2}, "value": None, "n": 0},
+            {"metric": "count_ok", "by": {}, "value": 7, "n": 7},
+            {"metric": "broken", "by": {}, "value": "error: division by zero", "n": 8}]
+    assert declared_words(rows) == ("solve_rate 0.75  acc[variant=a,k=2] 0.333  acc[variant=b,k=2] -  count_ok 7  "
+                                    "broken error")
+    many = [{"metric": f"m{i}", "by": {}, "value": 1.0, "n": 1} for i in range(DECLARED_SHOWN + 3)]
+    assert declared_words(many).endswith(f"m{DECLARED_SHOWN - 1} 1  +3 more")
+    report = TrainReport(2)
+    lines = report.step(1, {"p": {"reward_mean": 1.0}, "s": {"skipped": "gate"}}, rows[:1])
+    assert not lines[0].endswith("0.75") and lines[1].endswith("skipped: gate  | solve_rate 0.75")
+    assert not report.step(2, {"p": {"reward_mean": 1.0}}, [])[0].endswith("|")
+
+
+def test_the_end_line_names_what_trained_and_what_was_skipped():
+    from collections import Counter
+
+    from askspec.runtime.commands.train_report import trained_line
+
+    counts = {"proposer": Counter({None: 2}), "solver": Counter({"gate": 4})}
+    assert trained_line(["proposer", "solver"], counts) == ("trained proposer for 2 steps; solver: 4 steps, all skipped "
+                                                            "(gate)")
+    counts = {"a": Counter({None: 1, "zero_advantage": 2, "nonfinite": 1}), "b": Counter({None: 1}),
+              "c": Counter({"gate": 1, "no_tokens": 2})}
+    assert trained_line(["a", "b", "c", "d"], counts) == (
+        "trained a for 1 of 4 steps (3 skipped: nonfinite 1, zero_advantage 2), b for 1 step; "
+        "c: 3 steps, all skipped (gate 1, no_tokens 2); d: no step")
+    assert trained_line(["a"], {"a": Counter({"gate": 1})}) == "trained nothing; a: 1 step, all skipped (gate)"
+    # this process's steps, when the store cannot be read
+    report = TrainReport(3)
+    report.step(1, {"a": {"skipped": "gate"}})
+    report.step(2, {"a": {"loss": 0.1}})
+    assert trained_line(["a"], report.counts()) == "trained a for 1 of 2 steps (1 skipped: gate 1)"
+
+
+def test_a_save_every_plan_over_the_threshold_says_what_its_checkpoints_hold():
+    from askspec.runtime.commands.train_report import CHECKPOINT_NOTE_BYTES, checkpoint_note, checkpoints_written
+
+    assert checkpoints_written(3, 1) == 3 and checkpoints_written(3, 25) == 1 and checkpoints_written(50, 25) == 2
+    assert checkpoints_written(51, 25) == 3
+    # the issue's 3-step run with save_every = 1: 0.5 GB of weights, 1 GB of moments
+    note = checkpoint_note({"a": (500_000_000, 1_000_000_000)}, 3, 1, 2)
+    assert note == ("checkpoints: about 2.0 GB on disk at the end, up to 3.5 GB while one is written: 3 written "
+                    "(save_every = 1 over 3 steps), the newest 2 kept (keep_checkpoints = 2), each 0.5 GB of weights, "
+                    "the newest also 1.0 GB of AdamW moments; a larger save_every writes fewer, a smaller "
+                    "keep_checkpoints keeps fewer (train block)")
+    # one checkpoint (save_every past the end): weights and moments once
+    assert checkpoint_note({"a": (300_000_000, 600_000_000)}, 3, 25, 2) is None
+    assert "about 1.2 GB" in checkpoint_note({"a": (400_000_000, 800_000_000)}, 3, 25, 2)
+    assert checkpoint_note({"a": (100, 200)}, 1000, 1, 2) is None  # a small model: nothing to say
+    assert checkpoint_note({"a": (100, 200)}, 3, 1, 2, threshold=400) is not None
+    assert CHECKPOINT_NOTE_BYTES == 10**9
+
+
+def test_the_checkpoint_estimate_is_what_a_checkpoint_holds(tiny_model, tmp_path):
+    from askspec.runtime.commands.train_report import policy_bytes
+
+    policy = policy_for(tiny_model)
+    policy.update(trajectories([0.0, 1.0, 0.0, 1.0]))
+    weights, moments = policy_bytes(policy)
+    policy.save(tmp_path / "step-1", 1, {})
+    on_disk = (tmp_path / "step-1" / "model.safetensors").stat().st_size
+    optimizer = (tmp_path / "step-1" / "optimizer.safetensors").stat().st_size
+    assert weights <= on_disk < weights + 100_000  # the safetensors header apart
+    assert moments <= optimizer < moments + 100_000
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        return lambda *a, **k: self.calls.append(name) or 1
+
+
+def test_the_declared_metrics_are_evaluated_over_each_steps_sessions():
+    from askspec.lang.compiler import compile_source
+    from askspec.runtime.commands.train_report import StepSessions
+
+    res = compile_source("t.ask", """
+model m = python("unused:reply")
+role a { model = m; memory = none; prompt = "q" }
+game g for i in range(0, 4) sample 2 {
+    x = ask a
+    n = len(x.text)
+    reward a = n
+}
+metric chars = mean(n)
+metric chars_by = mean(n) by i
+metric moved = mean(abs(advantage))
+""", {})
+    assert res.ok, [d.message for d in res.sink.items]
+    inner = _Recorder()
+    tap = StepSessions(inner, res.ir)
+
+    def play(step: int, sid: str, n: int, group: str, status: str = "ok") -> None:
+        tap.session_started(sid, game="g", group_id=group, params={"i": step}, index=0, step=step)
+        tap.reward(sid, 1, role="a", turn_index=0, name="r", value=float(n), kind="turn")
+        tap.session_finished(sid, 1, status=status, outcome=None, error=None, vars={"n": n, "x": object()})
+
+    play(1, "s1", 2, "g1")
+    play(1, "s2", 4, "g1")
+    play(2, "s3", 10, "g2")  # step 2 plays while step 1 trains (asynchronous rollouts)
+    play(1, "s4", 100, "g3", status="error")  # an errored session counts nowhere
+    tap.group("g1", route="train", stats={"role": "a"}, members=["s1", "s2"])
+    rows = tap.metrics(1)
+    assert [(r["metric"], r["by"], r["value"], r["n"]) for r in rows] == [
+        ("chars", {}, 3.0, 2), ("chars_by", {"i": 1}, 3.0, 2), ("moved", {}, pytest.approx(1.0, abs=1e-3), 2)]
+    assert inner.calls.count("session_started") == 4 and "group" in inner.calls  # passed through
+    assert [r["value"] for r in tap.metrics(2)][:2] == [10.0, 10.0]
+    assert tap.metrics(1) == [] and tap.metrics(2) == []  # forgotten once shown
+
+
+def test_the_loggers_write_the_declared_metrics_and_the_mismatch():
+    from askspec.runtime.commands.loggers import declared_values, step_values
+
+    values, _ = step_values({"loss": 0.25, "mismatch_abs": 0.001, "mismatch_kl": 0.0})
+    assert values == {"loss": 0.25, "skipped": 0.0, "mismatch_abs": 0.001, "mismatch_kl": 0.0}
+    assert declared_values([{"metric": "solve_rate", "by": {}, "value": 0.75, "n": 8},
+                            {"metric": "acc", "by": {"variant": "a"}, "value": True, "n": 1},
+                            {"metric": "acc", "by": {"variant": "b"}, "value": None, "n": 0},
+                            {"metric": "bad", "by": {}, "value": "error: x", "n": 3}]) == {
+        "metrics/solve_rate": 0.75, "metrics/acc/variant=a": 1.0}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
+                    reason="the tensorboard package is not installed (pip install -e '.[dev]')")
+def test_a_run_shows_its_declared_metrics_per_step_and_what_its_gate_skipped(tiny_model, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from askspec.runtime.engine.metrics import run_metrics
+
+    spec = tmp_path / "gated.ask"
+    spec.write_text(SPEC.format(model=tiny_model, reward="len(x.text) + i")
+                    .replace("    x = ask a\n", "    x = ask a\n    n = len(x.text) + i\n")
+                    .replace("lr = 0.01 }", "lr = 0.01; update_when = mean(step) > 1 }")
+                    + "metric chars = mean(n)\nmetric chars_by_step = mean(n) by step\n")
+    board = tmp_path / "board"
+    done = run(spec, tmp_path / "runs", "--log", f"tensorboard:{board}")
+    assert done.returncode == 0, done.stderr
+    run_dir = only_run(tmp_path / "runs")
+    by_step = {r["by"]["step"]: r["value"] for r in run_metrics(str(run_dir))[0] if r["metric"] == "chars_by_step"}
+    assert sorted(by_step) == [1, 2]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("step ")]
+    assert len(lines) == 2, done.stderr
+    for step, line in enumerate(lines, 1):  # each step's own sessions, as `askspec metrics` has them by step
+        value = format(by_step[step], ".3g")
+        assert line.endswith(f"  | chars {value}  chars_by_step[step={step}] {value}"), line
+    assert "skipped: gate  | " in lines[0] and "skipped" not in lines[1]
+    assert "  replies: a 16 of 16 truncated" in done.stderr  # max_tokens = 4
+    assert "warning: a: 16 of 16 replies were cut at max_tokens" in done.stderr
+    assert (f"trained a for 1 of 2 steps (1 skipped: gate 1); schedule: 2 step(s); weights in {run_dir}/checkpoints"
+            in done.stderr)
+    acc = EventAccumulator(str(board / run_dir.name), size_guidance={"scalars": 0}).Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("metrics/chars")] == [
+        (1, pytest.approx(by_step[1])), (2, pytest.approx(by_step[2]))]
+    assert [e.step for e in acc.Scalars("metrics/chars_by_step/step=2")] == [2]

@@ -185,3 +185,53 @@ def test_a_large_runs_first_sessions_come_from_the_head_of_its_file(tmp_path, co
     assert whole.num_rows == 300
     assert page.equals(whole.slice(0, 50))
     assert data.first_sessions(source, run_id) is None  # read whole now: no first page
+
+
+# one group a step (group = 4, batch = 4): the step's reward std is its group's
+STD_SPEC = """model m = hf("{model}") {{ max_tokens = 6; temperature = 1.0 }}
+role a {{ model = m; memory = none; prompt = "guess a number"; trained }}
+game g for i in range(0, 4) {{
+    x = ask a
+    reward a = len(x.text) + i
+}}
+train a with grpo {{ group = 4; batch = 4; steps = 2; lr = 0.01{std} }}
+"""
+
+
+@pytest.mark.parametrize("std", ["", "population"])
+def test_the_groups_tab_shows_the_std_train_steps_and_the_console_show(tiny_model, tmp_path, std):
+    """The same std for the same group in the Groups tab, `train_steps.reward_std` and the
+    console's step line: the train block's (sample by default, or its `std`)."""
+    import subprocess
+    import sys
+
+    from askspec.ir.advantages import group_std
+    from askspec.runtime.store.views import open_store
+    from askspec.tui.numbers import number
+
+    spec = tmp_path / "std.ask"
+    spec.write_text(STD_SPEC.format(model=tiny_model, std=f"; std = {std}" if std else ""))
+    env = {k: v for k, v in os.environ.items() if k not in ("ASKSPEC_DEBUG", "WANDB_API_KEY")}
+    done = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(tmp_path / "runs"),
+                           "--seed", "3"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir() and not d.name.startswith(".")]
+    con = open_store(run_dir)
+    steps = dict(con.execute("SELECT step, reward_std FROM train_steps WHERE role = 'a'").fetchall())
+    groups = dict(con.execute("SELECT DISTINCT step, group_id FROM sessions").fetchall())
+    assert sorted(steps) == sorted(groups) == [1, 2]
+    console = [ln for ln in done.stderr.splitlines() if ln.startswith("step ")]
+    source = data.Source(tmp_path / "runs")
+    (run,) = data.list_runs(source)
+    spread = 0
+    for (step, reward_std), line in zip(sorted(steps.items()), console):
+        detail = data.group_detail(source, run.run_id, groups[step])
+        (stats,) = [w for w in detail.why if w.startswith("a: count 4")]
+        shown = stats.split(", std ")[1].split(",")[0]
+        assert shown == number(reward_std), (stats, reward_std)
+        assert f"± {reward_std:.3f}" in line, line
+        assert f"({std or 'sample'} std)" in stats
+        finals = detail.members.column("final").to_pylist()
+        assert reward_std == pytest.approx(group_std(finals, std or "sample"), abs=1e-4)
+        spread += max(finals) > min(finals)
+    assert spread  # a group whose rewards differ: the two stds differ there

@@ -243,3 +243,75 @@ def test_quitting_while_a_console_query_runs_exits_at_once(tmp_path):
     assert at["APP-DONE"] - at["QUIT"] < 1.0, f"{at['APP-DONE'] - at['QUIT']:.2f} s from q to the app's end"
     # (then the interpreter's own exit: about a second on a loaded machine)
     assert ended - at["QUIT"] < 5.0, f"{ended - at['QUIT']:.2f} s from q to the process's end"
+
+
+# every kind of value a trainer might record in a plotted column: plotext turned spans past
+# the largest float into OverflowError (ValueError for nan) on every render
+EXTREMES = [1e308, -1e308, 1.7976931348623157e308, float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 5e-324,
+            -5e-324]
+
+
+@pytest.mark.parametrize("value", EXTREMES, ids=repr)
+def test_a_plot_draws_any_value_a_column_holds(value):
+    """Each value beside ordinary ones and beside its opposite: drawn (a finite one past
+    ±PLOT_LIMIT at the limit, a non-finite one left out), and the title says so."""
+    import math
+
+    import plotext
+
+    from askspec.tui.screens.metrics import PLOT_LIMIT, plottable
+
+    for points in ([(1, 0.5), (2, value), (3, 1.0)], [(1, value), (2, -value)], [(1, value)]):
+        lines, said = plottable([("grad_norm", points)])
+        plotext.clear_figure()
+        plotext.plotsize(60, 12)
+        ys = [y for _, y in lines[0][1]]
+        if len(ys) > 1:
+            plotext.plot([x for x, _ in lines[0][1]], ys)
+        elif ys:
+            plotext.scatter([x for x, _ in lines[0][1]], ys)
+        plotext.build()  # raises what a render would
+        assert all(math.isfinite(y) and abs(y) <= PLOT_LIMIT for y in ys)
+        if not math.isfinite(value):
+            assert "non-finite value" in said
+        elif abs(value) > PLOT_LIMIT:
+            assert "drawn at it" in said
+        else:
+            assert said == "" and ys == [y for _, y in points]
+
+
+async def test_the_metrics_tab_survives_extreme_training_values(tmp_path):
+    """grad_norm = 1e308 made every repaint raise OverflowError: the app answered no key.
+    Each extreme in the plotted columns (a reward band of 1e308 ± 1e308 overflows too):
+    the curves are drawn, what was clamped is said on screen, keys work."""
+    import math
+
+    from askspec.tui.screens.metrics import TrainPlot
+
+    from tui_helpers import _writer
+
+    w = _writer(tmp_path / "runs", "extreme_run", planned_sessions=1)
+    a = w.session_started("s0", game="g", group_id=None, params={}, index=0)
+    w.session_finished("s0", a, status="ok", outcome="done", error=None, vars={})
+    for step, v in enumerate(EXTREMES, 1):
+        w.train_step("solver", step, {"grad_norm": v, "loss": -v if math.isfinite(v) else 0.5, "kl": 1e308,
+                                      "reward_mean": v if math.isfinite(v) else 1e308, "reward_std": 1e308})
+    w.finish()
+    app = AskspecApp(tmp_path / "runs", follow_interval=3600)
+    async with app.run_test(size=(150, 60)) as pilot:
+        await wait_until(pilot, shows(app, "extreme_run"), what="the run")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
+        await pilot.press("3")
+        await wait_until(pilot, lambda: len(app.screen.query(TrainPlot)) >= 3, what="the training curves")
+        # (the run store records a non-finite value as null: no point, nothing to say)
+        await wait_until(pilot, shows(app, "solver: grad norm: 3 values past", "6 non-finite", "solver: kl (clamped)"),
+                         what="the curves and what was clamped")
+        assert "cannot draw this plot" not in screen_text(app)
+        assert any("\u2800" < ch <= "\u28ff" for ch in screen_text(app))  # braille: a curve drawn
+        theme = app.theme
+        await pilot.press("t")  # a key is answered while the plots are on screen
+        await wait_until(pilot, lambda: app.theme != theme, what="the theme toggled")
+        await pilot.press("1")
+        await wait_until(pilot, shows(app, "s0"), what="the sessions tab")
+        assert app._exception is None

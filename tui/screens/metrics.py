@@ -6,11 +6,12 @@ trainer's other series (step bookkeeping, policy version, timings, ...)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.widget import Widget
@@ -30,6 +31,39 @@ if TYPE_CHECKING:
     from askspec.tui.screens.run import RunScreen
 
 
+# The largest magnitude plotted: plotext computes spans and ticks in floats and turns
+# them into integers, so two values near 1e308 (a span past the largest float) raise
+# OverflowError on every render, and past about 1e20 its tick labels (written out in
+# full) leave no room for the curve. A value past this is drawn at it, the title saying so.
+PLOT_LIMIT = 1e15
+
+
+Lines = list[tuple[str, list[tuple[int, float]]]]
+
+
+def plottable(lines: Lines) -> tuple[Lines, str]:
+    """``lines`` as plotext can draw them: a non-finite point left out, a finite one past
+    ±PLOT_LIMIT drawn at it; and what was changed, for the title ("" when nothing)."""
+    out, clamped, skipped = [], 0, 0
+    for label, points in lines:
+        kept = []
+        for x, y in points:
+            if not (math.isfinite(x) and math.isfinite(y)):
+                skipped += 1
+            elif abs(y) > PLOT_LIMIT:
+                clamped += 1
+                kept.append((x, math.copysign(PLOT_LIMIT, y)))
+            else:
+                kept.append((x, y))
+        out.append((label, kept))
+    said = []
+    if clamped:
+        said.append(f"{clamped} value{'s' if clamped != 1 else ''} past ±{PLOT_LIMIT:g} drawn at it")
+    if skipped:
+        said.append(f"{skipped} non-finite value{'s' if skipped != 1 else ''} not drawn")
+    return out, "; ".join(said)
+
+
 class TrainPlot(PlotextPlot):
     """One curve (or several: a band, two runs) over training steps."""
 
@@ -38,12 +72,16 @@ class TrainPlot(PlotextPlot):
     def __init__(self, curve: Curve) -> None:
         super().__init__()
         self.curve = curve
+        self.lines, self.changed = plottable(curve.lines)
 
     def on_mount(self) -> None:
         plt = self.plt
-        plt.title(self.curve.title)
+        # (the pane's note says what was changed: a long title is not drawn at all)
+        plt.title(f"{self.curve.title} (clamped)" if self.changed else self.curve.title)
         xs_all: set[int] = set()
-        for label, points in self.curve.lines:
+        for label, points in self.lines:
+            if not points:
+                continue
             xs = [p[0] for p in points]
             ys = [p[1] for p in points]
             xs_all.update(xs)
@@ -53,6 +91,14 @@ class TrainPlot(PlotextPlot):
                 plt.plot(xs, ys, marker="braille", label=label if len(self.curve.lines) > 1 else None)
         if len(xs_all) <= 12:  # steps are whole numbers: label them, not plotext's fractions between
             plt.xticks(sorted(xs_all))
+
+    def render(self) -> RenderResult:
+        # a plot plotext cannot draw says so in its place: an exception here would come
+        # back on every repaint, and the app would answer no key
+        try:
+            return super().render()
+        except (ArithmeticError, ValueError, IndexError) as e:
+            return Text(f"{self.curve.title}: cannot draw this plot ({type(e).__name__}: {e})", style="bold red")
 
 
 def curve_grid(items: list[Curve], id: str | None = None) -> Grid:
@@ -110,6 +156,10 @@ class MetricsPane(Loader, VerticalScroll):
         self.query_one("#metrics-note", Static).update(Text("  ·  ".join(notes)))
         widgets: list[Widget] = []
         key, other = curves(m.train), curves(m.train, key=False)
+        changed = [f"{c.title}: {said}" for c in (*key, *other) if (said := plottable(c.lines)[1])]
+        if changed:
+            notes.append("; ".join(changed))
+            self.query_one("#metrics-note", Static).update(Text("  ·  ".join(notes)))
         if key:
             widgets.append(Static(Text("training", style="bold"), classes="section"))
             widgets.append(curve_grid(key))

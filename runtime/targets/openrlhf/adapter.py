@@ -495,8 +495,8 @@ class GameAgent:
         # call k of the role is its k-th turn; a discarded attempt or a call with no room left has no range
         ranges = [conv.ranges[r] for k, r in enumerate(conv.call_ranges) if r is not None and (k >= len(keep) or keep[k])]
         ok = result.status == "ok"
-        if reward is None or route in ("drop", "resample") or not ok:
-            ranges = []  # not trained on: no reward, a dropped group, or a failed session
+        if reward is None or route in ("drop", "resample", "error") or not ok:
+            ranges = []  # not trained on: no reward, a dropped (or failed) group, or a failed session
         value = 0.0 if reward is None or not ok else reward
         logs = {"askspec_session_ok": float(ok), "askspec_trained_turns": float(len(ranges)),
                 "askspec_kept_attempts": float(conv.kept_attempts), **(logs or {})}

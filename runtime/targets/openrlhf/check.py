@@ -1,5 +1,5 @@
 """Which parts of a compiled spec an OpenRLHF 0.11.2 job can express, as a plan of
-phase jobs and stage jobs (sft, evaluate, retrain), and diagnostics (E601-E607, W601,
+phase jobs and stage jobs (sft, evaluate, retrain), and diagnostics (E601-E608, W601,
 with spans) for everything it cannot.
 
 Every refusal says what cannot be mapped, why, and the alternative; the checks run to
@@ -135,6 +135,7 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
         if phase is not None:
             phases.append(phase)
     stages = [_check_stage(exp, st, k, sources, spec_file, substitutes, sink) for k, st in enumerate(exp.stages, 1)]
+    _check_job_names(exp, sources, spec_file, sink)
     if sink.has_errors:
         return None
     plan = JobPlan(phases=phases, stages=[j for j in stages if j is not None])
@@ -155,6 +156,39 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     for k, p in enumerate(plan.phases, 1):
         p.dir = f"phase-{k}-{p.role}" if len(plan.phases) > 1 else "."
     return plan
+
+
+def job_name_key(name: str) -> str:
+    """What a trained role's name becomes in the job's files and shell variables: driver.sh's
+    CKPT_<ROLE> and PRETRAIN_<ROLE> (upper case, only the characters a shell variable name
+    keeps), and its checkpoint and done/ names, which a case-insensitive file system folds."""
+    return re.sub(r"[^A-Z0-9_]", "", name.upper())
+
+
+def _check_job_names(exp: ir.Experiment, sources: Sources, spec_file: str, sink: DiagnosticSink) -> None:
+    """E608 at the second of two trained roles whose names the job's files and shell
+    variables cannot tell apart (`Solver` and `solver`): one role would train from the
+    other's weights, and their checkpoints share a folder on a case-insensitive file system."""
+    seen: dict[str, ir.Training] = {}
+    for t in exp.training:
+        key = job_name_key(t.role)
+        first = seen.setdefault(key, t)
+        if first is t or first.role == t.role:
+            continue
+        d = sink.error("E608", f"trained roles '{first.role}' and '{t.role}' name the same job files and shell "
+                               f"variables (driver.sh's CKPT_{key}; ckpt/iter-N/{t.role} and ckpt/iter-N/{first.role} "
+                               "on a case-insensitive file system): one role would train from the other's weights",
+                       _role_span(t, sources, spec_file),
+                       "rename one of them so that the names differ in more than letter case")
+        d.notes.append((f"'{first.role}' is trained here", _role_span(first, sources, spec_file)))
+
+
+def _role_span(t: ir.Training, sources: Sources, fallback: str) -> Span:
+    """The role's name inside `train ROLE with ...` (the IR keeps the whole span)."""
+    whole = span_of(t.span, fallback)
+    line = sources.line(whole.file, whole.line) or ""
+    m = re.compile(r"\btrain\s+(" + re.escape(t.role) + r")\b").search(line, whole.col - 1)
+    return Span(whole.file, whole.line, m.start(1) + 1, whole.line, m.end(1) + 1) if m else whole
 
 
 def _nearest_alternating(exp: ir.Experiment, trainings: dict[str, ir.Training], sched: ir.Schedule | None,
@@ -350,6 +384,14 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
                        "replay it in a phase of its own in a `schedule alternating` (driver.sh builds the phase's "
                        "prompts from the buffer as it stands), iterate over a data set or parameter list instead, "
                        "or train with askspec's own trainer")
+        resample = _resample_arm(g, t.role, exp.param_values())
+        if resample is not None:
+            sink.error("E604", f"game '{g.name}' routes a group of '{t.role}' to `resample`: the local trainer plays "
+                               "another group in its place (up to 8 refill rounds a step), which OpenRLHF 0.11.2 has "
+                               "no equivalent of (its dynamic filtering keeps a prompt by its mean score, not by the "
+                               "route's condition)", span_of(resample.span or g.span, spec_file),
+                       "route the group to `drop` instead (a smaller step, as the job then trains it), or train "
+                       "with askspec's own trainer")
         asks = list(asks_of(g.body, t.role))
         total = sum(m for _, m in asks)
         sampled = any(step.sample is not None for step, _ in asks)
@@ -570,6 +612,24 @@ def _live_asks(steps: list, params: dict) -> list:
         for _, body in bodies(s):
             out += _live_asks(body, params)
     return out
+
+
+def _resample_arm(g: ir.Game, role: str, params: dict) -> ir.RouteArm | None:
+    """The first `resample` arm of a route of `role` in `g` that a group can reach, leaving
+    out arms the parameters rule out (Reasoning Arena's `when routing == "rlvr"` under
+    another routing) or that an arm the parameters always take comes before."""
+    for rt in g.routes:
+        if rt.role not in (role, "*"):
+            continue
+        for arm in rt.arms:
+            decided = True if arm.cond is None else _const_truth(arm.cond, params)
+            if decided is False:
+                continue
+            if arm.action == "resample":
+                return arm
+            if decided is True:
+                break
+    return None
 
 
 def _const_truth(e: ir.Expr, params: dict) -> bool | None:

@@ -440,8 +440,12 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
 
 def _weights(m: ir.Model) -> str:
     """What vLLM and DeepSpeed load for `m`. A leading "-" would reach `vllm serve` and
-    train_ppo_ray as an option rather than a model (no Hugging Face id starts with one)."""
+    train_ppo_ray as an option rather than a model (no Hugging Face id starts with one);
+    empty weights name no model."""
     weights = mapping.hf_id(m.weights)
+    if not weights:  # the scripts refuse an empty PRETRAIN or CKPT_<ROLE> (docs/cluster.md, "Environment variables")
+        raise JobError(f"model '{m.name}': empty weights, which vllm serve and train_ppo_ray cannot load; "
+                       "name a Hugging Face id or a local path")
     if weights.startswith("-"):
         raise JobError(f"model '{m.name}': weights {escape.line(weights)} start with '-', which vllm serve and "
                        f"train_ppo_ray would read as an option; write a local path as ./{escape.line(weights)}")

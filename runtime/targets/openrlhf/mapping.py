@@ -50,6 +50,9 @@ REFUSED = {
                            "applies or skips them without counting)",
     "min_reward": "the sft algorithm is not a PPO-family job (E601), and OpenRLHF's SFT trains on every record",
     "replay": "a buffer lives in one run, and an OpenRLHF job's prompt data set is fixed when it starts",
+    **dict.fromkeys(("max_mismatch", "on_mismatch"),
+                    "OpenRLHF 0.11.2 does not compare each step's sampler log-probabilities with the trainer's "
+                    "(askspec's own trainer does: train_steps.mismatch_kl)"),
 }
 
 # `dtype` -> --ds.param_dtype (OpenRLHF trains in bf16 or fp16 only)
@@ -161,7 +164,9 @@ def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
     """What a phase's job asks of the askspec_ext it ships (job.json's `extension`; empty:
     the job runs OpenRLHF as it is and ships none): `policy_loss` (a loss OpenRLHF lacks),
     `advantage_std` = population (`std = population` where the estimator divides by a std:
-    OpenRLHF's group_norm takes the sample std) and `update_gate` (the block's
+    OpenRLHF's group_norm takes the sample std), `advantages` (the block's estimator and
+    std: every RL job computes askspec's advantages over askspec's groups, dropped, failed
+    and unrewarded rollouts left out, as the local trainer does) and `update_gate` (the block's
     `update_when`, for a phase of the RL schedule: a retrain stage updates every step, as
     askspec's own trainer does)."""
     estimator, loss = openrlhf_algorithm(algorithm, t.algorithm_args)
@@ -170,6 +175,8 @@ def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
         out["policy_loss"] = loss
     if lowered(t).std == "population" and estimator == "group_norm":
         out["advantage_std"] = "population"
+    if estimator != "gae" and lowered(t).estimator is not None:  # askspec's advantages (askspec_ext/advantages.py)
+        out["advantages"] = {"estimator": lowered(t).estimator, "std": lowered(t).std}
     if gated and t.update_when is not None:
         out["update_gate"] = True
     return out

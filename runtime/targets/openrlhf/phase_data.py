@@ -39,6 +39,7 @@ from typing import Any
 
 from askspec.ir import model as ir
 from askspec.ir.plansize import group_size
+from askspec.lang.paths import MAX_DATA_BYTES, MAX_STATE_BYTES, FileRefused, read_regular
 
 from askspec.runtime.engine.resume import json_cell
 from askspec.runtime.engine.state import SessionBook
@@ -58,16 +59,72 @@ class PhaseDataError(Exception):
     """The buffers cannot be read or written (one line for the user, no traceback)."""
 
 
+def _read(path: Path, limit: int | None = None) -> str:
+    """The text of one of the job's files: a regular file of at most `limit` bytes
+    (MAX_STATE_BYTES unless given; read_regular), else a PhaseDataError naming it (and
+    the limit)."""
+    try:
+        return read_regular(path, MAX_STATE_BYTES if limit is None else limit).decode("utf-8")
+    except FileRefused as e:
+        raise PhaseDataError(str(e)) from None
+    except UnicodeDecodeError as e:
+        raise PhaseDataError(f"{path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
+def _read_json(path: Path) -> Any:
+    text = _read(path)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise PhaseDataError(f"{path} is not valid JSON (nested too deeply)") from None
+    except ValueError as e:
+        raise PhaseDataError(f"{path} is not valid JSON: {e}") from None
+
+
 def _job(phase_dir: Path) -> tuple[dict, ir.Experiment]:
-    job = json.loads((phase_dir / "job.json").read_text(encoding="utf-8"))
+    job = _read_json(phase_dir / "job.json")
+    if not isinstance(job, dict) or not isinstance(job.get("experiment"), dict):
+        raise PhaseDataError(f"{phase_dir / 'job.json'} is not a phase's job file (no experiment): compile the job "
+                             f"again")
     return job, ir.Experiment.model_validate(job["experiment"])
 
 
 def _state(job_root: Path) -> dict:
+    """The buffers' state as the last commit left it (empty before the first), checked
+    for its shape: a garbled file is a PhaseDataError, never a traceback later."""
     path = job_root / STATE
     if not path.exists():
         return {"buffers": {}, "committed": []}
-    return json.loads(path.read_text(encoding="utf-8"))
+    state = _read_json(path)
+    why = None
+    if not isinstance(state, dict):
+        why = "not an object"
+    elif not isinstance(state.get("committed"), list) or not all(isinstance(k, str) for k in state["committed"]):
+        why = "its `committed` is not a list of keys"
+    elif not isinstance(state.get("buffers"), dict):
+        why = "its `buffers` is not an object"
+    else:
+        why = next((f"buffer {name!r}: {bad}" for name, b in state["buffers"].items()
+                    if (bad := _buffer_state_problem(b)) is not None), None)
+    if why is not None:
+        raise PhaseDataError(f"{path} is not the job's buffer state ({why}): restore it, or remove it and the "
+                             f"job's runs/buffers to start the buffers empty")
+    return state
+
+
+def _buffer_state_problem(b: Any) -> str | None:
+    """What keeps `b` from being a ReplayBuffer.state() (None when it is one)."""
+    if not isinstance(b, dict):
+        return "not an object"
+    for key, kind in (("items", list), ("ids", list), ("next_id", int), ("cursor", int), ("stats", dict)):
+        if not isinstance(b.get(key), kind) or isinstance(b.get(key), bool):
+            what = "a list" if kind is list else "an object" if kind is dict else "an integer"
+            return f"`{key}` is missing or not {what}"
+    if len(b["items"]) != len(b["ids"]) or not all(isinstance(i, int) and not isinstance(i, bool) for i in b["ids"]):
+        return "`ids` is not one integer per item"
+    if not all(isinstance(v, dict) and str(k).lstrip("-").isdigit() for k, v in b["stats"].items()):
+        return "`stats` is not an object of item ids"
+    return None
 
 
 def _buffers(exp: ir.Experiment, state: dict, events: list[dict] | None) -> dict[str, ReplayBuffer]:
@@ -162,7 +219,7 @@ def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
                 bindings = {game.pattern[0]: item} if len(game.pattern) == 1 else dict(zip(game.pattern, list(item)))
                 lines.append(_with_step(prompt_line(game.name, item_id, bindings), step))
     elif draw:
-        elements = [json.loads(x) for x in (phase_dir / ELEMENTS).read_text(encoding="utf-8").splitlines()]
+        elements = [json.loads(x) for x in _read(phase_dir / ELEMENTS, MAX_DATA_BYTES).splitlines()]
         batches_ = _plain_batches(exp, role, elements, int(draw["steps"]), iteration)
         for step, taken in zip(phase_steps(exp, role, iteration), batches_):
             lines += [_with_step(e, step) for e in taken]
@@ -215,7 +272,7 @@ def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list[tuple[int 
     in the data set (a prompt drawn for two steps is played by both); a prompt's sessions
     keep the order they started in."""
     places: dict[tuple[str, str], list[tuple[int, int | None]]] = {}  # prompt -> its (position, step)s
-    for pos, line in enumerate((phase_dir / "prompts.jsonl").read_text(encoding="utf-8").splitlines()):
+    for pos, line in enumerate(_read(phase_dir / "prompts.jsonl", MAX_DATA_BYTES).splitlines()):
         label = json.loads(json.loads(line)["label"])
         places.setdefault((label["game"], _key(label.get("bindings") or {})), []).append((pos, label.get("step")))
     siblings = job.get("siblings") or {}
@@ -261,7 +318,7 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
     if replay:
         game = next(g for g in exp.games if g.name == replay["game"])
         buf = buffers[replay["buffer"]]
-        plan = json.loads((phase_dir / PLAN).read_text(encoding="utf-8"))
+        plan = _read_json(phase_dir / PLAN)
         batches = _draw(buf, int(replay["steps"]), int(replay["items"]))  # advances the cursor as the phase did
         if [[i for i, _ in b] for b in batches] != plan:
             raise PhaseDataError(f"{phase_dir / PLAN} does not match buffer '{buf.name}' as it stands: run the "

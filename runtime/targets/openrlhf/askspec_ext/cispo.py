@@ -30,9 +30,9 @@ import argparse
 import contextlib
 import hashlib
 import importlib
-import importlib.metadata
 import inspect
 import re
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -71,32 +71,24 @@ def fingerprint() -> str:
 
 
 def check_version() -> None:
-    """Raise VersionMismatch unless the installed OpenRLHF is the one this was written for."""
-    try:
-        found = importlib.metadata.version("openrlhf")
-    except importlib.metadata.PackageNotFoundError:
-        found = "none"
-    problem = None
-    if found != WRITTEN_FOR:
-        problem = f"openrlhf {found} is installed"
-    elif fingerprint() != FINGERPRINT:
-        problem = (f"openrlhf {found}'s PolicyLoss, train_ppo_ray or trainer differ from the released "
-                   f"{WRITTEN_FOR}'s (a patched install?)")
-    if problem is not None:
-        raise VersionMismatch(
-            f"askspec's CISPO extension was written for OpenRLHF {WRITTEN_FOR} (it hooks "
-            f"openrlhf.models.loss.PolicyLoss and train_ppo_ray's {POLICY_LOSS_FLAG} and ray.init), but {problem}: "
-            f"install openrlhf=={WRITTEN_FOR} on every node, or recompile the job with `--substitute cispo=grpo`")
+    """Raise VersionMismatch unless the installed OpenRLHF is the one this was written for:
+    its version first, read from its metadata (nothing of OpenRLHF imported), then the
+    fingerprint of the hooked code (a PolicyLoss that is not there: a changed install)."""
+    pinned.check("CISPO extension", f"openrlhf.models.loss.PolicyLoss and train_ppo_ray's {POLICY_LOSS_FLAG} and "
+                 f"ray.init", _hooked_sources, FINGERPRINT, "recompile the job with `--substitute cispo=grpo`")
 
 
 def install() -> None:
     """Add `cispo` to OpenRLHF's PolicyLoss (idempotent). Run in every process that builds
     one: the job's entry point and (install_when_loaded) every Ray worker that imports it."""
+    loss = sys.modules.get(LOSS_MODULE)
+    if getattr(getattr(loss, "PolicyLoss", None), "_askspec_wrapped", None) is not None:
+        return
+    check_version()  # before PolicyLoss is looked up: another release may not have it
     loss = importlib.import_module(LOSS_MODULE)
     cls = loss.PolicyLoss
     if getattr(cls, "_askspec_wrapped", None) is not None:
         return
-    check_version()
     original_init, original_forward = cls.__init__, cls.forward
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

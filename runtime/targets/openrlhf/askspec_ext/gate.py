@@ -52,6 +52,9 @@ class StepGate:
 
         self.job = job
         self.gate = JobGate(job)
+        # the group std the block's estimator divides by, which `reward_std` is (as the local trainer's)
+        self.std = next((t.config.std for t in self.gate.exp.training if t.role == self.gate.role and t.config),
+                        "sample")
         self.writer: Any = None
 
     def record(self, step: int, metrics: dict[str, Any]) -> None:
@@ -64,24 +67,25 @@ class StepGate:
         self.writer.flush()  # the trainer's process ends when the job stops it
 
 
-def _rewards(rollout_samples: list) -> dict[str, Any]:
+def _rewards(rollout_samples: list, std: str) -> dict[str, Any]:
     """What the step's rollouts were rewarded (the local trainer's batch_reward_stats: the
-    mean and population std over trajectories)."""
+    mean over trajectories and their std, sample or population as the block's `std`)."""
+    from askspec.ir.advantages import group_std
+
     values = [float(r) for e in rollout_samples if e.rewards is not None for r in e.rewards.flatten().tolist()]
     if not values:
         return {"trajectories": 0, "reward_mean": None, "reward_std": None}
-    mean = sum(values) / len(values)
-    return {"trajectories": len(values), "reward_mean": mean,
-            "reward_std": (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5}
+    return {"trajectories": len(values), "reward_mean": sum(values) / len(values),
+            "reward_std": group_std(values, std)}
 
 
 def install(module: Any = None, job: dict[str, Any] | None = None) -> None:
     """Gate OpenRLHF's training step on the job's update_when (idempotent)."""
     module = module or importlib.import_module(MODULE)
-    cls = module.BasePPOTrainer
-    if getattr(cls, "_askspec_gate", None) is not None:
+    if getattr(getattr(module, "BasePPOTrainer", None), "_askspec_gate", None) is not None:
         return
-    check_version()
+    check_version()  # before BasePPOTrainer is looked up: another release may not have it
+    cls = module.BasePPOTrainer
     state = StepGate(job if job is not None else json.loads(pinned.JOB_FILE.read_text(encoding="utf-8")))
     original = cls.train_step
 
@@ -89,7 +93,7 @@ def install(module: Any = None, job: dict[str, Any] | None = None) -> None:
         step = global_step + 1  # the step this batch is (fit counts from 0)
         sessions = state.gate.sessions(label for e in rollout_samples for label in e.labels)
         closed = state.gate.closed(sessions, step)
-        seen = {"step": step, "sessions": len(sessions), **_rewards(rollout_samples)}
+        seen = {"step": step, "sessions": len(sessions), **_rewards(rollout_samples, state.std)}
         if closed is None:
             status, after = original(self, rollout_samples, global_step)
             status["askspec/gate"] = 1.0

@@ -58,15 +58,23 @@ def fingerprint(sources: list[str]) -> str:
     return hashlib.sha256("\0".join(sources).encode("utf-8")).hexdigest()
 
 
-def check(what: str, hooked: str, sources: list[str], expected: str, remedy: str) -> None:
+def check(what: str, hooked: str, sources: list[str] | Callable[[], list[str]], expected: str, remedy: str) -> None:
     """Raise VersionMismatch unless OpenRLHF is WRITTEN_FOR and `sources` (the hooked code,
-    described by `hooked`) fingerprint to `expected`."""
+    described by `hooked`; a callable is called only once the version is the one) fingerprint
+    to `expected`. The version comes first: under another release the hooked symbols may not
+    exist at all (a renamed class), and the refusal must say which versions, not fail on
+    them. The message names the hook and `remedy`, the way out for this job."""
     found = installed_version()
     problem = None
     if found != WRITTEN_FOR:
         problem = f"openrlhf {found} is installed"
-    elif fingerprint(sources) != expected:
-        problem = f"openrlhf {found}'s {hooked} differs from the released {WRITTEN_FOR}'s (a patched install?)"
+    else:
+        try:
+            got = fingerprint(sources() if callable(sources) else sources)
+        except (AttributeError, ImportError, OSError, TypeError, SyntaxError):  # a hooked symbol is gone
+            got = None
+        if got != expected:
+            problem = f"openrlhf {found}'s {hooked} differs from the released {WRITTEN_FOR}'s (a patched install?)"
     if problem is not None:
         raise VersionMismatch(f"askspec's {what} was written for OpenRLHF {WRITTEN_FOR} (it hooks {hooked}), but "
                               f"{problem}: install openrlhf=={WRITTEN_FOR} on every node, or {remedy}")

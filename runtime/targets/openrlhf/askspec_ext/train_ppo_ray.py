@@ -2,7 +2,7 @@
 `python3 -m openrlhf.cli.train_ppo_ray ARGS` (its parser, validation and trainer, run as
 `__main__`), with the CISPO loss installed first and `cispo` among the choices of
 `--actor.policy_loss_type`, and the hooks the job asks for (job.json's `extension`):
-the population std of `std = population` (advantages.py) and the update gate of
+askspec's advantages (its estimator over its groups, `std` included: advantages.py) and the update gate of
 `update_when` (gate.py), each checked against the OpenRLHF it was written for before Ray
 starts.
 
@@ -26,12 +26,20 @@ from . import advantages, cispo, gate, pinned
 SETUP_HOOK = "askspec_ext.train_ppo_ray.install_when_loaded"
 
 
+def uses_cispo(settings: dict[str, Any]) -> bool:
+    """Whether the job trains with the CISPO loss (job.json's `extension.policy_loss`): a
+    job whose extension is only the update gate or the population std must not be
+    refused for a loss it does not use."""
+    return settings.get("policy_loss") == cispo.NAME
+
+
 def install_when_loaded() -> None:
     """The Ray workers' setup hook: every hook the job needs, each installed once the
     worker imports the module it hooks (a vLLM engine imports none of them)."""
-    cispo.install_when_loaded()
     settings = pinned.job_settings()
-    if settings.get("advantage_std") == advantages.POPULATION:
+    if uses_cispo(settings):
+        cispo.install_when_loaded()
+    if advantages.used(settings):
         advantages.install_when_loaded()
     if settings.get("update_gate"):
         gate.install_when_loaded()
@@ -67,13 +75,18 @@ def workers_install_cispo() -> Iterator[None]:
 
 
 def main() -> None:
-    cispo.install()  # fails here, before Ray starts, on an OpenRLHF it was not written for
+    # each hook the job uses is checked here, before Ray starts, against the OpenRLHF it was
+    # written for; its refusal names that hook and the way out for this job
     settings = pinned.job_settings()
-    if settings.get("advantage_std") == advantages.POPULATION:
+    cispo_used = uses_cispo(settings)
+    if cispo_used:
+        cispo.install()
+    if advantages.used(settings):
         advantages.check_version()
     if settings.get("update_gate"):
         gate.check_version()
-    with cispo.parser_accepts_cispo(), workers_install_cispo():
+    parser = cispo.parser_accepts_cispo() if cispo_used else contextlib.nullcontext()
+    with parser, workers_install_cispo():
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
 
 
