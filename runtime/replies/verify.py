@@ -93,6 +93,9 @@ class _Deadline(BaseException):
     pass
 
 
+RESIGNAL_S = 0.25  # a fired job not yet disarmed is fired again after this (see _Watchdog)
+
+
 class _Job:
     __slots__ = ("tid", "state")
 
@@ -112,6 +115,13 @@ class _Watchdog:
 
     Arming and firing happen under one lock, and disarming clears a fired-but-not-yet-
     delivered exception, so an interrupt can never escape the guarded call.
+
+    A fired job that is still not disarmed `RESIGNAL_S` later is fired again (until it is
+    disarmed): CPython keeps one interpreter-wide "an asynchronous exception is pending"
+    flag, and another thread consuming its own exception at the same moment clears it, so
+    the target can spin on without ever looking at its pending exception (seen once: a
+    guarded pure-Python loop ran for the test's whole 900 s). A thread that did take the
+    exception disarms within microseconds, long before a second firing.
     """
 
     def __init__(self) -> None:
@@ -170,9 +180,10 @@ class _Watchdog:
                     cond.wait(deadline - now)
                     continue
                 heapq.heappop(self._heap)
-                if job.state == "armed":
+                if job.state in ("armed", "fired"):
                     self._set(job.tid, _Deadline)
                     job.state = "fired"
+                    heapq.heappush(self._heap, (now + RESIGNAL_S, next(self._seq), job))
 
 
 _WATCHDOG = _Watchdog()
@@ -191,6 +202,7 @@ def call_with_deadline(fn: Callable[[], T], seconds: float | None) -> T:
     """
     if not seconds or seconds <= 0 or not _WATCHDOG.available:
         return fn()
+    job: _Job | None = None
     try:
         job = _WATCHDOG.arm(seconds)
         try:
@@ -198,6 +210,8 @@ def call_with_deadline(fn: Callable[[], T], seconds: float | None) -> T:
         finally:
             _WATCHDOG.disarm(job)
     except _Deadline:
+        if job is not None:  # (a second firing landing before the finally's disarm: never fired again)
+            _WATCHDOG.disarm(job)
         raise DeadlineExceeded(f"exceeded {seconds:g} s") from None
 
 

@@ -305,9 +305,13 @@ async def test_a_weight_update_invalidates_the_cache():
     try:
         await _conversation(b, OPENERS[0], turns=1)
         assert b.prefix_stats()["entries"] == 1
-        # an optimizer-style in-place update (what the local trainer does between steps)
+        # an optimizer-style in-place update, announced as the local trainer announces its
+        # writes between steps (TrainedPolicy._weights_written: the backend cannot see them)
         with torch.no_grad():
             b._model.model.norm.weight.mul_(1.5)
+        version = b.weights_version
+        b.weights_changed()
+        assert b.weights_version == version + 1 and b.prefix_stats()["entries"] == 0
         reused = b.prefix_stats()["reused"]
         await _conversation(b, OPENERS[0], turns=1)  # the very prompt whose keys/values were cached
         assert b.prefix_stats()["reused"] == reused  # prefilled in full under the new weights

@@ -405,3 +405,36 @@ def test_equiv_reflexive_on_nonempty(a):
         assert equiv(a, a) is True
     else:
         assert equiv(a, a) is False
+
+
+def test_a_deadline_whose_interrupt_was_lost_is_fired_again(monkeypatch):
+    """CPython keeps one interpreter-wide flag for pending asynchronous exceptions: another
+    thread consuming its own can clear it, and the guarded thread then never looks at its
+    interrupt (a guarded loop once spun for a whole 900 s test timeout). Emulated here by a
+    thread that keeps clearing the interrupt for the first 0.15 s: the watchdog fires it
+    again until the guarded call has ended."""
+    from askspec.runtime.replies.verify import _WATCHDOG, DeadlineExceeded, call_with_deadline
+
+    main = threading.get_ident()
+    stop = time.monotonic() + 0.15
+
+    def lose_interrupts() -> None:
+        while time.monotonic() < stop:
+            _WATCHDOG._clear(main, None)
+            time.sleep(0.001)
+
+    def spin() -> str:
+        end = time.monotonic() + 3.0  # bounded: without a second firing this returns
+        while time.monotonic() < end:
+            pass
+        return "not interrupted"
+
+    thief = threading.Thread(target=lose_interrupts)
+    thief.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DeadlineExceeded):
+            call_with_deadline(spin, 0.01)
+    finally:
+        thief.join()
+    assert time.monotonic() - t0 < 2.0
