@@ -55,7 +55,19 @@ def pid_alive(pid: int) -> bool:
         return True
     except OSError:
         return False
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has died but was not yet reaped (a killed run's, until its parent or
+    init collects it): it still answers kill(pid, 0). Linux's /proc says so; elsewhere no."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # the state follows the command name, which is in parentheses and may hold anything
+    return stat[stat.rfind(b")") + 2: stat.rfind(b")") + 3] == b"Z"
 
 
 def seconds(ts: Any) -> float | None:

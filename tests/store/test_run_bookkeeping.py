@@ -151,3 +151,23 @@ def test_the_heartbeat_records_the_process_alive_with_its_totals(kit, tmp_path, 
     time.sleep(0.2)
     assert layout.read_manifest(w.run_dir) == m  # no beat after the end
     assert m["history"][-1]["totals"]["turns"] == 2 and json.dumps(m)
+
+
+def test_a_killed_process_not_yet_reaped_is_not_alive():
+    """Right after `kill -9` a run's process is a zombie until it is reaped; it still
+    answers kill(pid, 0), and the run must read `crashed` at once, not a second later."""
+    import subprocess
+    import sys
+    import time
+
+    from askspec.runtime.store.liveness import pid_alive
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert pid_alive(proc.pid)
+        proc.kill()
+        time.sleep(0.3)  # dead, not reaped: a zombie of this process
+        assert not pid_alive(proc.pid)
+    finally:
+        proc.wait()
+    assert not pid_alive(proc.pid)
