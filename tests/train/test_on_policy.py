@@ -7,7 +7,7 @@ off, several epochs, a resumed run); and a tiny model learns a reward it must ra
 These are invariant tests: they fail when any cache of model state outlives an update. A
 sampler decoding from prompt keys/values computed under older weights (the regression the
 issue measured: torch's fused AdamW writes parameters without bumping their version
-counters) gives a KL of 1e-3 to 1e-2 here, against ~1e-13 on-policy.
+counters) gives a KL of 3e-6 (lr 0.003) to 1e-2 (lr 0.03) here, against ~1e-13 on-policy.
 
 On the suite's tiny random Llama (tests/conftest.py), sampling with top_k = 2: each position
 chooses between two tokens, so a reward on the reply's length in characters is learnable in
