@@ -1,8 +1,9 @@
 """The advantage estimators (askspec.ir.vocab.ESTIMATORS) and the group std they divide
 by, defined once, in plain Python: the trainer (askspec.runtime.train.advantages) applies
-these formulas to a batch's tensors, the TUI's Groups tab to one group's rewards, the
-trainer's `train_steps.reward_std` and the OpenRLHF target's population-std hook (its
-√(n / (n − 1))) take their std from here; tests hold each against this module.
+these formulas to a batch's tensors (and the OpenRLHF target's advantages hook calls the
+trainer's function), the TUI's Groups tab to one group's rewards, and the trainer's
+`train_steps.reward_std` and the hook's logged group std take their std from here; tests
+hold each against this module.
 
 One scalar reward per trajectory; trajectories come in groups (rollouts of the same game
 element). r_i the reward, G the group, n = |G|:

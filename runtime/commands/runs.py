@@ -80,7 +80,7 @@ def _rows(con) -> list[dict[str, Any]]:
         for run_id, turns, t_in, t_out in con.execute(_TOKENS_SQL.format(ids=ids)).fetchall():
             counted[run_id] = {"turns": turns, "tokens_in": t_in, "tokens_out": t_out}
     for r in rows:
-        totals = (counted.get(r["run_id"]) if r["run_id"] in unended else r["totals"]) or r["totals"] or {}
+        totals = counted.get(r["run_id"]) or r["totals"] or {}  # (counted: the unended runs and those without totals)
         r["turns"] = totals.get("turns", 0)
         r["tokens_in"] = totals.get("tokens_in", 0)
         r["tokens_out"] = totals.get("tokens_out", 0)

@@ -100,11 +100,10 @@ def shown_status(status: Any, process: Any, now: float | None = None) -> str | N
     where = process.get("host")
     pid = process.get("pid")
     if where is None or where == host():
-        if isinstance(pid, int) and not isinstance(pid, bool):
-            if not pid_alive(pid):
-                return "crashed"
-            # alive: only a run that records heartbeats can tell a reused pid or a hung process
-            return "stale" if silent and "heartbeat_at" in process else "running"
+        if isinstance(pid, int) and not isinstance(pid, bool) and not pid_alive(pid):
+            return "crashed"
+        # alive (or no pid recorded): only a run that records heartbeats can tell a reused pid
+        # or a hung process
         return "stale" if silent and "heartbeat_at" in process else "running"
     return "stale" if silent or seen is None else "running"
 

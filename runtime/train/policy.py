@@ -296,15 +296,14 @@ class TrainedPolicy:
                 for j, turn in enumerate(turns):
                     old[j, : len(turn.logprobs)] = torch.tensor(turn.logprobs, device=self.device)
                 row_adv = adv[row_traj[idx]].to(self.device)
-                if epoch == 0:
-                    mismatch.add(logp.detach(), old, mask, [cfg.max_staleness == 0 or turn.policy_version is None
-                                                            or turn.policy_version == self.version for turn in turns],
-                                 [len(turn.logprobs) == len(turn.completion_ids) for turn in turns])
                 # rows sampled by older weights (max_staleness > 0): the ratio is taken against the
                 # weights before this update, and the truncated importance weight corrects for the
                 # sampler; on-policy rows are left exactly as without staleness (w = 1)
                 stale = [j for j, turn in enumerate(turns)
                          if cfg.max_staleness and turn.policy_version is not None and turn.policy_version != self.version]
+                if epoch == 0:
+                    mismatch.add(logp.detach(), old, mask, [j not in stale for j in range(len(turns))],
+                                 [len(turn.logprobs) == len(turn.completion_ids) for turn in turns])
                 w = None
                 if stale:
                     sel = torch.tensor(stale, device=self.device)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from askspec.ir.advantages import group_std, population_over_sample
+from askspec.ir.advantages import group_std
 
 from . import pinned
 
@@ -52,11 +52,6 @@ def used(settings: dict[str, Any]) -> bool:
     return bool(settings.get("advantages")) or settings.get("advantage_std") == POPULATION
 
 
-def scale(n: int) -> float:
-    """Population over sample advantages for groups of n: √(n / (n − 1)); 1 for n < 2."""
-    return population_over_sample(n)
-
-
 def members(experiences: list) -> dict[int, bool]:
     """Per rollout (its place in prompt order): whether it counts in its group, as the local
     trainer's batch (runtime/train/batch.py) counts it: a rollout the agent returned without
@@ -71,7 +66,8 @@ def members(experiences: list) -> dict[int, bool]:
     return out
 
 
-def askspec_advantages(experiences: list, n: int, estimator: str, std: str) -> dict[int, float]:
+def askspec_advantages(experiences: list, n: int, estimator: str, std: str,
+                       counted: dict[int, bool] | None = None) -> dict[int, float]:
     """Each rollout's advantage (its place in prompt order -> value) by askspec's estimator
     over askspec's groups: the rollouts of a prompt (n consecutive places) that count
     (`members`); the others get 0. The local trainer's own function computes them
@@ -81,7 +77,7 @@ def askspec_advantages(experiences: list, n: int, estimator: str, std: str) -> d
 
     from askspec.runtime.train.advantages import advantages
 
-    counted = members(experiences)
+    counted = members(experiences) if counted is None else counted
     reward: dict[int, float] = {}
     tokens: dict[int, float] = {}
     for e in experiences:
@@ -137,8 +133,8 @@ def install(module: Any = None, settings: dict[str, Any] | None = None) -> None:
             e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
         module.apply_length_penalties(experiences, args)
         n = args.rollout.n_samples_per_prompt
-        values = askspec_advantages(experiences, n, estimator, std)
         counted = members(experiences)
+        values = askspec_advantages(experiences, n, estimator, std, counted)
         for e in experiences:
             if n > 1:  # the logged group std: askspec's, over the members its group counts
                 e.info["group_reward_std"] = torch.tensor([_group_std(experiences, counted, int(i) // n, n, std)
