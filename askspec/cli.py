@@ -1,4 +1,4 @@
-"""The `askspec` command line: check, compile, fmt, run, query, runs, metrics, export, tui.
+"""The `askspec` command line: check, compile, fmt, run, query, runs, metrics, export, rescore, estimate, tui.
 
 Usage errors (a bad flag, a mistyped command) are one `error:` line and exit code 1,
 like every other error; `askspec run` adds 3 (no session succeeded) and 130
@@ -12,18 +12,27 @@ import sys
 from typing import NoReturn
 
 from . import __version__
+from .argtypes import whole_number
 from .terminal import os_error, printable
 
 
-def _overrides(pairs: list[str] | None) -> dict[str, str]:
+def _overrides(pairs: list[str] | None, flag: str = "--set", form: str = "NAME=VALUE") -> dict[str, str]:
     out = {}
     for p in pairs or []:
         if "=" not in p:
-            print(f"error: --set takes NAME=VALUE, got {p!r}", file=sys.stderr)
+            print(f"error: {flag} takes {form}, got {p!r}", file=sys.stderr)
             raise SystemExit(1)
         k, v = p.split("=", 1)
         out[k.strip()] = v.strip()
     return out
+
+
+DATA_HELP = "read data block NAME from FILE (JSON lines or parquet), checked against the block's fields"
+
+
+def _data(args) -> dict[str, str]:
+    """--data NAME=FILE: a user's file for a data block (askspec/lang/data_override.py)."""
+    return _overrides(getattr(args, "data", None), "--data", "NAME=FILE")
 
 
 class Parser(argparse.ArgumentParser):
@@ -66,12 +75,15 @@ def cmd_check(args) -> int:
 
     failed = False
     for path in args.files:
-        res = compile_file(path, _overrides(args.set), args.profile, all_profiles=True)
+        res = compile_file(path, _overrides(args.set), args.profile, all_profiles=True, data=_data(args))
         res.sink.emit(res.sources, limit=args.max_diagnostics)
         if res.sink.has_errors:
             failed = True
         elif res.ir is not None and not args.quiet:
+            from askspec.runtime.commands.estimate import summary_line  # the plan's bounds (`askspec estimate`)
+
             print(printable(f"{path}: {describe(res.ir)}", single_line=True), file=sys.stderr)
+            print(printable(f"{path}: {summary_line(res.ir)}", single_line=True), file=sys.stderr)
     if not failed and not args.quiet:
         n = len(args.files)
         print(f"ok: {n} spec{'s' if n != 1 else ''} checked", file=sys.stderr)
@@ -82,15 +94,15 @@ def cmd_compile(args) -> int:
     from .ir import canonical, render
     from .lang.compiler import compile_file
 
-    res = compile_file(args.file, _overrides(args.set), args.profile)
+    res = compile_file(args.file, _overrides(args.set), args.profile, data=_data(args))
     res.sink.emit(res.sources, limit=args.max_diagnostics)
     exp = res.ir
     if not res.ok or exp is None:  # ok implies an IR; the second test tells the type checker
         return 1
     if args.target:  # a job folder for a distributed trainer (docs/cluster.md)
         return _compile_target(args, res)
-    if args.substitute:
-        print("error: --substitute only applies with --target", file=sys.stderr)
+    if args.substitute or args.max_len is not None:
+        print(f"error: {'--substitute' if args.substitute else '--max-len'} only applies with --target", file=sys.stderr)
         return 1  # a usage error (module docstring)
     fmt = args.format
     text = {
@@ -116,10 +128,21 @@ def _compile_target(args, res) -> int:
     if not args.output:
         print(f"error: --target {args.target} needs -o DIR (the job folder)", file=sys.stderr)
         return 1  # a usage error (module docstring)
+    if args.target == "verifiers":
+        if args.substitute or args.max_len is not None:
+            print(f"error: {'--substitute' if args.substitute else '--max-len'} only applies with --target openrlhf",
+                  file=sys.stderr)
+            return 1  # a usage error (module docstring)
+        from askspec.runtime.targets.verifiers.generate import compile_env
+
+        return compile_env(res, args.file, args.output)
     try:
         substitutes = dict(p.split("=", 1) for p in args.substitute or [])
     except ValueError:
         print("error: --substitute takes ALGORITHM=ALGORITHM, e.g. --substitute cispo=grpo", file=sys.stderr)
+        return 1  # a usage error (module docstring)
+    if args.max_len is not None and args.max_len < 1:
+        print(f"error: --max-len takes a positive number of tokens, not {args.max_len}", file=sys.stderr)
         return 1  # a usage error (module docstring)
     from askspec.runtime.targets.openrlhf.generate import compile_job
     from askspec.runtime.targets.openrlhf.mapping import ALGORITHMS
@@ -129,7 +152,7 @@ def _compile_target(args, res) -> int:
         print(f"error: --substitute: OpenRLHF 0.11.2 cannot run {', '.join(bad)}; "
               f"choose one of {', '.join(ALGORITHMS)}", file=sys.stderr)
         return 1  # a usage error (module docstring)
-    return compile_job(res, args.file, args.output, substitutes, _overrides(args.set))
+    return compile_job(res, args.file, args.output, substitutes, _overrides(args.set), args.max_len)
 
 
 def cmd_fmt(args) -> int:
@@ -218,20 +241,10 @@ def _error(message: str) -> None:
 LANGUAGE_COMMANDS = ("check", "compile", "fmt")
 
 
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {text!r}")
-    return n
-
-
 def _max_diagnostics(c: argparse.ArgumentParser) -> None:
     from .diagnostics import MAX_PRINTED
 
-    c.add_argument("--max-diagnostics", type=_count, default=MAX_PRINTED, metavar="N",
+    c.add_argument("--max-diagnostics", type=whole_number, default=MAX_PRINTED, metavar="N",
                    help=f"print at most N diagnostics per file, then a count of the rest (default {MAX_PRINTED}; 0: all)")
 
 
@@ -250,6 +263,7 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="check specs and print diagnostics")
     c.add_argument("files", nargs="+")
     c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    c.add_argument("--data", action="append", metavar="NAME=FILE", help=DATA_HELP)
     _profile(c)
     c.add_argument("-q", "--quiet", action="store_true")
     _max_diagnostics(c)
@@ -260,11 +274,17 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c.add_argument("--format", choices=["json", "text", "dot", "mermaid", "hash"], default="json")
     c.add_argument("-o", "--output")
     c.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    c.add_argument("--data", action="append", metavar="NAME=FILE", help=DATA_HELP)
     _profile(c)
     _max_diagnostics(c)
-    c.add_argument("--target", choices=["openrlhf"], help="write a training job folder to -o DIR instead of the IR")
+    c.add_argument("--target", choices=["openrlhf", "verifiers"],
+                   help="write to -o DIR instead of the IR: an OpenRLHF training job folder (openrlhf), or a verifiers "
+                        "0.4.0 environment package (verifiers)")
     c.add_argument("--substitute", action="append", metavar="ALG=ALG",
-                   help="with --target: train with a supported algorithm in place of one the target lacks")
+                   help="with --target openrlhf: train with a supported algorithm in place of one the target lacks")
+    c.add_argument("--max-len", type=int, metavar="TOKENS",
+                   help="with --target openrlhf: the trained role's sequence length (default: the spec's budget, at "
+                        "most the model's context)")
     c.set_defaults(func=cmd_compile)
 
     c = sub.add_parser("fmt", help="format specs in place (idempotent)")
@@ -273,9 +293,9 @@ def build_parser(runtime: bool = True) -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_fmt)
 
     if runtime:
-        from askspec.runtime.commands import metrics, query, run, runs
+        from askspec.runtime.commands import estimate, metrics, query, rescore, run, runs
 
-        for mod in (run, metrics, query, runs):
+        for mod in (run, metrics, query, runs, estimate, rescore):
             mod.register(sub)
         c = sub.add_parser("tui", help="browse runs and sessions in the terminal UI")
         c.add_argument("path", metavar="PATH", nargs="?", default="runs",

@@ -501,7 +501,9 @@ def cold_start(rng: random.Random, exclude: set[str]) -> dict[str, list[dict]]:
                    "_brute": str(brute), "_question": question}
             if split == "proposer":
                 passage = texts[COLD[t]]
-                row.update(passage=passage["id"], system=proposer_system, prompt=proposer.render(passage=passage),
+                # the prompt PasoDoble's spec renders by default (`knowledge = true`; profile no_k drops the passage)
+                prompt = proposer.render(passage=passage, knowledge=True)
+                row.update(passage=passage["id"], system=proposer_system, prompt=prompt,
                            completion=f"<problem>{question}</problem>\n<answer>{solution} {check} "
                                       f"The answer is \\boxed{{{answer}}}.</answer>")
             else:

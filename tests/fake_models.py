@@ -146,3 +146,8 @@ def final_answer_on_second_try(messages, request):
     if len(messages) < 3:
         return "#Reasoning#\n3 and 4 make 7, I think."
     return "#Reasoning#\n3 + 4 = 7\n#Final_Answer#\n7"
+
+
+def echo_user(messages, request):
+    """Replies with the last user message (which data a session was given)."""
+    return messages[-1]["content"]

@@ -4,8 +4,10 @@ edge. The graph has no cycle, and stages only import downwards (docs/architectur
 
     commands, targets -> train -> engine -> {store, backends, scoring, replies} ;  scoring -> replies
 
-and nothing in the runtime (nor in askspec.lang / askspec.ir) imports the TUI: only the
-entry point, askspec/cli.py, wires the `tui` command."""
+(commands and targets side by side: the local runtime imports nothing of a target), nothing
+in the runtime (nor in askspec.lang / askspec.ir) imports the TUI: only the entry point,
+askspec/cli.py, wires the `tui` command; the TUI reads runs through the store, not through
+the commands; and of askspec.lang the runtime imports only the template sandbox and paths."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ FORBIDDEN = {
     "store": {"engine", "commands", "backends", "scoring", "replies", "targets", "train"},
     "engine": {"commands", "targets", "train"},
     "train": {"commands", "targets"},
+    # the local runtime (the `askspec run` commands) runs nothing of a target's job
+    "commands": {"targets"},
     # compilation targets (runtime/targets) wire the engine into other trainers' jobs, as
     # commands wire it into the CLI; no stage below imports them
     "targets": {"commands"},
@@ -113,10 +117,10 @@ def test_stages_only_import_downwards():
 
 
 # The runtime reads the IR, not the checker (askspec/ir is the contract, its vocabulary
-# askspec/ir/vocab.py). From askspec.lang it takes the template sandbox (templates renders
-# through it) and the spec paths, nothing else; it compiles a spec through askspec.api and
+# askspec/ir/vocab.py). From askspec.lang it takes the template sandbox (the one Jinja2
+# environment, which the checker parses templates in) and the spec paths, nothing else; it compiles a spec through askspec.api and
 # prints diagnostics with askspec.diagnostics / askspec.span, which are not the checker's.
-LANG_ALLOWED = {"askspec.lang.templates", "askspec.lang.sandbox", "askspec.lang.paths"}
+LANG_ALLOWED = {"askspec.lang.sandbox", "askspec.lang.paths"}
 
 
 def test_the_runtime_imports_of_the_language_only_the_sandbox_and_paths():
@@ -134,6 +138,20 @@ def test_nothing_imports_the_tui():
     bad = [f"{m} imports {d}" for m, deps in graph().items() for d in deps
            if d.startswith("askspec.tui") and m != "askspec.cli"]
     assert not bad, "\n".join(bad)
+
+
+def test_the_tui_reads_runs_through_the_store_not_the_commands():
+    # the TUI and the commands are two front ends over the store (what both say of a run:
+    # runtime/store/describe.py); the TUI's modules are parsed as the runtime's are
+    tui = ROOT / "tui"
+    known = set(modules())
+    bad = []
+    for path in tui.rglob("*.py"):
+        rel = path.relative_to(tui).with_suffix("")
+        name = ".".join(["askspec.tui", *[p for p in rel.parts if p != "__init__"]])
+        bad += [f"{name} imports {d}" for d in imports_of(name, path, known)
+                if d.startswith("askspec.runtime.commands") or d.startswith("askspec.runtime.targets")]
+    assert not bad, "\n".join(sorted(bad))
 
 
 def test_the_graph_sees_function_level_imports():

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from askspec.runtime.store import readonly
+from askspec.runtime.store.describe import json_value
 from askspec.terminal import printable
 from askspec.tui import shaping, stats
 from askspec.tui.filters import Filter, VarTest, escape_like, like_pattern
@@ -56,15 +57,6 @@ def _rows(cur: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) 
 def _one(cur: duckdb.DuckDBPyConnection, sql: str, params: list) -> tuple | None:
     rows = cur.execute(sql, params).fetchall()  # fetch all: a half-read result blocks the cursor
     return rows[0] if rows else None
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except ValueError:
-            return v
-    return v
 
 
 # ------------------------------------------------------------------------- rewards
@@ -132,8 +124,8 @@ def _run_rows(cur: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     return [RunInfo(
         run_id=r["run_id"], run_dir=r["run_dir"], experiment=r["experiment"],
         experiment_hash=r["experiment_hash"], status=r["status"], planned=r["planned_sessions"],
-        started_at=r["started_at"], ended_at=r["ended_at"], roles=_json(r["roles"]) or {},
-        params=_json(r["params"]) or {}) for r in rows]
+        started_at=r["started_at"], ended_at=r["ended_at"], roles=json_value(r["roles"]) or {},
+        params=json_value(r["params"]) or {}) for r in rows]
 
 
 def _fill(infos: list[RunInfo], cur: duckdb.DuckDBPyConnection, rewards: bool = True) -> None:
@@ -532,7 +524,7 @@ def _ordered_roles(source: Source, run_id: str, rewarded: list[str]) -> list[str
         return []
     with _reading(source) as cur:
         rows = cur.execute("SELECT roles FROM runs WHERE run_id = ?", [run_id]).fetchall()
-    declared = _json(rows[0][0]) if rows else None
+    declared = json_value(rows[0][0]) if rows else None
     order = list(declared) if isinstance(declared, dict) else []
     return [r for r in order if r in rewarded] + [r for r in rewarded if r not in order]
 
@@ -626,10 +618,10 @@ def transcript(source: Source, run_id: str, session_id: str) -> shaping.Transcri
         raise DataError(f"no session {session_id} in run {run_id}")
     s = sess[0]
     for k in ("params", "vars"):
-        s[k] = _json(s[k])
+        s[k] = json_value(s[k])
     for t in turns:
         for k in ("prompt", "parsed", "overflow"):
-            t[k] = _json(t[k])
+            t[k] = json_value(t[k])
     return shaping.build_transcript(run_id, s, turns, rewards, shaping.role_retries(run_dir),
                                     _routed_roles(mirror, run_id, s["group_id"]))
 
@@ -690,7 +682,7 @@ def _trained_roles(source: Source, run_id: str) -> list[str]:
     """The run's trained roles, in the order it declares them (its manifest's roles)."""
     with _reading(source) as cur:
         rows = cur.execute("SELECT roles FROM runs WHERE run_id = ?", [run_id]).fetchall()
-    declared = _json(rows[0][0]) if rows else None
+    declared = json_value(rows[0][0]) if rows else None
     if not isinstance(declared, dict):
         return []
     return [r for r, spec in declared.items() if isinstance(spec, dict) and spec.get("trained")]
@@ -713,9 +705,9 @@ def group_detail(source: Source, run_id: str, group_id: str) -> shaping.GroupDet
     if not g:
         raise DataError(f"no group {group_id} in run {run_id}")
     row = g[0]
-    row["stats"] = _json(row["stats"]) or {}
+    row["stats"] = json_value(row["stats"]) or {}
     run_dir = run[0]["run_dir"] if run else None
-    params = _json(run[0]["params"]) if run else {}
+    params = json_value(run[0]["params"]) if run else {}
     return shaping.build_group(row, matches, rewards, run_dir, params or {}, _trained_roles(source, run_id))
 
 
@@ -753,7 +745,7 @@ def metrics(source: Source, run_id: str) -> shaping.Metrics:
                 n = len(exp.metrics)
                 note = f"{n} declared metric{'s' if n != 1 else ''}: no session has finished ok yet"
     for s in steps:
-        s["metrics"] = _json(s["metrics"])
+        s["metrics"] = json_value(s["metrics"])
     return shaping.build_metrics(rows, errors, steps, note, intervals)
 
 
@@ -802,7 +794,7 @@ def compare(source_a: Source, run_a: str, source_b: Source, run_b: str) -> shapi
             rewards[rid] = {r["role"]: r["reward_values"] for r in _rows(cur, REWARD_VALUES) if r["run_id"] == rid}
     for rid in settings:
         for k in ("roles", "params", "overrides", "run_options", "versions"):
-            settings[rid][k] = _json(settings[rid][k])
+            settings[rid][k] = json_value(settings[rid][k])
     ma, mb = metrics(source_a, run_a), metrics(source_b, run_b)
     return shaping.compare_runs(infos[run_a], infos[run_b], settings[run_a], settings[run_b], ma, mb,
                                 rewards[run_a], rewards[run_b])

@@ -552,7 +552,7 @@ class Comparison:
 def _setting_rows(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
     """The settings each run was started with, from its manifest (as `askspec runs` says
     them: runtime/commands/runs.py)."""
-    from askspec.runtime.commands.runs import models_text
+    from askspec.runtime.store.describe import models_text
 
     rows: list[tuple[str, Any, Any]] = [
         ("experiment", a.get("experiment"), b.get("experiment")),

@@ -14,7 +14,7 @@ from .model import Experiment
 
 # Fields added to the IR after specs were hashed, left out while unset: a spec that does
 # not use them keeps the hash it had (and a run recorded before them can be resumed).
-_UNSET_LEFT_OUT = frozenset({"max_prompt_tokens", "prompt_overflow", "conversation"})
+_UNSET_LEFT_OUT = frozenset({"max_prompt_tokens", "prompt_overflow", "conversation", "role_sampling", "user_file"})
 
 
 def _strip_spans(value: Any) -> Any:

@@ -127,6 +127,14 @@ class AskStep(Node):
     # `with sampling {...}`: sampling fields (askspec.ir.vocab.SAMPLING_FIELDS) over the
     # role's for this ask's calls only, recovery turns included
     sampling: dict[str, int | float | list[str]] = Field(default_factory=dict)
+    # `with sampling { ROLE { ... } }`: one role's fields over `sampling` (None: no role has
+    # its own; left out of the hash while unset, askspec.ir.canonical)
+    role_sampling: dict[str, dict[str, int | float | list[str]]] | None = None
+
+    def sampling_for(self, role: str) -> dict[str, int | float | list[str]]:
+        """The sampling fields this ask sets for `role`: the shared ones, its own over them."""
+        own = (self.role_sampling or {}).get(role)
+        return {**self.sampling, **own} if own else self.sampling
 
 
 class AssignStep(Node):
@@ -250,6 +258,21 @@ class Template(Node):
     variables: list[str] = Field(default_factory=list)
 
 
+def template_label(key: str, span: Span | None) -> str:
+    """How a message names a template: an inline one by where the spec writes it (its key,
+    ``inline:<hash>``, says nothing a reader can find), a file by its path, a named one by
+    its name and place. ``span`` is the template's IR span (the literal or file(...) call)."""
+    kind, _, name = key.partition(":")
+    where = f"{span.file}:{span.line}:{span.col}" if span is not None else None
+    if kind == "inline":
+        return f"inline template at {where}" if where else "inline template"
+    if kind == "file":
+        return f"template {name}"
+    if kind == "named":
+        return f"template '{name}' ({where})" if where else f"template '{name}'"
+    return f"template {key}"
+
+
 class ReplyParser(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     kind: ParserKind = "text"
@@ -324,6 +347,9 @@ class Dataset(Node):
     # record's fields, `it` the record, and the parameters in `filter_params`, their values)
     filter: Expr | None = None
     filter_params: dict[str, Any] = Field(default_factory=dict)
+    # `--data NAME=FILE`: `path` is the user's file (absolute), read where it is rather than
+    # inside the spec's folder (None: the spec's own; left out of the hash while unset)
+    user_file: bool | None = None
 
 
 class Buffer(Node):

@@ -195,3 +195,19 @@ def iter_game_counts(games: list[ir.Game], params: Mapping[str, Any],
             yield g, game_sessions(g, params, sizes)
         except Unknown:
             yield g, None
+
+
+def weight_rounds(exp: ir.Experiment, stage: ir.Stage) -> int:
+    """How many times at most an evaluate stage plays each element's samples: once per
+    weights, and its `trained` weights once per checkpoint of the averaging window of a
+    post-hoc plateau (`keep = plateau(..., select = posthoc)`) before it: at most
+    average / every + 1 kept steps in the window, or the first kept after it, and the
+    stage's last step (runtime/train/stages.py, averaged_checkpoints)."""
+    rounds = 1
+    for st in exp.stages:
+        if st.name == stage.name:
+            break
+        keep = st.options.get("keep") or {}
+        if st.kind == "retrain" and keep.get("select") == "posthoc":
+            rounds = max(rounds, int(keep["average"]) // int(keep["every"]) + 2)
+    return sum(rounds if w == "trained" else 1 for w in stage.options["weights"])

@@ -9,7 +9,7 @@ from math import comb
 
 from . import model as ir
 from .canonical import experiment_hash
-from .plansize import group_size, training_steps, whole_groups
+from .plansize import group_size, training_steps, weight_rounds, whole_groups
 from .walk import bodies
 
 
@@ -62,8 +62,11 @@ def step_text(s: ir.Step) -> str:
                 parts.append(f": {expr_text(s.message)}")
             if s.context is not None:
                 parts.append(f"with {expr_text(s.context)}")
-            if s.sampling:
-                parts.append("with sampling { " + "; ".join(f"{k} = {json.dumps(v)}" for k, v in s.sampling.items()) + " }")
+            if s.sampling or s.role_sampling:
+                fields = [f"{k} = {json.dumps(v)}" for k, v in s.sampling.items()]
+                fields += [f"{role} {{ " + "; ".join(f"{k} = {json.dumps(v)}" for k, v in own.items()) + " }"
+                           for role, own in (s.role_sampling or {}).items()]
+                parts.append("with sampling { " + "; ".join(fields) + " }")
             return (f"{lhs} = " if lhs else "") + " ".join(parts)
         case ir.AssignStep():
             return f"{s.name} = {expr_text(s.value)}"
@@ -450,19 +453,32 @@ def stage_lines(exp: ir.Experiment) -> list[str]:
             mix = (f"curriculum: {' + '.join(synthetic)} alone for {o['curriculum']} step(s), then {o['data']}"
                    if o["curriculum"] else "mixed" if synthetic and o["data"] else "")
             keep = o.get("keep")
-            stop = (f", stopping at its reward plateau (window {keep['window']}, fraction {keep['fraction']:g})"
-                    if keep and keep["rule"] == "plateau" else "")
+            stop = ""
+            if keep and keep["rule"] == "plateau" and keep.get("select") == "posthoc":
+                spread = (f", the evaluations after it averaged over the kept checkpoints of the {keep['average']} "
+                          f"steps from it" if keep.get("average") else "")
+                stop = (f", then keeping its weights at the start of its reward plateau over the whole curve (a "
+                        f"centred window {keep['window']}, fraction {keep['fraction']:g}; weights kept every "
+                        f"{keep['every']} step(s)){spread}")
+            elif keep and keep["rule"] == "plateau":
+                guard = f", not before step {keep['min_steps']}" if keep.get("min_steps") else ""
+                stop = (f", stopping at its reward plateau (window {keep['window']}, fraction {keep['fraction']:g}"
+                        f"{guard})")
             out.append(f"  stage {st.name} retrain: a fresh {o['role']} (the spec's weights, a new optimizer) trained "
-                       f"{'at most ' if stop else ''}{o['steps']} step(s) playing {o['game']} over {source}"
+                       f"{'at most ' if stop.startswith(', stopping') else ''}{o['steps']} step(s) playing {o['game']} over {source}"
                        f"{f' ({mix})' if mix else ''}{stop}, steps {step + 1}–{step + o['steps']}")
             step += o["steps"]
         else:
             counts = [items(g) for g in o["games"]]
             known = None if None in counts else sum(c or 0 for c in counts)
             ks = ", ".join(f"pass@{k}" for k in o["k"])
-            size = (f"{known} item(s) × {o['samples']} sample(s) × {len(o['weights'])} weights = "
-                    f"{known * o['samples'] * len(o['weights'])} session(s)" if known is not None
-                    else f"{o['samples']} sample(s) per item × {len(o['weights'])} weights")
+            rounds = weight_rounds(exp, st)  # a post-hoc plateau's checkpoints: each one's `trained` samples
+            played = (f"{len(o['weights'])} weights" if rounds == len(o["weights"]) else
+                      f"{rounds} weights/checkpoints (at most; the trained weights at each checkpoint of the "
+                      f"plateau's averaging window)")
+            size = (f"{known} item(s) × {o['samples']} sample(s) × {played} = "
+                    f"{known * o['samples'] * rounds} session(s)" if known is not None
+                    else f"{o['samples']} sample(s) per item × {played}")
             out.append(f"  stage {st.name} evaluate: {', '.join(o['games'])} against {' and '.join(o['weights'])} "
                        f"weights, {size}; {ks}, avg@{o['samples']} of '{o['score']}'; step {step + 1}")
             step += 1

@@ -6,7 +6,7 @@ dispatches on them and targets map from them; none of them defines its own list.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 # ---- models ----------------------------------------------------------------------------
 Backend = Literal["hf", "openai", "vllm", "python", "replay"]
@@ -68,12 +68,21 @@ STAGE_KINDS: tuple[str, ...] = get_args(StageKind)
 # stage's last step) or a rule -> (the stage kind it applies to, the curve or score it reads,
 # its keyword arguments): `best(accuracy)` the nested schedule's promoted student with the
 # best accuracy on its reward questions (SOAR's PS); `plateau(reward, window, fraction)` a
-# retrain stage stopped where its training reward levels off (SOAR's PQ, App. B.6)
+# retrain stage's checkpoint where its training reward levels off (SOAR's PQ, App. B.6)
 KEEP_LAST = "last"
 KEEP_RULES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "best": ("train", "accuracy", ()),
     "plateau": ("retrain", "reward", ("window", "fraction")),
 }
+# a rule's optional keyword arguments -> their defaults. plateau's `select`: `online` stops
+# the stage at the first step the trailing-window rule holds, not before `min_steps`;
+# `posthoc` trains every step, keeping the role's weights every `every` steps, and selects
+# afterwards over the whole curve with a centred window (App. B.6), the evaluate stages
+# after it averaging over the kept checkpoints in the `average` steps from the selected one
+KEEP_OPTIONS: dict[str, dict[str, Any]] = {
+    "plateau": {"select": "online", "min_steps": 0, "average": 0, "every": 0},
+}
+PLATEAU_SELECTS: tuple[str, ...] = ("online", "posthoc")
 
 
 # ---- training --------------------------------------------------------------------------

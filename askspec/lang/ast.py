@@ -129,6 +129,15 @@ class Ask(Node):
     message: Expr | None
     with_: Expr | None
     sampling: "list[Attribute] | None" = None  # `with sampling { ... }`: this ask's sampling fields
+    # `with sampling { ROLE { ... } }`: one role's own fields over the shared ones
+    role_sampling: "list[RoleSampling] | None" = None
+
+
+@dataclass(eq=False)
+class RoleSampling(Node):
+    role: str
+    role_span: Span
+    attrs: "list[Attribute]"
 
 
 @dataclass(eq=False)

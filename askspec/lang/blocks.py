@@ -11,6 +11,7 @@ from ..ir import model as ir
 from ..ir.vocab import ALGORITHMS
 from . import ast as A
 from .exprs import ExprChecker, Scope, Sym, irspan, suggest
+from .data_override import KNOWLEDGE_FIELDS, read_data_file
 from .paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, FileRefused, open_spec_file, record_too_large
 from ..span import Span
 from .templates import CONFINED_HINT
@@ -81,7 +82,8 @@ class BlockChecks(TrainingChecks):
             match src.func:
                 case "jsonl" | "parquet" | "knowledge":
                     ds.format, ds.path, ds.items = src.func, path, None
-            ds.digest = self.file_digest(path, src.args[0].span, lines=src.func != "parquet")
+            if d.name not in self.data_files:  # else the user's file is read instead (data_override)
+                ds.digest = self.file_digest(path, src.args[0].span, lines=src.func != "parquet")
         elif isinstance(src, A.Where):  # `... where a where b`: the first `where` parsed as part of the source
             self.err("E107", "a data set takes one `where` filter", src.span,
                      "join the conditions with `and`: where COND1 and COND2")
@@ -92,8 +94,26 @@ class BlockChecks(TrainingChecks):
         fields = next((a for a in d.attrs if a.name == "fields"), None)
         if fields is not None:
             self.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
+        if d.name in self.data_files:
+            self.data_override(d, ds)
         if cond is not None:
             self.data_filter(ds, cond)
+
+    def data_override(self, d: A.DataDecl, ds: ir.Dataset) -> None:
+        """`--data NAME=FILE`: the block reads the user's file instead (E111, at the block,
+        for a file that cannot be read or whose records lack a declared field)."""
+        given = self.data_files[d.name]
+        declared = ds.options.get("fields")
+        if ds.format == "knowledge":
+            declared = {**KNOWLEDGE_FIELDS, **(declared or {})}
+        f = read_data_file(given, ds.format, declared)
+        for problem in f.unreadable:
+            self.err("E111", f"--data {d.name}={given}: {problem}", d.name_span)
+        for problem in f.problems:
+            self.err("E111", f"--data {d.name}={given}: {problem}", d.name_span,
+                     f"data '{d.name}' declares {', '.join(f'{k}: {v}' for k, v in (declared or {}).items())}; "
+                     "scripts/convert_data.py writes the papers' public formats in these fields")
+        ds.format, ds.path, ds.digest, ds.items, ds.user_file = f.format, f.path, f.digest, None, True  # type: ignore[assignment]
 
     def inline_rows(self, src: A.ListLit, items: list[Any]) -> None:
         """E201 for an inline data item that differs from the first: the items are typed

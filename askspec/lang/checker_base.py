@@ -23,9 +23,10 @@ class CheckerBase:
     declared names and their uses, parameters, templates and the IR being built."""
 
     def __init__(self, path: str, sink: DiagnosticSink, sources: Sources, files: dict[str, str], overrides: dict[str, str],
-                 profile: str | None = None) -> None:
+                 profile: str | None = None, data_files: dict[str, str] | None = None) -> None:
         self.path = path
         self.profile = profile  # --profile NAME; None: the spec's default profile, if any
+        self.data_files = data_files or {}  # --data NAME=FILE: a user's file for a data block
         self.spec_dir = os.path.dirname(os.path.abspath(path))
         self.sink = sink
         self.sources = sources

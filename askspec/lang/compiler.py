@@ -48,28 +48,31 @@ class CompileResult:
 
 
 def compile_file(path: str, overrides: dict[str, str] | None = None, profile: str | None = None,
-                 all_profiles: bool = False) -> CompileResult:
+                 all_profiles: bool = False, data: dict[str, str] | None = None) -> CompileResult:
     """Compile the spec at ``path`` in one configuration (``profile``, else the spec's
     default). ``all_profiles`` (`askspec check` without --profile) also checks every other
-    profile and adds the errors only they have, each with a note naming its profile."""
+    profile and adds the errors only they have, each with a note naming its profile.
+    ``data`` maps data blocks to a user's files (`--data NAME=FILE`, data_override.py)."""
     sink, sources = DiagnosticSink(), Sources()
     try:
-        data = read_source(path)
+        source = read_source(path)
     except OSError as e:
         sink.error("E004", f"cannot read {path}: {e.strerror or e}", None)
         return CompileResult(None, sink, sources)
-    return compile_bytes(path, data, overrides, sink, sources, profile, all_profiles)
+    return compile_bytes(path, source, overrides, sink, sources, profile, all_profiles, data)
 
 
 def compile_source(path: str, text: str, overrides: dict[str, str] | None = None,
-                   profile: str | None = None, all_profiles: bool = False) -> CompileResult:
+                   profile: str | None = None, all_profiles: bool = False,
+                   data: dict[str, str] | None = None) -> CompileResult:
     return compile_bytes(path, text.encode("utf-8", "surrogatepass"), overrides, profile=profile,
-                         all_profiles=all_profiles)
+                         all_profiles=all_profiles, data_files=data)
 
 
 def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = None,
                   sink: DiagnosticSink | None = None, sources: Sources | None = None,
-                  profile: str | None = None, all_profiles: bool = False) -> CompileResult:
+                  profile: str | None = None, all_profiles: bool = False,
+                  data_files: dict[str, str] | None = None) -> CompileResult:
     sink, sources = sink or DiagnosticSink(), sources or Sources()
     try:
         text = decode_source(path, data, sink)
@@ -82,9 +85,10 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
             return CompileResult(None, sink, sources)
         files = {os.path.basename(path): text}
         with suggestion_budget():
-            exp = Compiler(path, sink, sources, files, overrides or {}, profile).run(module)
+            exp = Compiler(path, sink, sources, files, overrides or {}, profile, data_files).run(module)
             if all_profiles and profile is None:
-                _check_other_profiles(path, module, exp.options.get("profile"), overrides or {}, sink, sources)
+                _check_other_profiles(path, module, exp.options.get("profile"), overrides or {}, sink, sources,
+                                      data_files)
         return CompileResult(None if sink.has_errors else exp, sink, sources, files)
     except RecursionError:
         sink.error("E005", "spec nested too deeply to compile", Span(path, 1, 1, 1, 2))
@@ -96,7 +100,7 @@ def compile_bytes(path: str, data: bytes, overrides: dict[str, str] | None = Non
 
 
 def _check_other_profiles(path: str, module: A.Module, selected: str | None, overrides: dict[str, str],
-                          sink: DiagnosticSink, sources: Sources) -> None:
+                          sink: DiagnosticSink, sources: Sources, data_files: dict[str, str] | None = None) -> None:
     """Check each profile other than ``selected`` as `--profile NAME` would, and add to
     ``sink`` the errors the selected configuration does not have: an error in every
     configuration is reported once, one only some profiles have once with a note per
@@ -111,7 +115,7 @@ def _check_other_profiles(path: str, module: A.Module, selected: str | None, ove
             continue  # the configuration already checked; a profile declared twice is E104
         checked.add(p.name)
         other = DiagnosticSink()
-        Compiler(path, other, sources, {}, overrides, p.name).run(module)
+        Compiler(path, other, sources, {}, overrides, p.name, data_files).run(module)
         for d in other.items:
             key = (d.code, d.message, d.span)
             if not d.is_error or key in seen:
@@ -191,6 +195,12 @@ class Compiler(StageChecks):
                         self.role_decls[name] = d
             elif isinstance(d, (A.DataDecl,)):
                 self.declare("data", d.name, d.name_span)
+        declared_data = [d.name for d in decls if isinstance(d, A.DataDecl)]
+        for key in self.data_files:
+            if key not in declared_data:
+                self.err("E111", f"--data {key}: no data block named '{key}'", None,
+                         suggest(key, declared_data) or (f"data blocks: {', '.join(declared_data)}" if declared_data
+                                                         else "this spec declares no data block"))
             elif isinstance(d, A.BlockDecl) and d.kind != "schedule":
                 self.declare(d.kind, d.name, d.name_span)
         self.models([d for d in decls if isinstance(d, A.ModelDecl)])

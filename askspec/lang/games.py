@@ -318,7 +318,8 @@ class GameChecker:
                     self.check_template_vars(key, _Available(scope, names.extra | {"reply", "missing"}), scope, a.span)
         step = ir.AskStep(span=irspan(a.span), roles=roles, targets=[n for n, _ in targets] or [None] * len(roles),
                           sample=sample_ir, template=template, message=message, context=context,
-                          sampling=self.ask_sampling(a.sampling or []))
+                          sampling=self.ask_sampling(a.sampling or []),
+                          role_sampling=self.ask_role_sampling(a, roles))
         if sample_n is not None and a.sample is not None:
             step.sample = ir.Lit(value=sample_n, type="number", span=irspan(a.sample.span))
         for (name, span), role in zip(targets, roles):
@@ -338,17 +339,38 @@ class GameChecker:
                  f"'{over.outcome}', which game '{self.g.name}' does not declare", span,
                  f"declare it: outcomes {', '.join([*self.outcomes, over.outcome])}")
 
-    def ask_sampling(self, attrs: list[A.Attribute]) -> dict[str, int | float | list[str]]:
+    def ask_role_sampling(self, a: A.Ask, roles: list[str]) -> dict[str, dict[str, int | float | list[str]]] | None:
+        """`with sampling { ROLE { ... } }`: each section names one of this ask's roles (E102
+        for an undeclared role or one this ask does not ask, E104 for a role given twice)."""
+        out: dict[str, dict[str, int | float | list[str]]] = {}
+        for rs in a.role_sampling or []:
+            if rs.role not in roles:
+                if rs.role in self.roles:
+                    self.err("E102", f"role '{rs.role}' is not asked here, so it takes no sampling fields of its own",
+                             rs.role_span, f"this ask asks {', '.join(n for n, _ in a.roles)}")
+                elif not any(rs.role == n for n, _ in a.roles):  # an unknown asked role is reported once, at the ask
+                    self.err("E102", f"unknown role '{rs.role}'", rs.role_span,
+                             suggest(rs.role, [n for n, _ in a.roles]) or f"this ask asks {', '.join(n for n, _ in a.roles)}")
+                self.ask_sampling(rs.attrs, f"role '{rs.role}' in this ask")  # its fields are still checked
+                continue
+            if rs.role in out:
+                self.err("E104", f"role '{rs.role}' has sampling fields of its own twice in this ask", rs.role_span)
+                continue
+            out[rs.role] = self.ask_sampling(rs.attrs, f"role '{rs.role}' in this ask")
+        return out or None
+
+    def ask_sampling(self, attrs: list[A.Attribute], where: str = "this ask") -> dict[str, int | float | list[str]]:
         """`with sampling { ... }`: the vocabulary's sampling fields, constants checked as a
         model's or role's are (E105 for an unknown field, E201 / E107 for a bad value)."""
         out: dict[str, int | float | list[str]] = {}
         for a in attrs:
             if a.name not in SAMPLING_FIELDS:
+                own = a.name in self.roles and f"a role's own fields are a block: {a.name} {{ max_tokens = 8192 }}"
                 self.err("E105", f"unknown sampling field '{a.name}'", a.name_span,
-                         suggest(a.name, SAMPLING_FIELDS) or f"sampling fields: {', '.join(SAMPLING_FIELDS)}")
+                         own or suggest(a.name, SAMPLING_FIELDS) or f"sampling fields: {', '.join(SAMPLING_FIELDS)}")
                 continue
             if a.name in out:
-                self.err("E104", f"sampling field '{a.name}' is set twice in this ask", a.name_span)
+                self.err("E104", f"sampling field '{a.name}' is set twice in {where}", a.name_span)
                 continue
             self._mark_used(a.value)
             v = self.c.sampling_value(a.name, a.value)

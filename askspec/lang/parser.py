@@ -78,6 +78,8 @@ def _describe_expected(expected: set[str]) -> str:
 # state (`ask q: m using "t"` and `foo "bar"` both fail on a string after a name).
 _ASK_ORDER = ("the clauses of an ask come in this order: [sample N] ask ROLES [using TEMPLATE] "
               "[: MESSAGE] [with RECORD] [with sampling { ... }]; move this one before the ones it follows")
+# `with sampling { ... }` up to its closing brace, one level of role sections inside
+_SAMPLING = r"\bwith\s+sampling\s*\{(?:[^{}]|\{[^{}]*\})*\}"
 _MISTAKES: list[tuple[list[str], re.Pattern[str] | None, str]] = [
     (["metric m = x by a.b", "metric m = x by (a.b)", "metric m = x by (a, b.c)"], None,
      "`by` groups by session variables, not by fields: assign the field in the game "
@@ -88,13 +90,15 @@ _MISTAKES: list[tuple[list[str], re.Pattern[str] | None, str]] = [
     # anything after `with sampling { ... }`, which closes an ask (#24)
     (["game g { ask q with sampling { top_p = 1 } with {a: 1} }", "game g { ask q with sampling { top_p = 1 } using t }",
       'game g { ask q with sampling { top_p = 1 } using "t" }', "game g { ask q with sampling { top_p = 1 }: m }"],
-     re.compile(r"\bwith\s+sampling\s*\{[^}]*\}\s*$"), _ASK_ORDER),
-    (["game g { ask q with sampling { top_p = 1 } with {a: 1} }"], re.compile(r"\bwith\s+sampling\s*\{[^}]*\}\s*with\s*$"),
+     re.compile(_SAMPLING + r"\s*$"), _ASK_ORDER),
+    (["game g { ask q with sampling { top_p = 1 } with {a: 1} }"], re.compile(_SAMPLING + r"\s*with\s*$"),
      _ASK_ORDER),
     (["game g { ask q with sampling { top_p = 1 } with sampling { top_k = 1 } }"],
-     re.compile(r"\bwith\s+sampling\s*\{[^}]*\}\s*with\s*$"),
+     re.compile(_SAMPLING + r"\s*with\s*$"),
      "an ask takes one `with sampling { ... }`: set all its fields there (`with sampling { max_tokens = 10000; "
      "temperature = 0.6 }`)"),
+    (["game g { ask q with sampling { q: { top_p = 1 } } }"], re.compile(r"\bwith\s+sampling\s*\{.*\b[A-Za-z_]\w*\s*$"),
+     "a role's own sampling fields are a block after its name: `with sampling { {name} { max_tokens = 8192 } }`"),
     (['data d = jsonl("d.jsonl") { limit = 3 } where a == 1'], re.compile(r"^\s*data\b.*\}\s*$"),
      "a data set's `where` filter comes before its settings: data NAME = jsonl(\"...\") where COND { ... }"),
     (["game g { x = 1 if a else 0 }"], None,
@@ -483,6 +487,7 @@ class _Builder:
 
     def ask(self, t: Tree) -> A.Ask:
         sample = using = message = with_ = sampling = None
+        per_role: list[A.RoleSampling] = []
         roles = []
         for c in t.children:
             if c is None:
@@ -498,8 +503,11 @@ class _Builder:
             elif c.data == "with_clause":
                 with_ = self.expr(c.children[0])
             elif c.data == "sampling_clause":
-                sampling = self.body(c.children[0])
-        return A.Ask(self.span(t), roles, sample, using, message, with_, sampling)
+                items = c.children[0].children
+                sampling = [self.attr(i) for i in items if i.data == "attr"]
+                per_role = [A.RoleSampling(self.span(i), str(i.children[0]), self.span(i.children[0]),
+                                           self.body(i.children[1])) for i in items if i.data == "sampling_role"]
+        return A.Ask(self.span(t), roles, sample, using, message, with_, sampling, per_role)
 
     def s_repeat_stmt(self, t: Tree) -> A.Repeat:
         kids = t.children

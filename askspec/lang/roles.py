@@ -4,10 +4,10 @@ helpers (checker_base.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ..ir import model as ir
-from ..ir.vocab import (BACKENDS, JSON_RETRIES, PARSERS, SAMPLING_FIELDS, SUMMARY_KEEP, SUMMARY_MAX_CHARS, SUMMARY_TAGS,
+from ..ir.vocab import (BACKENDS, Backend, JSON_RETRIES, PARSERS, SAMPLING_FIELDS, SUMMARY_KEEP, SUMMARY_MAX_CHARS, SUMMARY_TAGS,
                         WHOLE_SAMPLING_FIELDS, tag_field)
 from . import ast as A
 from .checker_base import CheckerBase
@@ -72,9 +72,8 @@ class RoleChecks(CheckerBase):
                     self.err("E107", f"{base.func}() needs a {need}", base.span)
                 if base.func == "python" and weights and ":" not in weights:
                     self.err("E107", "a python model names its callable as \"package.module:function\"", base.args[0].span)
-                match base.func:  # the BACKENDS names, narrowed to the IR's literal type
-                    case "hf" | "openai" | "vllm" | "python" | "replay":
-                        m = ir.Model(span=irspan(d.span), name=d.name, backend=base.func, weights=weights)
+                # (base.func is one of BACKENDS, the names of the IR's Backend literal)
+                m = ir.Model(span=irspan(d.span), name=d.name, backend=cast(Backend, base.func), weights=weights)
                 for k, v in base.kwargs:
                     self.model_attr(m, k, v, base.span)
             else:

@@ -15,7 +15,7 @@ from . import ast as A
 from .blocks import BlockChecks
 from .exprs import irspan, suggest
 from ..ir.plansize import MAX_STEP_SESSIONS, MAX_TRAINING_STEPS
-from ..ir.vocab import KEEP_LAST, KEEP_RULES, STAGE_KINDS
+from ..ir.vocab import KEEP_LAST, KEEP_OPTIONS, KEEP_RULES, PLATEAU_SELECTS, STAGE_KINDS
 from ..ir.walk import all_steps
 from .training import HYPERPARAMETERS
 
@@ -134,8 +134,9 @@ class StageChecks(BlockChecks):
         return {"keep": keep} if keep["rule"] != KEEP_LAST else {}
 
     def keep_rule(self, attr: A.Attribute, kind: str) -> dict[str, Any] | None:
-        """`keep = last | best(accuracy) | plateau(reward, window = N, fraction = F)` as
-        {rule, of, ...its arguments} (askspec.ir.vocab.KEEP_RULES), or None after a diagnostic."""
+        """`keep = last | best(accuracy) | plateau(reward, window = N, fraction = F, ...)` as
+        {rule, of, ...its arguments, its options with their defaults} (askspec.ir.vocab
+        KEEP_RULES, KEEP_OPTIONS), or None after a diagnostic."""
         v = attr.value
         forms = "keep = last, best(accuracy) (a train stage) or plateau(reward, window = N, fraction = F) (a retrain stage)"
         if isinstance(v, A.Name) and v.id == KEEP_LAST:
@@ -168,10 +169,11 @@ class StageChecks(BlockChecks):
                 self.err("E104", f"{name}() is given '{k}' twice", e.span)
                 return None
             given[k] = e
-            if k not in keywords:
+            allowed = (*keywords, *KEEP_OPTIONS.get(name, {}))
+            if k not in allowed:
                 self.err("E109", f"{name}() has no keyword argument '{k}'", e.span,
-                         suggest(k, keywords) or (f"its keyword arguments: {', '.join(keywords)}" if keywords
-                                                  else f"{name}({curve}) takes none"))
+                         suggest(k, allowed) or (f"its keyword arguments: {', '.join(allowed)}" if allowed
+                                                 else f"{name}({curve}) takes none"))
                 return None
         for k in keywords:
             if k not in given:
@@ -189,6 +191,10 @@ class StageChecks(BlockChecks):
                 return None
             self._bounded(window, "window", given["window"].span, "plateau")
             out.update(window=window, fraction=float(fraction))
+            options = self.plateau_options(given, v.span)
+            if options is None:
+                return None
+            out.update(options)
         elif name == "best":
             sched = self.exp.schedule
             if sched is None or sched.kind != "nested":
@@ -196,6 +202,45 @@ class StageChecks(BlockChecks):
                                  "and this spec has none", v.func_span, "remove the setting (the train stage keeps its "
                                                                         "last step)")
                 return None
+        return out
+
+    def plateau_options(self, given: dict[str, A.Expr], span: Any) -> dict[str, Any] | None:
+        """plateau's optional arguments (askspec.ir.vocab.KEEP_OPTIONS) with their defaults,
+        those of the chosen `select` (online | posthoc): `min_steps` guards the online rule;
+        `average` and `every` (required, ≥ 1) belong to the post-hoc one."""
+        out = dict(KEEP_OPTIONS["plateau"])
+        if "select" in given:
+            e = given["select"]
+            if not (isinstance(e, A.Name) and e.id in PLATEAU_SELECTS):
+                found = e.id if isinstance(e, A.Name) else "an expression"
+                self.err("E107", f"plateau's select is {' or '.join(PLATEAU_SELECTS)}, found {found}", e.span,
+                         suggest(found, PLATEAU_SELECTS) if isinstance(e, A.Name) else None)
+                return None
+            out["select"] = e.id
+        for key in ("min_steps", "average", "every"):
+            if key in given:
+                n = self.const_int(given[key], f"plateau's {key}", 1 if key == "every" else 0)
+                if n is None:
+                    return None
+                self._bounded(n, key, given[key].span, "plateau")
+                out[key] = n
+        posthoc = out["select"] == "posthoc"
+        for key in ("min_steps",) if posthoc else ("average", "every"):
+            if key in given:
+                self.err("E107", f"plateau's {key} belongs to select = {'online' if posthoc else 'posthoc'}",
+                         given[key].span, "min_steps guards the online rule; average and every are the post-hoc "
+                                          "selection's (select = posthoc)")
+                return None
+        if not posthoc:
+            del out["average"], out["every"]
+        else:
+            del out["min_steps"]
+        if posthoc and "every" not in given:
+            self.err("E106", "plateau(..., select = posthoc) needs 'every = N': how often the stage keeps the "
+                             "role's weights (the checkpoints the selection and the averaging can use)", span,
+                     "e.g. keep = plateau(reward, window = 25, fraction = 0.15, select = posthoc, average = 200, "
+                     "every = 50)")
+            return None
         return out
 
     def stage_evaluate(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:

@@ -19,7 +19,6 @@ from . import ast as A
 from ..diagnostics import DiagnosticSink
 from .paths import MAX_TEMPLATE_BYTES, FileRefused, read_spec_file, spec_relative
 from .sandbox import environment
-from .sandbox import render as render_template  # noqa: F401 - the runtime renders through here
 from ..span import Span
 from .template_checks import field_uses, guarded_names, static_problems
 
@@ -72,21 +71,6 @@ def load_template(e: A.Expr, spec_dir: str, spec_path: str, sink: DiagnosticSink
         return _analyse(key, text, rel, full if not os.path.isabs(rel) else rel, 1, 1, e.span, sink, display=_display_path(spec_path, rel))
     sink.error("E107", "a template is a string (inline) or file(\"path\")", e.span)
     return None
-
-
-def template_label(key: str, span: ir.Span | Span | None) -> str:
-    """How a message names a template: an inline one by where the spec writes it (its key,
-    ``inline:<hash>``, says nothing a reader can find), a file by its path, a named one by
-    its name and place. ``span`` is the template's IR span (the literal or file(...) call)."""
-    kind, _, name = key.partition(":")
-    where = f"{span.file}:{span.line}:{span.col}" if span is not None else None
-    if kind == "inline":
-        return f"inline template at {where}" if where else "inline template"
-    if kind == "file":
-        return f"template {name}"
-    if kind == "named":
-        return f"template '{name}' ({where})" if where else f"template '{name}'"
-    return f"template {key}"
 
 
 def _display_path(spec_path: str, rel: str) -> str:

@@ -61,7 +61,7 @@ _ESTIMATOR = {"estimator": Setting("name", "grpo", "advantage estimator", choice
 
 # algorithm -> its arguments: `train r with cispo(clip_low = 0.75, clip_high = 3.0)`
 ALGORITHM_ARGS: dict[str, dict[str, Setting]] = {
-    **{a: dict(_CLIP) for a in ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")},
+    **{a: dict(_CLIP) for a in ESTIMATORS},  # an estimator's name is also the algorithm "estimator + PPO loss"
     "ppo": {**_CLIP, **_ESTIMATOR},
     "gspo": {
         "clip": Setting("number", None, "ε of both sides of the sequence-ratio clip (clip_low/clip_high override a side)",

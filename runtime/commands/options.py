@@ -94,6 +94,7 @@ class RunOptions:
     sessions: int | None = None
     seed: int | None = None
     overrides: dict[str, str] = field(default_factory=dict)  # --set NAME=VALUE
+    data: dict[str, str] = field(default_factory=dict)  # --data NAME=FILE: a user's file for a data block
     profile: str | None = None  # --profile NAME: one of the spec's configurations
     out: str = "runs"
     replay: str | None = None
@@ -102,6 +103,7 @@ class RunOptions:
     max_tokens: int | None = None
     base_url: str | None = None
     served_models: dict[str, str] = field(default_factory=dict)  # '' -> every openai model
+    endpoints: dict[str, str] = field(default_factory=dict)  # --endpoint ROLE_OR_MODEL=URL: its own server
     quiet: bool = False
     verbose: bool = False
     eval_only: bool = False  # play a spec with train blocks without training
@@ -138,6 +140,10 @@ class RunOptions:
             if self.backend not in (None, "openai"):
                 raise UsageError(f"--base-url points openai models at a server; it does not apply to "
                                  f"--backend {self.backend}")
+        for name, url in self.endpoints.items():
+            if not url.startswith(("http://", "https://")) or self.backend not in (None, "openai"):
+                raise UsageError(f"--endpoint {name}={url}: an http:// or https:// URL of an openai server, without "
+                                 f"another --backend")
         if self.served_models and self.backend not in (None, "openai"):
             raise UsageError(f"--served-model names models on an openai server; it does not apply to "
                              f"--backend {self.backend}")
@@ -162,9 +168,12 @@ class RunOptions:
     def from_args(cls, args: argparse.Namespace) -> RunOptions:
         return cls(file=args.file, backend=args.backend, models=parse_pairs(args.model, "--model"),
                    sessions=args.sessions, seed=args.seed, overrides=parse_pairs(args.set, "--set"), out=args.out,
+                   data=parse_pairs(getattr(args, "data", None), "--data", form="NAME=FILE"),
                    profile=getattr(args, "profile", None),
                    replay=args.replay, concurrency=args.concurrency, resume=args.resume, max_tokens=args.max_tokens,
                    base_url=_url(args.base_url), served_models=parse_served(args.served_model), quiet=args.quiet,
+                   endpoints={k: str(_url(v)) for k, v in parse_pairs(getattr(args, "endpoint", None), "--endpoint",
+                                                                     form="ROLE_OR_MODEL=URL").items()},
                    verbose=args.verbose, eval_only=getattr(args, "eval_only", False),
                    stage=getattr(args, "stage", None), weights=getattr(args, "weights", None),
                    promotions=getattr(args, "promotions", None),
@@ -174,18 +183,21 @@ class RunOptions:
     def from_kwargs(cls, file: str | None = None, **options: Any) -> RunOptions:
         """The command line's options as keyword arguments, under their flag names
         (set=["probes=1"] or {"probes": "1"}, model=..., served_model=...), quiet by default."""
-        renamed = {"set": "overrides", "model": "models", "served_model": "served_models"}
+        renamed = {"set": "overrides", "model": "models", "served_model": "served_models", "endpoint": "endpoints"}
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {"quiet": True}
         for key, value in options.items():
             name = renamed.get(key, key)
             if name not in fields or name == "file":
-                known = sorted((fields - {"file", "overrides", "models", "served_models"}) | set(renamed))
+                known = sorted((fields - {"file", "overrides", "models", "served_models", "endpoints"}) | set(renamed))
                 raise TypeError(f"run_spec: unknown option {key!r}{did_you_mean(key, known)}")
             kwargs[name] = value
         kwargs["overrides"] = parse_pairs(kwargs.get("overrides"), "--set")
+        kwargs["data"] = parse_pairs(kwargs.get("data"), "--data", form="NAME=FILE")
         kwargs["models"] = parse_pairs(kwargs.get("models"), "--model")
         kwargs["served_models"] = parse_served(kwargs.get("served_models"))
+        kwargs["endpoints"] = {k: str(_url(v)) for k, v in
+                               parse_pairs(kwargs.get("endpoints"), "--endpoint", form="ROLE_OR_MODEL=URL").items()}
         kwargs["base_url"] = _url(kwargs.get("base_url"))
         log = kwargs.get("log") or ()
         kwargs["log"] = (log,) if isinstance(log, str) else tuple(log)
@@ -198,6 +210,8 @@ class RunOptions:
         return {"backend": self.backend, "replay": os.path.abspath(self.replay) if self.replay else None,
                 "sessions": self.sessions, "max_tokens": self.max_tokens, "models": dict(self.models),
                 "base_url": self.base_url, "served_models": dict(self.served_models),
+                "endpoints": dict(self.endpoints),
+                "data": {k: os.path.abspath(v) for k, v in self.data.items()},
                 "concurrency": self.concurrency, "profile": self.profile, "log": list(self.log),
                 "eval_only": self.eval_only, "stage": self.stage, "weights": self.weights,
                 "promotions": os.path.abspath(self.promotions) if self.promotions else None}
@@ -219,8 +233,12 @@ class RunOptions:
             changes["eval_only"] = True  # (an evaluate stage's run is an --eval-only run; a retrain stage's trains)
         if not self.models and saved.get("models"):
             changes["models"] = dict(saved["models"])
+        if not self.data and saved.get("data"):
+            changes["data"] = dict(saved["data"])  # the same files: the experiment hash has their digests
         if not self.served_models and saved.get("served_models"):
             changes["served_models"] = dict(saved["served_models"])
+        if not self.endpoints and saved.get("endpoints"):
+            changes["endpoints"] = dict(saved["endpoints"])
         if not self.log and saved.get("log"):
             changes["log"] = tuple(saved["log"])
         return dataclasses.replace(self, **changes) if changes else self

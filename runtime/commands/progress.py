@@ -42,6 +42,7 @@ class Progress:
         self.replies: dict[str, list[int]] = {}  # role -> [unparsed, truncated, both] replies
         self.outcomes: Counter = Counter()  # the line's counts: outcome, or "error"
         self.statuses: Counter = Counter()  # (status, outcome) for the summary
+        self.games: Counter = Counter()  # game -> sessions played (the summary's estimate bounds)
         self._last = 0.0
         self._printed: tuple[int, int] = (-1, -1)  # (done, tokens) of the last line printed
 
@@ -99,6 +100,7 @@ class Progress:
         self.done += 1
         self.outcomes["error" if res.status == "error" else (res.outcome or "ok")] += 1
         self.statuses[(res.status, res.outcome)] += 1
+        self.games[res.plan.game] += 1
         self.maybe_print(force=not self.tty and self.done == self.total)
 
     def line(self) -> str:

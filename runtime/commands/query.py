@@ -23,6 +23,7 @@ from typing import Any, Callable, TextIO
 import duckdb
 import pyarrow as pa
 
+from askspec.argtypes import seconds, whole_number
 from askspec.terminal import os_error, printable
 
 from askspec.runtime.store import layout
@@ -232,16 +233,30 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 @_guarded
 def cmd_export(args: argparse.Namespace) -> int:
-    """askspec export RUN_DIR --parquet OUT: one Parquet file per view."""
+    """askspec export RUN_DIR --parquet OUT: one Parquet file per view; --inspect DIR: one
+    Inspect eval log per game (inspect_log.py)."""
+    inspect_dir = getattr(args, "inspect", None)
+    if (args.parquet is None) == (inspect_dir is None):
+        return _error("export needs one of --parquet OUT (every view as Parquet) or --inspect DIR (Inspect logs)")
+    flag, target_dir = ("--parquet", args.parquet) if args.parquet is not None else ("--inspect", inspect_dir)
+    if inspect_dir is not None:  # before the store opens: no extra, nothing read
+        from askspec.runtime.commands.inspect_log import MISSING
+
+        try:
+            import inspect_ai.log  # noqa: F401
+        except ImportError:
+            return _error(MISSING)
     store = connect(args.run_dir)
-    out = Path(args.parquet)
+    out = Path(target_dir)
     inside = _inside_a_run(out, store.run_dirs)
     if inside is not None:
         store.con.close()
-        return _error(f"export --parquet {out}: that folder is inside run {inside}, whose own files an export "
+        return _error(f"export {flag} {out}: that folder is inside run {inside}, whose own files an export "
                       "would overwrite (events/<name>.parquet are its compacted copies); nothing was written. "
                       "Give a folder outside every run, e.g. exports/<run-id>")
     _print_warnings(store)
+    if inspect_dir is not None:
+        return _export_inspect(store, out)
     out.mkdir(parents=True, exist_ok=True)
     try:
         for view in VIEW_NAMES:
@@ -256,6 +271,19 @@ def cmd_export(args: argparse.Namespace) -> int:
             finally:
                 tmp.unlink(missing_ok=True)
             print(f"{target}: {count} rows")
+    finally:
+        store.con.close()
+    return 0
+
+
+def _export_inspect(store: Store, out: Path) -> int:
+    from askspec.runtime.commands.inspect_log import export_inspect
+
+    try:
+        if len(store.run_dirs) != 1:
+            return _error(f"export --inspect takes one run directory; {len(store.run_dirs)} runs were found there")
+        for path, n in export_inspect(store, out):
+            print(f"{path}: {n} sample{'s' if n != 1 else ''}")
     finally:
         store.con.close()
     return 0
@@ -283,26 +311,6 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds ≥ 0, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {text!r}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``query``, ``export`` and ``compact`` to an argparse subparsers object (``runs``
     is runs.register)."""
@@ -318,13 +326,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="jsonl: one object per row, JSON columns as JSON (a data set a spec can read)")
     p.add_argument("--max-width", type=int, default=40, metavar="N",
                    help="cut table cells to N characters (0: no limit; default 40)")
-    p.add_argument("--timeout", type=_seconds, default=QUERY_TIMEOUT, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, default=QUERY_TIMEOUT, metavar="SECONDS",
                    help=f"interrupt a query still running after SECONDS (0: never; default {QUERY_TIMEOUT:g})")
-    p.add_argument("--limit", type=_count, default=QUERY_LIMITS.rows, metavar="ROWS",
+    p.add_argument("--limit", type=whole_number, default=QUERY_LIMITS.rows, metavar="ROWS",
                    help=f"print at most ROWS rows and {(QUERY_LIMITS.bytes or 0) >> 20} MiB of the result, "
                         f"saying so when it is cut (0: no limit, the whole result held in memory; "
                         f"default {QUERY_LIMITS.rows})")
-    p.add_argument("--max-cell", type=_count, default=QUERY_LIMITS.cell_chars, metavar="CHARS",
+    p.add_argument("--max-cell", type=whole_number, default=QUERY_LIMITS.cell_chars, metavar="CHARS",
                    help=f"cut a text cell to CHARS characters before it is fetched, in every format "
                         f"(0: no limit; default {QUERY_LIMITS.cell_chars})")
     p.add_argument("--memory-limit", default=MEMORY_LIMIT, metavar="SIZE",
@@ -333,9 +341,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_query)
 
 
-    p = subparsers.add_parser("export", help="write every view of a run to Parquet")
+    p = subparsers.add_parser("export", help="write every view of a run to Parquet, or the run as Inspect logs")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--parquet", required=True, metavar="OUT", help="output folder (created)")
+    p.add_argument("--parquet", metavar="OUT", help="output folder (created): one Parquet file per view")
+    p.add_argument("--inspect", metavar="DIR",
+                   help="output folder (created): one Inspect .eval log per game, a sample per session "
+                        "(needs the extra: pip install 'askspec[inspect]')")
     p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser("compact", help="add Parquet copies of a finished run's event files")

@@ -1,5 +1,5 @@
 """Which backend answers each role: (role, model name) -> a ModelBinding, honouring
---backend, --model, --replay, --max-tokens, --base-url and --served-model.
+--backend, --model, --replay, --max-tokens, --base-url, --endpoint and --served-model.
 
 Backend option names are each backend's own business (`Backend.spec_options`, through
 the registry); this module only decides which backend and which model a role gets,
@@ -65,15 +65,28 @@ class ModelResolver:
         from askspec.runtime.backends.registry import backend_for_spec
         from askspec.runtime.engine.session import SessionFailed
 
+        spec_model = self.exp.model(name) if name is not None else None
         name = self.options.models.get(role, name)
         if name is None:
             raise SessionFailed(f"role '{role}' has no model: bind it in the game or pass --model {role}=...")
         m = self.exp.model(name)
-        if m is not None:
+        # `current(R)` serves R's weights: the ones `--model R=...` swapped in, if any
+        tracked = self.options.models.get(m.weights_of) if m is not None and m.weights_of else None
+        if tracked is not None and role not in self.options.models:
+            other = self.exp.model(tracked)
+            if other is not None:
+                declared, weights = other.backend, other.weights
+            else:
+                declared, weights = (tracked.split(":", 1) if ":" in tracked
+                                     else (str(self.exp.options.get("backend", "hf")), tracked))
+            sampling, spec_options = dict(m.sampling), {}  # type: ignore[union-attr]
+        elif m is not None:
             declared, weights, sampling, spec_options = m.backend, m.weights, dict(m.sampling), dict(m.options)
         elif ":" in name and name.split(":", 1)[0] in BACKEND_KINDS:
             declared, weights = name.split(":", 1)
-            sampling, spec_options = {}, {}
+            # other weights under the spec's sampling for this role (the paper's temperature
+            # and budgets hold when `--model ROLE=hf:FOLDER` swaps in the paper's model)
+            sampling, spec_options = dict(spec_model.sampling) if spec_model is not None else {}, {}
         else:
             declared, weights, sampling, spec_options = str(self.exp.options.get("backend", "hf")), name, {}, {}
         kind = "replay" if self.options.replay else (self.options.backend or declared)
@@ -85,6 +98,9 @@ class ModelResolver:
             cap = self.options.max_tokens
             sampling["max_tokens"] = min(int(sampling.get("max_tokens", cap)), cap)
         context = self.context
+        url = self.options.endpoints.get(role) or self.options.endpoints.get(name)
+        if url is not None and kind == "openai":  # --endpoint: this role's or model's own server
+            context = dataclasses.replace(context, base_url=url)
         if kind == "replay" and m is None and not context.replay:
             # --model ROLE=replay:FILE: a recording named on the command line, the user's own
             # path like --replay's (a spec's is confined to its folder)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from askspec.terminal import printable
 
@@ -33,14 +33,22 @@ def register(sub) -> None:
                                    "that failed), 3 no session succeeded, 130 interrupted.")
     p.add_argument("file", nargs="?", help="the .ask spec (optional with --resume)")
     p.add_argument("--backend", choices=BACKEND_KINDS, help="run every model on this backend (python callables stay in process)")
-    p.add_argument("--model", action="append", metavar="ROLE=SPEC", help="model for a role: a declared model or backend:weights")
+    p.add_argument("--model", action="append", metavar="ROLE=SPEC",
+                   help="model for a role: a declared model, or backend:weights (other weights under the sampling "
+                        "settings of the model the spec gives the role)")
     p.add_argument("--base-url", metavar="URL",
                    help="endpoint of the openai models, e.g. http://localhost:8000/v1 (a local vLLM or llama.cpp server)")
     p.add_argument("--served-model", action="append", metavar="[ROLE_OR_MODEL=]NAME",
                    help="the model name the server is asked for (every openai model, or one role or model)")
+    p.add_argument("--endpoint", action="append", metavar="ROLE_OR_MODEL=URL",
+                   help="the server of one role's or model's openai calls, in place of --base-url's (an OpenRLHF "
+                        "job's evaluate stage: the evaluated weights on one server, its frozen models on others)")
     p.add_argument("--sessions", type=int, metavar="N", help="run at most N sessions (whole groups)")
     p.add_argument("--seed", type=int, help="run seed (default: the experiment's seed, else 0)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
+    p.add_argument("--data", action="append", metavar="NAME=FILE",
+                   help="read data block NAME from FILE (JSON lines or parquet) instead of the spec's file, checked "
+                        "against the block's declared fields (scripts/convert_data.py converts the papers' formats)")
     p.add_argument("--profile", metavar="NAME",
                    help="the configuration to run: one of the spec's profiles (default: the spec's `profile = NAME`)")
     p.add_argument("--out", default="runs", help="folder for run directories (default: runs)")
@@ -153,6 +161,10 @@ class Run:
         self.own_process = own_process
         self.run_dir: str | None = None
         self.writer: RunWriter | None = None
+        # a command built on `run` (rescore.py): told once the run directory exists, before the
+        # first session, and just before the run's end is recorded
+        self.on_started: Callable[[Started], None] | None = None
+        self.on_finish: Callable[[RunWriter, str], None] | None = None
 
     async def execute(self) -> int:
         from askspec.runtime.commands.progress import Progress
@@ -171,6 +183,8 @@ class Run:
         if started is None:
             return EXIT_ERROR  # the spec's diagnostics are printed
         self.writer, self.run_dir = started.writer, str(started.writer.run_dir)
+        if self.on_started is not None:
+            self.on_started(started)
         try:
             return await self._play(started, progress)
         finally:
@@ -276,7 +290,11 @@ class Run:
             finally:
                 self.abandon(status)
         if not opts.quiet:
-            for line in progress.summary(status, str(writer.run_dir)) + (report.summary() if report else []):
+            from askspec.runtime.commands.bounds import closing_lines
+
+            summary = progress.summary(status, str(writer.run_dir))  # its last line names the run directory
+            summary[-1:-1] = closing_lines(s.exp, dict(progress.games), progress.roles)
+            for line in summary + (report.summary() if report else []):
                 print(line, file=sys.stderr)
         if status == "interrupted":
             print(f"interrupted: everything recorded so far is in {writer.run_dir}; continue with: "
@@ -324,6 +342,8 @@ class Run:
         writer = self.writer
         if writer is None or writer.closed:
             return
+        if self.on_finish is not None:
+            self.on_finish(writer, status)
         try:
             writer.finish(status, compact=(status == "finished"))
         except Exception as e:  # the sessions are recorded; a failed compaction loses nothing

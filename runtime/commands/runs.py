@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from askspec.runtime.commands.query import _error, _guarded, _print_warnings, format_table
 from askspec.runtime.store import layout, liveness
+from askspec.runtime.store.describe import json_value, models_text, settings_text
 from askspec.runtime.store.views import connect
 
 _RUNS_SQL = """
@@ -68,7 +69,7 @@ def _rows(con) -> list[dict[str, Any]]:
     rows = con.sql(_RUNS_SQL).to_arrow_table().to_pylist()
     for r in rows:
         for key in ("roles", "overrides", "run_options", "totals", "history"):
-            r[key] = _json(r[key])
+            r[key] = json_value(r[key])
     unended = {r["run_id"] for r in rows if r["status"] in ("running", *liveness.NOT_RUNNING)}
     for r in rows:
         if r["run_id"] in unended:
@@ -87,59 +88,6 @@ def _rows(con) -> list[dict[str, Any]]:
         r["models"] = models_text(r["roles"])
         r["settings"] = settings_text(r["run_options"], r["overrides"], r["seed"])
     return rows
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
-
-
-def models_text(roles: Any) -> str:
-    """'hf:smollm2-135m-instruct (questioner, key); openai:qwen@http://host/v1 (judge)'."""
-    if not isinstance(roles, dict):
-        return ""
-    by_model: dict[str, list[str]] = {}
-    for role, info in roles.items():
-        info = info if isinstance(info, dict) else {}
-        models = [m for m in info.get("models") or [] if isinstance(m, dict)]
-        names = [_model_text(m) for m in models] or ([str(info["model"])] if info.get("model") else [])
-        for name in names:
-            by_model.setdefault(name, []).append(str(role))
-    return "; ".join(f"{name} ({', '.join(roles_)})" for name, roles_ in by_model.items())
-
-
-def _model_text(m: dict) -> str:
-    text = f"{m.get('backend')}:{m.get('model')}"
-    return f"{text}@{m['endpoint']}" if m.get("endpoint") else text
-
-
-def settings_text(options: Any, overrides: Any, seed: Any = None) -> str:
-    """The flags a run was started with, as one would type them again: the seed it ran
-    with, the profile its IR is (the spec's default one included, where the manifest
-    records it) and --eval-only first."""
-    options = options if isinstance(options, dict) else {}
-    parts = []
-    if isinstance(seed, int) and not isinstance(seed, bool):
-        parts.append(f"--seed {seed}")
-    for key in ("profile", "backend", "sessions", "max_tokens", "concurrency", "base_url", "replay"):
-        if options.get(key) is not None:
-            parts.append(f"--{key.replace('_', '-')} {options[key]}")
-    if options.get("eval_only") is True:
-        parts.append("--eval-only")
-    for key in ("stage", "weights"):  # one evaluate stage (an OpenRLHF job's evaluate.sh)
-        if isinstance(options.get(key), str):
-            parts.append(f"--{key} {options[key]}")
-    for role, spec in (options.get("models") or {}).items():
-        parts.append(f"--model {role}={spec}")
-    for key, name in (options.get("served_models") or {}).items():
-        parts.append(f"--served-model {f'{key}=' if key else ''}{name}")
-    for name, value in (overrides or {}).items() if isinstance(overrides, dict) else []:
-        parts.append(f"--set {name}={json.dumps(value) if not isinstance(value, str) else value}")
-    return " ".join(parts)
 
 
 def _duration(seconds: Any) -> str:

@@ -89,7 +89,7 @@ def compile_spec(opts: RunOptions, manifest: dict | None):
     from askspec.ir.canonical import experiment_hash
     from askspec.api import compile_file
 
-    res = compile_file(opts.file, opts.overrides, opts.profile)
+    res = compile_file(opts.file, opts.overrides, opts.profile, data=opts.data)
     res.sink.emit(res.sources)
     if not res.ok:
         return None, None
@@ -97,7 +97,7 @@ def compile_spec(opts: RunOptions, manifest: dict | None):
     if manifest is not None and manifest.get("experiment_hash") != ehash:
         raise UsageError(f"refusing to resume {opts.resume}: its experiment hash "
                          f"{str(manifest.get('experiment_hash', '?'))[:12]} differs from the current spec's {ehash[:12]} "
-                         f"(the spec, a prompt, a --set value, the --profile or a training default of this askspec "
+                         f"(the spec, a prompt, a --set value, a --data file, the --profile or a training default of this askspec "
                          "version changed)")
     return res, ehash
 
@@ -208,7 +208,7 @@ def given_promotions(opts: RunOptions) -> list[dict] | None:
     """--promotions FILE's promoted datasets (None without the flag); a bad file is the user's error."""
     if opts.promotions is None:
         return None
-    from askspec.runtime.targets.openrlhf.inner_loop import read_promotions
+    from askspec.runtime.train.promotions import read_promotions
 
     try:
         return read_promotions(opts.promotions)

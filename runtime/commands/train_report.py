@@ -15,6 +15,8 @@ from typing import Any
 from askspec.ir import model as ir
 from askspec.terminal import printable
 
+from askspec.runtime.engine.recorder import Recorder
+
 # a step "had no signal" when every trajectory's advantage was 0 (all groups had equal
 # rewards): its update was skipped, or ran on a KL term alone
 NO_SIGNAL_SKIPS = frozenset({"zero_advantage"})
@@ -80,14 +82,21 @@ class StepSessions:
     groups), so that the spec's declared metrics are evaluated over one step's sessions
     when it ends, as `askspec metrics` evaluates them over a run's."""
 
-    def __init__(self, writer, exp: ir.Experiment) -> None:
+    def __init__(self, writer: Recorder, exp: ir.Experiment) -> None:
         self._writer = writer
         self._exp = exp
         self._sessions: dict[str, dict[str, Any]] = {}  # session -> what it recorded (its step's while it is kept)
         self._groups: dict[str, tuple[Any, ...]] = {}  # group -> (route, stats, members, judge calls)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._writer, name)
+    # forwarded as they are (the engine's other events)
+    def turn(self, session_id: str, attempt: int, **fields: Any) -> None:
+        self._writer.turn(session_id, attempt, **fields)
+
+    def match(self, group_id: str, **fields: Any) -> None:
+        self._writer.match(group_id, **fields)
+
+    def buffer_event(self, **fields: Any) -> None:
+        self._writer.buffer_event(**fields)
 
     def session_started(self, session_id: str, **fields: Any) -> int:
         attempt = self._writer.session_started(session_id, **fields)
@@ -269,23 +278,33 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:,.1f} GB"
 
 
-def checkpoint_note(sizes: dict[str, tuple[int, int]], steps: int, save_every: int, keep: int,
-                    threshold: int = CHECKPOINT_NOTE_BYTES) -> str | None:
-    """What the run's checkpoints will hold on disk, when that is over `threshold` bytes,
-    else None. `sizes`: per trained role, the bytes of its weights and of its AdamW moments
-    (2x the trained weights). Every checkpoint holds each role's weights; only the newest
-    keeps the moments; `keep` (keep_checkpoints) of them stay, and while one is written the
-    one before still has its moments and the oldest kept is not yet removed."""
+def checkpoint_disk(sizes: dict[str, tuple[int, int]], steps: int, save_every: int,
+                    keep: int) -> tuple[int, int, int, int] | None:
+    """(checkpoints written, kept, bytes on disk at the end, most bytes while one is written)
+    of a schedule, or None when it writes none. `sizes`: per trained role, the bytes of its
+    weights and of its AdamW moments. Every checkpoint holds each role's weights; only the
+    newest keeps the moments; `keep` of them stay, and while one is written the one before
+    still has its moments and the oldest kept is not yet removed (`askspec estimate` too)."""
     written = checkpoints_written(steps, save_every)
     if not written or not sizes:
         return None
     weights = sum(w for w, _ in sizes.values())
     moments = sum(m for _, m in sizes.values())
     kept = min(keep, written)
-    final = kept * weights + moments
-    peak = min(keep + 1, written) * weights + min(2, written) * moments
-    if peak <= threshold:
+    return written, kept, kept * weights + moments, min(keep + 1, written) * weights + min(2, written) * moments
+
+
+def checkpoint_note(sizes: dict[str, tuple[int, int]], steps: int, save_every: int, keep: int,
+                    threshold: int = CHECKPOINT_NOTE_BYTES) -> str | None:
+    """What the run's checkpoints will hold on disk, when that is over `threshold` bytes,
+    else None. `sizes`: per trained role, the bytes of its weights and of its AdamW moments
+    (2x the trained weights); the arithmetic is checkpoint_disk's."""
+    disk = checkpoint_disk(sizes, steps, save_every, keep)
+    if disk is None or disk[3] <= threshold:
         return None
+    written, kept, final, peak = disk
+    weights = sum(w for w, _ in sizes.values())
+    moments = sum(m for _, m in sizes.values())
     return (f"checkpoints: about {_gb(final)} on disk at the end, up to {_gb(peak)} while one is written: "
             f"{written:,} written (save_every = {save_every} over {_steps(steps)}), the newest {kept:,} kept "
             f"(keep_checkpoints = {keep}), each {_gb(weights)} of weights, the newest also {_gb(moments)} of AdamW "

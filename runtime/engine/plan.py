@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from askspec.ir import model as ir
-from askspec.lang.paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, open_spec_file, record_too_large
+from askspec.lang.paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, open_regular, open_spec_file, record_too_large
 from askspec.ir.plansize import Unknown, cut_total, first_phase, game_sessions, replays_buffer, spec_range
 
 from askspec.runtime.engine.evaluator import Env, EvalError, evaluate
@@ -49,9 +49,11 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
         items = list(ds.items or [])
     else:
         # the checks `check` made (inside the spec's folder, a regular file, size cap),
-        # made again on the file actually read: it may have changed since
+        # made again on the file actually read: it may have changed since (a --data file,
+        # the user's own, is read where it is)
         path = ds.path or ""
-        with open_spec_file(spec_dir, path, MAX_DATA_BYTES) as raw:
+        opened = open_regular(path, MAX_DATA_BYTES) if ds.user_file else open_spec_file(spec_dir, path, MAX_DATA_BYTES)
+        with opened as raw:
             if ds.format in ("jsonl", "knowledge"):
                 items = []
                 for n, data in enumerate(raw, 1):

@@ -20,8 +20,8 @@ from jinja2.exceptions import SecurityError
 from askspec.ir import model as ir
 # the checker's sandboxed environment: templates render exactly as they were checked,
 # within the sandbox's time and size limits
-from askspec.lang.templates import environment as template_environment
-from askspec.lang.templates import render_template, template_label
+from askspec.lang.sandbox import environment as template_environment
+from askspec.lang.sandbox import render as render_template
 
 from askspec.runtime.engine.state import SessionFailed
 
@@ -58,7 +58,7 @@ class Prompts:
     def label(self, key: str) -> str:
         """The template as an error names it: an inline one by its spec file:line:col."""
         t = self.templates.get(key)
-        return template_label(key, t.span if t is not None else None)
+        return ir.template_label(key, t.span if t is not None else None)
 
     def render(self, key: str, ctx: dict[str, Any]) -> str:
         """The template `key` rendered with the variables it uses from `ctx`; a template

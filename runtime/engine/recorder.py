@@ -34,3 +34,9 @@ class Recorder(Protocol):
 
     def match(self, group_id: str, *, a: str, b: str, first_shown: str, verdict: str | None, outcome: float | None,
               raw: str | None) -> None: ...
+
+    def buffer_event(self, *, buffer: str, event: str, item: int, value: Any = None, reason: str | None = None,
+                     score: float | None = None, best: float | None = None, replays: int | None = None,
+                     step: int | None = None, phase: str | None = None) -> None:
+        """A buffer's push, replay, eviction... (`step`/`phase`: a training run's, else None)."""
+        ...

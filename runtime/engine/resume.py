@@ -53,6 +53,9 @@ def load_prior(run_dir: str, done: set[str], plans: Iterable[SessionPlan]) -> tu
             messages = json_cell(prompt) or []
             users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
             firsts.setdefault(sid, {})[role] = users[-1] if users else ""
+    # a session's completion tokens (SessionResult.tokens): a live tournament's arrival order
+    tokens = dict(con.execute("SELECT session_id, sum(tokens_out) FROM turns WHERE group_id IS NULL "
+                              "GROUP BY session_id").fetchall())
     prior: dict[str, SessionResult] = {}
     for sid, status, outcome, error, vars_, attempt, bookkeeping in rows:
         if sid not in done or sid not in by_id:
@@ -71,7 +74,8 @@ def load_prior(run_dir: str, done: set[str], plans: Iterable[SessionPlan]) -> tu
             book = SessionBook(stateful=book.stateful)
         prior[sid] = SessionResult(plan=by_id[sid], status=status, outcome=outcome, error=error,
                                    rewards=rewards.get(sid, []), final_texts=finals.get(sid, {}),
-                                   first_prompts=firsts.get(sid, {}), attempt=int(attempt or 1),
+                                   first_prompts=firsts.get(sid, {}), tokens=int(tokens.get(sid) or 0),
+                                   attempt=int(attempt or 1),
                                    vars={**by_id[sid].bindings, **v}, book=book)
     routed = {r[0] for r in con.execute("SELECT DISTINCT group_id FROM groups").fetchall()}
     return prior, routed

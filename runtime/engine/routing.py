@@ -5,7 +5,9 @@ place), or the traces go to a pairwise tournament or a pointwise judge.
 
 Routed rewards are stored next to the session rewards (name `tournament` / `judge`), and
 the group records the route it took, its statistics, its members, how many judge calls it
-made and how many of them gave no parseable verdict. Routing reaches models only through
+made and how many of them gave no parseable verdict. A live tournament takes the traces in
+the order they finish (`arrival_order`: by completion tokens), as Reasoning Arena's §4
+admits each trace when it finishes; the group records that order (`arrival`). Routing reaches models only through
 a `JudgeClient` (render a template, call a judge role and parse its reply), so it can be
 run alone against a fake client; the engine's client records every call as a turn."""
 
@@ -82,6 +84,15 @@ class _Judge:
         if reply.value is None:
             self.tally.unparsed += 1
         return reply
+
+
+def arrival_order(members: list[SessionResult]) -> list[int]:
+    """The order in which a group's traces finish, as indices into `members`: by the
+    session's completion tokens (a group's traces are decoded side by side, so the shorter
+    finishes first; Reasoning Arena §4: "short traces first"), ties in sample order. A
+    deterministic stand-in for the finish time, which a replay or a resumed run could not
+    reproduce; in a one-ask game (Reasoning Arena's `solve`) it is the trace's own length."""
+    return sorted(range(len(members)), key=lambda i: (members[i].tokens, members[i].plan.index))
 
 
 def role_total(res: SessionResult, role: str) -> float:
@@ -164,18 +175,24 @@ class GroupRouter:
                                                      "attempt": attempt})
             return (await judge(prompt)).text
 
-        traces = [m.final_texts.get(role, "") for m in ok]
+        arrived = arrival_order(ok) if t.pairing == "live" else list(range(len(ok)))
+        traces = [ok[i].final_texts.get(role, "") for i in arrived]
         # a judge call that fails for good propagates: the group's route is recorded as error
         result = await run_tournament(traces, judge=ask, pairing=t.pairing, gamma=t.gamma, aggregate=t.aggregate,
                                       order=t.order, seed=derive_seed(self.seed, group_id), retries=t.retries,
                                       anchors=t.live_opponents, labels=t.verdicts)
         for m in result.matches:
-            self.recorder.match(group_id, a=ok[m.a].plan.session_id, b=ok[m.b].plan.session_id,
-                                first_shown=ok[m.first_shown].plan.session_id if isinstance(m.first_shown, int) else str(m.first_shown),
+            shown = m.first_shown
+            self.recorder.match(group_id, a=ok[arrived[m.a]].plan.session_id, b=ok[arrived[m.b]].plan.session_id,
+                                first_shown=ok[arrived[shown]].plan.session_id if isinstance(shown, int) else str(shown),
                                 verdict=m.verdict, outcome=m.outcome, raw=m.raw_reply)
-        extra.update(strengths=list(result.strengths), judge_calls=result.judge_calls, aggregate=result.aggregate,
-                     pairing=result.pairing)
-        return list(result.scores)
+        scores: list[float | None] = [None] * len(ok)
+        strengths: list[float] = [0.0] * len(ok)
+        for k, i in enumerate(arrived):  # back to the members' order (sample order)
+            scores[i], strengths[i] = result.scores[k], float(result.strengths[k])
+        extra.update(strengths=strengths, judge_calls=result.judge_calls, aggregate=result.aggregate,
+                     pairing=result.pairing, arrival=[ok[i].plan.session_id for i in arrived])
+        return scores
 
     async def _pointwise(self, j: ir.PointwiseJudge, group_id: str, role: str, ok: list[SessionResult],
                          group_ctx: dict, extra: dict, tally: JudgeTally) -> list[float | None]:

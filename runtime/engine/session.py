@@ -240,9 +240,7 @@ class Engine:
         self._buffer_when = {"step": step, "phase": phase}
 
     def _buffer_event(self, ev: dict) -> None:
-        record = getattr(self.writer, "buffer_event", None)
-        if record is not None:
-            record(**ev, **self._buffer_when)
+        self.writer.buffer_event(**ev, **self._buffer_when)
 
     async def run_session(self, p: SessionPlan) -> SessionResult:
         game = self.games[p.game]
@@ -407,9 +405,8 @@ class Engine:
         if n is not None:
             serial, st.sample_asks = st.sample_asks, st.sample_asks + 1
 
-        over = s.sampling or None
-
         async def for_role(role: str):
+            over = s.sampling_for(role) or None  # the ask's fields, the role's own over them
             if n is None:
                 return await self.call_role(role, s.template, base_ctx, message, st, remember=True, sampling=over)
             return await _gather_all_or_none([self.call_role(role, s.template, base_ctx, message, st, remember=False,

@@ -129,6 +129,7 @@ class _Watchdog:
         self._heap: list[tuple[float, int, _Job]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self.pid = os.getpid()
         api = getattr(ctypes, "pythonapi", None)
         try:
             self._set = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
@@ -141,13 +142,6 @@ class _Watchdog:
             self.available = api is not None
         except (AttributeError, TypeError, OSError):  # not CPython: guards only
             self.available = False
-
-    def reset_after_fork(self) -> None:
-        # In a forked child the parent's watchdog thread does not exist and the lock may
-        # have been copied in a held state: start from scratch.
-        self._cond = threading.Condition()
-        self._heap = []
-        self._thread = None
 
     def arm(self, seconds: float) -> _Job:
         job = _Job(threading.get_ident())
@@ -186,9 +180,20 @@ class _Watchdog:
                     heapq.heappush(self._heap, (now + RESIGNAL_S, next(self._seq), job))
 
 
-_WATCHDOG = _Watchdog()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WATCHDOG.reset_after_fork)
+_WATCHDOG: _Watchdog | None = None
+
+
+def _watchdog() -> _Watchdog:
+    """The process's watchdog, made on first use (importing this module changes nothing
+    in the process: no thread, no fork handler); a forked child makes its own, since the
+    parent's thread does not exist there and its lock may have been copied held. (Two
+    threads racing here may make two; each caller arms and disarms on the one it got.)"""
+    global _WATCHDOG
+    wd = _WATCHDOG
+    if wd is None or wd.pid != os.getpid():
+        wd = _WATCHDOG = _Watchdog()
+    return wd
+
 
 T = TypeVar("T")
 
@@ -200,18 +205,21 @@ def call_with_deadline(fn: Callable[[], T], seconds: float | None) -> T:
     blocks the caller like any sync call; use ``asyncio.to_thread`` to keep a loop
     responsive). ``seconds`` None/<=0, or a non-CPython interpreter: no deadline.
     """
-    if not seconds or seconds <= 0 or not _WATCHDOG.available:
+    if not seconds or seconds <= 0:
+        return fn()
+    wd = _watchdog()
+    if not wd.available:
         return fn()
     job: _Job | None = None
     try:
-        job = _WATCHDOG.arm(seconds)
+        job = wd.arm(seconds)
         try:
             return fn()
         finally:
-            _WATCHDOG.disarm(job)
+            wd.disarm(job)
     except _Deadline:
         if job is not None:  # (a second firing landing before the finally's disarm: never fired again)
-            _WATCHDOG.disarm(job)
+            wd.disarm(job)
         raise DeadlineExceeded(f"exceeded {seconds:g} s") from None
 
 

@@ -580,7 +580,7 @@ _RUN_OPTIONS: dict[str, tuple[type, ...]] = {
     "backend": _STR_OR_NONE, "replay": _STR_OR_NONE, "sessions": (int, type(None)),
     "max_tokens": (int, type(None)), "models": (dict, type(None)),
     "base_url": _STR_OR_NONE, "default_base_url": _STR_OR_NONE, "served_models": (dict, type(None)),
-    "concurrency": (int, type(None)), "profile": _STR_OR_NONE,
+    "concurrency": (int, type(None)), "profile": _STR_OR_NONE, "data": (dict, type(None)),
 }
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z?")
 

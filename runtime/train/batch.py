@@ -10,7 +10,9 @@ sampling time (the "old" policy).
 
 **Rewards** (one scalar per trajectory, as the language reference states):
 - a conversation trajectory gets the role's terminal rewards of the session plus the
-  per-turn rewards of its own turns;
+  per-turn rewards of its own turns (a plain sum, undiscounted: AskBench's §4.2 defines
+  turn and terminal rewards without their combination, and its spec names the sum as
+  ours);
 - a `sample` trajectory gets the per-turn rewards of its turn, plus the session's
   terminal rewards when the role has no conversation turns in that session;
 - when a `route` replaced the group's rewards (tournament / judge), the routed value is

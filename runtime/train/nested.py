@@ -20,8 +20,9 @@ step does between playing the outer games and updating the outer role.
    session (so RLOO compares datasets). With `outer_reward = intrinsic` steps 2-4 are
    skipped and the outer role trains on the game's own rewards (SOAR's Intrinsic-T).
 5. **Promotion.** The mean outer reward of the step joins a moving average over the last
-   `promotion_window` steps (since the last promotion: rewards before it were measured
-   against another baseline); above `promotion_threshold`, the median copy (the lower
+   `promotion_window` steps, one running average over the whole run, not reset by a
+   promotion (SOAR's Alg. 1 updates one R̄_t every step; Fig. 16: the rewards drop after a
+   promotion and the average follows them); above `promotion_threshold`, the median copy (the lower
    median by reward) of the best dataset becomes the inner role's weights and the dataset
    joins the promoted ones. With `stage NAME train { keep = best(accuracy) }` each promoted
    student that is more accurate on its step's reward questions than every one before is
@@ -104,7 +105,7 @@ CopyTrainer = Callable[[int, "Dataset", int, int, list, int], Awaitable[CopyResu
 class LoopState:
     """What the loop carries from one outer step to the next (checkpointed)."""
 
-    rewards: list[float] = field(default_factory=list)  # mean outer reward per step since the last promotion
+    rewards: list[float] = field(default_factory=list)  # mean outer reward per step, the whole run (Alg. 1)
     promotions: list[dict[str, Any]] = field(default_factory=list)  # {step, dataset, copy, items}
     best: dict[str, Any] | None = None  # keep = best(accuracy): {step, dataset, copy, accuracy} of the kept student
 
@@ -161,7 +162,8 @@ def median_copy(accuracies: list[float]) -> int:
 
 
 def decide(state: LoopState, mean_reward: float, window: int, threshold: float) -> tuple[float, bool]:
-    """Add a step's mean outer reward; (the moving average, whether to promote)."""
+    """Add a step's mean outer reward; (the moving average over the last `window` steps
+    of the run, promotions included, whether to promote)."""
     state.rewards.append(mean_reward)
     recent = state.rewards[-window:]
     average = sum(recent) / len(recent)
@@ -344,7 +346,6 @@ class InnerLoop:
                     student.take_weights(_load_weights(weights))
                 record = {"step": step, "dataset": k_best, "copy": j_star, "items": datasets[k_best - 1].items}
                 self.state.promotions.append(record)
-                self.state.rewards = []
                 log.nested_event(step=step, event="promotion", dataset=k_best, copy=j_star, value=rewards[k_best - 1],
                                  data=record)
                 if self.keep_best and (self.state.best is None or accuracy > self.state.best["accuracy"]):

@@ -38,10 +38,9 @@ class TrainedPolicy:
     def __init__(self, cfg: TrainConfig, weights: str, backend_options: dict[str, Any] | None = None,
                  init_from: str | os.PathLike[str] | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # loading and saving bars would garble the run's progress line
-
+        # (no progress-bar switch here: it is the process's; `askspec run` turns the bars
+        # off, commands/noise.py, and a library caller keeps its own setting)
         from askspec.runtime.backends.hf import HFBackend, check_memory, resolve_weights
 
         options = dict(backend_options or {})

@@ -16,7 +16,11 @@
   mixed, or the former first for `curriculum` steps), sized by the role's train block, and
   updates the role with its algorithm under the stage's learning-rate schedule. With
   `keep = plateau(reward, window, fraction)` the stage stops at the first step its smoothed
-  training reward levels off (`plateau`), keeping that step's weights.
+  training reward levels off (`plateau`), keeping that step's weights; with `select =
+  posthoc` it trains every step, keeping the role's weights every `every` steps, and then
+  selects the start of the plateau over the whole curve (`plateau_posthoc`, App. B.6), the
+  evaluate stages after it averaging over the kept checkpoints of the `average` steps
+  from it (`averaged_checkpoints`).
 """
 
 from __future__ import annotations
@@ -97,8 +101,12 @@ def sft_config(cfg: Any, opts: dict[str, Any]) -> Any:
 # evaluate
 
 
-def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: int) -> dict[str, list[SessionPlan]]:
-    """Per weights, the sessions of an evaluate stage: every element `samples` times. Both
+def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: int, weights: list[str] | None = None,
+               tag: str = "") -> dict[str, list[SessionPlan]]:
+    """Per weights (the stage's, or those of `weights`), the sessions of an evaluate stage:
+    every element `samples` times, its groups' ids ending in `tag` (a checkpoint of a
+    post-hoc plateau's window: each checkpoint's samples are a group of their own, so
+    pass@k averages over checkpoints and items alike). Both
     weights play the same seeds (a paired comparison: the one seed the spec shares, by
     asking for both weights); another evaluate stage of the same games has seeds of its
     own (the stage's name is part of them). `step` is not: `askspec run --eval-only
@@ -106,14 +114,14 @@ def eval_plans(stage: ir.Stage, elements: list, seed: int, step: int, index0: in
     samples = int(stage.options["samples"])
     out: dict[str, list[SessionPlan]] = {}
     k = index0
-    for weights in stage.options["weights"]:
-        plans = out.setdefault(weights, [])
+    for w in weights or stage.options["weights"]:
+        plans = out.setdefault(w, [])
         for j, e in enumerate(elements):
-            group_id = f"{stage.name}-{weights}-e{j:03d}"
+            group_id = f"{stage.name}-{w}{tag}-e{j:03d}"
             for member in range(samples):
                 plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=e.game.name, group_id=group_id,
                                          group_size=samples, bindings=e.bindings, step=step, stage=stage.name,
-                                         weights=weights,
+                                         weights=w,
                                          seed=derive_seed(seed, e.game.name, e.item_index, "evaluate", stage.name, member),
                                          item_index=e.item_index))
                 k += 1
@@ -167,24 +175,68 @@ def sampled_items(game: ir.Game, sessions: list, parsed: dict[tuple[str, int], A
     return [it for role in roles for ds in datasets_of(sessions, parsed, role) for it in ds.items]
 
 
-def plateau(rewards: list[float | None], window: int, fraction: float) -> dict[str, float] | None:
-    """Whether a stage's training-reward curve (one mean per step; None: a step without
-    rewards, skipped) has levelled off at its last step: the curve smoothed by a trailing
-    moving average over `window` steps, its slope (the smoothed value minus the one before)
-    at the last step below `fraction` of the largest slope seen so far, which must be
-    positive (a curve that never rose has no plateau). SOAR's early stopping (App. B.6) with
-    a trailing window in place of the paper's centred one, so it is decided when the step
-    is reached; the paper's normalisation by the reward range divides both slopes alike.
-    Returns the slopes when it has, else None."""
-    curve = [r for r in rewards if r is not None]
-    if len(curve) < window + 2:  # two slopes at least: one to rise, one to level off
+def _slopes(rewards: list[float | None], window: int, centred: bool) -> list[tuple[int, float, float]]:
+    """(step, smoothed value, slope) of a stage's training-reward curve (one mean per step,
+    step n at index n - 1; None: a step without rewards, left out): the curve smoothed by a
+    moving average over `window` steps, trailing (the value at a step averages it and the
+    window - 1 before) or centred (App. B.6: the steps around it; only whole windows), and
+    each slope the smoothed value minus the one before, at the later one's step. The
+    paper's normalisation by the reward range divides every slope alike, so it is left out."""
+    curve = [(n, r) for n, r in enumerate(rewards, 1) if r is not None]
+    before = (window - 1) // 2 if centred else window - 1  # of the window, the steps before its own
+    smooth = [(curve[i][0], sum(r for _, r in curve[i - before:i - before + window]) / window)
+              for i in range(before, len(curve) - (window - 1 - before))]
+    return [(n, b, b - a) for (_, a), (n, b) in zip(smooth, smooth[1:])]
+
+
+def plateau(rewards: list[float | None], window: int, fraction: float, min_steps: int = 0) -> dict[str, float] | None:
+    """`keep = plateau(...)` online (`select = online`): whether the curve has levelled off
+    at its last step, so the stage stops there: the slope of the curve smoothed by a
+    trailing window (decided when the step is reached) below `fraction` of the largest
+    slope so far, which must be positive (a curve that never rose has no plateau), and not
+    before stage step `min_steps` (a guard: a noisy curve's first slopes make an early,
+    small "largest slope"). Returns the slopes when it has, else None."""
+    slopes = _slopes(rewards, window, centred=False)
+    if len(slopes) < 2 or len(rewards) < min_steps:  # two slopes at least: one to rise, one to level off
         return None
-    smooth = [sum(curve[i - window + 1:i + 1]) / window for i in range(window - 1, len(curve))]
-    slopes = [b - a for a, b in zip(smooth, smooth[1:])]
-    top = max(slopes[:-1])
-    if top <= 0 or slopes[-1] >= fraction * top:
+    top = max(s for _, _, s in slopes[:-1])
+    n, smoothed, last = slopes[-1]
+    if top <= 0 or last >= fraction * top:
         return None
-    return {"slope": slopes[-1], "max_slope": top, "smoothed": smooth[-1]}
+    return {"slope": last, "max_slope": top, "smoothed": smoothed}
+
+
+def plateau_posthoc(rewards: list[float | None], window: int, fraction: float) -> dict[str, Any]:
+    """`keep = plateau(..., select = posthoc)`: SOAR's checkpoint selection (App. B.6), over
+    the whole recorded curve after the stage trained every step: smoothed by a centred
+    window, "the earliest point where the normalized slope falls below 15% of the maximum
+    observed slope" (`fraction`), read as the first step after the steepest rise whose
+    slope is below `fraction` of it (before the rise every slope of a flat start is
+    below it too, and the plateau is what follows the rise). {"step": the selected stage
+    step, "slope", "max_slope", "max_step", "smoothed"}; "step" is the curve's last step
+    (and "plateau" False) when no slope is positive or none after the steepest falls
+    below `fraction` of it."""
+    slopes = _slopes(rewards, window, centred=True)
+    last = len(rewards)
+    if not slopes or max(s for _, _, s in slopes) <= 0:
+        return {"step": last, "plateau": False, "max_slope": max((s for _, _, s in slopes), default=None)}
+    top_at = max(range(len(slopes)), key=lambda i: (slopes[i][2], -i))  # the first steepest
+    top_step, _, top = slopes[top_at]
+    for n, smoothed, slope in slopes[top_at + 1:]:
+        if slope < fraction * top:
+            return {"step": n, "plateau": True, "slope": slope, "max_slope": top, "max_step": top_step,
+                    "smoothed": smoothed}
+    return {"step": last, "plateau": False, "max_slope": top, "max_step": top_step}
+
+
+def averaged_checkpoints(kept: list[int], selected: int, average: int, last: int) -> list[int]:
+    """The checkpoints (stage steps) a post-hoc plateau's evaluations average over: the
+    kept ones from the selected step through `average` steps after it (App. B.6: "test
+    performance is averaged over a 200 step window following the selected step"); the
+    first kept one after the selected step when none is in that window; the stage's last
+    step (always kept) when none is after it."""
+    window = [n for n in kept if selected <= n <= selected + average]
+    return window or [next((n for n in sorted(kept) if n >= selected), last)]
 
 
 def retrain_config(cfg: Any, opts: dict[str, Any]) -> Any:

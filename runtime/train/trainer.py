@@ -34,12 +34,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import group_size, whole_groups
+from askspec.ir.plansize import group_size, weight_rounds, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
+from askspec.runtime.engine.recorder import Recorder
 from askspec.runtime.train.batch import SessionRecord, build_batch
 from askspec.runtime.train import schedule
 from askspec.runtime.train.config import config_from_ir
@@ -226,18 +227,57 @@ class StepPlanner:
 # what a step recorded
 
 
+class StepWriter(Recorder, Protocol):
+    """What a training run records beyond the engine's events (the run store's RunWriter)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    def train_step(self, role: str, step: int, metrics: dict) -> None: ...
+
+    def nested_event(self, *, step: int, event: str, dataset: int | None = None, copy: int | None = None,
+                     inner_step: int | None = None, value: float | None = None, data: Any = None) -> None: ...
+
+    def flush(self) -> None: ...
+
+
 class StepLog:
     """The run writer, passed through, keeping what the trainer needs from the current
-    step: each session's status, variables, rewards and rollouts, and the groups' routes."""
+    step: each session's status, variables, rewards and rollouts, and the groups' routes.
+    It is the engine's Recorder and the trainer's StepWriter: every event is forwarded."""
 
-    def __init__(self, writer) -> None:
+    def __init__(self, writer: StepWriter) -> None:
         self._writer = writer
         self.sessions: dict[str, SessionRecord] = {}
         self.routes: dict[tuple[str, str], str] = {}
         self.parsed: dict[tuple[str, int], Any] = {}  # (session, turn index) -> the reply's fields (nested datasets)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._writer, name)
+    # forwarded as they are
+    @property
+    def run_id(self) -> str:
+        return self._writer.run_id
+
+    @property
+    def generation(self) -> int:
+        return self._writer.generation
+
+    def train_step(self, role: str, step: int, metrics: dict) -> None:
+        self._writer.train_step(role, step, metrics)
+
+    def nested_event(self, **fields: Any) -> None:
+        self._writer.nested_event(**fields)
+
+    def buffer_event(self, **fields: Any) -> None:
+        self._writer.buffer_event(**fields)
+
+    def match(self, group_id: str, **fields: Any) -> None:
+        self._writer.match(group_id, **fields)
+
+    def flush(self) -> None:
+        self._writer.flush()
 
     def reset(self) -> None:
         self.sessions, self.routes, self.parsed = {}, {}, {}
@@ -305,6 +345,9 @@ class StageState:
     sampled: dict[str, list] = dataclasses.field(default_factory=dict)  # retrain stage -> its sampled items
     rewards: dict[str, list] = dataclasses.field(default_factory=dict)  # retrain stage -> mean reward per step
     stopped: dict[str, int] = dataclasses.field(default_factory=dict)  # stage -> the step `keep` stopped it at
+    # a post-hoc plateau's stage -> its kept checkpoints (stage steps; checkpoints/stages/<stage>/step-<n>)
+    kept: dict[str, list] = dataclasses.field(default_factory=dict)
+    selected: dict[str, dict] = dataclasses.field(default_factory=dict)  # stage -> its post-hoc selection
 
 
 # ---------------------------------------------------------------------------------------
@@ -393,7 +436,7 @@ class LocalTrainer:
             if stage.kind == "retrain":
                 return self._retrain_shape(stage)[1] + (self._sample_sessions(stage) if sl.n == 1 else 0)
             return 0 if stage.kind == "sft" else (len(self.evaluated[sl.phase.name]) * stage.options["samples"]
-                                                  * len(stage.options["weights"]))
+                                                  * weight_rounds(self.exp, stage))
         n = self.planners[sl.phase.name].sessions_per_step(sl.n) if sl.phase.plain else 0
         for name in sl.phase.replay:
             items, size = self._replay_shape(sl.phase, self._game(name))
@@ -830,7 +873,8 @@ class LocalTrainer:
             self.nonfinite.setdefault(role, []).append(step)
         # a step not applied writes no checkpoint: the newest one stays the newest finite update; a step
         # a stage's `keep` rule stopped at is its stage's last (the weights the later stages use)
-        stopped = sl.phase.stage is not None and self.stage_state.stopped.get(sl.phase.stage) == step
+        stopped = sl.phase.stage is not None and (self.stage_state.stopped.get(sl.phase.stage) == step
+                                                  or self.stage_state.selected.get(sl.phase.stage, {}).get("at") == step)
         if not bad and (step % min(c.save_every for c in self.configs) == 0 or step == self.steps or stopped):
             self.checkpoint(step, metrics, engine)
         mismatched = self._mismatched(metrics)
@@ -875,6 +919,14 @@ class LocalTrainer:
         step = self.latest_checkpoint()
         return f"the newest is step {step}" if step else "none was written"
 
+    def _take(self, role: str, path: Path) -> None:
+        """The role's weights (trained and served) become a kept checkpoint's."""
+        from askspec.runtime.train.nested import _load_weights
+
+        policy = self.policies[role]
+        policy.take_weights(_load_weights(path))
+        policy.publish()
+
     def _retrain_shape(self, stage: ir.Stage) -> tuple[int, int]:
         """(group, sessions per step) of a retrain stage: its role's train block, whole groups."""
         cfg, game = self.by_role[stage.options["role"]], self._game(stage.options["game"])
@@ -896,11 +948,23 @@ class LocalTrainer:
         t0 = time.perf_counter()
         stage = self._stage(sl)
         if stage.kind == "evaluate":
-            by_weights = stages.eval_plans(stage, self.evaluated[sl.phase.name], self.seed, sl.step,
-                                           self._index0[sl.step - 1])
-            for weights, plans in by_weights.items():
-                with self.serving(weights):
-                    await engine.run_phase(plans, {})
+            index0 = self._index0[sl.step - 1]
+            averaged = self._averaged(stage) if "trained" in stage.options["weights"] else {}
+            for weights in stage.options["weights"]:
+                rounds = max((len(paths) for paths in averaged.values()), default=1) if weights == "trained" else 1
+                for k in range(rounds):
+                    tag = ""
+                    if weights == "trained" and averaged:  # a post-hoc plateau's window: each checkpoint in turn
+                        tag = f"-c{k}"
+                        for role, paths in averaged.items():
+                            self._take(role, paths[min(k, len(paths) - 1)])
+                    plans = stages.eval_plans(stage, self.evaluated[sl.phase.name], self.seed, sl.step, index0,
+                                              weights=[weights], tag=tag)[weights]
+                    index0 += len(plans)
+                    with self.serving(weights):
+                        await engine.run_phase(plans, {})
+            for role, paths in averaged.items():  # the later stages get the selected checkpoint
+                self._take(role, paths[0])
             return {}
         if stage.kind == "retrain":
             return await self._retrain_step(sl, stage, engine, log)
@@ -974,11 +1038,63 @@ class LocalTrainer:
         if keep is not None and keep["rule"] == "plateau":
             rewards = self.stage_state.rewards.setdefault(stage.name, [])
             rewards.append(m.get("reward_mean"))
-            hit = stages.plateau(rewards, int(keep["window"]), float(keep["fraction"]))
+            if keep.get("select") == "posthoc":
+                self._posthoc_step(sl, stage, m)
+                return {role: m}
+            hit = stages.plateau(rewards, int(keep["window"]), float(keep["fraction"]), int(keep.get("min_steps") or 0))
             if hit is not None:  # this step's weights are the stage's: its later steps are not played
                 self.stage_state.stopped[stage.name] = sl.step
                 m.update(stopped=True, plateau=hit, stopped_after=sl.n)
         return {role: m}
+
+    def _kept_path(self, stage: str, n: int) -> Path:
+        return self.run_dir / CHECKPOINTS / STAGES / stage / f"step-{n}.safetensors"
+
+    def _posthoc_step(self, sl: schedule.Slot, stage: ir.Stage, m: dict[str, Any]) -> None:
+        """A step of a retrain stage with `keep = plateau(..., select = posthoc)`: the role's
+        weights are kept every `every` steps and at the last; after the last, the plateau is
+        selected over the whole curve (stages.plateau_posthoc), the role takes the first
+        checkpoint of the averaging window (the later stages' weights) and only the window's
+        checkpoints stay on disk, for the evaluate stages after it (`_averaged`)."""
+        from askspec.runtime.train import stages
+        from askspec.runtime.train.nested import _load_weights, _save_weights
+
+        keep, n, total = stage.options["keep"], sl.n, int(stage.options["steps"])
+        policy = self.policies[stage.options["role"]]
+        kept = self.stage_state.kept.setdefault(stage.name, [])
+        if n % int(keep["every"]) == 0 or n == total:
+            path = self._kept_path(stage.name, n)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _save_weights(policy.state(), path)
+            kept.append(n)
+        if n < total:
+            return
+        hit = stages.plateau_posthoc(self.stage_state.rewards[stage.name], int(keep["window"]), float(keep["fraction"]))
+        window = stages.averaged_checkpoints(kept, int(hit["step"]), int(keep["average"]), total)
+        if window[0] != n:
+            policy.take_weights(_load_weights(self._kept_path(stage.name, window[0])))
+        for old in kept:
+            if old not in window:
+                self._kept_path(stage.name, old).unlink(missing_ok=True)
+        self.stage_state.kept[stage.name] = window
+        self.stage_state.selected[stage.name] = {**hit, "checkpoints": window, "at": sl.step}
+        m.update(plateau=hit, selected_step=hit["step"], checkpoints=window)
+
+    def _averaged(self, stage: ir.Stage) -> dict[str, list[Path]]:
+        """Per role, the checkpoints an evaluate stage's `trained` weights average over: the
+        window of a post-hoc plateau's retrain stage that last trained the role before it
+        (an sft, retrain or the train stage after it trains the role anew: none)."""
+        last: dict[str, str] = {}
+        for st in self.exp.stages:
+            if st.name == stage.name:
+                break
+            if st.kind in ("sft", "retrain"):
+                last[st.options["role"]] = st.name
+            elif st.kind == "train":
+                last.update({c.role: st.name for c in self.configs})
+        return {role: [self._kept_path(name, n) for n in self.stage_state.kept.get(name, [])]
+                for role, name in last.items() if name in self.stage_state.selected}
+
 
     def _gate_closed(self, role: str, plans: list[SessionPlan], sessions: list[SessionRecord]) -> str | None:
         """Why `role`'s update gate (`update_when`) skips this step's update, or None when

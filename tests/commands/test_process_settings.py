@@ -2,13 +2,17 @@
 Python API (`run_spec`) leaves gc, torch's CPU threads, the warnings filters and the
 environment as it found them; `askspec run` (`own_process=True`) sets torch's threads
 from its hf models and freezes the heap while a phase runs. And no library module
-(anything outside runtime/commands) calls a process-wide setter."""
+(anything outside runtime/commands) calls a process-wide setter: gc, torch's threads,
+warnings filters, the environment, fork handlers, exit handlers, library logging and
+progress bars (issue #32, item 5)."""
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import atexit
 import gc
+import logging
 import os
 import sys
 import threading
@@ -18,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from askspec.runtime.commands.noise import LIBRARY_LOGGERS
 from askspec.runtime.commands.run import run_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,9 +34,15 @@ SETTERS = {
     "gc": {"freeze", "unfreeze", "disable", "enable", "set_threshold", "set_debug"},
     "torch": {"set_num_threads", "set_num_interop_threads"},
     "warnings": {"filterwarnings", "simplefilter", "resetwarnings"},
-    "os": {"putenv", "unsetenv"},
+    "os": {"putenv", "unsetenv", "register_at_fork"},
     "os.environ": {"setdefault", "update", "pop", "popitem", "clear", "__setitem__", "__delitem__"},
+    "atexit": {"register"},
+    "sys": {"setrecursionlimit", "setswitchinterval"},
 }
+# functions that change the whole process whatever their module is imported as
+# (transformers' `logging as hf_logging`, huggingface_hub's utils)
+ANY_OWNER = {"disable_progress_bar", "enable_progress_bar", "set_verbosity", "set_verbosity_error",
+             "set_verbosity_warning", "set_verbosity_info", "set_verbosity_debug", "disable_progress_bars"}
 
 
 def _dotted(node: ast.AST) -> str:
@@ -62,7 +73,7 @@ def process_setters(path: Path) -> list[tuple[int, str]]:
         what = None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             owner, name = _dotted(node.func.value), node.func.attr
-            if name in SETTERS.get(owner, ()):
+            if name in SETTERS.get(owner, ()) or name in ANY_OWNER:
                 what = f"{owner}.{name}(...)"
                 if owner == "warnings" and _in_catch_warnings(node, parents):
                     what = None
@@ -84,17 +95,22 @@ def test_no_library_module_changes_the_process():
 
 def test_the_scan_finds_each_kind_of_setter(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("import gc, os, torch, warnings\n"
+    probe.write_text("import atexit, gc, os, torch, warnings\n"
                      "gc.freeze()\n"
                      "torch.set_num_threads(1)\n"
                      "warnings.filterwarnings('ignore')\n"
                      "os.environ['X'] = '1'\n"
                      "os.environ.setdefault('Y', '1')\n"
                      "with warnings.catch_warnings():\n"
-                     "    warnings.simplefilter('ignore')\n")
+                     "    warnings.simplefilter('ignore')\n"
+                     "os.register_at_fork(after_in_child=print)\n"
+                     "atexit.register(print)\n"
+                     "from transformers.utils import logging as hf_logging\n"
+                     "hf_logging.disable_progress_bar()\n")
     assert process_setters(probe) == [
         (2, "gc.freeze(...)"), (3, "torch.set_num_threads(...)"), (4, "warnings.filterwarnings(...)"),
-        (5, "os.environ[...] written"), (6, "os.environ.setdefault(...)")]
+        (5, "os.environ[...] written"), (6, "os.environ.setdefault(...)"), (9, "os.register_at_fork(...)"),
+        (10, "atexit.register(...)"), (12, "hf_logging.disable_progress_bar(...)")]
 
 
 # ---------------------------------------------------------------------- a run in process
@@ -128,7 +144,13 @@ def snapshot() -> dict[str, Any]:
         "gc threshold": gc.get_threshold(),
         "warnings filters": list(warnings.filters),
         "environment": dict(os.environ),
+        "library log levels": {name: logging.getLogger(name).level for name in LIBRARY_LOGGERS},
     }
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        state["transformers progress bars"] = hf_logging.is_progress_bar_enabled()
+        state["transformers verbosity"] = hf_logging.get_verbosity()
     if "torch" in sys.modules:
         import torch
 
@@ -192,12 +214,15 @@ def python_model(monkeypatch):
     FREEZES.clear()
 
 
-def test_a_run_in_process_leaves_gc_warnings_and_the_environment_as_they_were(tmp_path, python_model):
+def test_a_run_in_process_leaves_gc_warnings_and_the_environment_as_they_were(tmp_path, python_model,
+                                                                             monkeypatch):
     third_party_imported()
     gc.collect()
+    handlers = ours_registered(monkeypatch)
     before = snapshot()
     _run(tmp_path, PYTHON_SPEC)
     assert changes(before) == {}
+    assert handlers == []
     assert FREEZES and set(FREEZES) == {before["gc frozen"]}  # the heap was not frozen while it ran
 
 
@@ -235,6 +260,54 @@ def test_an_hf_run_in_process_leaves_torch_threads_and_warnings_as_they_were(tmp
         changed = changes(before)
     assert not [w for w in seen if "fbgemm" in str(w.message)]
     assert changed == {}
+
+
+def ours_registered(monkeypatch) -> list[str]:
+    """Exit and fork handlers registered from here on by askspec's own code (libraries a
+    run imports lazily register their own, which are not the run's): 'what file:line'."""
+    import inspect
+
+    found: list[str] = []
+
+    def recorder(what: str, real: Any) -> Any:
+        def register(*args: Any, **kwargs: Any) -> Any:
+            caller = inspect.stack()[1]
+            if any(Path(caller.filename).resolve().is_relative_to(folder) for folder in LIBRARY):
+                found.append(f"{what} {caller.filename}:{caller.lineno}")
+            return real(*args, **kwargs)
+        return register
+
+    monkeypatch.setattr(atexit, "register", recorder("atexit.register", atexit.register))
+    if hasattr(os, "register_at_fork"):
+        monkeypatch.setattr(os, "register_at_fork", recorder("os.register_at_fork", os.register_at_fork))
+    return found
+
+
+TRAIN_SPEC = """
+model m = hf("{folder}") {{ max_tokens = 3 }}
+role a {{ model = m; memory = none; prompt = "Say a word."; trained }}
+game g for i in range(0, 2) {{
+    x = ask a
+    reward a = len(x.text) / 10
+}}
+train a with grpo {{ group = 2; batch = 2; steps = 1; save_every = 1; lr = 0.01 }}
+"""
+
+
+def test_a_training_run_in_process_leaves_logging_exit_and_fork_handlers_as_they_were(tmp_path, tiny_model,
+                                                                                       monkeypatch):
+    """A run that trains (a policy loaded, updated and saved, math verified under the
+    deadline watchdog) leaves the process's logging, transformers' progress bars and
+    verbosity, its exit handlers and its fork handlers as it found them."""
+    third_party_imported("torch", "transformers")
+    handlers = ours_registered(monkeypatch)
+    from askspec.runtime.replies.verify import call_with_deadline
+
+    assert call_with_deadline(lambda: 1, 1.0) == 1  # the watchdog made and used
+    before = snapshot()
+    _run(tmp_path, TRAIN_SPEC.format(folder=tiny_model))
+    assert changes(before) == {}
+    assert handlers == []
 
 
 def test_the_command_sets_torch_threads_from_the_hf_model_before_its_threads_start(tmp_path, tiny_model,

@@ -32,7 +32,7 @@ class NullRecorder:
     def turn(self, *a, **k):
         pass
 
-    reward = session_finished = group = match = turn
+    reward = session_finished = group = match = buffer_event = turn
 
 
 class StreamingTestBackend(Backend):
@@ -81,7 +81,7 @@ def test_tokens_are_counted_while_a_call_runs_and_not_twice():
 
 
 def _session(status, outcome):
-    return SimpleNamespace(status=status, outcome=outcome)
+    return SimpleNamespace(status=status, outcome=outcome, plan=SimpleNamespace(game="g"))
 
 
 def test_summary_lists_sessions_tokens_time_speed_and_the_run_dir():

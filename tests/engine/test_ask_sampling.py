@@ -58,3 +58,56 @@ game g { a = ask r }
         assert rc == 0
         texts.append(open_store(run_dir).execute("select text from turns").fetchone()[0].split()[0])
     assert texts == ["max_tokens=500", "max_tokens=100"]
+
+
+def test_a_role_section_applies_to_that_role_of_the_ask_only(tmp_path):
+    path = tmp_path / "two.ask"
+    path.write_text("""
+model m = python("fake_models:budget_echo") { max_tokens = 60; temperature = 0.5 }
+role a, b { model = m; memory = none; prompt = "go" }
+game g {
+    x, y = ask a, b with sampling { max_tokens = 100; b { max_tokens = 8192; stop = "END" } }
+    z = ask b
+}
+""")
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), eval_only=True))
+    assert rc == 0
+    rows = open_store(run_dir).execute("select role, text from turns order by role, turn_index").fetchall()
+    assert rows == [("a", "max_tokens=100 temperature=0.5 stop=[]"),
+                    ("b", "max_tokens=8192 temperature=0.5 stop=['END']"),
+                    ("b", "max_tokens=60 temperature=0.5 stop=[]")]
+
+
+def test_model_flag_swaps_weights_under_the_specs_sampling(tmp_path):
+    """`--model ROLE=backend:weights` (the paper's model in place of the shipped one) keeps
+    the sampling of the model the spec gives the role."""
+    path = tmp_path / "w.ask"
+    path.write_text("""
+model m = python("fake_models:budget_echo") { max_tokens = 60; temperature = 0.5 }
+role a { model = m; memory = none; prompt = "go" }
+game g { x = ask a }
+""")
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), eval_only=True,
+                                       model=["a=python:fake_models:budget_echo"]))
+    assert rc == 0
+    assert open_store(run_dir).execute("select text from turns").fetchone()[0] == "max_tokens=60 temperature=0.5 stop=[]"
+
+
+def test_model_flag_reaches_the_roles_current_models(tmp_path):
+    """`current(a)` serves a's weights: after `--model a=...` the swapped-in ones, under the
+    current model's own sampling (Ask-E's answer key and downstream solver)."""
+    path = tmp_path / "c.ask"
+    path.write_text("""
+model m = hf("smollm2-135m-instruct") { max_tokens = 60; temperature = 0.5 }  # never loaded: --model replaces it
+model greedy = current(a) { temperature = 0.0 }
+role a { model = m; trained; memory = none; prompt = "go" }
+role k { model = greedy; memory = none; prompt = "go" }
+game g { x = ask a; y = ask k; reward a = 1 }
+train a with grpo { steps = 1; batch = 1 }
+""")
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), eval_only=True,
+                                       model=["a=python:fake_models:seeded"]))
+    assert rc == 0
+    rows = open_store(run_dir).execute("select role, text from turns order by role").fetchall()
+    assert rows[0][0] == "a" and rows[0][1].startswith("#Answer# seed=")
+    assert rows[1][0] == "k" and rows[1][1].startswith("#Answer# seed=")  # the swapped-in weights answer

@@ -39,9 +39,9 @@ SCRIPT = {
             "boundary_b": ["no tag but \\boxed{2}"],
             "answer_key": [],
         },
-        {   # too easy: both boundary models match the key
+        {   # too easy: both boundary models match the key; the probe has no #Draft# (a question, so no recovery)
             "questioner": [
-                "#Reasoning# r #Draft# d #Question# What is 5+5?",
+                "#Reasoning# r #Question# What is 5+5?",
                 "#Reasoning# r #Draft# d #Question# What is 6+6?",
             ],
             "boundary_a": ["#Summary# \\boxed{10}", "\\boxed{12}"],
@@ -106,6 +106,9 @@ def test_rewards(run_dir):
     # too_hard and two untagged questioner turns (final + recovery): -0.2 - 0.05*2
     assert rows[("s000001", "calibration")] == pytest.approx(-0.3)
     assert ("s000001", "diversity") not in rows
+    # too easy, and the probe without #Draft# is penalised too: §5.1 counts every turn that
+    # lacks one of the required tags, not only a missing #Question#: 0.2 - 0.05
+    assert rows[("s000002", "calibration")] == pytest.approx(0.15)
 
 
 def test_no_boundary_call_on_missing_final_question(run_dir):
@@ -155,5 +158,5 @@ def test_diversity_bonus_times_the_clipped_calibration_reward(run_dir):
     bonus = {sid: json.loads(v)["novelty_bonus"] for sid, v in _q(run_dir, "select session_id, vars from sessions")
              if "novelty_bonus" in json.loads(v)}
     assert bonus["s000000"] > 0 and rows[("s000000", "diversity")] == pytest.approx(bonus["s000000"])  # calibrated
-    assert rows[("s000002", "calibration")] == pytest.approx(0.2)
+    assert rows[("s000002", "calibration")] == pytest.approx(0.2 - 0.05)  # its probe lacks #Draft#
     assert bonus["s000002"] > 0 and rows[("s000002", "diversity")] == pytest.approx(0.2 * bonus["s000002"])  # too easy

@@ -137,3 +137,31 @@ def test_routing_needs_no_engine():
     tree = ast.parse(Path(routing.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "askspec.runtime.engine.session" not in imported
+
+
+def test_a_live_tournament_takes_the_traces_in_finish_order():
+    # Reasoning Arena §4: a trace enters the live tournament when it finishes, the short
+    # ones first; the finish order is the completion token count (ties: sample order)
+    spec = SPEC.replace("pairing = round_robin; gamma = 1.0", "pairing = live(best, worst, median); gamma = 1.0; "
+                        "aggregate = bradley_terry")
+    res = compile_source("r.ask", spec, {})
+    assert res.ok, [d.message for d in res.sink.items]
+    client = FakeJudgeClient(lambda p: "\\boxed{A}" if p.startswith("A: best") else
+                             "\\boxed{B}" if "B: best" in p else "\\boxed{Tie}")
+    rec = ListRecorder()
+    r = GroupRouter(res.ir, res.ir.param_values(), 0, rec, client)
+    group = members(4, [1] * 4, ["w", "x", "y", "best"])
+    for m, tokens in zip(group, [30, 10, 30, 40]):
+        m.tokens = tokens
+    (tally,) = asyncio.run(r.route("g", group))
+    (g,) = rec.of("group")
+    assert g["stats"]["arrival"] == ["s1", "s0", "s2", "s3"]
+    # arrival k meets min(k - 1, 3) traces already arrived: 0 + 1 + 2 + 3 calls
+    assert tally.calls == 6
+    seen = [{t for t in ("w", "x", "y", "best") if f" {t} " in f" {c[1]} "} for c in client.calls]
+    assert seen[0] == {"x", "w"} and all("best" in s for s in seen[3:]) and not any("best" in s for s in seen[:3])
+    # the scores go back to the members (sample order): the longest, last-arrived trace wins
+    rewards = {e["args"][0]: e["value"] for e in rec.of("reward")}
+    assert rewards["s3"] == 1.0 and max(rewards[s] for s in ("s0", "s1", "s2")) < 1.0
+    pairs = [frozenset((m["a"], m["b"])) for m in rec.of("match")]
+    assert pairs[0] == {"s0", "s1"} and {p for p in pairs if "s3" in p} == {frozenset(("s3", s)) for s in ("s0", "s1", "s2")}

@@ -18,7 +18,9 @@ def test_check_all_specs_clean() -> None:
     lines = res.stderr.strip().splitlines()
     assert lines[-1] == f"ok: {len(SPECS)} specs checked"
     assert "warning" not in res.stderr  # no warnings either
-    assert len(lines) == len(SPECS) + 1  # one "sessions planned" line per spec
+    # per spec: its "sessions planned" line and its bounds (`askspec estimate`'s summary)
+    assert len(lines) == 2 * len(SPECS) + 1
+    assert sum("model calls" in line for line in lines) == len(SPECS)
     # a spec that trains: one pass over its games (what --eval-only plays), then each train block's plan
     assert "specs/ask_e.ask: 30 sessions planned (one pass, as --eval-only plays it); train questioner: 200 steps × " \
            "260 sessions" in lines

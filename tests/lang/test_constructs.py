@@ -4,6 +4,7 @@ lower to, and the diagnostics their misuse gets."""
 from __future__ import annotations
 
 from askspec.ir import model as ir
+from askspec.ir.canonical import canonical_json, experiment_hash
 from askspec.lang.compiler import compile_source
 
 HEAD = '''
@@ -228,6 +229,33 @@ game g {
     assert first.sampling == {}
     assert second.sampling == {"max_tokens": 10000, "temperature": 0, "stop": ["END"]}
     assert isinstance(second.sampling["max_tokens"], int)
+
+
+def test_ask_sampling_per_role_lowers_over_the_shared_fields_and_into_the_hash():
+    src = '''
+param long: int = 8192
+game g {
+    a, b = ask s, t: "1 + 1" with sampling { max_tokens = 100; temperature = 0.5; t { max_tokens = long; stop = "END" } }
+    c = ask s: "2 + 2" with sampling { max_tokens = 100 }
+    reward s = 1
+}
+'''
+    head = HEAD + 'role t { model = m; prompt = "go" }\n'
+    res = compile_text(src, head)
+    assert codes(res) == []
+    both, one = steps(res.ir.games[0], "ask")
+    assert both.sampling == {"max_tokens": 100, "temperature": 0.5}
+    assert both.role_sampling == {"t": {"max_tokens": 8192, "stop": ["END"]}}
+    assert both.sampling_for("s") == {"max_tokens": 100, "temperature": 0.5}
+    assert both.sampling_for("t") == {"max_tokens": 8192, "temperature": 0.5, "stop": ["END"]}
+    assert one.role_sampling is None
+    # the role's own budget is part of the experiment: another value, another hash
+    other = compile_text(src.replace("param long: int = 8192", "param long: int = 4096"), head)
+    assert experiment_hash(other.ir) != experiment_hash(res.ir)
+    # a spec without role sections hashes as before they existed
+    assert "role_sampling" in canonical_json(res.ir)
+    plain = compile_text(src.replace('; t { max_tokens = long; stop = "END" }', ""), head)
+    assert codes(plain) == [] and "role_sampling" not in canonical_json(plain.ir)
 
 
 def test_ask_sampling_set_twice_or_not_constant():

@@ -27,6 +27,9 @@ CASES = sorted(GOLDEN.glob("*.ask"))
 UNTESTABLE = {"E999"}
 # E6xx and W6xx come from `compile --target openrlhf`; their goldens are tests/targets/golden
 TARGET_CODES = {c for c in CODES if c.startswith(("E6", "W6"))}
+# E7xx come from `askspec rescore` (E701, tests/commands/test_rescore.py: a spec compared with a recorded run's)
+# and `compile --target verifiers` (E702-E709, tests/targets/test_verifiers_target.py)
+TARGET_CODES |= {c for c in CODES if c.startswith("E7")}
 
 
 def overrides(case: Path) -> dict[str, str]:

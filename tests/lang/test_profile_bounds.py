@@ -46,7 +46,9 @@ CASES = [
         "update(s) per outer step, 256 session(s) each; practice: student ≤ 1 per session",
         "  stage rl train: the schedule (nested), keeping the promoted student of best accuracy, steps 1–200",
     ], ["pass@1, pass@4, pass@8, pass@16, pass@32, avg@32 of 'correct'; step 201",
-        "stopping at its reward plateau (window 25, fraction 0.15), steps 202–1701"]),
+        "then keeping its weights at the start of its reward plateau over the whole curve (a centred window 25, "
+        "fraction 0.15; weights kept every 50 step(s)), the evaluations after it averaged over the kept checkpoints "
+        "of the 200 steps from it, steps 202–1701"]),
     ("soar", "intrinsic_t", [
         "profile: intrinsic_t",
         "  200 outer step(s); each updates teacher once; teach: student ≤ 8192, student_greedy ≤ 64, teacher ≤ 1280 per "

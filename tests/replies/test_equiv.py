@@ -413,14 +413,15 @@ def test_a_deadline_whose_interrupt_was_lost_is_fired_again(monkeypatch):
     interrupt (a guarded loop once spun for a whole 900 s test timeout). Emulated here by a
     thread that keeps clearing the interrupt for the first 0.15 s: the watchdog fires it
     again until the guarded call has ended."""
-    from askspec.runtime.replies.verify import _WATCHDOG, DeadlineExceeded, call_with_deadline
+    from askspec.runtime.replies.verify import DeadlineExceeded, _watchdog, call_with_deadline
 
+    wd = _watchdog()
     main = threading.get_ident()
     stop = time.monotonic() + 0.15
 
     def lose_interrupts() -> None:
         while time.monotonic() < stop:
-            _WATCHDOG._clear(main, None)
+            wd._clear(main, None)
             time.sleep(0.001)
 
     def spin() -> str:

@@ -24,6 +24,8 @@ SPEC = {"Ask-E": "ask_e", "AskBench": "askbench", "Reasoning Arena": "reasoning_
 # (section, the row's item, profile (None: the spec's default), where in the IR, value, text the row shows)
 # where: param:NAME | model:NAME.FIELD (sampling) | train:ROLE.FIELD (lowered) | stage:NAME.OPTION | buffer:NAME.OPTION
 #        | role:NAME.FIELD | gate:ROLE (the train block's update_when, as `askspec compile --format text` prints it)
+#        | assign:GAME.VAR (the expression a game's assignment to VAR holds, as printed) | tournament:NAME.FIELD
+#        | schedule:kind
 CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("Ask-E", "probing rounds k", "benchmark", "param:probes", 4, "4 benchmark"),
     ("Ask-E", "probing rounds k", "training", "param:probes", 3, "3 training"),
@@ -50,6 +52,10 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("Ask-E", "forwarded question", None, "param:question_words", 200, "200 words"),
     ("Ask-E", "boundary summary", None, "param:summary_chars", 2000, "2,000 chars"),
     ("Ask-E", "format penalty", None, "param:format_penalty", 0.05, "−0.05"),
+    # §5.1: every turn without the required tags, all three of App. B's sections, counts
+    ("Ask-E", "format penalty", None, "assign:calibrate.untagged",
+     "count((questioner.turns where not ((parsed and (len(reasoning) > 0)) and (len(draft) > 0))))",
+     "`#Reasoning#`, `#Draft#`, `#Question#`"),
     ("Ask-E", "algorithm", "training", "train:questioner.clip_low", 0.75, "ε 0.75"),
     ("Ask-E", "algorithm", "training", "train:questioner.clip_high", 3.0, "/ 3.0"),
     ("Ask-E", "algorithm", "training", "train:questioner.aggregation", "token", "token-level"),
@@ -103,6 +109,9 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("Reasoning Arena", "training advantage", None, "train:policy.std", "population", "population σ"),
     ("Reasoning Arena", "policy sequence length", "paper", "model:policy_model.max_tokens", 81920, "81,920"),
     ("Reasoning Arena", "evaluation", "paper", "stage:heldout.samples", 16, "samples = 16"),
+    ("Reasoning Arena", "REASONING ARENA-Live", None, "tournament:arena.pairing", "live", "live(best, worst, median)"),
+    ("Reasoning Arena", "REASONING ARENA-Live", None, "tournament:arena.live_opponents", ["best", "worst", "median"],
+     "best, worst, median"),
     ("PasoDoble", "I, J", None, "param:proposals", 6, "6, 6"),
     ("PasoDoble", "I, J", None, "param:solutions", 6, "6, 6"),
     ("PasoDoble", r"τ_low, τ_sim, τ_div, w, \|H\|", None, "param:tau_low", 0.2, "0.2, 0.3, 0.3, 0.2, 100"),
@@ -138,6 +147,19 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
     ("PasoDoble", "baselines", None, "stage:coldstart.weights", ["trained"], "weights = [trained]"),
     ("PasoDoble", "baselines", None, "stage:coldstart.samples", 6, "6 samples"),
     ("PasoDoble", "baselines", None, "stage:base_4shot.k", [1], "pass@1"),
+    # §5.4: each ablation is the online training with one change
+    *(("PasoDoble", "ablations (§5.4)", p, "schedule:kind", "online", "the online training")
+      for p in ("no_k", "frozen_proposer", "random_reward", "no_div")),
+    *(("PasoDoble", "ablations (§5.4)", p, "gate:solver", "(sum(pushed) > 0)", "profile `online`'s schedule and gates")
+      for p in ("no_k", "frozen_proposer", "random_reward", "no_div")),
+    ("PasoDoble", "ablations (§5.4)", "no_k", "param:knowledge", False, "`knowledge = false`"),
+    ("PasoDoble", "ablations (§5.4)", "frozen_proposer", "gate:proposer", "((sum(pushed) > 0) and false)",
+     "`sum(pushed) > 0 and false`"),
+    ("PasoDoble", "ablations (§5.4)", "random_reward", "param:solver_reward", "random", "`solver_reward = \"random\"`"),
+    ("PasoDoble", "ablations (§5.4)", "no_div", "param:w_div", 0.0, "`w_div = 0`"),
+    ("PasoDoble", "ablations (§5.4)", "no_div", "param:tau_div", 0.0, "`tau_div = 0`"),
+    ("PasoDoble", "ablations (§5.4)", "online", "param:knowledge", True, "w/o K"),
+    ("PasoDoble", "ablations (§5.4)", "online", "param:solver_reward", "verifier", "random rewards"),
     ("SOAR", "g, n, r, inner steps", None, "param:datasets", 4, "4, 64, 4, 10"),
     ("SOAR", "g, n, r, inner steps", None, "param:dataset_size", 64, "4, 64, 4, 10"),
     ("SOAR", "g, n, r, inner steps", None, "param:copies", 4, "4, 64, 4, 10"),
@@ -168,6 +190,30 @@ CONSTANTS: list[tuple[str, str, str | None, str, Any, str]] = [
      "128 questions"),
     ("SOAR", "Promotion Questions (PQ)", None, "stage:pq_student.steps", 1500, "1,500 steps"),
     ("SOAR", "Promotion Questions (PQ)", None, "stage:pq_student.warmup", 20, "warm-up 20"),
+    # App. B.6, after the run: the whole budget, a centred 25-step window, 15 %, test pass@k over 200 steps
+    *(("SOAR", "student checkpoint selection", p, f"stage:{stage}.keep",
+       {"rule": "plateau", "of": "reward", "window": 25, "fraction": 0.15, "select": "posthoc", "average": 200,
+        "every": 50}, "select = posthoc") for p in ("grounded", "intrinsic_t")
+      for stage in ("pq_student", "hard_only", "teacher_student")),
+    ("SOAR", "student checkpoint selection", None, "param:plateau_window", 25, "smoothed over 25 steps (centred)"),
+    ("SOAR", "student checkpoint selection", None, "param:plateau_fraction", 0.15, "15 %"),
+    ("SOAR", "student checkpoint selection", None, "param:plateau_average", 200, "200 steps after it"),
+    ("SOAR", "student checkpoint selection", None, "param:pq_steps", 1500, "1,500 steps"),
+]
+
+# Rows whose "as the paper" (or "ours") is behaviour, not a constant: (section, item, the status the
+# row starts with, the test file the row cites, a test of that file that pins the behaviour)
+BEHAVIOUR: list[tuple[str, str, str, str, str]] = [
+    ("SOAR", "promotion", "as the paper", "tests/train/test_nested_loop.py",
+     "test_promotion_keeps_the_median_copy_of_the_best_dataset"),  # one running average, not reset (Alg. 1)
+    ("SOAR", "student checkpoint selection", "as the paper", "tests/train/test_stages.py",
+     "test_the_posthoc_selection_is_app_b6_rule_on_a_noisy_rising_curve"),
+    ("Ask-E", "format penalty", "as the paper", "tests/engine/test_engine_ask_e_replay.py", "test_rewards"),
+    ("Reasoning Arena", "REASONING ARENA-Live", "as the paper", "tests/engine/test_routing_alone.py",
+     "test_a_live_tournament_takes_the_traces_in_finish_order"),
+    ("PasoDoble", "ablations (§5.4)", "as the paper", "tests/specs/test_pasodoble_ablations.py",
+     "test_each_ablation_checks_clean_and_shows_the_online_plan"),
+    ("AskBench", "turn and terminal rewards combined", "ours", "runtime/train/batch.py", ""),
 ]
 
 
@@ -214,6 +260,17 @@ def ir_value(exp: ir.Experiment, where: str) -> Any:
     if kind == "gate":
         (t,) = [t for t in exp.training if t.role == name]
         return expr_text(t.update_when) if t.update_when is not None else None
+    if kind == "assign":
+        from askspec.ir.walk import all_steps
+
+        (game,) = [g for g in exp.games if g.name == name]
+        return next(expr_text(s.value) for s in all_steps(game.body) if s.kind == "assign" and s.name == field)
+    if kind == "tournament":
+        (t,) = [t for t in exp.tournaments if t.name == name]
+        return getattr(t, field)
+    if kind == "schedule":
+        assert exp.schedule is not None
+        return getattr(exp.schedule, name)
     raise AssertionError(f"unknown place {where!r}")
 
 
@@ -229,3 +286,22 @@ def test_an_as_the_paper_constant_is_in_its_row_and_in_the_spec(section, item, p
 
 def test_the_table_parses_every_section():
     assert {s for s, _ in rows()} >= set(SPEC)
+
+
+@pytest.mark.parametrize("section, item, status, cited, test", BEHAVIOUR, ids=[f"{s}/{i}" for s, i, *_ in BEHAVIOUR])
+def test_a_behaviour_row_cites_what_pins_it(section, item, status, cited, test):
+    row = rows().get((section, item))
+    assert row is not None, f"docs/papers.md has no row '{item}' under '{section}'"
+    assert row[3].startswith(status), f"'{item}': {row[3]}"
+    assert cited in " | ".join(row[2:]), f"'{item}' does not cite {cited}"
+    text = (ROOT / cited).read_text(encoding="utf-8")
+    assert not test or f"def {test}(" in text, f"{cited} has no {test}"
+
+
+def test_askbench_names_its_reward_sum_where_it_trains():
+    """§4.2 gives turn and terminal rewards, not their combination: the spec's comment and the
+    trainer's batch both name the sum as askspec's own."""
+    spec = (ROOT / "specs" / "askbench.ask").read_text(encoding="utf-8")
+    assert "Ours: a dialogue's reward is the sum of its turn rewards" in spec
+    batch = (ROOT / "runtime" / "train" / "batch.py").read_text(encoding="utf-8")
+    assert "its spec names the sum as" in batch

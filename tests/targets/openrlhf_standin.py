@@ -13,12 +13,20 @@ as the local alternating schedule trains its steps, on CPU:
   other trained roles play frozen from the weights driver.sh handed serve_frozen.sh
   (the test's serve_frozen.sh writes its CKPT_* variables to frozen.json), and a
   replaying phase's buffer is the driver's (buffers/state.json) as the phase starts;
-- AdamW starts afresh, as every OpenRLHF launch's DeepSpeed optimizer does;
+- with `--ckpt.load_enable` (driver.sh's flags of a phase that carries its role's state:
+  askspec_ext/carry.py), the role's checkpoint under `--ckpt.path` (`_actor`), where
+  OpenRLHF's PolicyModelActor loads its DeepSpeed checkpoint from, replaces the weights
+  and AdamW's moments and step (and the schedule's step), and the phase's end writes it
+  there again, as the hook has OpenRLHF save at the phase's last step; without it AdamW
+  starts afresh, as an OpenRLHF launch's DeepSpeed optimizer does;
+- the diversity()/novelty() histories start from the phase's history.json (the earlier
+  phases' calls, as the agent's `carried_history` replays them);
 - the sessions go to a run store under $ASKSPEC_RUNS as the phase's agents record them
   (no buffer events: the driver commits those), and the trained weights, as a Hugging
   Face folder, to `--ckpt.output_dir`, where OpenRLHF writes them.
 
-LAUNCH_LOG (a file) gets one JSON line per launch: [phase folder, PRETRAIN, argv]. With
+LAUNCH_LOG (a file) gets one JSON line per launch: [phase folder, the weights it starts
+from (the carried checkpoint's phase output, else PRETRAIN), argv]. With
 KILL_AT = N, the N-th launch kills its process group with SIGKILL once its sessions are
 recorded (driver.sh and everything it started: a node lost during the phase)."""
 
@@ -46,16 +54,19 @@ def main(argv: list[str]) -> int:
     from askspec.runtime.commands.resolver import local_resolver
     from askspec.runtime.engine.plan import load_dataset
     from askspec.runtime.engine.session import Engine
-    from askspec.runtime.engine.stateful import StatefulScorers
     from askspec.runtime.store.writer import RunWriter
     from askspec.runtime.targets.openrlhf import phase_data
+    from askspec.runtime.targets.openrlhf.adapter import carried_history
     from askspec.runtime.train.trainer import LocalTrainer, StepLog
 
     torch.set_num_threads(default_threads())  # as `askspec run` sets them: the same float sums as the local run
     phase = Path.cwd()
     pretrain, out = _flag(argv, "--actor.model_name_or_path"), Path(_flag(argv, "--ckpt.output_dir"))
+    carried = Path(_flag(argv, "--ckpt.path")) / "_actor" if "--ckpt.load_enable" in argv else None
+    # the weights it starts from: the carried checkpoint's (the phase that wrote it), else PRETRAIN
+    start = (carried / "from").read_text() if carried is not None and (carried / "from").exists() else pretrain
     with open(os.environ["LAUNCH_LOG"], "a", encoding="utf-8") as f:
-        f.write(json.dumps([phase.name, pretrain, argv]) + "\n")
+        f.write(json.dumps([phase.name, start, argv]) + "\n")
     job = json.loads((phase / "job.json").read_text(encoding="utf-8"))
     exp = ir.Experiment.model_validate(job["experiment"])
     seed, params, role = int(job["seed"]), exp.param_values(), job["trained_role"]
@@ -69,6 +80,11 @@ def main(argv: list[str]) -> int:
         if weights and Path(weights).is_dir():
             policy.take_weights(AutoModelForCausalLM.from_pretrained(weights).state_dict())
 
+    if carried is not None and carried.is_dir():
+        policy = trainer.policies[role]
+        policy.take_weights(AutoModelForCausalLM.from_pretrained(carried).state_dict())
+        policy.load_optimizer(carried)
+
     lines = [json.loads(x) for x in (phase / "prompts.jsonl").read_text(encoding="utf-8").splitlines()]
     labels = [json.loads(x["label"]) for x in lines]
     steps = sorted({int(lb["step"]) for lb in labels})
@@ -76,9 +92,9 @@ def main(argv: list[str]) -> int:
                               ir_json=to_json(exp), spec_files={}, seed=seed, roles={}, params=params,
                               planned_sessions=0, argv=["openrlhf-standin", *argv])
     log = StepLog(writer)
-    log.buffer_event = None  # the agents record sessions only; driver.sh commits the buffers
+    log.buffer_event = lambda **event: None  # the agents record sessions only; driver.sh commits the buffers
     engine = Engine(trainer.engine_experiment(), params=params, datasets=datasets, seed=seed, writer=log,
-                    stateful=StatefulScorers(), resolve_model=trainer.resolve,
+                    stateful=carried_history(phase), resolve_model=trainer.resolve,
                     rollout_roles=frozenset(trainer.policies), on_rollout=log.rollout)
     state = json.loads((phase.parent / phase_data.STATE).read_text()) if (phase.parent / phase_data.STATE).exists() else {}
     for name, buf in engine.buffers.items():
@@ -104,6 +120,9 @@ def main(argv: list[str]) -> int:
     if os.environ.get("KILL_AT") == str(sum(1 for _ in open(os.environ["LAUNCH_LOG"], encoding="utf-8"))):
         os.killpg(os.getpgid(0), signal.SIGKILL)
     trainer.policies[role].save(out, steps[-1], trainer.jsonable(metrics.get(role, {})), with_optimizer=False)
+    if carried is not None:
+        trainer.policies[role].save(carried, steps[-1], trainer.jsonable(metrics.get(role, {})))
+        (carried / "from").write_text(str(out), encoding="utf-8")
     return 0
 
 

@@ -35,8 +35,12 @@ from askspec.runtime.store.writer import RunWriter
 argv = sys.argv[1:]
 flag = lambda name: argv[argv.index(name) + 1]
 phase = Path.cwd()
+# the weights it starts from: the carried checkpoint's (driver.sh's --ckpt.load_enable: askspec_ext/carry.py
+# has OpenRLHF load the role's previous phase's state from --ckpt.path/_actor), else --actor.model_name_or_path
+carried = Path(flag("--ckpt.path")) / "_actor" / "from"
+start = carried.read_text() if "--ckpt.load_enable" in argv and carried.exists() else flag("--actor.model_name_or_path")
 with open(os.environ["LAUNCH_LOG"], "a") as f:
-    f.write(json.dumps([phase.name, flag("--actor.model_name_or_path"), argv]) + "\\n")
+    f.write(json.dumps([phase.name, start, argv]) + "\\n")
 job = json.loads((phase / "job.json").read_text())
 writer = RunWriter.create(os.environ["ASKSPEC_RUNS"], experiment="t", experiment_hash="h", ir_json="{{}}",
                           spec_files={{}}, seed=0, roles={{}}, params={{}}, planned_sessions=0, argv=["stub"])
@@ -60,6 +64,9 @@ if os.environ.get("FAIL_AT") == str(launches):
 out = Path(flag("--ckpt.output_dir"))
 out.mkdir(parents=True, exist_ok=True)
 (out / "config.json").write_text("{{}}")
+if "--ckpt.load_enable" in argv:  # the state saved at the phase's last step (carry.py)
+    carried.parent.mkdir(parents=True, exist_ok=True)
+    carried.write_text(str(out))
 '''
 
 
@@ -284,8 +291,12 @@ from askspec.runtime.backends.registry import aclose_backends
 argv = sys.argv[1:]
 flag = lambda name: argv[argv.index(name) + 1]
 phase = Path.cwd()
+# the weights it starts from: the carried checkpoint's (driver.sh's --ckpt.load_enable: askspec_ext/carry.py
+# has OpenRLHF load the role's previous phase's state from --ckpt.path/_actor), else --actor.model_name_or_path
+carried = Path(flag("--ckpt.path")) / "_actor" / "from"
+start = carried.read_text() if "--ckpt.load_enable" in argv and carried.exists() else flag("--actor.model_name_or_path")
 with open(os.environ["LAUNCH_LOG"], "a") as f:
-    f.write(json.dumps([phase.name, flag("--actor.model_name_or_path"), argv]) + "\\n")
+    f.write(json.dumps([phase.name, start, argv]) + "\\n")
 tokenizer = smollm2_tokenizer()
 executor = load_agent_executor(phase / "agent.py")
 engine = FakeEngine(executor, tokenizer, lambda prompt: "ok")
@@ -302,6 +313,9 @@ executor.agent.close()
 out = Path(flag("--ckpt.output_dir"))
 out.mkdir(parents=True, exist_ok=True)
 (out / "config.json").write_text("{{}}")
+if "--ckpt.load_enable" in argv:  # the state saved at the phase's last step (carry.py)
+    carried.parent.mkdir(parents=True, exist_ok=True)
+    carried.write_text(str(out))
 '''
 
 

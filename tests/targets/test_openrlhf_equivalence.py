@@ -44,7 +44,9 @@ def agent_step(tmp: Path, tokenizer, monkeypatch, std: str):
     opened = adapter.GameAgent._open_writer
 
     def open_writer(self):
-        logs.append(StepLog(opened(self)))
+        writer = opened(self)
+        logs.append(StepLog(writer))
+        logs[-1].close = writer.close  # the agent closes its writer when the rollouts are done
         return logs[-1]
 
     rollout = adapter._Recorder.rollout

@@ -249,13 +249,17 @@ def test_a_gated_grpo_job_is_refused_for_its_advantages_not_for_cispo(job, ext, 
 
 
 def test_a_gate_only_job_is_refused_for_the_gate_not_for_cispo(tmp_path, ext, monkeypatch) -> None:
-    """A ppo (gae) job's only extension is the update gate (gae keeps OpenRLHF's
-    advantages): under another OpenRLHF the entry point refuses it naming the gate's hook
-    and its remedy, not the advantages' or CISPO's, before Ray starts."""
+    """A job whose only extension is the update gate (every askspec algorithm now ships
+    askspec's advantages too, `ppo` included: job.json's `extension` is edited to the gate
+    alone): under another OpenRLHF the entry point refuses it naming the gate's hook and its
+    remedy, not the advantages' or CISPO's, before Ray starts."""
     (tmp_path / "ppo.ask").write_text(SPEC.replace("with grpo", "with ppo"))
     job = tmp_path / "ppo"
     assert main(["compile", str(tmp_path / "ppo.ask"), "--target", "openrlhf", "-o", str(job)]) == 0
-    assert json.loads((job / "job.json").read_text())["extension"] == {"update_gate": True}
+    spec = json.loads((job / "job.json").read_text())
+    assert spec["extension"] == {"advantages": {"estimator": "grpo", "std": "sample"}, "update_gate": True}
+    spec["extension"] = {"update_gate": True}
+    (job / "job.json").write_text(json.dumps(spec))
     message = refusal(ext, job, monkeypatch)
     assert message.startswith("askspec's update-gate extension was written for OpenRLHF 0.11.2 (it hooks "
                               "BasePPOTrainer.train_step and _compute_rollout_stats), but openrlhf 0.12.0 is installed")

@@ -123,8 +123,12 @@ def test_alternating_phases_chain_checkpoints(tmp_path) -> None:
     parsed = [parse_train_ppo_ray(train_flags(c)) for c in rays]
     base = "HuggingFaceTB/SmolLM2-135M-Instruct"
     ckpt = str(job / "ckpt")
-    assert [a.actor.model_name_or_path for a in parsed] == [
-        base, base, f"{ckpt}/iter-1/proposer", f"{ckpt}/iter-1/solver"]
+    # every phase starts from the role's initial weights (its KL reference) and loads a copy of its previous
+    # phase's DeepSpeed checkpoint, the state that carries (askspec_ext/carry.py)
+    assert [a.actor.model_name_or_path for a in parsed] == [base] * 4
+    assert all(a.ckpt.load_enable and a.ckpt.max_num == 1 for a in parsed)
+    assert [a.ckpt.path for a in parsed] == [
+        f"{ckpt}/iter-1/proposer-ds", f"{ckpt}/iter-1/solver-ds", f"{ckpt}/iter-2/proposer-ds", f"{ckpt}/iter-2/solver-ds"]
     assert [a.ckpt.output_dir for a in parsed] == [
         f"{ckpt}/iter-1/proposer", f"{ckpt}/iter-1/solver", f"{ckpt}/iter-2/proposer", f"{ckpt}/iter-2/solver"]
     proposer, solver = parsed[0], parsed[1]
@@ -249,8 +253,10 @@ def test_pasodoble_phases_and_stages_parse_with_openrlhf(tmp_path) -> None:
         args = parse_train_ppo_ray(train_flags(call))
         ext = json.loads((phase / "job.json").read_text()).get("extension") or {}
         gated = phase.name == "phase-1-proposer"
-        # both phases compute askspec's grpo advantages; only the proposer's also gates its updates
-        assert ext == {"advantages": {"estimator": "grpo", "std": "sample"}, **({"update_gate": True} if gated else {})}
+        # both phases compute askspec's grpo advantages and carry their role's state from its previous
+        # phase (askspec_ext/carry.py); only the proposer's also gates its updates
+        assert ext == {"advantages": {"estimator": "grpo", "std": "sample"}, "carry_state": True,
+                       **({"update_gate": True} if gated else {})}
         assert call[call.index("--") + 3] == "askspec_ext.train_ppo_ray" and (phase / "askspec_ext").is_dir()
         assert args.algo.advantage.estimator == "group_norm" and args.actor.policy_loss_type == "ppo"
     for stage in sorted(job.glob("stage-*/sft.sh")):

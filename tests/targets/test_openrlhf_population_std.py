@@ -160,7 +160,9 @@ def test_every_estimator_but_gae_is_askspecs(tmp_path, openrlhf, ext, algorithm)
     """Each estimator's job ships the hook with its own estimator, and the hook gives the local
     trainer's advantages (the reinforce estimators whitened over the batch's tokens)."""
     module, exp_module = openrlhf
-    job = compile_job(tmp_path, algorithm=algorithm, block="lr = 0.00001")
+    # (dr_grpo's own `constant` aggregation has no OpenRLHF equivalent, E604: a token mean is chosen)
+    block = "lr = 0.00001" + ("; aggregation = token" if algorithm == "dr_grpo" else "")
+    job = compile_job(tmp_path, algorithm=algorithm, block=block)
     assert job_extension(job) == {"advantages": {"estimator": algorithm, "std": "sample"}}
     args = job_args(job, tmp_path)
     ext(job).install()
@@ -172,13 +174,15 @@ def test_every_estimator_but_gae_is_askspecs(tmp_path, openrlhf, ext, algorithm)
 
 
 def test_gae_stays_openrlhfs(tmp_path, openrlhf, ext) -> None:
-    """ppo (gae) ships no advantages hook, and the hook, installed, leaves a gae job's
-    advantages exactly as OpenRLHF's."""
+    """askspec's ppo is the local trainer's (grpo advantages, the PPO loss), never gae; and
+    the hook, installed, leaves a gae job's advantages (`--algo.advantage.estimator gae`
+    passed to launch.sh) exactly as OpenRLHF's."""
     module, exp_module = openrlhf
     job = compile_job(tmp_path, algorithm="ppo", block="lr = 0.00001")
-    assert "advantages" not in job_extension(job)
+    assert job_extension(job)["advantages"] == {"estimator": "grpo", "std": "sample"}
     args = job_args(job, tmp_path)
-    assert args.algo.advantage.estimator == "gae"
+    assert (args.algo.advantage.estimator, args.actor.policy_loss_type) == ("group_norm", "ppo")
+    args.algo.advantage.estimator = "gae"
 
     def with_values(seed):
         experiences = batch(exp_module, 4, 5, seed=seed)[0]

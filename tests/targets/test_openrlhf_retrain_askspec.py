@@ -163,8 +163,6 @@ def test_promotions_must_be_a_regular_file_within_the_size_limit(tmp_path, monke
     named; each one `error:` line, exit 1, as the command's other usage errors."""
     import sys
 
-    from askspec.runtime.targets.openrlhf import inner_loop
-
     fifo = tmp_path / "state.fifo"
     os.mkfifo(fifo)
     argv = ["run", str(ROOT / "specs" / "soar.ask"), "--stage", "pq_student", "--out", str(tmp_path / "runs")]
@@ -189,4 +187,6 @@ def test_promotions_must_be_a_regular_file_within_the_size_limit(tmp_path, monke
     assert f"error: --promotions: {big} is {big.stat().st_size} bytes; the limit is 64 bytes" in err
     assert "Traceback" not in err and err.count("\n") == 1
     monkeypatch.setattr(paths, "MAX_STATE_BYTES", 1 << 20)
-    assert inner_loop.read_promotions(big) == []  # under the limit it is read as before
+    from askspec.runtime.train.promotions import read_promotions
+
+    assert read_promotions(big) == []  # under the limit it is read as before

@@ -138,7 +138,13 @@ def test_promotion_keeps_the_median_copy_of_the_best_dataset(loop):
     inner.save(loop.run_dir / "checkpoints", 2)
     inner.state = LoopState()
     inner.restore(loop.run_dir / "checkpoints", 2)
-    assert inner.state.rewards == [] and [p["dataset"] for p in inner.state.promotions] == [1]
+    assert inner.state.rewards == pytest.approx([0.0, 0.4]) and [p["dataset"] for p in inner.state.promotions] == [1]
+    # Alg. 1's one running average: a promotion does not reset it, so step 3 (no dataset
+    # improves on the promoted baseline: mean 0) averages with step 2's 0.4 to 0.2 > 0.15
+    log = FakeLog()
+    script(inner, {"base": 0.5, **{f"d{k}c{j}": 0.5 for k in (1, 2) for j in (1, 2, 3)}})
+    out = asyncio.run(inner.run(3, 0, None, log, outer_session(log)))
+    assert out["moving_average"] == pytest.approx(0.2) and out["promoted"] is True
 
 
 def test_after_a_promotion_the_inner_loop_is_longer(loop):

@@ -285,6 +285,9 @@ def test_plateau_is_the_first_slope_below_a_fraction_of_the_largest(rewards, win
     assert (hit is not None) == stops
     if hit is not None:
         assert hit["slope"] < fraction * hit["max_slope"] and hit["max_slope"] > 0
+    # a minimum-steps guard: not before that stage step
+    assert plateau(rewards, window, fraction, min_steps=len(rewards) + 1) is None
+    assert (plateau(rewards, window, fraction, min_steps=len(rewards)) is not None) == stops
 
 
 KEEP_BASE = RETRAIN_BASE + "game write { qs = sample 4 ask teacher }\n"
@@ -299,7 +302,8 @@ def test_keep_and_sample_settings_compile_to_the_ir():
     assert train.options == {"keep": {"rule": "best", "of": "accuracy"}}
     assert retrain.options == {"role": "student", "game": "practice", "promoted": False, "data": "hard", "steps": 30,
                                "curriculum": 2, "sample": "write",
-                               "keep": {"rule": "plateau", "of": "reward", "window": 25, "fraction": 0.15}}
+                               "keep": {"rule": "plateau", "of": "reward", "window": 25, "fraction": 0.15,
+                                        "select": "online", "min_steps": 0}}
     from askspec.ir.render import stage_lines
 
     lines = stage_lines(res.ir)  # `askspec compile --format text`
@@ -309,6 +313,92 @@ def test_keep_and_sample_settings_compile_to_the_ir():
     # `keep = last` is the default: the IR says nothing
     res = compile_source("s.ask", KEEP_BASE + "stage rl train { keep = last }\n")
     assert res.ok and res.ir.stages[0].options == {}
+
+
+def test_a_posthoc_plateau_compiles_to_the_ir_and_its_plan():
+    res = compile_source("s.ask", KEEP_BASE + "stage rl train\nstage fresh retrain { role = student; game = practice; "
+                         "data = hard; steps = 1500; keep = plateau(reward, window = 25, fraction = 0.15, "
+                         "select = posthoc, average = 200, every = 50) }\n"
+                         "stage fresh_eval evaluate { games = [evaluate]; score = score; weights = [trained] }\n")
+    assert res.ok, [(d.code, d.message) for d in res.sink.items]
+    _, retrain, evaluate = res.ir.stages
+    assert retrain.options["keep"] == {"rule": "plateau", "of": "reward", "window": 25, "fraction": 0.15,
+                                       "select": "posthoc", "average": 200, "every": 50}
+    from askspec.ir.render import stage_lines
+    from askspec.ir.plansize import weight_rounds
+
+    line = next(x for x in stage_lines(res.ir) if "stage fresh retrain" in x)
+    assert "trained 1500 step(s)" in line and "at most" not in line  # it trains its whole budget
+    assert "start of its reward plateau over the whole curve (a centred window 25, fraction 0.15" in line
+    # the evaluation plays each checkpoint of the window: at most 200 / 50 + 1 kept steps and the last
+    assert weight_rounds(res.ir, evaluate) == 6
+    # the online form takes a minimum-steps guard
+    res = compile_source("s.ask", KEEP_BASE + "stage rl train\nstage fresh retrain { role = student; game = practice; "
+                         "data = hard; steps = 40; keep = plateau(reward, window = 5, fraction = 0.15, min_steps = 20) }\n")
+    assert res.ok and res.ir.stages[1].options["keep"]["min_steps"] == 20
+    assert "not before step 20" in next(x for x in stage_lines(res.ir) if "stage fresh retrain" in x)
+
+
+def app_b6_reference(rewards: list[float], window: int = 25, fraction: float = 0.15) -> int:
+    """App. B.6's rule written out from the paper's sentences, apart from the runtime's code:
+    "smooth the average training reward curve (centered-moving-average, 25 steps) and
+    compute the discrete slopes, normalized by the range of observed rewards. The early
+    stopping step is defined as the earliest point where the normalized slope falls below
+    15% of the maximum observed slope" (after the steepest rise; the 1-based stage step)."""
+    import numpy as np
+
+    r = np.asarray(rewards, dtype=float)
+    smooth = np.convolve(r, np.ones(window) / window, mode="valid")  # index i is centred on step i + (window - 1) // 2 + 1
+    slopes = np.diff(smooth) / (r.max() - r.min())
+    top = int(np.argmax(slopes))
+    below = np.nonzero(slopes[top + 1:] < fraction * slopes[top])[0]
+    assert below.size  # the curves below level off
+    # slope j runs from the smoothed value at step j + (window - 1) // 2 + 1 to the next step's: it is the later one's
+    return int(top + 1 + below[0]) + (window - 1) // 2 + 2
+
+
+def rising_curve(seed: int, rise: int, steps: int = 1500) -> list[float]:
+    """A stage's mean training reward: 0.05 rising to 0.55 over `rise` steps, then flat,
+    each step the mean of 256 Bernoulli rewards (a batch of 8 questions x 32 samples)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    p = 0.05 + 0.5 * np.minimum(np.arange(1, steps + 1) / rise, 1.0)
+    return [float(x) for x in rng.binomial(256, p) / 256]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_posthoc_selection_is_app_b6_rule_on_a_noisy_rising_curve(seed):
+    """SOAR's checkpoint selection (App. B.6), over a 1,500-step noisy curve: the step the
+    paper's rule gives, near the end of the rise; the online rule, deciding at each step
+    over the curve so far, stops at the first noisy levelling of the rise unless guarded."""
+    from askspec.runtime.train.stages import averaged_checkpoints, plateau, plateau_posthoc
+
+    curve = rising_curve(seed, rise=100)
+    hit = plateau_posthoc(curve, 25, 0.15)
+    assert hit["plateau"] and hit["step"] == app_b6_reference(curve)
+    assert hit["max_step"] < hit["step"] and 45 <= hit["step"] <= 115  # the rise ends at step 100
+    # App. B.6: test pass@k averaged over 200 steps from it: the checkpoints kept every 50 steps there
+    kept = list(range(50, 1501, 50))
+    window = averaged_checkpoints(kept, hit["step"], 200, 1500)
+    assert window == [n for n in kept if hit["step"] <= n <= hit["step"] + 200] and len(window) == 4
+    # the online rule without a guard stops on the rise (the issue's ~30 steps for a 400-step rise)
+    slow = rising_curve(seed, rise=400)
+    online = next(n for n in range(1, 1501) if plateau(slow[:n], 25, 0.15) is not None)
+    assert online < 60
+    guarded = next(n for n in range(1, 1501) if plateau(slow[:n], 25, 0.15, min_steps=200) is not None)
+    assert guarded >= 200
+
+
+def test_the_posthoc_selection_without_a_plateau_keeps_the_last_step():
+    from askspec.runtime.train.stages import averaged_checkpoints, plateau_posthoc
+
+    assert plateau_posthoc([0.5] * 40, 5, 0.15) == {"step": 40, "plateau": False, "max_slope": 0.0}
+    still_rising = [i / 40 for i in range(40)]  # every slope equal: none falls below 15 % of the largest
+    assert plateau_posthoc(still_rising, 5, 0.15)["step"] == 40
+    assert averaged_checkpoints([10, 20, 30, 40], 40, 200, 40) == [40]
+    assert averaged_checkpoints([10, 20, 30, 40], 12, 5, 40) == [20]  # none in [12, 17]: the first kept after it
+    assert averaged_checkpoints([10, 20], 25, 200, 33) == [33]  # none after it: the stage's last step
 
 
 def test_a_sample_game_is_held_out_of_the_schedule_and_needs_no_reward():

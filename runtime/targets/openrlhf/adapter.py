@@ -49,7 +49,6 @@ Every session is recorded in a run directory per rollout process (`$ASKSPEC_RUNS
 from __future__ import annotations
 
 import asyncio
-import atexit
 import dataclasses
 import itertools
 import json
@@ -150,8 +149,12 @@ class _Recorder:
         self.finished.discard(session_id)
         self.totals.pop(session_id, None)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.writer, name)
+    # forwarded as they are (the engine's other events)
+    def match(self, group_id: str, **kw: Any) -> None:
+        self.writer.match(group_id, **kw)
+
+    def buffer_event(self, **kw: Any) -> None:
+        self.writer.buffer_event(**kw)
 
 
 @dataclass
@@ -191,6 +194,21 @@ def open_job_writer(exp: ir.Experiment, job: dict[str, Any], job_dir: Path, role
                             spec_files=job.get("spec_files", {}), seed=int(job.get("seed", 0)), roles=roles,
                             params=exp.param_values(), planned_sessions=0,
                             argv=[program, str(job_dir), socket.gethostname(), str(os.getpid())])
+
+
+def carried_history(phase_dir: Path) -> StatefulScorers:
+    """The diversity()/novelty() histories a phase's agent starts from: the calls of every
+    phase committed before it (PHASE/history.json, written by phase_data.py's `prompts`),
+    replayed in the local run's order, as a local run keeps one history for the whole run
+    (docs/cluster.md, "State across phases"); empty without one."""
+    from askspec.runtime.targets.openrlhf.phase_data import HISTORY
+
+    scorers = StatefulScorers()
+    path = phase_dir / HISTORY
+    if path.is_file():
+        for fn, site, text, kwargs in json.loads(path.read_text(encoding="utf-8")):
+            scorers.replay(fn, site, text, kwargs)
+    return scorers
 
 
 def _timeout(raw: str | None, name: str = TIMEOUT_ENV, default: float = DEFAULT_TIMEOUT,
@@ -279,18 +297,17 @@ class GameAgent:
         if self._engine is None:
             self._recorder = _Recorder(self._open_writer(), self.role)
             self._engine = Engine(self.exp, params=self.params, datasets=self.datasets, writer=self._recorder,
-                                  resolve_model=self.resolve, seed=self.seed, stateful=StatefulScorers(),
+                                  resolve_model=self.resolve, seed=self.seed, stateful=carried_history(self.job_dir),
                                   rollout_roles=frozenset({self.role}), on_rollout=self._recorder.rollout)
         return self._engine
 
     def _open_writer(self) -> Any:
-        writer = open_job_writer(self.exp, self.job, self.job_dir, self.role, "openrlhf-agent")
-        atexit.register(writer.close)  # a training job ends by stopping the process
-        return writer
+        return open_job_writer(self.exp, self.job, self.job_dir, self.role, "openrlhf-agent")
 
     def close(self) -> None:
-        """Flush and close the run directory (also done at exit: a training job ends by
-        stopping its processes)."""
+        """Flush and close the run directory (the job's agent module registers this to run at
+        exit: a training job ends by stopping its processes, whose exit is the process's own
+        business, not this library's)."""
         if self._recorder is not None:
             self._recorder.writer.close()
 

@@ -63,6 +63,10 @@ class StageJob:
     askspec: bool = False
     # its items include the promoted datasets the job's inner-loop service keeps (retrain.sh: --promotions)
     promotions: bool = False
+    # an evaluate stage: the models of its frozen roles that the stage's serve_frozen.sh serves beside the
+    # evaluated weights, and the spec's openai models, which keep their own server (askspec run --endpoint)
+    frozen: list[str] = field(default_factory=list)
+    endpoints: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,6 +75,8 @@ class JobPlan:
     iterations: int = 1  # cycles of the phase sequence (alternating schedules)
     notes: list[str] = field(default_factory=list)
     stages: list[StageJob] = field(default_factory=list)  # empty: the spec declares no stages
+    # several trained roles updated in the same step: one multi-policy job (multi.py) steps their phases together
+    lockstep: bool = False
 
     @property
     def driven(self) -> bool:
@@ -120,11 +126,6 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     inner = str(nested.options.get("inner")) if nested is not None else None
     if nested is not None:
         _check_nested(exp, nested, spec_file, sink)
-    elif len(trainings) > 1 and (sched is None or sched.kind == "online"):
-        where = sched.span if sched is not None else exp.training[1].span
-        sink.error("E602", f"online training of {len(trainings)} roles ({', '.join(trainings)}) in one job: OpenRLHF "
-                           "trains one policy per job", span_of(where, spec_file),
-                   _nearest_alternating(exp, trainings, sched, sources, spec_file))
 
     phases: list[Phase] = []
     for t in exp.training:
@@ -139,8 +140,11 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     if sink.has_errors:
         return None
     plan = JobPlan(phases=phases, stages=[j for j in stages if j is not None])
-    if sched is not None and sched.kind == "online" and "steps" in sched.options and len(phases) == 1:
-        phases[0].steps = int(sched.options["steps"])
+    # several roles updated in the same step: one multi-policy job steps them together (multi.py)
+    plan.lockstep = lockstep(exp)
+    if sched is not None and sched.kind == "online" and "steps" in sched.options:
+        for p in phases:
+            p.steps = int(sched.options["steps"])
     if nested is not None and phases:  # the outer role: one session (an outer step's datasets) per step
         if nested.options.get("outer_steps") is not None:
             phases[0].steps = int(nested.options["outer_steps"])
@@ -156,6 +160,14 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     for k, p in enumerate(plan.phases, 1):
         p.dir = f"phase-{k}-{p.role}" if len(plan.phases) > 1 else "."
     return plan
+
+
+def lockstep(exp: ir.Experiment) -> bool:
+    """Whether the schedule updates several trained roles in the same step (`online`, or
+    no schedule, with more than one `train` block): the job is one multi-policy job
+    (askspec_ext/multi_policy.py) whose step loop updates every role each step."""
+    sched = exp.schedule
+    return len({t.role for t in exp.training}) > 1 and (sched is None or sched.kind == "online")
 
 
 def job_name_key(name: str) -> str:
@@ -191,33 +203,6 @@ def _role_span(t: ir.Training, sources: Sources, fallback: str) -> Span:
     return Span(whole.file, whole.line, m.start(1) + 1, whole.line, m.end(1) + 1) if m else whole
 
 
-def _nearest_alternating(exp: ir.Experiment, trainings: dict[str, ir.Training], sched: ir.Schedule | None,
-                         sources: Sources, spec_file: str) -> str:
-    """E602's hint for several roles trained online: the alternating schedule nearest to
-    it, each role updated one step in turn, as many turns as the online steps; and which
-    roles a phase could not train on those games either (E603, reported beside it)."""
-    unfit = []
-    for role, t in trainings.items():
-        trial = DiagnosticSink()  # the role's phase on the online games, checked aside
-        _check_training(exp, t, sources, spec_file, {}, trial)
-        if any(d.code == "E603" for d in trial.sorted()):
-            unfit.append(role)
-    steps = sched.options.get("steps") if sched is not None else None
-    games = sched.options.get("games") if sched is not None else None
-    parts = [f"{role} = 1" for role in trainings] + [f"iterations = {steps if steps is not None else 'STEPS'}"]
-    if games:
-        listed = games if isinstance(games, list) else [games]
-        parts.append("games = {" + ", ".join(f"{role}: {listed[0] if len(listed) == 1 else listed}"
-                                             for role in trainings) + "}")
-    hint = (f"the nearest schedule the job can run is `schedule alternating {{ {'; '.join(parts)} }}`: each role "
-            "updated one step in turn while the others play frozen, each phase a job that starts from the previous "
-            "phase's checkpoints (longer phases start fewer jobs; docs/cluster.md, \"Several trained roles\")")
-    if unfit:
-        hint += (f"; a phase cannot train {', '.join(repr(r) for r in unfit)} on those games either (E603): give its "
-                 "phase a game that asks it as a job can (e.g. one that replays a buffer the other phase fills)")
-    return hint
-
-
 def _check_stage(exp: ir.Experiment, stage: ir.Stage, k: int, sources: Sources, spec_file: str,
                  substitutes: dict[str, str], sink: DiagnosticSink) -> StageJob | None:
     """How the job runs a stage, or None when it leaves it out (W601 says why)."""
@@ -227,13 +212,13 @@ def _check_stage(exp: ir.Experiment, stage: ir.Stage, k: int, sources: Sources, 
     if stage.kind == "sft":
         return StageJob(stage, folder, role=o["role"])
     if stage.kind == "evaluate":
-        owner, why = _evaluated_owner(exp, o["games"])
+        owner, why, frozen, endpoints = _evaluated_owner(exp, o["games"])
         if owner is None:
             sink.warn("W601", f"stage '{stage.name}' (evaluate) is not part of the OpenRLHF job: {why}",
                       span_of(stage.span, spec_file), "run it with askspec's own trainer (`askspec run`), with the "
                                                       "job's checkpoints as the trained roles' models")
             return None
-        return StageJob(stage, folder, role=owner)
+        return StageJob(stage, folder, role=owner, frozen=frozen, endpoints=endpoints)
     if o["promoted"]:
         # the promoted datasets are the inner-loop service's (state.json): askspec's trainer reads them
         # there; with no grounded inner loop nothing is promoted, and the stage trains on its data alone
@@ -268,13 +253,17 @@ def _retrained(t: ir.Training, opts: dict) -> ir.Training:
     return t.model_copy(update=changed)
 
 
-def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, str]:
-    """(the trained role whose weights an evaluate stage's games play, or None and why).
-    The stage's run has one endpoint (`askspec run --base-url`): every role its games ask
-    must play that role's weights (the role itself, or a `current(role)` model), or run in
-    process (a python model)."""
+def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, str, list[str], dict[str, str]]:
+    """(the trained role whose weights an evaluate stage's games play, or None and why; the
+    models its other roles play that the stage serves with vLLM; the spec's openai models,
+    by their own server). Every role its games ask plays that role's weights (the role
+    itself, or a `current(role)` model), runs in process (a python model), plays weights
+    vLLM serves (an hf or vllm model: a server of its own beside the evaluated weights'), or
+    asks the server its openai model names (one base_url, passed on with --endpoint)."""
     trained = {t.role for t in exp.training}
     owners: set[str] = set()
+    frozen: list[str] = []
+    endpoints: dict[str, str] = {}
     for g in exp.games:
         if g.name not in games:
             continue
@@ -286,14 +275,20 @@ def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, 
             elif model is not None and model.weights_of in trained:
                 owners.add(model.weights_of)
             elif model is None:
-                return None, f"game '{g.name}' asks role '{name}', whose model is bound per session"
+                return None, f"game '{g.name}' asks role '{name}', whose model is bound per session", [], {}
+            elif model.backend in HF_WEIGHTS_BACKENDS:
+                if model.name not in frozen:
+                    frozen.append(model.name)
+            elif model.backend == "openai" and isinstance(model.options.get("base_url"), str) and \
+                    "{host}" not in model.options["base_url"]:
+                endpoints[model.name] = model.options["base_url"]
             elif model.backend != "python":
                 return None, (f"game '{g.name}' asks role '{name}' on model '{model.name}' ({model.backend}), which "
-                              "would need a server beside the evaluated weights' (the evaluation run has one endpoint)")
+                              "the evaluation run cannot reach (no weights to serve, nor one server of its own)"), [], {}
     if len(owners) != 1:
         what = f"the weights of {', '.join(sorted(owners))}" if owners else "no trained role's weights"
-        return None, f"its games play {what}: the evaluation run serves one trained role's weights"
-    return owners.pop(), ""
+        return None, f"its games play {what}: the evaluation run serves one trained role's weights", [], {}
+    return owners.pop(), "", frozen, endpoints
 
 
 def roles_asked(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
@@ -318,6 +313,13 @@ def _check_settings(t: ir.Training, tspan: Span, sink: DiagnosticSink) -> None:
     given = {**t.hyper, **t.algorithm_args}
     if t.update_when is not None:
         given["update_when"] = "..."
+    lowered = t.config.aggregation if t.config is not None else None
+    if "aggregation" not in given and lowered is not None and lowered not in LOSS_AGGREGATION:
+        # the algorithm's own default (dr_grpo's `constant`): the job would train on OpenRLHF's token mean
+        sink.error("E604", f"'{t.algorithm}' aggregates its loss by `{lowered}`, which OpenRLHF 0.11.2 has no "
+                           f"equivalent of (its loss aggregations: {', '.join(LOSS_AGGREGATION)})", tspan,
+                   "set `aggregation = token` or `sequence` in the train block (a different loss than the "
+                   "algorithm's own), or train with askspec's own trainer")
     for key, value in given.items():
         if key == "replay":
             sink.error("E605", f"`replay = {value}`: {REFUSED['replay']}", tspan,
@@ -480,7 +482,9 @@ def _siblings(exp: ir.Experiment, g: ir.Game, role: str, asks: list, spec_file: 
     beside other asks of it), N known before the run, `g` not sampled itself, and K = 1
     (not in a loop) — or, for the outer role of a nested schedule (`outer`), whose group
     is every dataset of its session, K runs of `repeat` loops with counts known before
-    the run. Otherwise E603 says why."""
+    the run. In a multi-policy job (`lockstep`) a `sample N ask` inside a loop is fine: its
+    step loop plays the sessions and each run's N replies are a group of their own (an
+    OpenRLHF prompt's n_samples_per_prompt), so (N, 1). Otherwise E603 says why."""
     step, mult = next((s, m) for s, m in asks if s.sample is not None)
     where = span_of(step.span, spec_file)
     calls = 1
@@ -504,7 +508,7 @@ def _siblings(exp: ir.Experiment, g: ir.Game, role: str, asks: list, spec_file: 
                        "dataset per run), not inside `for`, `while` or `if`")
             return None
         calls = runs
-    elif mult > 1:
+    elif mult > 1 and not lockstep(exp):
         sink.error("E603", f"`sample N ask {role}` can run {mult} times in a session of '{g.name}' (it is inside a "
                            "loop): each run samples a group of its own, while an OpenRLHF prompt's rollouts form one",
                    where, f"sample once per session (outside the loop), {own_session}")

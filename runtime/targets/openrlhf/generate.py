@@ -27,16 +27,17 @@ from askspec.diagnostics import DiagnosticSink
 from askspec.terminal import printable
 
 from askspec.runtime.engine.plan import game_elements, load_dataset
-from askspec.runtime.targets.openrlhf import escape, mapping, stages
-from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check, roles_asked
+from askspec.runtime.targets.openrlhf import escape, mapping, multi, stages, world
+from askspec.runtime.targets.openrlhf.askspec_ext import carry
+from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check, roles_asked, span_of
 
 MARKER = ".askspec-job"
 GENERATED = ("README.md", "driver.sh", "agent.py", "job.json", "prompts.jsonl", "elements.jsonl", "launch.sh",
-             "serve_frozen.sh", "spec", "askspec_ext", "askspec_nested.py")
+             "serve_frozen.sh", "spec", "askspec_ext", "askspec_nested.py", "world_check.py", multi.ENTRY)
 FIRST_PORT = 8001
 _TEMPLATES = Path(__file__).parent / "templates"
 # copied as they are into the folder of every phase that needs it (mapping.extension: a loss
-# OpenRLHF lacks, the population std, an update gate)
+# OpenRLHF lacks, the population std, an update gate; _extension: the state carried across phases)
 _EXTENSION = Path(__file__).parent / "askspec_ext"
 
 # where each flag comes from, for the README's table
@@ -73,7 +74,7 @@ _WHY = {
     "--actor.max_norm": "`grad_clip` (default 1.0)",
     "--actor.lr_scheduler": "`decay`: constant (the default) or cosine",
     "--actor.min_lr_ratio": "`min_lr` / `lr`",
-    "--actor.loss_agg_mode": "`aggregation`",
+    "--actor.loss_agg_mode": "`aggregation` (the algorithm's default: grpo's and gspo's is per sequence)",
 }
 
 
@@ -108,6 +109,7 @@ class _PhaseOut:
     replay: dict | None = None  # a phase whose game replays a buffer: job.json's `replay`
     pushes: bool = False  # its games push to a buffer (driver.sh commits the pushes after it)
     draw: dict | None = None  # a pushing phase of an alternating schedule: job.json's `draw` (phase_data.py)
+    gpus: int = mapping.ACTOR_GPUS  # launch.sh's default ACTOR_GPUS: the most, up to mapping's, the batch fits
 
     # the names the templates use
     @property
@@ -132,17 +134,26 @@ class _PhaseOut:
 
 
 def compile_job(res, spec_path: str, out_dir: str, substitutes: dict[str, str],
-                overrides: dict[str, str] | None = None) -> int:
+                overrides: dict[str, str] | None = None, max_len: int | None = None) -> int:
     """Check `res` (a successful language compile) against OpenRLHF and write the job;
-    returns the exit code. Refusals are diagnostics on stderr, and nothing is written."""
+    returns the exit code. Refusals are diagnostics on stderr, and nothing is written.
+    `max_len` (`--max-len`) replaces the sequence budget the spec implies."""
     exp: ir.Experiment = res.ir
     sink = DiagnosticSink()
     plan = check(exp, res.sources, spec_path, substitutes, sink)
-    sink.emit(res.sources)
     if plan is None or sink.has_errors:
+        sink.emit(res.sources)
         return 1
     try:
-        phases = _build(exp, plan, spec_path)
+        phases = _build(exp, plan, spec_path, sink, max_len)
+    except JobError as e:
+        sink.emit(res.sources)
+        print(f"error: {printable(str(e), single_line=True)}", file=sys.stderr)
+        return 1
+    sink.emit(res.sources)  # the check's and the build's (a batch the job could not start with)
+    if sink.has_errors:
+        return 1
+    try:
         _write(exp, res, plan, phases, spec_path, Path(out_dir), substitutes, overrides or {})
     except JobError as e:
         print(f"error: {printable(str(e), single_line=True)}", file=sys.stderr)
@@ -153,7 +164,8 @@ def compile_job(res, spec_path: str, out_dir: str, substitutes: dict[str, str],
 
 
 # ---------------------------------------------------------------------------------- plan
-def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]:
+def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSink | None = None,
+           max_len_flag: int | None = None) -> list[_PhaseOut]:
     try:
         exp.name.encode("utf-8")  # a file name's undecodable bytes come in as lone surrogates
     except UnicodeEncodeError:
@@ -191,9 +203,10 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         # a turn's budget: the role's, or an ask's own `with sampling { max_tokens }` where larger
         # (the agent caps each call at what is left of max_len, so max_len must hold the largest)
         turn_tokens = max([int(sampling.get("max_tokens", 256))] + [
-            int(s.sampling["max_tokens"]) for g in games for s in all_steps(g.body)
-            if s.kind == "ask" and phase.role in s.roles and "max_tokens" in s.sampling])
-        max_len = int(hyper.get("max_len") or calls * turn_tokens + mapping.CONTEXT_ALLOWANCE)
+            int(s.sampling_for(phase.role)["max_tokens"]) for g in games for s in all_steps(g.body)
+            if s.kind == "ask" and phase.role in s.roles and "max_tokens" in s.sampling_for(phase.role)])
+        max_len, len_note = _max_len(exp, phase, model, calls * turn_tokens + mapping.CONTEXT_ALLOWANCE, max_len_flag,
+                                     sink, spec_path)
         batch = int(hyper["batch"]) if "batch" in hyper else None
         pushes = any(s.kind == "push" for g in games for s in all_steps(g.body))
         draw = _draw(exp, phase, games) if pushes and replay is None else None
@@ -222,10 +235,18 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
                                       f"spec's {steps}")
         flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
         flags += mapping.setting_flags(phase.training)
+        gpus = _actor_gpus(flags)
+        if gpus is None:
+            _micro_batch_refused(exp, phase, sched, sink, spec_path)
+            continue
         explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
         others = [r for r in trained if r != phase.role and _asked(games, r)]
         servers, endpoints, frozen = _frozen(exp, games, phase.role, others)
-        notes = list(sched.notes)
+        notes = [_step_difference(phase, games[0], sched)] + list(sched.notes) + ([len_note] if len_note else [])
+        if gpus < mapping.ACTOR_GPUS:
+            notes.append(f"ACTOR_GPUS defaults to {gpus}, not {mapping.ACTOR_GPUS}: DeepSpeed needs a step's "
+                         f"{sched.rollouts_per_step} rollouts (--train.batch_size) to be a whole multiple of the actor "
+                         "GPUs (launch.sh checks the values it is given: docs/cluster.md, \"Batch sizes and GPUs\")")
         size = group_size(games[0], phase.training.hyper.get("group"))
         if batch is not None and whole_groups(batch, size) != batch:
             notes.append(f"batch = {batch} sessions in whole groups of {size}: each step plays "
@@ -238,8 +259,11 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
                 (role.recover.malformed or role.recover.truncated):
             notes.append(f"'{phase.role}' keeps a recovered attempt and its recovery prompt in its token sequence "
                          "(docs/cluster.md, \"What differs from a local run\")")
-        if any(_calls(g, "diversity") for g in games):
-            notes.append("diversity() keeps its window per rollout process (each vLLM engine sees its own sessions)")
+        stateful = [f"{fn}()" for fn in ("diversity", "novelty") if any(_calls(g, fn) for g in games)]
+        if stateful:
+            notes.append(f"{' and '.join(stateful)}: within a phase each rollout process (vLLM engine) adds only its own "
+                         "sessions to the history, in arrival order; the earlier phases' calls are replayed when the job "
+                         "has buffers between phases (docs/cluster.md, \"What differs from a local run\")")
         if replay is not None:
             notes.append(f"game '{replay['game']}' replays buffer '{replay['buffer']}': driver.sh writes this phase's "
                          f"prompts.jsonl when it starts, {replay['steps']} step(s) of {replay['items']} item(s) drawn in "
@@ -247,8 +271,90 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str) -> list[_PhaseOut]
         out.append(_PhaseOut(phase=phase, dir=phase.dir,
                              pretrain=_weights(model), elements=len(lines), lines=lines, flags=flags,
                              explained=explained, servers=servers, endpoints=endpoints, frozen=frozen,
-                             frozen_trained=others, notes=notes, replay=replay, pushes=pushes, draw=draw))
+                             frozen_trained=others, notes=notes, replay=replay, pushes=pushes, draw=draw,
+                             gpus=gpus))
     return out
+
+
+def _step_difference(phase: Phase, game: ir.Game, sched: mapping.Schedule) -> str:
+    """The README's line on a step's batch: the rollouts one optimizer step of the job
+    trains on against a local step's (a learning rate tuned on one transfers to the other
+    only when they are equal)."""
+    local = step_prompts(phase, game) if not (phase.inner_loop or phase.sample_calls) else 1
+    job = (f"a step of this job trains on {sched.prompts_per_step} prompt(s) x {phase.group} rollouts = "
+           f"{sched.rollouts_per_step} (--rollout.batch_size x --rollout.n_samples_per_prompt = --train.batch_size)")
+    if local == sched.prompts_per_step:
+        return f"{job}, as a local step does"
+    # `batch` counts sessions: a prompt's group of sessions, or one session whose `sample N` replies are the group
+    same = sched.prompts_per_step if game.name in phase.siblings else sched.rollouts_per_step
+    return (f"{job}, where a local step trains on {local} x {phase.group} = {local * phase.group} "
+            f"({'one group: the train block has no `batch`' if 'batch' not in phase.training.hyper else '`batch`'}): "
+            "the gradient averages over more rollouts, so a learning rate tuned locally may not transfer; set "
+            f"`batch = {same}` for the same step on both")
+
+
+def model_context(weights: str) -> tuple[int, str] | None:
+    """(the context in tokens, where it was read) of the model vLLM and DeepSpeed load as
+    `weights` (a Hugging Face id or a local folder): `max_position_embeddings` of a local
+    folder's config.json, else mapping.CONTEXTS' (the packaged models'); None when neither
+    says (a Hub id is not fetched at compile time: docs/cluster.md, "Sequence length")."""
+    try:  # as vLLM reads it: the scripts pass the weights quoted, so a "~" is not the home folder
+        config = Path(weights) / "config.json"
+        if config.is_file():
+            n = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                return n, f"max_position_embeddings in {config}"
+    except (OSError, ValueError, AttributeError):
+        pass  # unreadable: the job's own load reports it
+    if weights in mapping.CONTEXTS:
+        return mapping.CONTEXTS[weights], f"max_position_embeddings in {weights}'s config.json"
+    return None
+
+
+def _max_len(exp: ir.Experiment, phase: Phase, model: ir.Model, budget: int, given: int | None,
+             sink: DiagnosticSink | None, spec_path: str) -> tuple[int, str | None]:
+    """--data.max_len of a phase (vLLM's max_model_len too) and a README note: `given`
+    (`compile --max-len`), refused (E609) above the model's known context; else the spec's
+    budget (the trained role's calls x max_tokens + prompt room), capped at the context as
+    a local run's hf backend caps each reply at what the context leaves."""
+    context = model_context(_weights(model))
+    if given is not None:
+        if context is not None and given > context[0]:
+            message = (f"--max-len {given} exceeds the context of model '{model.name}' (trained role '{phase.role}'): "
+                       f"{context[0]} tokens ({context[1]}); vLLM refuses a max_model_len above it")
+            if sink is None:
+                raise JobError(message)
+            sink.error("E609", message, span_of(phase.training.span, spec_path),
+                       f"pass --max-len {context[0]} or less, or train a model with a longer context")
+        return given, None
+    if context is not None and budget > context[0]:
+        return context[0], (f"max_len is the model's context, {context[0]} tokens ({context[1]}), not the spec's budget "
+                            f"of {budget} (the calls of '{phase.role}' x max_tokens + {mapping.CONTEXT_ALLOWANCE} for prompts): "
+                            "each call gets what the context leaves, as in a local run")
+    return budget, None
+
+
+def _actor_gpus(flags: list[tuple[str, list[str]]]) -> int | None:
+    """launch.sh's default ACTOR_GPUS for a job of `flags` on one node: the most GPUs, up
+    to mapping.ACTOR_GPUS, with which OpenRLHF's and DeepSpeed's batch rules hold
+    (world.py); None when no count does (the micro batch does not divide the step)."""
+    argv = [x for f, v in flags for x in (f, *v)] + ["--actor.num_nodes", "1"]
+    fits = world.fitting_gpus(world.settings(argv), mapping.ACTOR_GPUS)
+    return max(fits) if fits else None
+
+
+def _micro_batch_refused(exp: ir.Experiment, phase: Phase, sched: mapping.Schedule, sink: DiagnosticSink | None,
+                         spec_path: str) -> None:
+    """E604 for a `micro_batch` that divides no step of the job: DeepSpeed's batch must be
+    a whole multiple of micro batch x actor GPUs, even on one GPU."""
+    micro = phase.training.hyper.get("micro_batch")
+    message = (f"`micro_batch = {micro}` does not divide a step's {sched.rollouts_per_step} rollouts of '{phase.role}' "
+               "(--train.batch_size): DeepSpeed needs the batch to be a whole multiple of the micro batch x the actor "
+               "GPUs, so the job could not start on any number of GPUs")
+    if sink is None:
+        raise JobError(message)
+    sink.error("E604", message, span_of(phase.training.span, spec_path),
+               f"choose a `micro_batch` that divides {sched.rollouts_per_step}")
 
 
 def _draw(exp: ir.Experiment, phase: Phase, games: list[ir.Game]) -> dict | None:
@@ -291,8 +397,14 @@ def step_prompts(phase: Phase, game: ir.Game) -> int:
 
 
 def _extension(p: _PhaseOut, plan: JobPlan) -> dict[str, Any]:
-    """What the phase's askspec_ext installs; the update gate only in the RL schedule's phases."""
-    return mapping.extension(p.algorithm, p.phase.training, any(p.phase is q for q in plan.phases))
+    """What the phase's askspec_ext installs; the update gate only in the RL schedule's phases,
+    and in a schedule of several phases the role's state carried between them
+    (askspec_ext/carry.py; driver.sh passes its checkpoint flags)."""
+    scheduled = any(p.phase is q for q in plan.phases)
+    out = mapping.extension(p.algorithm, p.phase.training, scheduled)
+    if scheduled and len(plan.phases) > 1:
+        out["carry_state"] = True
+    return out
 
 
 def _replay(phase: Phase, games: list[ir.Game]) -> dict | None:
@@ -537,12 +649,12 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
         for p in phases:
             estimator, loss = mapping.openrlhf_algorithm(p.algorithm, p.phase.training.algorithm_args)
             ctx = {**common, "role": p.role, "pretrain": p.pretrain, "flags": p.flags,
-                   "algorithm_text": f"{p.algorithm}: {estimator} advantages, {loss} loss"
-                                     + (f"; substituted for {p.substituted}" if p.substituted else ""),
+                   "algorithm_text": _algorithm_text(p),
                    "with_ref": any(f == "--algo.kl.init_coef" and float(v[0]) > 0 for f, v in p.flags),
                    "with_critic": estimator == "gae", "servers": p.servers,
                    "extension": bool(_extension(p, plan)),
-                   "inner_loop": p.phase.inner_loop is not None}
+                   "inner_loop": p.phase.inner_loop is not None, "gpus": p.gpus,
+                   "gpus_why": f"the most GPUs, up to {mapping.ACTOR_GPUS}, a step's batch fits (world_check.py)"}
             ctx["train_entry"] = "askspec_ext.train_ppo_ray" if ctx["extension"] else "openrlhf.cli.train_ppo_ray"
             # a grounded nested schedule's job starts through askspec_nested.py, which starts the service
             ctx["entry"] = "askspec_nested" if ctx["inner_loop"] else ctx["train_entry"]
@@ -553,6 +665,8 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
                     texts[os.path.join(p.dir, "askspec_ext", source.name)] = source.read_text(encoding="utf-8")
             for name in ("agent.py", "launch.sh", "serve_frozen.sh"):
                 texts[os.path.join(p.dir, name)] = env.get_template(name + ".j2").render(**ctx)
+            # launch.sh's check of the batch sizes against the real actor GPUs, stdlib only (world.py)
+            texts[os.path.join(p.dir, "world_check.py")] = Path(world.__file__).read_text(encoding="utf-8")
         rl = [p for p in phases if any(p.phase is q for q in plan.phases)]  # the schedule's (not a retrain's)
         retrains = {p.phase.dir: p for p in phases if p not in rl}
         order = [{"kind": s.stage.kind, "name": s.stage.name, "dir": s.dir, "role": s.role, "askspec": s.askspec,
@@ -564,18 +678,34 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
         if inner:
             pretrain[inner] = _weights(exp.model(exp.role(inner).model))
         ctx = {**common, "phases": rl, "iterations": plan.iterations, "phase_names": [p.dir for p in rl],
-               "extensions": {p.dir: _extension(p, plan) for p in rl},
+               "extensions": {p.dir: _extension(p, plan) for p in rl}, "carry_flags": carry.FLAGS,
+               "carried_roles": list(dict.fromkeys(p.role for p in rl if _extension(p, plan).get("carry_state"))),
                "roles": roles, "pretrain": pretrain, "order": order,
                "inner_loop": inner if any(p.phase.inner_loop for p in rl) else None,
                "inner_keep_best": any((s.options.get("keep") or {}).get("rule") == "best" for s in exp.stages),
                "stage_jobs": plan.stages, "spec_name": os.path.basename(spec_path), "askspec_version": __version__,
+               "lockstep": plan.lockstep,
                "substitutes": [f"{a}={b}" for a, b in sorted(substitutes.items())]}
-        if plan.driven:
+        if plan.lockstep:  # the roles stepped together in one Ray job (multi.py), not phases in turn
+            texts.update(multi.texts(env, common, plan, rl, {p.role: _algorithm_text(p) for p in rl},
+                                     {p.role: _extension(p, plan) for p in rl}))
+            for source in sorted(_EXTENSION.glob("*.py")):  # multi_policy.py, which askspec_multi.py runs
+                texts[os.path.join("askspec_ext", source.name)] = source.read_text(encoding="utf-8")
+        elif plan.driven:
             texts["driver.sh"] = env.get_template("driver.sh.j2").render(**ctx)
-        texts["README.md"] = env.get_template("README.md.j2").render(**ctx)
+        texts["README.md"] = env.get_template("README.md.j2").render(**ctx) + (multi.readme(plan, rl) if plan.lockstep
+                                                                               else "")
     except escape.Unrepresentable as e:
         raise JobError(f"cannot write the job: {e}") from None
+    except multi.Refused as e:
+        raise JobError(str(e)) from None
     return texts
+
+
+def _algorithm_text(p: _PhaseOut) -> str:
+    estimator, loss = mapping.openrlhf_algorithm(p.algorithm, p.phase.training.algorithm_args)
+    return f"{p.algorithm}: {estimator} advantages, {loss} loss" + (f"; substituted for {p.substituted}"
+                                                                     if p.substituted else "")
 
 
 def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec_path: str,
@@ -619,12 +749,30 @@ def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spe
                                  f"CKPT_{job.role.upper()}")
                 profile = exp.options.get("profile")
                 texts.update(stages.evaluate_files(env, common, job, server, initial, os.path.basename(spec_path),
-                                                   str(profile) if profile else None, overrides))
+                                                   str(profile) if profile else None, overrides,
+                                                   _evaluation_servers(exp, job.frozen, server.port + 1),
+                                                   [(name, exp.model(name).weights, url)
+                                                    for name, url in job.endpoints.items()]))
     except stages.StageError as e:
         raise JobError(str(e)) from None
     except escape.Unrepresentable as e:
         raise JobError(f"cannot write the job: {e}") from None
     return texts
+
+
+def _evaluation_servers(exp: ir.Experiment, models: list[str], port: int) -> list[tuple[str, _Server]]:
+    """(model, its server) for the frozen models an evaluate stage serves beside the
+    evaluated weights: one vLLM server per distinct weights, from `port` on, each serving
+    them under their own name (the weights), as a phase's frozen servers do."""
+    out: list[tuple[str, _Server]] = []
+    by_weights: dict[str, _Server] = {}
+    for name in models:
+        m = exp.model(name)
+        weights = _weights(m)
+        if weights not in by_weights:
+            by_weights[weights] = _Server(port + len(by_weights), m.weights, weights, f"weights {m.weights}")
+        out.append((name, by_weights[weights]))
+    return out
 
 
 def _inner_role(exp: ir.Experiment) -> str | None:

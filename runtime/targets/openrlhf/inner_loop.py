@@ -40,8 +40,8 @@ from typing import Any, Callable
 from askspec.ir import model as ir
 
 from askspec.runtime.store.layout import write_json_atomic
+from askspec.runtime.train.promotions import STATE
 
-STATE = "state.json"  # the outer step last answered and its answer
 WEIGHTS = "inner.safetensors"  # the inner role's weights after that step (a promotion changes them)
 PROMOTED = "promoted"  # the same weights as a Hugging Face folder, for the stages that evaluate the role
 KEPT = "kept"  # with `keep = best(accuracy)`: the most accurate promoted student so far, likewise (driver.sh)
@@ -321,31 +321,6 @@ def start_service(experiment: ir.Experiment, *, spec_dir: str, seed: int, runs: 
                                            state_dir=state_dir, resolver_factory=resolver_factory, workers=workers,
                                            pool=pool)
     return Started(host, pool or [])
-
-
-def read_promotions(path: str | Path) -> list[dict[str, Any]]:
-    """The promoted datasets in a service's state file (STATE: its last answer's
-    `promotions`, each {step, dataset, copy, items}), which a retrain stage on promoted
-    datasets trains on (`askspec run --stage NAME --promotions FILE`, the job's retrain.sh)."""
-    from askspec.lang.paths import MAX_STATE_BYTES, FileRefused, read_regular
-
-    try:
-        state = json.loads(read_regular(path, MAX_STATE_BYTES).decode("utf-8"))
-    except FileRefused as e:  # a device, a FIFO, a folder, or past the limit
-        raise ValueError(f"{e} (the inner-loop service's state file: the job's $ASKSPEC_INNER_STATE/{STATE})") from None
-    except OSError as e:
-        raise ValueError(f"cannot read the inner-loop service's state file {path}: {e.strerror or e} (the job's "
-                         f"$ASKSPEC_INNER_STATE/{STATE}, written once the service has answered an outer step)") from None
-    except RecursionError:
-        raise ValueError(f"{path} is not the inner-loop service's state file (JSON nested too deeply)") from None
-    except ValueError as e:
-        raise ValueError(f"{path} is not the inner-loop service's state file (not JSON: {e})") from None
-    promotions = (state.get("answer") or {}).get("promotions") if isinstance(state, dict) else None
-    if not isinstance(promotions, list) or not all(isinstance(p, dict) and isinstance(p.get("items"), list)
-                                                   for p in promotions):
-        raise ValueError(f"{path} is not the inner-loop service's state file: it has no answer.promotions, a list of "
-                         f"{{step, dataset, copy, items}} (the service's $ASKSPEC_INNER_STATE/{STATE})")
-    return promotions
 
 
 class Service:

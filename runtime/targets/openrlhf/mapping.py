@@ -21,7 +21,9 @@ ALGORITHMS: dict[str, tuple[str, str]] = {
     "reinforce_baseline": ("reinforce_baseline", "ppo"),
     "gspo": ("group_norm", "gspo"),
     "cispo": ("group_norm", "cispo"),  # the job's askspec_ext adds the loss (askspec_ext/cispo.py)
-    "ppo": ("gae", "ppo"),
+    # askspec's ppo is the local trainer's: group-normalised (grpo) advantages and the PPO clipped loss,
+    # never OpenRLHF's gae with a critic (askspec_ext/advantages.py computes the block's estimator)
+    "ppo": ("group_norm", "ppo"),
 }
 
 # policy losses OpenRLHF 0.11.2 lacks, which a job's askspec_ext adds
@@ -67,6 +69,9 @@ LOSS_AGGREGATION = {"token": "token-mean", "sequence": "seq-mean-token-mean"}
 
 # packaged model names -> the Hugging Face repository vLLM and DeepSpeed load
 HF_IDS = {"smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+# the context (max_position_embeddings in its config.json) of each model HF_IDS names, which the
+# compiler cannot read from a local folder: the job's max_len must fit in it (generate.model_context)
+CONTEXTS = {"HuggingFaceTB/SmolLM2-135M-Instruct": 8192}
 
 # OpenRLHF clips rewards to [-10, 10] by default; the contract sums rewards unclipped, so
 # the job widens the range (a literal integer: argparse reads "-1e9" as an option name)
@@ -74,6 +79,11 @@ REWARD_CLIP = "1000000000"
 
 # room for the prompts and the other roles' messages in the trained role's sequence
 CONTEXT_ALLOWANCE = 4096
+
+# launch.sh's default actor GPUs per node (ACTOR_NODES defaults to 1): half of an 8-GPU node, the
+# rest for vLLM engines and frozen servers; a job whose step does not divide it gets the most below
+# it that does (generate._actor_gpus, world.py)
+ACTOR_GPUS = 4
 
 
 def hf_id(weights: str) -> str:
@@ -148,8 +158,9 @@ def training_flags(algorithm: str, t: ir.Training, group: int, sched: Schedule, 
     flags += [("--actor.adam.betas", [_num(cfg.beta1), _num(cfg.beta2)]),
               ("--actor.adam.weight_decay", [_num(cfg.weight_decay)]),
               ("--actor.max_norm", [_num(cfg.grad_clip)])]
-    if settings.get("aggregation") in LOSS_AGGREGATION:
-        flags.append(("--actor.loss_agg_mode", [LOSS_AGGREGATION[settings["aggregation"]]]))
+    # the lowered aggregation, the algorithm's default included (grpo's is `sequence`, OpenRLHF's token-mean)
+    if cfg.aggregation in LOSS_AGGREGATION and (cfg.aggregation != "token" or "aggregation" in settings):
+        flags.append(("--actor.loss_agg_mode", [LOSS_AGGREGATION[cfg.aggregation]]))
     if "clip_low" in settings or "clip_high" in settings or loss == "cispo":  # cispo's defaults are not OpenRLHF's
         flags.append(("--actor.eps_clip_low_high", [_num(cfg.clip_low), _num(cfg.clip_high)]))
     elif "clip" in settings:

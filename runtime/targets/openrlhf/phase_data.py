@@ -21,7 +21,10 @@ driver.sh runs, around every phase of a job whose games push to or replay a buff
   go to the job's run store JOB/runs/buffers/ (its `buffer_events`, with the local
   step and phase: `askspec query JOB/runs/buffers` shows them as a local run's), then
   the buffers' state to JOB/buffers/state.json (ReplayBuffer.state(), as the local
-  trainer's checkpoints/buffers/step-N.json), naming KEY: the commit point. A KEY
+  trainer's checkpoints/buffers/step-N.json, and the phase's diversity()/novelty() calls
+  after the earlier phases', in session order: `prompts` writes them to PHASE/history.json,
+  which the phase's agents replay, as the local run keeps one history for the whole run),
+  naming KEY: the commit point. A KEY
   already committed is skipped, so a re-run never commits twice; a commit killed before
   the state named it runs again and its events supersede the killed one's (the store's
   writer generation, per step, as a resumed local run's).
@@ -53,6 +56,9 @@ ELEMENTS = "elements.jsonl"  # in a pushing phase's folder: every element of its
 # in a replaying phase's folder: launch.sh's extra flags when the buffer holds fewer items than a step
 # replays (the step's prompts and rollouts, so that one OpenRLHF step is still one local step); else empty
 LAUNCH_ARGS = "launch.args"
+# in a drawn phase's folder: the diversity()/novelty() calls of every phase committed before it, in the local
+# run's session order (the state's `stateful`), which the phase's agents replay into their histories (adapter.py)
+HISTORY = "history.json"
 
 
 class PhaseDataError(Exception):
@@ -225,6 +231,7 @@ def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
             lines += [_with_step(e, step) for e in taken]
     else:
         return 0
+    write_json_atomic(phase_dir / HISTORY, history(_state(job_root)))
     # an empty buffer leaves an empty data set: driver.sh skips the phase, as a local step
     # with nothing to replay plays no session
     (phase_dir / "prompts.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines),
@@ -289,6 +296,39 @@ def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list[tuple[int 
     return [(step, row) for _, step, row in sorted(keyed, key=lambda x: x[0])]
 
 
+def _missing(phase_dir: Path, job: dict, sessions: list) -> list[str]:
+    """The phase's prompts whose sessions are not all in `sessions` (a prompt listed k
+    times in prompts.jsonl is played k times, each by its group's sessions, or by one
+    session whose `sample N ask` replies are the group), each as `game #element bindings
+    (found of expected sessions)`. A session counts whatever its status: a failed one
+    reached the store too."""
+    wanted: dict[tuple[str, str], tuple[int, str]] = {}
+    siblings = job.get("siblings") or {}
+    for line in _read(phase_dir / "prompts.jsonl", MAX_DATA_BYTES).splitlines():
+        row = json.loads(line)
+        label = json.loads(row["label"])
+        k = (label["game"], _key(label.get("bindings") or {}))
+        per_prompt = 1 if label["game"] in siblings else max(1, int(job["group"]))
+        wanted[k] = (wanted.get(k, (0, ""))[0] + per_prompt, str(row.get("prompt", k[0])))
+    found: dict[tuple[str, str], int] = {}
+    for bindings, _, _, _, game in sessions:
+        found[game, _key(bindings)] = found.get((game, _key(bindings)), 0) + 1
+    return [f"{shown} ({found.get(k, 0)} of {n} sessions)" for k, (n, shown) in wanted.items() if found.get(k, 0) < n]
+
+
+# the most missing prompts a refused commit names
+MAX_SHOWN = 5
+
+
+def history(state: dict) -> list[list[Any]]:
+    """The committed phases' diversity()/novelty() calls ([fn, site, text, kwargs]), in the
+    order the local run makes them: phase by phase, its sessions in prompt order."""
+    calls = state.get("stateful") or []
+    if not isinstance(calls, list) or not all(isinstance(c, list) and len(c) == 4 for c in calls):
+        raise PhaseDataError(f"the job's buffer state ({STATE}) has a garbled `stateful` history: restore it")
+    return calls
+
+
 def _key(bindings: dict) -> str:
     return json.dumps(bindings, sort_keys=True, ensure_ascii=False, default=str)
 
@@ -309,7 +349,18 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
     score = next((b.score for b in exp.buffers if replay and b.name == replay["buffer"]), None)
     by_step: dict[int | None, list[tuple[str, Any]]] = {}  # a local step's pushes, in session order
     scores: dict[tuple[int | None, str], list[Any]] = {}  # (step, item's bindings) -> its sessions' scores
-    for step, (bindings, status, book, v, _) in _prompt_order(phase_dir, job, _sessions(runs)):
+    sessions = _sessions(runs)
+    missing = _missing(phase_dir, job, sessions)
+    if missing:
+        shown = "; ".join(missing[:MAX_SHOWN]) + (f"; and {len(missing) - MAX_SHOWN} more" if len(missing) > MAX_SHOWN
+                                                   else "")
+        raise PhaseDataError(f"{key}: the run stores under {runs} lack sessions of {len(missing)} of the phase's prompts "
+                             f"({shown}); every rollout's session must reach them before the phase's replays and "
+                             "pushes are committed (ASKSPEC_RUNS must be on storage every node of the job sees): "
+                             "nothing was committed, run the phase again")
+    calls: list[list[Any]] = []  # the phase's diversity()/novelty() calls, in session order (any status: made)
+    for step, (bindings, status, book, v, _) in _prompt_order(phase_dir, job, sessions):
+        calls += [[c.fn, c.site, c.text, c.kwargs] for c in book.stateful]
         if status != "ok":  # an errored session's pushes never entered a buffer (resume.py), nor its score
             continue
         by_step.setdefault(step, []).extend((name, value) for name, value in book.pushes if name in buffers)
@@ -342,7 +393,8 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
     # the phase's events first, then the state naming the key: the commit point
     if events:
         _record(job_root, job, exp, events)
-    state = {"buffers": {name: b.state() for name, b in buffers.items()}, "committed": [*state["committed"], key]}
+    state = {"buffers": {name: b.state() for name, b in buffers.items()}, "committed": [*state["committed"], key],
+             "stateful": [*history(state), *calls]}
     (job_root / STATE).parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(job_root / STATE, state)
     return events

@@ -64,13 +64,23 @@ def sft_files(env: jinja2.Environment, common: dict, job: StageJob, training: ir
 
 
 def evaluate_files(env: jinja2.Environment, common: dict, job: StageJob, server: Any, initial: str,
-                   spec_name: str, profile: str | None, overrides: dict[str, str]) -> dict[str, str]:
-    """evaluate.sh and the stage's serve_frozen.sh (one server: the evaluated weights)."""
+                   spec_name: str, profile: str | None, overrides: dict[str, str],
+                   frozen: list[tuple[str, Any]] | None = None,
+                   passthrough: list[tuple[str, str, str]] | None = None) -> dict[str, str]:
+    """evaluate.sh and the stage's serve_frozen.sh: the evaluated weights' server and one
+    per distinct weights of the frozen models its games ask (`frozen`: (model, server));
+    `askspec run --endpoint` sends each of those models to its server, and each of the
+    spec's openai models to its own (`passthrough`: (model, served name, URL))."""
     o = job.stage.options
+    frozen = frozen or []
+    servers = [server] + [s for i, (_, s) in enumerate(frozen) if all(s is not t for _, t in frozen[:i])]
     ctx = {**common, "stage": job.stage.name, "role": job.role, "games": o["games"], "samples": int(o["samples"]),
            "weights": list(o["weights"]), "initial": initial, "spec": spec_name, "profile": profile,
            "sets": [f"{k}={v}" for k, v in overrides.items()], "port": server.port, "served": server.served,
-           "servers": [server]}
+           "servers": servers,
+           # (model, port or None, served name, URL): a frozen model on a stage server, or an openai model's own
+           "routes": [(name, s.port, s.served, None) for name, s in frozen] +
+                     [(name, None, served, url) for name, served, url in passthrough or []]}
     return {os.path.join(job.dir, "evaluate.sh"): env.get_template("evaluate.sh.j2").render(**ctx),
             os.path.join(job.dir, "serve_frozen.sh"): env.get_template("serve_frozen.sh.j2").render(**ctx)}
 
@@ -86,7 +96,10 @@ def retrain_files(env: jinja2.Environment, common: dict, job: StageJob, others: 
         why.append("its items include the nested schedule's promoted datasets (" + (
             "the inner-loop service's $ASKSPEC_INNER_STATE/state.json" if job.promotions else
             "none: the schedule's inner loop does not run, so nothing is promoted") + ")")
-    if o.get("keep"):
+    if o.get("keep", {}).get("select") == "posthoc":
+        why.append("it selects its checkpoint after its last step, where its reward levels off (keep = plateau(..., "
+                   "select = posthoc); the job's evaluate stage plays that checkpoint alone, not the averaging window)")
+    elif o.get("keep"):
         why.append(f"it stops where its reward levels off (keep = {o['keep']['rule']})")
     ctx = {**common, "stage": job.stage.name, "role": job.role, "why": "; ".join(why), "spec": spec_name,
            "profile": profile, "sets": [f"{k}={v}" for k, v in overrides.items()], "others": others,

@@ -1,24 +1,31 @@
-"""`update_when = COND` on OpenRLHF 0.11.2: a training step whose sessions close the
-train block's update gate takes no update (PasoDoble's skip-update rule, Alg. 2 l.24–28).
+"""askspec's training step on OpenRLHF 0.11.2: the update gate of `update_when` (a training
+step whose sessions close the train block's gate takes no update: PasoDoble's skip-update
+rule, Alg. 2 l.24–28) and the step with no loss token (every rollout dropped, failed or
+unrewarded, e.g. a SOAR step whose inner loop failed), which OpenRLHF would train on as
+0 / 0 tokens in `aggregate_loss` (NaN) and askspec's trainer skips (`skipped =
+'no_tokens'`).
 
 OpenRLHF's trainer runs one `BasePPOTrainer.train_step(rollout_samples, global_step)` per
 rollout batch (`PPOTrainer.fit`, and `PPOTrainerAsync`'s loop): it makes the experiences
 (the actor's, reference's and critic's forward passes), appends them to the actors'
 replay buffers and runs their `fit` (backward and `optimizer_step`: AdamW and the
-learning-rate scheduler), then sends the weights to vLLM. The hook evaluates the gate
-first, over the batch's sessions (the agent writes each rollout's session into its label;
+learning-rate scheduler), then sends the weights to vLLM. The hook looks at the batch
+first: a step with no loss token (no rollout the agent trained a turn of with an action
+token left: the rule of askspec_ext/advantages.py's `members`), or whose sessions close
+the gate (the agent writes each rollout's session into its label;
 askspec.runtime.targets.openrlhf.update_gate evaluates them with askspec's own
-evaluator, as the local trainer does); when it is closed, none of that runs — no forward
-or backward pass, no AdamW step (weights and optimizer state unchanged), no scheduler
-step, nothing sent to vLLM — and the step returns OpenRLHF's rollout statistics with
-`askspec/gate` 0, so `fit` goes on as after any step: the global step counts it, and a
-checkpoint due at it is written (as a local run's gated step: docs/training.md,
+evaluator, as the local trainer does), runs none of that — no forward or backward pass,
+no AdamW step (weights and optimizer state unchanged), no scheduler step, nothing sent to
+vLLM — and returns OpenRLHF's rollout statistics with `askspec/skipped` 1 (and
+`askspec/gate` 0 when gated), so `fit` goes on as after any step: the global step counts
+it, and a checkpoint due at it is written (as a local run's skipped step: docs/training.md,
 "Skipped steps"). Every step the hook sees is recorded as a `train_steps` row in a run
-store of the trainer's own under $ASKSPEC_RUNS (a gated step with `skipped = 'gate'`).
+store of the trainer's own under $ASKSPEC_RUNS (`skipped = 'no_tokens'` or `'gate'`).
 
-`install()` wraps the method (once); `install_when_loaded()` is the Ray workers' hook (the
-PPO trainer is a Ray actor). Both refuse an OpenRLHF whose hooked code is not 0.11.2's.
-Needs askspec (installed on every node for the agent) besides OpenRLHF."""
+Every RL job with askspec's advantages or an update gate installs it (job.json's
+`extension`). `install()` wraps the method (once); `install_when_loaded()` is the Ray
+workers' hook (the PPO trainer is a Ray actor). Both refuse an OpenRLHF whose hooked code
+is not 0.11.2's. Needs askspec (installed on every node for the agent) besides OpenRLHF."""
 
 from __future__ import annotations
 
@@ -44,26 +51,53 @@ def check_version() -> None:
                  FINGERPRINT, "train with askspec's own trainer")
 
 
+def used(settings: dict[str, Any]) -> bool:
+    """Whether a job's `extension` installs the step hook: an update gate, or askspec's
+    advantages (whose dropped members can leave a step without a loss token)."""
+    from . import advantages
+
+    return bool(settings.get("update_gate")) or advantages.used(settings)
+
+
+# what the local trainer records for a step without a loss token (runtime/train/policy.py)
+NO_TOKENS = ("no_tokens", "no trajectory with a trained token")
+
+
+def loss_tokens(rollout_samples: list) -> int:
+    """The action tokens of a step's rollouts that carry loss: those of rollouts the agent
+    trained a turn of (askspec_ext/advantages.py's `members` rule; a dropped, failed or
+    unrewarded one has `askspec_trained_turns` 0 and no action range)."""
+    total = 0
+    for e in rollout_samples:
+        turns = e.info.get("askspec_trained_turns")
+        for row in range(e.action_mask.shape[0]):
+            if turns is None or float(turns.flatten()[row]) > 0:
+                total += int(e.action_mask[row].sum())
+    return total
+
+
 class StepGate:
-    """The job's gate (job.json beside this package) and the trainer's run store."""
+    """The job's gate (job.json beside this package; None without `update_when`) and the
+    trainer's run store."""
 
     def __init__(self, job: dict[str, Any]) -> None:
+        from askspec.ir import model as ir
         from askspec.runtime.targets.openrlhf.update_gate import JobGate
 
         self.job = job
-        self.gate = JobGate(job)
+        self.gate = JobGate(job) if (job.get("extension") or {}).get("update_gate") else None
+        self.exp = ir.Experiment.model_validate(job["experiment"])
+        self.role: str = job["trained_role"]
         # the group std the block's estimator divides by, which `reward_std` is (as the local trainer's)
-        self.std = next((t.config.std for t in self.gate.exp.training if t.role == self.gate.role and t.config),
-                        "sample")
+        self.std = next((t.config.std for t in self.exp.training if t.role == self.role and t.config), "sample")
         self.writer: Any = None
 
     def record(self, step: int, metrics: dict[str, Any]) -> None:
         if self.writer is None:
             from askspec.runtime.targets.openrlhf.adapter import open_job_writer
 
-            self.writer = open_job_writer(self.gate.exp, self.job, pinned.JOB_FILE.parent, self.gate.role,
-                                          "openrlhf-trainer")
-        self.writer.train_step(self.gate.role, step, metrics)
+            self.writer = open_job_writer(self.exp, self.job, pinned.JOB_FILE.parent, self.role, "openrlhf-trainer")
+        self.writer.train_step(self.role, step, metrics)
         self.writer.flush()  # the trainer's process ends when the job stops it
 
 
@@ -80,7 +114,8 @@ def _rewards(rollout_samples: list, std: str) -> dict[str, Any]:
 
 
 def install(module: Any = None, job: dict[str, Any] | None = None) -> None:
-    """Gate OpenRLHF's training step on the job's update_when (idempotent)."""
+    """Skip OpenRLHF's training step without a loss token, and gate it on the job's
+    update_when when it has one (idempotent)."""
     module = module or importlib.import_module(MODULE)
     if getattr(getattr(module, "BasePPOTrainer", None), "_askspec_gate", None) is not None:
         return
@@ -91,18 +126,32 @@ def install(module: Any = None, job: dict[str, Any] | None = None) -> None:
 
     def train_step(self, rollout_samples, global_step: int):
         step = global_step + 1  # the step this batch is (fit counts from 0)
-        sessions = state.gate.sessions(label for e in rollout_samples for label in e.labels)
-        closed = state.gate.closed(sessions, step)
-        seen = {"step": step, "sessions": len(sessions), **_rewards(rollout_samples, state.std)}
-        if closed is None:
+        seen: dict[str, Any] = {"step": step, **_rewards(rollout_samples, state.std)}
+        tokens = loss_tokens(rollout_samples)
+        skip: tuple[str, str] | None = None
+        gated: dict[str, Any] = {}
+        if state.gate is not None:  # the local trainer asks the gate first, then counts the batch's tokens
+            sessions = state.gate.sessions(label for e in rollout_samples for label in e.labels)
+            seen["sessions"] = len(sessions)
+            closed = state.gate.closed(sessions, step)
+            gated = {"gate": closed is None}
+            if closed is not None:
+                skip = ("gate", closed)
+        if skip is None and tokens == 0:
+            skip = NO_TOKENS
+        if skip is None:
             status, after = original(self, rollout_samples, global_step)
-            status["askspec/gate"] = 1.0
-            state.record(step, {**seen, "gate": True, "loss": status.get("policy_loss"),
+            if state.gate is not None:
+                status["askspec/gate"] = 1.0
+            state.record(step, {**seen, **gated, "tokens": tokens, "loss": status.get("policy_loss"),
                                 "grad_norm": status.get("actor_grad_norm"), "lr": status.get("actor_lr")})
             return status, after
+        # no forward, backward or optimizer step; OpenRLHF's own statistics of the batch
         status = self._compute_rollout_stats(rollout_samples)
-        status.update({"askspec/gate": 0.0, "askspec/skipped": 1.0})
-        state.record(step, {**seen, "gate": False, "skipped": "gate", "skip_reason": closed, "tokens": 0})
+        status["askspec/skipped"] = 1.0
+        if state.gate is not None:
+            status["askspec/gate"] = 1.0 if gated["gate"] else 0.0
+        state.record(step, {**seen, **gated, "skipped": skip[0], "skip_reason": skip[1], "tokens": 0})
         return status, global_step + 1
 
     train_step.__wrapped__ = original  # type: ignore[attr-defined]

@@ -2,9 +2,10 @@
 `python3 -m openrlhf.cli.train_ppo_ray ARGS` (its parser, validation and trainer, run as
 `__main__`), with the CISPO loss installed first and `cispo` among the choices of
 `--actor.policy_loss_type`, and the hooks the job asks for (job.json's `extension`):
-askspec's advantages (its estimator over its groups, `std` included: advantages.py) and the update gate of
-`update_when` (gate.py), each checked against the OpenRLHF it was written for before Ray
-starts.
+askspec's advantages (its estimator over its groups, `std` included: advantages.py), its
+training step (gate.py: a step with no loss token skipped, the update gate of
+`update_when`) and the role's state carried from its previous phase (carry.py), each
+checked against the OpenRLHF it was written for before Ray starts.
 
 The Ray workers build the loss, the experiences and the training steps, so they install
 the hooks too: OpenRLHF's `train()` starts Ray with `ray.init(runtime_env={"env_vars":
@@ -21,7 +22,7 @@ import contextlib
 import runpy
 from typing import Any, Iterator
 
-from . import advantages, cispo, gate, pinned
+from . import advantages, carry, cispo, gate, pinned
 
 SETUP_HOOK = "askspec_ext.train_ppo_ray.install_when_loaded"
 
@@ -41,8 +42,10 @@ def install_when_loaded() -> None:
         cispo.install_when_loaded()
     if advantages.used(settings):
         advantages.install_when_loaded()
-    if settings.get("update_gate"):
+    if gate.used(settings):
         gate.install_when_loaded()
+    if carry.used(settings):
+        carry.install_when_loaded()
 
 
 def with_setup_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
@@ -83,8 +86,10 @@ def main() -> None:
         cispo.install()
     if advantages.used(settings):
         advantages.check_version()
-    if settings.get("update_gate"):
+    if gate.used(settings):
         gate.check_version()
+    if carry.used(settings):
+        carry.check_version()
     parser = cispo.parser_accepts_cispo() if cispo_used else contextlib.nullcontext()
     with parser, workers_install_cispo():
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)

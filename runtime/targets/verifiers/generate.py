@@ -1,0 +1,106 @@
+"""`askspec compile SPEC --target verifiers -o DIR`: DIR becomes an installable project
+(`pip install DIR`) holding one package in verifiers 0.4.0's environment format, named
+after the experiment: its `__init__.py` exports the taskset, the env, its config (one
+`AgentConfig` field per role) and the seat harness; game.json holds the compiled spec;
+spec/ the spec and the data files inside its folder. The runtime it imports is
+environment.py (docs/cluster.md, "verifiers environments")."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from askspec.diagnostics import DiagnosticSink
+from askspec.ir import model as ir
+from askspec.ir.canonical import experiment_hash
+from askspec.terminal import printable
+
+from askspec.runtime.targets.openrlhf import escape
+from askspec.runtime.targets.openrlhf.generate import _copy_spec, _job_experiment
+from askspec.runtime.targets.verifiers.check import check
+
+_TEMPLATES = Path(__file__).resolve().parent / "templates"
+MARKER = ".askspec-verifiers"  # written into DIR: a later compile may replace what it finds there
+VERIFIERS = "verifiers==0.4.0"
+
+
+def package_name(exp: ir.Experiment) -> str:
+    """The package (and verifiers id) an experiment becomes: its name lower-cased, with any
+    character a module name cannot hold as `_` (verifiers imports an id lower-cased, `-` as `_`)."""
+    name = re.sub(r"\W", "_", exp.name.lower(), flags=re.ASCII).strip("_") or "experiment"
+    return name if name[0].isalpha() else f"askspec_{name}"
+
+
+def pins(exp: ir.Experiment, trained: str | None) -> dict[str, dict[str, Any]]:
+    """Each frozen role's fixed endpoint: its spec model's weights as the model id, and the
+    model's server (an `openai` model's `base_url`) where the spec names one; otherwise the
+    run's client."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in exp.roles:
+        model = exp.model(r.model) if r.model else None
+        if r.name == trained or model is None:
+            continue
+        pin: dict[str, Any] = {"model": model.weights}
+        url = model.options.get("base_url")
+        if model.backend == "openai" and isinstance(url, str):
+            pin["client"] = {"type": "eval", "base_url": url}
+            if isinstance(model.options.get("api_key_env"), str):  # verifiers reads the key from the same variable
+                pin["client"]["api_key_var"] = model.options["api_key_env"]
+        out[r.name] = pin
+    return out
+
+
+def compile_env(res, spec_path: str, out_dir: str) -> int:
+    """Check `res` (a successful language compile) and write the environment; the exit
+    code. Refusals are diagnostics on stderr, and nothing is written."""
+    exp: ir.Experiment = res.ir
+    sink = DiagnosticSink()
+    trained = check(exp, res.sources, spec_path, sink)
+    sink.emit(res.sources)
+    if sink.has_errors:
+        return 1
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
+        print(f"error: {printable(out_dir, single_line=True)} is not an empty folder nor one askspec compile "
+              "--target verifiers wrote; give a new or empty folder", file=sys.stderr)
+        return 1
+    package = package_name(exp)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False, finalize=escape.finalize)
+    env.filters.update(escape.FILTERS)
+    init = env.get_template("__init__.py.j2").render(
+        experiment=exp.name, hash12=experiment_hash(exp)[:12], package=package, trained=trained,
+        roles=[r.name for r in exp.roles])
+    pkg = out / package
+    try:
+        pkg.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).write_text("", encoding="utf-8")
+        (pkg / "__init__.py").write_text(init, encoding="utf-8")
+        game = {"experiment": json.loads(_job_experiment(exp, spec_path).model_dump_json()),
+                "seed": int(exp.options.get("seed", 0) or 0), "trained": trained, "pins": pins(exp, trained)}
+        (pkg / "game.json").write_text(json.dumps(game, indent=1) + "\n", encoding="utf-8")
+        _copy_spec(exp, res, spec_path, pkg / "spec")
+        (out / "pyproject.toml").write_text(_pyproject(package), encoding="utf-8")
+    except OSError as e:
+        print(f"error: cannot write {printable(str(e.filename or out_dir), single_line=True)}: {e.strerror}",
+              file=sys.stderr)
+        return 1
+    print(f"wrote verifiers environment {package} for {printable(exp.name, single_line=True)} to "
+          f"{printable(out_dir, single_line=True)}", file=sys.stderr)
+    return 0
+
+
+def _pyproject(package: str) -> str:
+    return (f'[project]\nname = "{package}"\nversion = "0.1.0"\n'
+            f'description = "verifiers environment generated by askspec compile --target verifiers"\n'
+            f'requires-python = ">=3.11"\ndependencies = ["askspec", "{VERIFIERS}"]\n\n'
+            '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
+            f'[tool.setuptools.package-data]\n"{package}" = ["game.json", "spec/**/*"]\n')
+
+
+

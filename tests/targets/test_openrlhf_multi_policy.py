@@ -1,0 +1,276 @@
+"""The multi-policy job (issue #36): a schedule that updates several roles in one step
+compiles to one Ray job (multi.py, askspec_ext/multi_policy.py), and its step loop, run on
+CPU under a real local Ray with each role's OpenRLHF actors stood in by the local trainer's
+policy (multi_standin.py: the part that needs a GPU), equals `askspec run` of the same
+spec and seed: per-role train_steps (rewards, gates, skips), buffer events, and the final
+weights of each role."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from askspec.cli import main
+from askspec.runtime.commands.resolver import local_resolver
+from askspec.runtime.store.views import open_store
+from askspec.runtime.targets.openrlhf.askspec_ext import multi_policy
+from tests.targets.openrlhf_harness import parse_train_ppo_ray
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+EVENT_FIELDS = "step, event, item, value, reason"
+STEP_FIELDS = ("trajectories", "reward_mean", "reward_std", "gate", "skipped", "tokens", "sessions", "loss")
+
+# a co-trained spec not in the repository: two roles updated every step, only the critic gated
+CO_TRAINED = '''
+experiment cotrained { seed = 3 }
+model base = hf("TINY") { temperature = 1.0; max_tokens = 5; prefix_cache = false }
+role writer { model = base; trained; memory = none }
+role critic { model = base; trained; memory = none }
+game duel for topic in ["sea", "sky"] {
+    drafts = sample 2 ask writer using "Write about {{ topic }}"
+    long = 0
+    for d in drafts {
+        reward d as writer = len(d.text) / 10
+        verdicts = sample 2 ask critic: d.text
+        for v in verdicts {
+            reward v as critic = len(v.text) / 10
+        }
+        if len(d.text) > 8 {
+            long = long + 1
+        }
+    }
+}
+train writer with grpo { lr = 0.01; kl = 0.0; save_every = 1 }
+train critic with grpo { lr = 0.01; kl = 0.0; save_every = 1; update_when = sum(long) > 100 }
+schedule online { steps = 2; games = [duel] }
+'''
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    path = os.pathsep.join([str(ROOT), str(HERE)])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def paso(tiny_model, tmp_path_factory) -> tuple[Path, Path]:
+    """PasoDoble online in small: (the spec, its local run)."""
+    tmp = tmp_path_factory.mktemp("paso")
+    spec = _spec(tmp, (HERE / "specs" / "pasodoble_online.ask").read_text(), tiny_model, "paso")
+    return spec, _local(spec, tmp)
+
+
+def _local(spec: Path, tmp: Path) -> Path:
+    local = tmp / "local"
+    assert main(["run", str(spec), "--out", str(local), "--quiet"]) == 0
+    (run,) = [p for p in local.iterdir() if p.is_dir()]
+    return run
+
+
+def _spec(tmp: Path, text: str, tiny_model: Path, name: str) -> Path:
+    path = tmp / f"{name}.ask"
+    path.write_text(text.replace('hf("smollm2-135m-instruct")', f'hf("{tiny_model}")')
+                    .replace('hf("TINY")', f'hf("{tiny_model}")'))
+    return path
+
+
+def _job(spec: Path, tmp: Path) -> Path:
+    """`spec` compiled, and its step loop run (the run store under tmp/runs)."""
+    from tests.targets.multi_standin import make_role
+
+    job = tmp / "job"
+    assert main(["compile", str(spec), "--target", "openrlhf", "-o", str(job)]) == 0
+    multi_policy.run(job, str(tmp / "runs"), make_role, local_resolver)
+    return job
+
+
+def _steps(con) -> list[tuple]:
+    rows = con.execute("SELECT step, role, metrics FROM train_steps ORDER BY step, role").fetchall()
+    return [(s, r, {k: json.loads(m).get(k) for k in STEP_FIELDS}) for s, r, m in rows]
+
+
+def _same_weights(a: Path, b: Path) -> None:
+    from safetensors.torch import load_file
+
+    mine, theirs = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert mine.keys() == theirs.keys()
+    for k in theirs:
+        assert mine[k].equal(theirs[k]), (a, k)
+
+
+def _equal_runs(run: Path, job: Path, runs: Path, roles: list[str], steps: int) -> list[tuple]:
+    want, got = open_store(run), open_store(runs)
+    local_steps = _steps(want)
+    assert _steps(got) == local_steps
+    assert [(s, r) for s, r, _ in local_steps] == [(s, r) for s in range(1, steps + 1) for r in sorted(roles)]
+    assert got.execute(f"SELECT {EVENT_FIELDS} FROM buffer_events ORDER BY step, seq").fetchall() == \
+        want.execute(f"SELECT {EVENT_FIELDS} FROM buffer_events ORDER BY step, seq").fetchall()
+    rewards = "SELECT role, value FROM rewards ORDER BY session_id, role, turn_index, value"
+    assert got.execute(rewards).fetchall() == want.execute(rewards).fetchall()
+    for role in roles:
+        _same_weights(job / "ckpt" / "checkpoints" / role / f"step-{steps}",
+                      run / "checkpoints" / role / f"step-{steps}")
+    latest = json.loads((job / "ckpt" / "checkpoints" / "latest.json").read_text())
+    assert latest["step"] == steps and sorted(latest["roles"]) == sorted(roles)
+    return local_steps
+
+
+def test_pasodoble_online_job_equals_the_local_run(ray_local, paso, tmp_path) -> None:
+    spec, run = paso
+    job = _job(spec, tmp_path)
+    steps = _equal_runs(run, job, tmp_path / "runs", ["proposer", "solver"], 2)
+    assert any(m["skipped"] is None for _, _, m in steps), "some step must update"
+    events = open_store(tmp_path / "runs").execute("SELECT count(*) FROM buffer_events WHERE event = 'push'").fetchone()
+    assert events[0] > 0
+    # the lockstep: each role's update time and its wait for the slower role, per step
+    rows = open_store(tmp_path / "runs").execute(
+        "SELECT step, role, metrics->>'lockstep_seconds', metrics->>'lockstep_wait_s' FROM train_steps "
+        "WHERE skipped IS NULL ORDER BY step, role").fetchall()
+    assert rows and all(float(s) > 0 and float(w) >= 0 for _, _, s, w in rows)
+    print("lockstep (step, role, update s, wait s):", rows)
+
+
+@pytest.mark.slow  # two launches of the job (~30 s on the 2-core machine)
+def test_a_job_lost_while_checkpointing_resumes_from_the_last_step_every_role_saved(ray_local, paso, tmp_path) -> None:
+    """The solver's save of step 2 fails after the proposer's: step 1 is the last step every
+    role checkpointed (latest.json), so the next launch plays step 2 again from it (weights,
+    AdamW, buffers) and ends where the local run ends."""
+    from tests.targets.multi_standin import make_role
+
+    spec, run = paso
+    job = tmp_path / "job"
+    assert main(["compile", str(spec), "--target", "openrlhf", "-o", str(job)]) == 0
+    with pytest.raises(Exception, match="lost while saving step 2"):
+        multi_policy.run(job, str(tmp_path / "runs1"),
+                         lambda t, cfg, init: make_role(t, cfg, init, fail_save={"solver": 2}), local_resolver)
+    ckpt = job / "ckpt" / "checkpoints"
+    assert (ckpt / "proposer" / "step-2").is_dir() and not (ckpt / "solver" / "step-2").exists()
+    assert json.loads((ckpt / "latest.json").read_text())["step"] == 1
+    multi_policy.run(job, str(tmp_path / "runs2"), make_role, local_resolver)
+    # the relaunch played step 2 alone (its train_steps of step 1 are the checkpoint's record of it)
+    assert open_store(tmp_path / "runs2").execute("SELECT count(*) FROM sessions").fetchone()[0] == 1
+    for role in ("proposer", "solver"):
+        _same_weights(ckpt / role / "step-2", run / "checkpoints" / role / "step-2")
+
+
+def test_rollouts_become_openrlhf_groups_with_askspecs_advantages(monkeypatch) -> None:
+    """A step's trajectories as OpenRLHF Experiences (SamplesGenerator's own conversion): each
+    group of the local batch n rollouts (a group a `drop` shortened padded with rollouts that
+    train no token), and askspec's advantages hook over them gives each kept rollout the
+    local trainer's advantage."""
+    import ast
+    import types
+
+    import torch
+
+    from askspec.runtime.targets.openrlhf.askspec_ext import advantages
+    from askspec.runtime.train.advantages import advantages as local_advantages
+    from askspec.runtime.train.batch import Trajectory, Turn
+    from openrlhf.trainer.ppo_utils.experience import Experience
+    from tests.targets.openrlhf_harness import OPENRLHF
+
+    # samples_generator.py imports vLLM at module top: its own method, extracted from the source
+    tree = ast.parse((OPENRLHF / "trainer/ppo_utils/samples_generator.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SamplesGenerator")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_process_response_into_experience")
+    scope: dict = {"torch": torch, "Experience": Experience}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), "samples_generator.py", "exec"), scope)
+    module = types.ModuleType("openrlhf.trainer.ppo_utils.samples_generator")
+    module.SamplesGenerator = type("SamplesGenerator", (), {fn.name: scope[fn.name]})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+
+    def traj(key: str, group: str, reward: float, n_tokens: int) -> Trajectory:
+        turn = Turn("s", 1, 0, [1, 2, 3], list(range(10, 10 + n_tokens)), [0.0] * n_tokens, 1.0, "stop")
+        return Trajectory(key=key, group_key=group, reward=reward, turns=[turn])
+
+    # question a: 3 answers kept; question b: one of 3 dropped (2 kept)
+    trajs = [traj("a0", "a", 1.0, 2), traj("a1", "a", 0.0, 3), traj("a2", "a", 1.0, 1),
+             traj("b0", "b", 0.0, 2), traj("b1", "b", 1.0, 4)]
+    exps = multi_policy.experiences(trajs, 3, 64)
+    assert len(exps) == 6
+    for i, e in enumerate(exps):
+        e.index = [i]  # as RemoteExperienceMaker.split_rollout_samples numbers them
+    got = advantages.askspec_advantages(exps, 3, "grpo", "sample")
+    want = local_advantages("grpo", torch.tensor([t.reward for t in trajs], dtype=torch.float64),
+                            torch.tensor([0, 0, 0, 1, 1]), torch.tensor([float(t.tokens) for t in trajs]), "sample")
+    assert [got[i] for i in (0, 1, 2, 3, 4)] == pytest.approx(want.tolist())
+    assert got[5] == 0.0 and int(exps[5].action_mask.sum()) == 0  # the padding trains nothing
+    assert int(exps[1].action_mask.sum()) == 3  # a rollout's loss tokens are its completion's
+    # a step padded to its batch (one optimizer step): whole groups that train nothing, the advantages unchanged
+    padded = multi_policy.experiences(trajs, 3, 64, total=12)
+    assert len(padded) == 12 and all(int(e.action_mask.sum()) == 0 for e in padded[6:])
+    for i, e in enumerate(padded):
+        e.index = [i]
+    assert advantages.askspec_advantages(padded, 3, "grpo", "sample") == {**got, **{i: 0.0 for i in range(6, 12)}}
+
+
+def test_a_co_trained_spec_with_one_gated_role(ray_local, tiny_model, tmp_path) -> None:
+    spec = _spec(tmp_path, CO_TRAINED, tiny_model, "cotrained")
+    run, job = _local(spec, tmp_path), _job(spec, tmp_path)
+    steps = _equal_runs(run, job, tmp_path / "runs", ["critic", "writer"], 2)
+    assert [m["skipped"] for _, r, m in steps if r == "critic"] == ["gate", "gate"]
+    assert [m["skipped"] for _, r, m in steps if r == "writer"] == [None, None]
+
+
+def test_pasodoble_online_compiles_to_one_job_whose_launch_lines_parse(tiny_model, tmp_path) -> None:
+    job = tmp_path / "job"
+    assert main(["compile", str(ROOT / "specs" / "pasodoble.ask"), "--target", "openrlhf", "--profile", "online",
+                 "-o", str(job)]) == 0
+    top = json.loads((job / "job.json").read_text())
+    assert top["kind"] == "multi_policy" and sorted(top["roles"]) == ["proposer", "solver"]
+    assert (job / "askspec_ext" / "multi_policy.py").exists() and not (job / "driver.sh").exists()
+    entry_point = (job / "askspec_multi.py").read_text()
+    assert "multi_policy.main(sys.argv[1:], local_resolver)" in entry_point
+    readme = (job / "README.md").read_text()
+    assert "## Multi-policy job" in readme and "PolicyModelActor" in readme
+    # launch.sh with `ray` on PATH as a recorder: its command line, split per role, parsed by OpenRLHF's parser
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "ray").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RAY_ARGV"\n')
+    (stubs / "ray").chmod(0o755)
+    (stubs / "python3").symlink_to(sys.executable)
+    argv_file = tmp_path / "argv"
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "RAY_ARGV": str(argv_file),
+           "PROPOSER_GPUS": "2", "SOLVER_GPUS": "4"}
+    done = subprocess.run(["bash", str(job / "launch.sh")], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    argv = argv_file.read_text().splitlines()
+    entry = argv[argv.index("--") + 1:]
+    assert entry[:3] == ["python3", "askspec_multi.py", "--job"] and (job / "askspec_multi.py").exists()
+    job_dir, per_role = multi_policy.split_roles(entry[2:])
+    assert sorted(per_role) == ["proposer", "solver"]
+    from askspec.lang.compiler import compile_file
+    from askspec.runtime.engine.plan import load_dataset
+    from askspec.runtime.train import runner
+
+    exp = compile_file(str(ROOT / "specs" / "pasodoble.ask"), {}, "online").ir
+    datasets = {d.name: load_dataset(d, str(ROOT / "specs"), 0) for d in exp.datasets}
+    trainer = runner.prepare(exp, params=exp.param_values(), datasets=datasets, seed=0, resolver=None, run_dir=None)
+    # a step: one passage, its 6 proposals; 6 answers to each of up to 6 questions
+    most = {"proposer": 6, "solver": 36}
+    assert {r: multi_policy.rollouts_per_step(trainer, r) for r in most} == most
+    for role, gpus in (("proposer", 2), ("solver", 4)):
+        args = parse_train_ppo_ray(per_role[role])
+        size = multi_policy.step_batch(args, most[role])
+        # one optimizer step per askspec step: whole groups, whole DeepSpeed steps, every rollout of the step
+        assert size >= most[role] and size % 6 == 0 and size % (args.train.micro_batch_size * gpus) == 0
+        assert args.actor.num_gpus_per_node == gpus
+        assert args.rollout.n_samples_per_prompt == 6  # I proposals; J answers per question
+        assert args.data.prompt_dataset.endswith("prompts.jsonl")
+        # the entry point's own parse (OpenRLHF's parser from its source) agrees
+        assert vars(multi_policy.openrlhf_args(per_role[role]).actor) == vars(args.actor)
+    # a bad resource value is refused as every generated script refuses one
+    bad = subprocess.run(["bash", str(job / "launch.sh")], env={**env, "SOLVER_GPUS": "08"}, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "SOLVER_GPUS" in bad.stderr
