@@ -20,7 +20,7 @@ import pyarrow as pa
 # the estimators and their group std, the trainer's (askspec.ir.advantages: one reference)
 from askspec.ir.advantages import TEXT as ESTIMATOR_TEXT
 from askspec.ir.advantages import group_advantages, group_std
-from askspec.ir.vocab import STD_ESTIMATORS
+from askspec.ir.vocab import CONTEST_ROUTES, STD_ESTIMATORS
 from askspec.tui.numbers import number
 from askspec.tui.stats import Interval
 
@@ -122,7 +122,7 @@ class Transcript:
         return out
 
 
-ROUTED_REWARDS = ("tournament", "judge")  # the names a group's route writes its rewards under
+ROUTED_REWARDS = CONTEST_ROUTES  # the names a group's route writes its rewards under
 
 
 # Parser bookkeeping fields, not sections of the reply.

@@ -10,6 +10,7 @@ from math import comb
 from . import model as ir
 from .canonical import experiment_hash
 from .plansize import group_size, training_steps, weight_rounds, whole_groups
+from .vocab import CONTEST_ROUTES
 from .walk import bodies
 
 
@@ -131,7 +132,7 @@ def contest_calls(exp: ir.Experiment, g: ir.Game) -> list[tuple[str, str, int, i
     seen: set[tuple[str, str | None]] = set()
     for rt in g.routes:
         for a in rt.arms:
-            if a.action not in ("tournament", "judge") or (a.action, a.target) in seen:
+            if a.action not in CONTEST_ROUTES or (a.action, a.target) in seen:
                 continue
             seen.add((a.action, a.target))
             if a.action == "tournament":

@@ -61,6 +61,13 @@ def tag_field(tag: str) -> str:
     return name if any(ch.isalnum() for ch in name) else ""
 
 
+# ---- group routes ----------------------------------------------------------------------
+# the routes to a contest: a group routed to one gets the contest's scores as rewards named
+# after the route, which replace the verifier's terminal rewards of the role it was routed for
+# (the trainer, `askspec metrics`, the TUI and the Inspect export all count them so)
+CONTEST_ROUTES: tuple[str, ...] = ("tournament", "judge")
+
+
 # ---- stages ----------------------------------------------------------------------------
 StageKind = Literal["sft", "train", "evaluate", "retrain"]
 STAGE_KINDS: tuple[str, ...] = get_args(StageKind)

@@ -13,7 +13,7 @@ import functools
 from typing import TYPE_CHECKING, Callable
 
 from ..ir import model as ir
-from ..ir.vocab import SAMPLING_FIELDS
+from ..ir.vocab import CONTEST_ROUTES, SAMPLING_FIELDS
 from ..ir.walk import bodies
 from . import ast as A
 from .consts import NotConstant, OutOfRange, const_eval
@@ -211,7 +211,7 @@ class GameChecker:
         out: set[str] = set()
         for s in _walk(self.g.body):
             for arm in s.arms if isinstance(s, A.Route) else []:
-                if arm.target in ("tournament", "judge") and arm.arg is not None:
+                if arm.target in CONTEST_ROUTES and arm.arg is not None:
                     pool = self.c.exp.tournaments if arm.target == "tournament" else self.c.exp.judges
                     for contest in pool:
                         lt = self.c.loaded.get(contest.template) if contest.name == arm.arg[0] else None
@@ -691,7 +691,7 @@ class GameChecker:
             if action in ("keep", "drop", "resample"):
                 if target:
                     self.err("E107", f"'{action}' takes no name", target_span)
-            elif action in ("tournament", "judge"):
+            elif action in CONTEST_ROUTES:
                 pool = self.c.exp.tournaments if action == "tournament" else self.c.exp.judges
                 if target is None:
                     self.err("E107", f"'{action}' needs the name of a declared {action}", arm.target_span)

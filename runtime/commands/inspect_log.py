@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from askspec.runtime.engine.metrics import ROUTED
+from askspec.runtime.store.describe import json_value
 from askspec.runtime.store.views import Store
 
 INSPECT_VERSION = "0.3.285"
@@ -46,10 +47,6 @@ def _rows(store: Store, sql: str, *params: Any) -> list[dict[str, Any]]:
     cur = store.con.execute(sql, list(params))
     names = [d[0] for d in cur.description]
     return [dict(zip(names, row)) for row in cur.fetchall()]
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def _iso(ts: Any) -> str:
@@ -102,7 +99,7 @@ def _game_log(run: dict, game: str, sessions: list[dict], by_session: dict[str, 
                                 EvalStats)
     from inspect_ai.model import ModelConfig, ModelUsage
 
-    roles = _json(run["roles"]) or {}
+    roles = json_value(run["roles"]) or {}
     # a group's judge calls go with its first member's sample (module docstring)
     judge_turns: dict[str, list[dict]] = {}
     for gid, g in groups.items():
@@ -145,10 +142,10 @@ def _game_log(run: dict, game: str, sessions: list[dict], by_session: dict[str, 
                             sample_ids=[s.id for s in samples]),
         model=role_models[main_role][0] if main_role else "none",
         model_roles=model_roles or None, config=EvalConfig(),
-        packages={"askspec": str((_json(run["versions"]) or {}).get("askspec", ""))},
+        packages={"askspec": str((json_value(run["versions"]) or {}).get("askspec", ""))},
         metadata={"askspec": {"run_id": run["run_id"], "experiment": run["experiment"], "game": game,
                               "experiment_hash": run["experiment_hash"], "seed": run["seed"],
-                              "params": _json(run["params"]), "overrides": _json(run["overrides"]),
+                              "params": json_value(run["params"]), "overrides": json_value(run["overrides"]),
                               "roles": roles, "status": run["status"]}})
     return EvalLog(
         eval=spec, status=status,
@@ -163,7 +160,7 @@ def session_finals(rewards: list[dict], group: dict | None) -> tuple[dict[str, f
     `rewards` rows and its `groups` row: the per-turn rewards, and of the terminal ones the
     routed contest's where the group was routed for the role, else the others; and the role
     the group was routed for (None)."""
-    stats = _json(group["stats"]) if group is not None else None
+    stats = json_value(group["stats"]) if group is not None else None
     routed = group is not None and str(group["route"]).split(":", 1)[0] in ROUTED
     routed_role = (stats or {}).get("role") if routed else None
     final: dict[str, float] = defaultdict(float)
@@ -205,7 +202,7 @@ def _sample(s: dict, turns: list[dict], judge_turns: list[dict], rewards: list[d
     role_usage: dict[str, ModelUsage] = {}
     for span, t in [(t["role"], t) for t in turns] + [(f"{t['role']} (group {t['group_id']})", t)
                                                       for t in judge_turns]:
-        prompt = _json(t["prompt"]) or []
+        prompt = json_value(t["prompt"]) or []
         text = t["text"] or ""
         meta = {"role": t["role"], "turn_index": t["turn_index"], "session_id": t["session_id"]}
         if t["group_id"] is None:  # the transcript: what each ask sent last, and the reply
@@ -245,17 +242,17 @@ def _sample(s: dict, turns: list[dict], judge_turns: list[dict], rewards: list[d
     if s["outcome"] is not None:
         scores["outcome"] = Score(value=s["outcome"])
     sample_meta: dict[str, Any] = {"session_id": sid, "game": s["game"], "index": s["index"], "attempt": s["attempt"],
-                            "status": s["status"], "outcome": s["outcome"], "params": _json(s["params"]),
-                            "vars": _json(s["vars"]), "seed": s["seed"], "experiment_hash": ehash,
+                            "status": s["status"], "outcome": s["outcome"], "params": json_value(s["params"]),
+                            "vars": json_value(s["vars"]), "seed": s["seed"], "experiment_hash": ehash,
                             "stage": s["stage"], "step": s["step"], "weights": s["weights"]}
     if group is not None:
-        sample_meta["group"] = {"group_id": group["group_id"], "route": group["route"], "stats": _json(group["stats"]),
+        sample_meta["group"] = {"group_id": group["group_id"], "route": group["route"], "stats": json_value(group["stats"]),
                          "members": list(group["members"] or []), "judge_calls": group["judge_calls"],
                          "unparsed": group["unparsed"],
                          "judge_turns_in": (group["members"] or [None])[0],
                          "matches": [{k: m[k] for k in ("a", "b", "first_shown", "verdict", "outcome", "raw")}
                                      for m in matches if m["group_id"] == group["group_id"] and sid in (m["a"], m["b"])]}
-    params = _json(s["params"])
+    params = json_value(s["params"])
     first = next((m for m in messages if m.role == "user"), None)
     started, ended = s["started_at"], s["ended_at"]
     return EvalSample(

@@ -29,6 +29,7 @@ from typing import Any, Callable
 from askspec.ir import model as ir
 from askspec.ir.advantages import STD_EPS, group_std
 from askspec.ir.builtins import AGGREGATES
+from askspec.ir.vocab import CONTEST_ROUTES
 
 from askspec.runtime.engine.evaluator import Env, MissingValue, EvalError, RoleView, aggregate, evaluate
 from askspec.runtime.engine.resume import json_cell
@@ -91,7 +92,7 @@ def session_scope(group: dict[str, Any], vars: dict[str, Any], params: dict[str,
     return SessionScope(scope, rewards, group_id)
 
 
-ROUTED = ("tournament", "judge")  # the reward names a routed contest records
+ROUTED = CONTEST_ROUTES  # the reward names a routed contest records
 # ε of the group-normalised reward (Reasoning Arena Eq. 2): the trainer's grpo's (askspec.ir.advantages)
 ADVANTAGE_EPS = STD_EPS["grpo"]
 

@@ -32,7 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ROUTED = ("tournament", "judge")
+from askspec.ir.vocab import CONTEST_ROUTES
+
+ROUTED = CONTEST_ROUTES  # the reward names a routed contest records
 
 
 @dataclass
