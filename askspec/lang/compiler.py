@@ -195,14 +195,14 @@ class Compiler(StageChecks):
                         self.role_decls[name] = d
             elif isinstance(d, (A.DataDecl,)):
                 self.declare("data", d.name, d.name_span)
+            elif isinstance(d, A.BlockDecl) and d.kind != "schedule":
+                self.declare(d.kind, d.name, d.name_span)
         declared_data = [d.name for d in decls if isinstance(d, A.DataDecl)]
         for key in self.data_files:
             if key not in declared_data:
                 self.err("E111", f"--data {key}: no data block named '{key}'", None,
                          suggest(key, declared_data) or (f"data blocks: {', '.join(declared_data)}" if declared_data
                                                          else "this spec declares no data block"))
-            elif isinstance(d, A.BlockDecl) and d.kind != "schedule":
-                self.declare(d.kind, d.name, d.name_span)
         self.models([d for d in decls if isinstance(d, A.ModelDecl)])
         for d in decls:
             if isinstance(d, A.RoleDecl):

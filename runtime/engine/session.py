@@ -653,7 +653,7 @@ def _step_kind(s: Any) -> tuple[bool, Any, tuple[str, str | None, str | None] | 
     (role, template, target) when it is a plain ask of one role)."""
     plain = None
     if (type(s) is ir.AskStep and s.message is None and s.context is None and s.sample is None
-            and not s.sampling and len(s.roles) == 1):
+            and not s.sampling and not s.role_sampling and len(s.roles) == 1):
         plain = (s.roles[0], s.template, s.targets[0] if s.targets else None)
     method = _SIMPLE_STEPS.get(s.__class__) or _NESTED_STEPS[s.__class__]
     return calls_stateful(s), method, plain

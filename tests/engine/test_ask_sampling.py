@@ -78,6 +78,23 @@ game g {
                     ("b", "max_tokens=60 temperature=0.5 stop=[]")]
 
 
+def test_a_role_section_applies_to_a_one_role_ask(tmp_path):
+    """The plain one-role ask (the engine's fast path) takes its role section too."""
+    path = tmp_path / "one.ask"
+    path.write_text("""
+model m = python("fake_models:budget_echo") { max_tokens = 60; temperature = 0.5 }
+role a { model = m; memory = none; prompt = "go" }
+game g {
+    x = ask a with sampling { a { max_tokens = 8 } }
+    y = ask a
+}
+""")
+    rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / "runs"), eval_only=True))
+    assert rc == 0
+    rows = [r[0] for r in open_store(run_dir).execute("select text from turns order by turn_index").fetchall()]
+    assert rows == ["max_tokens=8 temperature=0.5 stop=[]", "max_tokens=60 temperature=0.5 stop=[]"]
+
+
 def test_model_flag_swaps_weights_under_the_specs_sampling(tmp_path):
     """`--model ROLE=backend:weights` (the paper's model in place of the shipped one) keeps
     the sampling of the model the spec gives the role."""
