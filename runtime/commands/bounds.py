@@ -44,10 +44,6 @@ def _plus(a: float | None, b: float | None) -> float | None:
 
 # ---------------------------------------------------------------------- per-call budgets
 
-def model_named(exp: ir.Experiment, name: str | None) -> ir.Model | None:
-    return next((m for m in exp.models if m.name == name), None)
-
-
 def completion_cap(exp: ir.Experiment, role: ir.Role, asks: Iterable[ir.AskStep] = ()) -> int:
     """The most completion tokens one call of `role` can take: its ask's `with sampling`,
     else the role's, else its model's max_tokens, else the backends' default (the order of
@@ -55,7 +51,7 @@ def completion_cap(exp: ir.Experiment, role: ir.Role, asks: Iterable[ir.AskStep]
     base = role.max_tokens or role.sampling.get("max_tokens")
     if base is None:
         # a role bound per session (`bind`) may play any model: the largest budget of them
-        models = [model_named(exp, role.model)] if role.model else list(exp.models)
+        models = [exp.model(role.model)] if role.model else list(exp.models)
         base = max((int(m.sampling.get("max_tokens") or DEFAULT_MAX_TOKENS) for m in models if m is not None),
                    default=DEFAULT_MAX_TOKENS)
     caps = [int(base)]

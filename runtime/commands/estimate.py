@@ -34,7 +34,7 @@ from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.terminal import printable
 
 from askspec.runtime.commands.bounds import Cell, session_bounds, spent_vs_bounds, versus
-from askspec.runtime.commands.bounds import count as _n, model_named as _model
+from askspec.runtime.commands.bounds import count as _n
 from askspec.runtime.commands.train_report import checkpoint_disk
 
 # Throughput assumptions (docs/cluster.md, "Estimating a run", has the sources).
@@ -308,7 +308,7 @@ def model_size(model: ir.Model | None) -> tuple[int, int] | None:
 
 def _role_model(exp: ir.Experiment, role: str) -> ir.Model | None:
     r = next((r for r in exp.roles if r.name == role), None)
-    return _model(exp, r.model) if r else None
+    return exp.model(r.model) if r and r.model else None
 
 
 def _weights_bytes(exp: ir.Experiment, role: str) -> int | None:

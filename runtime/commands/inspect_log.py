@@ -28,7 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from askspec.runtime.engine.metrics import ROUTED
+from askspec.ir.vocab import CONTEST_ROUTES as ROUTED
+
 from askspec.runtime.store.describe import json_value
 from askspec.runtime.store.views import Store
 

@@ -1057,7 +1057,7 @@ class LocalTrainer:
         checkpoint of the averaging window (the later stages' weights) and only the window's
         checkpoints stay on disk, for the evaluate stages after it (`_averaged`)."""
         from askspec.runtime.train import stages
-        from askspec.runtime.train.nested import _load_weights, _save_weights
+        from askspec.runtime.train.nested import _save_weights
 
         keep, n, total = stage.options["keep"], sl.n, int(stage.options["steps"])
         policy = self.policies[stage.options["role"]]
@@ -1072,7 +1072,7 @@ class LocalTrainer:
         hit = stages.plateau_posthoc(self.stage_state.rewards[stage.name], int(keep["window"]), float(keep["fraction"]))
         window = stages.averaged_checkpoints(kept, int(hit["step"]), int(keep["average"]), total)
         if window[0] != n:
-            policy.take_weights(_load_weights(self._kept_path(stage.name, window[0])))
+            self._take(stage.options["role"], self._kept_path(stage.name, window[0]))
         for old in kept:
             if old not in window:
                 self._kept_path(stage.name, old).unlink(missing_ok=True)
@@ -1094,7 +1094,6 @@ class LocalTrainer:
                 last.update({c.role: st.name for c in self.configs})
         return {role: [self._kept_path(name, n) for n in self.stage_state.kept.get(name, [])]
                 for role, name in last.items() if name in self.stage_state.selected}
-
 
     def _gate_closed(self, role: str, plans: list[SessionPlan], sessions: list[SessionRecord]) -> str | None:
         """Why `role`'s update gate (`update_when`) skips this step's update, or None when

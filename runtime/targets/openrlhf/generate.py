@@ -606,8 +606,9 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
                    "seed": int(exp.options.get("seed", 0) or 0), "endpoints": p.endpoints, "spec_files": res.files}
             if p.replay is not None:
                 job["replay"] = p.replay
-            if _extension(p, plan):  # what the phase's askspec_ext installs (askspec_ext/pinned.py)
-                job["extension"] = _extension(p, plan)
+            extension = _extension(p, plan)
+            if extension:  # what the phase's askspec_ext installs (askspec_ext/pinned.py)
+                job["extension"] = extension
             if p.phase.sample_calls:
                 job["sample_calls"] = p.phase.sample_calls
             if p.phase.inner_loop is not None:  # the agent asks the job's service (inner_loop.py) for R_k
@@ -644,6 +645,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
     them through escape.py (the environment refuses anything else)."""
     env = _environment()
     common = {"experiment": exp.name, "hash12": experiment_hash(exp)[:12]}
+    extensions = {p.dir: _extension(p, plan) for p in phases}
     texts = {}
     try:
         for p in phases:
@@ -652,7 +654,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
                    "algorithm_text": _algorithm_text(p),
                    "with_ref": any(f == "--algo.kl.init_coef" and float(v[0]) > 0 for f, v in p.flags),
                    "with_critic": estimator == "gae", "servers": p.servers,
-                   "extension": bool(_extension(p, plan)),
+                   "extension": bool(extensions[p.dir]),
                    "inner_loop": p.phase.inner_loop is not None, "gpus": p.gpus,
                    "gpus_why": f"the most GPUs, up to {mapping.ACTOR_GPUS}, a step's batch fits (world_check.py)"}
             ctx["train_entry"] = "askspec_ext.train_ppo_ray" if ctx["extension"] else "openrlhf.cli.train_ppo_ray"
@@ -678,8 +680,8 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
         if inner:
             pretrain[inner] = _weights(exp.model(exp.role(inner).model))
         ctx = {**common, "phases": rl, "iterations": plan.iterations, "phase_names": [p.dir for p in rl],
-               "extensions": {p.dir: _extension(p, plan) for p in rl}, "carry_flags": carry.FLAGS,
-               "carried_roles": list(dict.fromkeys(p.role for p in rl if _extension(p, plan).get("carry_state"))),
+               "extensions": {p.dir: extensions[p.dir] for p in rl}, "carry_flags": carry.FLAGS,
+               "carried_roles": list(dict.fromkeys(p.role for p in rl if extensions[p.dir].get("carry_state"))),
                "roles": roles, "pretrain": pretrain, "order": order,
                "inner_loop": inner if any(p.phase.inner_loop for p in rl) else None,
                "inner_keep_best": any((s.options.get("keep") or {}).get("rule") == "best" for s in exp.stages),
@@ -688,7 +690,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
                "substitutes": [f"{a}={b}" for a, b in sorted(substitutes.items())]}
         if plan.lockstep:  # the roles stepped together in one Ray job (multi.py), not phases in turn
             texts.update(multi.texts(env, common, plan, rl, {p.role: _algorithm_text(p) for p in rl},
-                                     {p.role: _extension(p, plan) for p in rl}))
+                                     {p.role: extensions[p.dir] for p in rl}))
             for source in sorted(_EXTENSION.glob("*.py")):  # multi_policy.py, which askspec_multi.py runs
                 texts[os.path.join("askspec_ext", source.name)] = source.read_text(encoding="utf-8")
         elif plan.driven:

@@ -86,7 +86,8 @@ class StepGate:
 
         self.job = job
         self.gate = JobGate(job) if (job.get("extension") or {}).get("update_gate") else None
-        self.exp = ir.Experiment.model_validate(job["experiment"])
+        # (the gate has parsed the experiment already)
+        self.exp = self.gate.exp if self.gate is not None else ir.Experiment.model_validate(job["experiment"])
         self.role: str = job["trained_role"]
         # the group std the block's estimator divides by, which `reward_std` is (as the local trainer's)
         self.std = next((t.config.std for t in self.exp.training if t.role == self.role and t.config), "sample")

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -290,11 +291,8 @@ def step_batch(args: Any, rollouts: int) -> int:
     n = args.rollout.n_samples_per_prompt
     actors = args.actor.num_nodes * args.actor.num_gpus_per_node
     world = actors // (args.ds.ring_attn_size * args.ds.tensor_parallel_size)
-    unit = args.train.micro_batch_size * max(world, 1)
-    size = max(rollouts, n)
-    while size % n or size % unit:
-        size += 1
-    return size
+    unit = math.lcm(n, args.train.micro_batch_size * max(world, 1))  # whole groups and whole DeepSpeed steps
+    return -(-max(rollouts, n) // unit) * unit
 
 
 def openrlhf_roles(parsed: dict[str, Any]) -> Callable[..., Any]:
