@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import (Unknown, dataset_sizes, first_phase, game_sessions, held_out_games, items_count,
+from askspec.ir.plansize import (Unknown, dataset_sizes, first_phase, game_sessions, items_count,
                                  replays_buffer, training_step_sessions, training_steps, weight_rounds)
 from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.terminal import printable
@@ -140,22 +140,42 @@ def stage_sessions(exp: ir.Experiment, eval_only: bool = False,
     return out
 
 
-def _training_sessions(exp: ir.Experiment, params: dict[str, Any], sizes: dict[str, int]) -> dict[str, int | None]:
-    """The sessions a training schedule plays, per game: online, every step plays the
-    largest block's batch; alternating, each block's phases follow each other."""
-    held = held_out_games(exp)
-    games = [g for g in first_phase(exp) if g.name not in held] or first_phase(exp)
+def _trained_games(exp: ir.Experiment) -> dict[str, list[ir.Game]]:
+    """Per trained role, the games its steps play: an alternating schedule's phase of the
+    role plays its own (and its buffers' replaying games: runtime/train/schedule.phases);
+    otherwise every role's steps play the schedule's games."""
     sched = exp.schedule
+    if sched is not None and sched.kind == "alternating":
+        from askspec.runtime.train.schedule import phases
+
+        cycle, _ = phases(exp, exp.training)
+        named = {ph.name: {*ph.plain, *ph.replay} for ph in cycle}
+        return {t.role: [g for g in exp.games if g.name in named.get(t.role, ())] for t in exp.training}
+    games = first_phase(exp)  # (the held-out games left out)
     chosen = sched.options.get("games") if sched is not None else None
     if isinstance(chosen, list):
         games = [g for g in exp.games if g.name in chosen]
-    totals = [training_steps(t, exp) * training_step_sessions(t, games) for t in exp.training]
-    total = sum(totals) if sched is not None and sched.kind == "alternating" else max(totals, default=0)
-    planned = {g.name: _planned(g, params, sizes) for g in games}
-    weights = {name: (n or 1) for name, n in planned.items()}
-    whole = sum(weights.values()) or 1
-    # the step's sessions cycle through the games' elements: a game's share is its plan's
-    return {name: math.ceil(total * w / whole) for name, w in weights.items()}
+    return {t.role: games for t in exp.training}
+
+
+def _training_sessions(exp: ir.Experiment, params: dict[str, Any], sizes: dict[str, int]) -> dict[str, int | None]:
+    """The sessions a training schedule plays, per game: online, every step plays the
+    largest block's batch; alternating, each block's phases follow each other, each on its
+    own games."""
+    by_role = _trained_games(exp)
+    totals = {t.role: training_steps(t, exp) * training_step_sessions(t, by_role[t.role]) for t in exp.training}
+    if exp.schedule is None or exp.schedule.kind != "alternating":  # every step plays the largest batch
+        role = max(totals, key=lambda r: totals[r], default=None)
+        totals = {role: totals[role]} if role is not None else {}
+    out: dict[str, int | None] = {}
+    for role, total in totals.items():
+        planned = {g.name: _planned(g, params, sizes) for g in by_role[role]}
+        weights = {name: (n or 1) for name, n in planned.items()}
+        whole = sum(weights.values()) or 1
+        # the step's sessions cycle through the games' elements: a game's share is its plan's
+        for name, w in weights.items():
+            out[name] = (out.get(name) or 0) + math.ceil(total * w / whole)
+    return out
 
 
 # ---------------------------------------------------------------------- a recorded run's rates
@@ -235,11 +255,11 @@ def _capped(v: float, bound: float | None) -> float:
 
 
 def _training_lines(exp: ir.Experiment, est: Estimate, rates: Rates | None) -> list[TrainLine]:
-    held = held_out_games(exp)
-    games = [g for g in first_phase(exp) if g.name not in held] or first_phase(exp)
+    by_role = _trained_games(exp)
     stage = next((s.name for s in exp.stages if s.kind == "train"), "train")
     out = []
     for t in exp.training:
+        games = by_role[t.role]
         per_step = training_step_sessions(t, games)
         mine = [g for g in games if t.role in g.call_bounds]
         bounds = [session_bounds(exp, g).get(t.role, Cell()).completion for g in mine]

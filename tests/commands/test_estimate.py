@@ -222,3 +222,15 @@ def test_training_lines_read_the_weights_size_and_count_checkpoints(tmp_path):
     assert line.checkpoint == checkpoint_disk({"solver": (1_000_000, 2_000_000)}, 10, 4, 2)
     assert line.checkpoint[:2] == (3, 2)
     assert any("checkpoints: 3 written, 2 kept" in text for text in render(exp, estimate(exp)))
+
+
+def test_an_alternating_schedule_charges_each_phase_to_its_own_games():
+    """PasoDoble offline: the proposer's phases play `propose` (10 steps × 1 session, 60
+    iterations), the solver's the buffer's `practice` (5 steps × 12 sessions): what the
+    trainer's schedule.phases plays, not every step on the first phase's games."""
+    from askspec.runtime.commands.estimate import stage_sessions
+
+    res = compile_file(str(Path(__file__).resolve().parents[2] / "specs" / "pasodoble.ask"))
+    assert res.ok
+    rl = dict(stage_sessions(res.ir))["rl"]
+    assert rl == {"propose": 600, "practice": 3600}
