@@ -20,7 +20,7 @@ import pyarrow as pa
 # the estimators and their group std, the trainer's (askspec.ir.advantages: one reference)
 from askspec.ir.advantages import TEXT as ESTIMATOR_TEXT
 from askspec.ir.advantages import group_advantages, group_std
-from askspec.ir.vocab import CONTEST_ROUTES, STD_ESTIMATORS
+from askspec.ir.vocab import CONTEST_ROUTES, STD_ESTIMATORS, reward_counts
 from askspec.tui.numbers import number
 from askspec.tui.stats import Interval
 
@@ -107,7 +107,7 @@ class Transcript:
     def counts(self, role: str, name: str) -> bool:
         """Whether a terminal reward counts as the trainer counts it: a group routed to a
         tournament or judge for the role replaces its other terminal rewards."""
-        return (name in ROUTED_REWARDS) == (role in self.routed)
+        return reward_counts(None, name, role in self.routed)
 
     @property
     def totals(self) -> dict[str, float]:
@@ -323,7 +323,7 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
                 routed[sid] = routed.get(sid, 0.0) + w["value"]
             else:
                 base[sid] = base.get(sid, 0.0) + w["value"]
-        if w.get("turn_index") is not None or is_routed == was_routed:
+        if reward_counts(w.get("turn_index"), w["name"], was_routed and w["role"] == role):
             final[w["role"]][sid] = final[w["role"]].get(sid, 0.0) + w["value"]
     estimators = train_estimators(run_dir)
     why = []

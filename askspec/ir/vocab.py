@@ -68,6 +68,15 @@ def tag_field(tag: str) -> str:
 CONTEST_ROUTES: tuple[str, ...] = ("tournament", "judge")
 
 
+def reward_counts(turn_index: int | None, name: str, routed: bool) -> bool:
+    """Whether a recorded reward counts toward its role's final reward (the one rule the
+    trainer, `askspec metrics`, the TUI and the Inspect export share; tui/data.py's
+    FINAL_REWARDS is its SQL form): a per-turn reward always; a terminal one when it is the
+    contest's (its name a contest route) exactly when the session's group was `routed` to a
+    contest for the reward's role."""
+    return turn_index is not None or (name in CONTEST_ROUTES) == routed
+
+
 # ---- stages ----------------------------------------------------------------------------
 StageKind = Literal["sft", "train", "evaluate", "retrain"]
 STAGE_KINDS: tuple[str, ...] = get_args(StageKind)

@@ -36,6 +36,7 @@ from askspec.terminal import printable
 from askspec.runtime.commands.bounds import Cell, session_bounds, spent_vs_bounds, versus
 from askspec.runtime.commands.bounds import count as _n
 from askspec.runtime.commands.train_report import checkpoint_disk
+from askspec.runtime.commands.options import UsageError, parse_pairs
 
 # Throughput assumptions (docs/cluster.md, "Estimating a run", has the sources).
 # Peak dense BF16 tensor FLOP/s per GPU (vendor datasheets, without sparsity).
@@ -466,6 +467,8 @@ def register(sub) -> None:
     p.add_argument("file", help="the .ask spec")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="override a parameter")
     p.add_argument("--profile", metavar="NAME", help="the configuration to estimate: one of the spec's profiles")
+    p.add_argument("--data", action="append", metavar="NAME=FILE",
+                   help="count data block NAME from FILE (JSON lines or parquet), as `askspec run --data` reads it")
     p.add_argument("--from", dest="from_run", metavar="RUN_DIR",
                    help="expected values from this run of the spec (its spending per session); also shows what it spent")
     p.add_argument("--pilot", type=int, metavar="N", help="run N sessions first (the spec's own models) for expected values")
@@ -488,6 +491,10 @@ def cmd_estimate(args) -> int:
             return _err(f"--set takes NAME=VALUE, got {pair!r}")
         k, v = pair.split("=", 1)
         overrides[k.strip()] = v.strip()
+    try:
+        data = parse_pairs(args.data, "--data", form="NAME=FILE")
+    except UsageError as e:
+        return _err(str(e))
     if args.from_run and args.pilot:
         return _err("--from and --pilot both give expected values: use one")
     if args.pilot is not None and args.pilot < 1:
@@ -498,7 +505,7 @@ def cmd_estimate(args) -> int:
             gpu = parse_gpu(args.gpu)
         except ValueError as e:
             return _err(str(e))
-    res = compile_file(args.file, overrides, args.profile)
+    res = compile_file(args.file, overrides, args.profile, data=data)
     res.sink.emit(res.sources)
     if not res.ok or res.ir is None:
         return 1
@@ -506,7 +513,7 @@ def cmd_estimate(args) -> int:
     rates = None
     run_dir = args.from_run
     if args.pilot:
-        run_dir = _pilot(args, args.pilot)
+        run_dir = _pilot(args, args.pilot, data)
         if run_dir is None:
             return 1
     if run_dir:
@@ -543,7 +550,7 @@ def _data_sizes(exp: ir.Experiment, spec_file: str) -> dict[str, int]:
     return out
 
 
-def _pilot(args, n: int) -> str | None:
+def _pilot(args, n: int, data: dict[str, str]) -> str | None:
     """Run `n` sessions of the spec (its own models, no training) in a temporary folder."""
     import asyncio
     import tempfile
@@ -553,7 +560,7 @@ def _pilot(args, n: int) -> str | None:
     out = tempfile.mkdtemp(prefix="askspec-pilot-")
     print(f"pilot: running {n} session(s) in {out}", file=sys.stderr)
     rc, run_dir = asyncio.run(run_spec(args.file, out=out, sessions=n, set=args.set, profile=args.profile,
-                                       eval_only=True, quiet=True))
+                                       data=data, eval_only=True, quiet=True))
     if rc != 0 or run_dir is None:
         _err(f"the pilot run failed (exit {rc}); see {run_dir or out}")
         return None

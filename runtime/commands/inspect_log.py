@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from askspec.ir.vocab import CONTEST_ROUTES as ROUTED
+from askspec.ir.vocab import CONTEST_ROUTES as ROUTED, reward_counts
 
 from askspec.runtime.store.describe import json_value
 from askspec.runtime.store.views import Store
@@ -166,7 +166,7 @@ def session_finals(rewards: list[dict], group: dict | None) -> tuple[dict[str, f
     routed_role = (stats or {}).get("role") if routed else None
     final: dict[str, float] = defaultdict(float)
     for r in rewards:
-        if r["turn_index"] is not None or (r["name"] in ROUTED) == (r["role"] == routed_role):
+        if reward_counts(r["turn_index"], r["name"], r["role"] == routed_role):
             final[r["role"]] += r["value"]
         else:
             final.setdefault(r["role"], 0.0)

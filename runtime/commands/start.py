@@ -103,16 +103,17 @@ def compile_spec(opts: RunOptions, manifest: dict | None):
 
 
 def check_names(opts: RunOptions, exp: ir.Experiment) -> None:
-    """--model and --served-model name roles (or models) of this spec."""
+    """--model names roles of this spec; --served-model and --endpoint name roles or models."""
     roles = [r.name for r in exp.roles]
     for role in opts.models:
         if role not in roles:
             raise UsageError(f"--model {role}=...: no role named '{role}'{did_you_mean(role, roles)}")
     models = [m.name for m in exp.models]
-    for key in opts.served_models:
-        if key and key not in roles and key not in models and key not in opts.models.values():
-            raise UsageError(f"--served-model {key}=...: no role or model named '{key}'"
-                             f"{did_you_mean(key, roles + models)}")
+    for flag, keys in (("--served-model", opts.served_models), ("--endpoint", opts.endpoints)):
+        for key in keys:
+            if key and key not in roles and key not in models and key not in opts.models.values():
+                raise UsageError(f"{flag} {key}=...: no role or model named '{key}'"
+                                 f"{did_you_mean(key, roles + models)}")
 
 
 def make_plan(opts: RunOptions, exp: ir.Experiment, spec_dir: str,

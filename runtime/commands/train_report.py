@@ -108,7 +108,7 @@ class StepSessions:
         self._writer.reward(session_id, attempt, **fields)
         rec = self._sessions.get(session_id)
         if rec is not None:
-            rec["named"].append((fields["role"], fields["name"], float(fields["value"])))
+            rec["named"].append((fields["role"], fields.get("turn_index"), fields["name"], float(fields["value"])))
 
     def session_finished(self, session_id: str, attempt: int, **fields: Any) -> None:
         self._writer.session_finished(session_id, attempt, **fields)
@@ -143,7 +143,7 @@ class StepSessions:
             if rec.get("status") != "ok":
                 continue
             totals: dict[str, float] = {}
-            for role, _, value in rec["named"]:
+            for role, _, _, value in rec["named"]:
                 totals[role] = totals.get(role, 0.0) + value
             scopes.append(session_scope(groups.get(sid, {}), rec.get("vars") or {}, rec["params"], step=step,
                                         stage=rec.get("stage"), weights=rec.get("weights"), outcome=rec.get("outcome"),

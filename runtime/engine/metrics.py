@@ -29,7 +29,7 @@ from typing import Any, Callable
 from askspec.ir import model as ir
 from askspec.ir.advantages import STD_EPS, group_std
 from askspec.ir.builtins import AGGREGATES
-from askspec.ir.vocab import CONTEST_ROUTES
+from askspec.ir.vocab import CONTEST_ROUTES, reward_counts
 
 from askspec.runtime.engine.evaluator import Env, MissingValue, EvalError, RoleView, aggregate, evaluate
 from askspec.runtime.engine.resume import json_cell
@@ -59,10 +59,11 @@ def session_scopes(con, run_id: str | None = None) -> tuple[list[SessionScope], 
     rows = con.execute(f"SELECT run_id, session_id, game, status, outcome, params, vars, group_id, step, stage, weights "
                        f"FROM sessions {where}").fetchall()
     totals: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    named: dict[tuple[str, str], list[tuple[str, str, float]]] = defaultdict(list)
-    for rid, sid, role, name, value in con.execute(f"SELECT run_id, session_id, role, name, value FROM rewards {where}").fetchall():
+    named: dict[tuple[str, str], list[tuple[str, int | None, str, float]]] = defaultdict(list)
+    for rid, sid, role, turn, name, value in con.execute(
+            f"SELECT run_id, session_id, role, turn_index, name, value FROM rewards {where}").fetchall():
         totals[(rid, sid)][role] += float(value)
-        named[(rid, sid)].append((role, name, float(value)))
+        named[(rid, sid)].append((role, turn, name, float(value)))
     groups = _group_scopes(con, where, named)
     scopes, errors = [], 0
     for rid, sid, game, status, outcome, params, vars_, group_id, step, stage, weights in rows:
@@ -108,22 +109,19 @@ def _group_scopes(con, where: str, named: dict) -> dict[tuple[str, str, str], di
     return out
 
 
-def _named_of(named: dict, rid: str, sid: str) -> list[tuple[str, str, float]]:
+def _named_of(named: dict, rid: str, sid: str) -> list[tuple[str, int | None, str, float]]:
     return named.get((rid, sid), [])
 
 
 def group_values(route: str, stats: Any, members: list[str], calls: int | None,
-                 named: Callable[[str], list[tuple[str, str, float]]]) -> dict[str, dict[str, Any]]:
+                 named: Callable[[str], list[tuple[str, int | None, str, float]]]) -> dict[str, dict[str, Any]]:
     """Member session -> the values of its group that its metrics see (`route`, `routed`,
     `group_judge_calls`, `nonzero_advantage`, `advantage`); `named(session)` is the
-    session's rewards as (role, name, value)."""
+    session's rewards as (role, turn index or None, name, value)."""
     role = stats.get("role") if isinstance(stats, dict) else None
     routed = str(route).split(":", 1)[0] in ROUTED
-    finals = []
-    for sid in members:
-        mine = [(n, v) for r, n, v in named(sid) if r == role]
-        # a routed group trains on the contest's reward, the others on the sum of theirs
-        finals.append(sum(v for n, v in mine if (n in ROUTED) == routed))
+    # each member's final reward of the group's role, as the trainer counts it
+    finals = [sum(v for r, turn, n, v in named(sid) if r == role and reward_counts(turn, n, routed)) for sid in members]
     mean = sum(finals) / len(finals) if finals else 0.0
     std = group_std(finals, "population")  # Eq. 2's σ, whatever the train block's `std`
     trained = route not in ("drop", "resample", "error")

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from askspec.ir.vocab import CONTEST_ROUTES
+from askspec.ir.vocab import CONTEST_ROUTES, reward_counts
 
 ROUTED = CONTEST_ROUTES  # the reward names a routed contest records
 
@@ -108,7 +108,7 @@ def build_batch(role: str, sessions: list[SessionRecord], routes: dict[tuple[str
         dropped_turns = {t for d in drops for t in (d.get("turns") or [])}
         routed = route.split(":", 1)[0] in ROUTED
         mine = [(turn, name, value) for r, turn, name, value in s.rewards if r == role]
-        terminal = [v for turn, name, v in mine if turn is None and (name in ROUTED) == routed]
+        terminal = [v for turn, name, v in mine if turn is None and reward_counts(turn, name, routed)]
         per_turn: dict[int, list[float]] = {}
         for turn, name, value in mine:
             if turn is not None:

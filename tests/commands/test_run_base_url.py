@@ -155,6 +155,8 @@ def test_base_url_is_checked(spec, tmp_path, capsys):
         ({"base_url": "localhost:8000"}, "--base-url wants an http:// or https:// URL"),
         ({"base_url": "http://x/v1", "backend": "hf"}, "does not apply to --backend hf"),
         ({"served_model": "checkr=m", "backend": "openai"}, "no role or model named 'checkr' (did you mean 'checker'?)"),
+        ({"endpoint": "checkr=http://h:8002/v1"}, "--endpoint checkr=...: no role or model named 'checkr' "
+                                                  "(did you mean 'checker'?)"),
     ]:
         rc, run_dir = asyncio.run(run_spec(str(spec), out=str(tmp_path / "runs"), **options))
         err = capsys.readouterr().err

@@ -119,3 +119,18 @@ def test_a_resume_reads_the_files_the_run_recorded(tmp_path):
     assert again.data == {"problems": os.path.abspath("mine.jsonl")}
     assert RunOptions.from_kwargs(None, resume=str(tmp_path), data={"problems": "other.jsonl"}).resumed(saved).data == \
         {"problems": "other.jsonl"}  # given now: it wins (a changed file is then refused by the hash)
+
+
+def test_estimate_counts_the_users_file(ask, tmp_path, capsys):
+    """`askspec estimate --data` plans the sessions on the user's records, as the run would."""
+    from askspec.cli import main
+
+    mine = write(tmp_path / "mine.jsonl", [{"id": str(i), "question": f"q{i}", "answer": "a"} for i in range(7)])
+    assert main(["estimate", str(ask), "--data", f"problems={mine}"]) == 0
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:3] == ["eval", "g", "s"])
+    assert row[3] == "7"  # the shipped file has one record
+    assert main(["estimate", str(ask)]) == 0
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:3] == ["eval", "g", "s"])
+    assert row[3] == "1"
+    assert main(["estimate", str(ask), "--data", "problems"]) == 1
+    assert "--data takes NAME=FILE, got 'problems'" in capsys.readouterr().err

@@ -274,3 +274,25 @@ def test_pasodoble_online_compiles_to_one_job_whose_launch_lines_parse(tiny_mode
     bad = subprocess.run(["bash", str(job / "launch.sh")], env={**env, "SOLVER_GPUS": "08"}, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "SOLVER_GPUS" in bad.stderr
+
+
+def test_the_driver_is_pinned_to_the_openrlhf_it_mirrors(monkeypatch, tmp_path) -> None:
+    """The multi-policy driver mirrors train_ppo_ray's `train` and calls OpenRLHF's actors by
+    signature: under another release, or a patched 0.11.2, it refuses before OpenRLHF's
+    parser runs (nothing started), naming both versions and the way out for this job."""
+    import importlib.metadata
+
+    assert multi_policy.pinned_fingerprint() == multi_policy.FINGERPRINT  # the installed 0.11.2's code
+    parsed: list = []
+    monkeypatch.setattr(multi_policy, "openrlhf_args", lambda argv: parsed.append(argv))
+    argv = ["--job", str(tmp_path), "--askspec.role", "proposer", "--train.seed", "0"]
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.12.0" if name == "openrlhf" else real(name))
+    with pytest.raises(RuntimeError, match=r"multi-policy driver was written for OpenRLHF 0\.11\.2 .*openrlhf 0\.12\.0 "
+                                           r"is installed.*one job per trained role"):
+        multi_policy.main(argv, local_resolver)
+    monkeypatch.setattr(importlib.metadata, "version", real)
+    monkeypatch.setattr(multi_policy, "sources", lambda: ["def train(args): pass"])
+    with pytest.raises(RuntimeError, match=r"differs from the released 0\.11\.2's"):
+        multi_policy.main(argv, local_resolver)
+    assert parsed == []

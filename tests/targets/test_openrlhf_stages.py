@@ -63,6 +63,22 @@ def test_stages_run_in_order_and_chain_checkpoints(tmp_path) -> None:
     assert (job / "stage-3-heldout" / "spec" / "stages.ask").exists()
 
 
+def test_the_evaluate_stage_reads_the_compiles_data_files(tmp_path) -> None:
+    """`askspec compile --data NAME=FILE`: the job's agent reads the user's file, and so does
+    the evaluate stage's `askspec run` (the same absolute path), so that the stage plays the
+    experiment that was compiled."""
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(json.dumps({"q": "What is 2 + 5?", "a": "7"}) + "\n")
+    job = compile_to(tmp_path, SPECS / "stages.ask", ["--data", f"test_qs={mine}"])
+    runs = [c[1:] for c in launch_argv(job / "driver.sh", tmp_path) if c[0] == "askspec"]
+    assert len(runs) == 2
+    for argv in runs:
+        opts = RunOptions.from_args(build_parser().parse_args(argv))
+        assert opts.data == {"test_qs": str(mine)} and opts.stage == "heldout"
+    plain = compile_to(tmp_path / "plain", SPECS / "stages.ask")
+    assert "--data" not in (plain / "stage-3-heldout" / "evaluate.sh").read_text()
+
+
 def test_sft_data_is_read_by_openrlhf(tmp_path) -> None:
     """OpenRLHF's own preprocessing (SFTDataset.process_data's, with the chat template as
     --data.apply_chat_template uses it) turns each record into the prompt the role is

@@ -715,7 +715,9 @@ def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spe
     """The files of the sft and evaluate stages and of the retrain stages askspec's trainer
     runs (stages.py), by path inside the job folder."""
     env = _environment()
-    common = {"experiment": exp.name, "hash12": experiment_hash(exp)[:12]}
+    # `askspec compile --data NAME=FILE`: the stages' `askspec run` reads the same files (absolute, as the agent does)
+    common = {"experiment": exp.name, "hash12": experiment_hash(exp)[:12],
+              "data_files": [f"{d.name}={d.path}" for d in exp.datasets if d.user_file]}
     seed = int(exp.options.get("seed", 0) or 0)
     by_role = {p.role: p for p in phases if any(p.phase is q for q in plan.phases)}
     texts: dict[str, str] = {}

@@ -40,18 +40,20 @@ def openrlhf_file(rel: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / rel
 
 
-def method_source(rel: str, cls: str, name: str) -> str:
-    """The source of method `cls.name` in OpenRLHF's file `rel` ("" when it is not there)."""
+def method_source(rel: str, cls: str | None, name: str) -> str:
+    """The source of method `cls.name` in OpenRLHF's file `rel`, or of its module-level
+    function `name` where `cls` is None (a `<... not found>` marker when it is not there)."""
     path = openrlhf_file(rel)
     if not path.exists():
         return f"<{rel}: not found>"
     text = path.read_text(encoding="utf-8")
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
-                    return ast.get_source_segment(text, item) or ""
-    return f"<{rel}: {cls}.{name} not found>"
+    body = ast.parse(text).body
+    if cls is not None:
+        body = next((n.body for n in body if isinstance(n, ast.ClassDef) and n.name == cls), [])
+    for item in body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
+            return ast.get_source_segment(text, item) or ""
+    return f"<{rel}: {cls + '.' if cls else ''}{name} not found>"
 
 
 def fingerprint(sources: list[str]) -> str:
