@@ -166,7 +166,7 @@ class AskspecApp(Loader, App):
             source.close()
         super().exit(result, return_code, message)
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:  # async as textual's App.action_back it overrides
         if len(self.screen_stack) > 2:  # never pop the runs screen (or the default screen)
             self.pop_screen()
 

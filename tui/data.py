@@ -137,18 +137,18 @@ def _fill(infos: list[RunInfo], cur: duckdb.DuckDBPyConnection, rewards: bool = 
         info.done = info.errors = info.running = 0
         info.outcomes = {}
     for c in counts:
-        info = by_id.get(c["run_id"])
-        if info is None:
+        run = by_id.get(c["run_id"])
+        if run is None:
             continue
         if c["status"] == "running":
-            info.running += c["n"]
+            run.running += c["n"]
             continue
-        info.done += c["n"]
+        run.done += c["n"]
         if c["status"] == "error":
-            info.errors += c["n"]
+            run.errors += c["n"]
         else:
             key = c["outcome"] if c["outcome"] is not None else "ok"
-            info.outcomes[key] = info.outcomes.get(key, 0) + c["n"]
+            run.outcomes[key] = run.outcomes.get(key, 0) + c["n"]
     if rewards:
         for info in infos:
             info.mean_reward = {}

@@ -357,8 +357,9 @@ def build_group(group: dict, matches: list[dict], rewards: list[dict], run_dir: 
                 line += " — all rewards equal: every advantage is 0 (no learning signal from this group)"
         why.append(line)
     n = len(members)
-    strengths = stats.get("strengths") if isinstance(stats.get("strengths"), list) else []
-    routed_list = stats.get("routed") if isinstance(stats.get("routed"), list) else []
+    given_strengths, given_routed = stats.get("strengths"), stats.get("routed")
+    strengths = given_strengths if isinstance(given_strengths, list) else []
+    routed_list = given_routed if isinstance(given_routed, list) else []
     cols: dict[str, list] = {"session": members}
     if role is not None:  # what the route looked at and what it gave
         cols["base"] = [r4(base.get(m)) for m in members]

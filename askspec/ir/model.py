@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .vocab import Backend, MismatchAction, ParserKind, StageKind
+from .vocab import SAMPLING_DEFAULTS, Backend, MismatchAction, ParserKind, StageKind
 
 
 class Span(BaseModel):
@@ -509,6 +509,10 @@ class Experiment(Node):
     schedule: Schedule | None = None
     stages: list[Stage] = Field(default_factory=list)
     metrics: list[Metric] = Field(default_factory=list)
+    # vocab.SAMPLING_DEFAULTS as compiled: what a call uses for a field nothing in the spec sets
+    # (in the hash, so a changed default refuses a resume); empty in an IR written before it
+    # (the runtime then uses the vocabulary's, the values those runs were played with)
+    sampling_defaults: dict[str, float | int] = Field(default_factory=dict)
 
     # lookups used by the runtime
     def role(self, name: str) -> Role:
@@ -519,6 +523,11 @@ class Experiment(Node):
 
     def param_values(self) -> dict[str, Any]:
         return {p.name: p.value for p in self.params}
+
+    def default_max_tokens(self) -> int:
+        """The completion budget of a call whose model, role and ask set none: the IR's
+        default (the vocabulary's for an IR compiled before the defaults were in it)."""
+        return int((self.sampling_defaults or SAMPLING_DEFAULTS)["max_tokens"])
 
 
 for _cls in list(globals().values()):

@@ -19,6 +19,9 @@ SAMPLING_NUMBERS: dict[str, type] = {"temperature": float, "top_p": float, "top_
                                      "presence_penalty": float, "repetition_penalty": float, "max_tokens": int,
                                      "seed": int}
 SAMPLING_FIELDS: tuple[str, ...] = (*SAMPLING_NUMBERS, "stop")
+# what a model call uses for a field no model, role or ask sets: the compiler copies them into
+# the IR (`Experiment.sampling_defaults`, hashed: another default is another experiment)
+SAMPLING_DEFAULTS: dict[str, float | int] = {"temperature": 1.0, "max_tokens": 256}
 WHOLE_SAMPLING_FIELDS = frozenset(k for k, t in SAMPLING_NUMBERS.items() if t is int)
 
 

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from ..ir import model as ir
+from ..ir.vocab import SAMPLING_DEFAULTS
 from . import ast as A
 from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval
 from ..diagnostics import DiagnosticSink, Sources
@@ -49,7 +50,8 @@ class CheckerBase:
         # game -> the variables a session reaching the game's end may not have assigned, each with
         # a path that leaves it unassigned (set by GameChecker; metrics check their reads, E409)
         self.session_unassigned: dict[str, dict[str, str]] = {}
-        self.exp = ir.Experiment(name=os.path.splitext(os.path.basename(path))[0])
+        self.exp = ir.Experiment(name=os.path.splitext(os.path.basename(path))[0],
+                                 sampling_defaults=dict(SAMPLING_DEFAULTS))
 
     # -- shared helpers
     def err(self, code: str, msg: str, span: Span | None, hint: str | None = None) -> None:

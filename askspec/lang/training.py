@@ -158,6 +158,7 @@ def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
         base = given.get("clip")
         clip_low = given.get("clip_low", base if base is not None else args.get("clip_low") or 0.0)
         clip_high = given.get("clip_high", base if base is not None else args.get("clip_high") or 0.0)
+    assert clip_low is not None and clip_high is not None  # ppo's `clip` defaults to 0.2, the others' sides to 0.0
     return ir.TrainSettings(
         estimator=estimator, loss=loss, aggregation=hyper.get("aggregation") or aggregation,
         clip_low=float(clip_low), clip_high=float(clip_high), dual_clip=args.get("dual_clip"),
@@ -248,12 +249,12 @@ class TrainingChecks(RoleChecks):
                 continue  # the compiler checks it names a buffer / the gate's expression
             s = HYPERPARAMETERS.get(a.name)
             if s is None:
-                close = None
+                hint: str | None = None
                 if a.name in allowed:
-                    close = f"'{a.name}' is an argument of the algorithm: {algorithm}({a.name} = ...)"
-                close = close or closest(a.name, list(HYPERPARAMETERS) + list(BUFFER_SETTINGS) + list(GATE_SETTINGS))
+                    hint = f"'{a.name}' is an argument of the algorithm: {algorithm}({a.name} = ...)"
+                hint = hint or closest(a.name, list(HYPERPARAMETERS) + list(BUFFER_SETTINGS) + list(GATE_SETTINGS))
                 self.err("E105", f"unknown training setting '{a.name}'", a.name_span,
-                         close or f"settings: {', '.join(HYPERPARAMETERS)}, replay, update_when")
+                         hint or f"settings: {', '.join(HYPERPARAMETERS)}, replay, update_when")
                 continue
             if a.name in hyper:
                 self.err("E104", f"training setting '{a.name}' given twice", a.name_span)

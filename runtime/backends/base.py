@@ -14,7 +14,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
-from askspec.ir.vocab import SAMPLING_NUMBERS
+from askspec.ir.vocab import SAMPLING_DEFAULTS, SAMPLING_NUMBERS
 from askspec.runtime.backends.prompt_tokens import CHAR_ESTIMATE, PromptTokenizer
 
 FinishReason = Literal["stop", "length", "error"]
@@ -30,13 +30,13 @@ class Sampling:
     """Sampling fields a spec may set on a model (askspec.ir.vocab.SAMPLING_FIELDS, one
     attribute each); None means the backend's default."""
 
-    temperature: float = 1.0
+    temperature: float = float(SAMPLING_DEFAULTS["temperature"])
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
     presence_penalty: float | None = None
     repetition_penalty: float | None = None
-    max_tokens: int = 256
+    max_tokens: int = int(SAMPLING_DEFAULTS["max_tokens"])
     stop: tuple[str, ...] = ()
     seed: int | None = None
 

@@ -950,7 +950,9 @@ class HFBackend(Backend):
         if want:
             picked = token_logprobs(logits[want], [tokens[i] for i in want], [rows[i].params.temperature for i in want])
             for i, lp in zip(want, picked):
-                rows[i].logprobs.append(lp)
+                recorded = rows[i].logprobs
+                assert recorded is not None  # `want` holds the rows that record them
+                recorded.append(lp)
         return tokens
 
     def _advance(self, rows: list[_Row], tokens: list[int]) -> None:

@@ -177,9 +177,11 @@ class GrowingLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
             self.assign(key_states, value_states)
             return self.keys, self.values
-        n, q = self.keys.shape[-2], key_states.shape[-2]
+        keys, values = self.keys, self.values
+        assert keys is not None and values is not None  # set by the first update (assign)
+        n, q = keys.shape[-2], key_states.shape[-2]
         if n + q > self._kbuf.shape[-2]:
-            self.assign(self.keys, self.values, room=max(q, n, GROW))
+            self.assign(keys, values, room=max(q, n, GROW))
         self._kbuf[:, :, n : n + q] = key_states
         self._vbuf[:, :, n : n + q] = value_states
         self.keys = self._kbuf[:, :, : n + q]
@@ -199,6 +201,7 @@ class GrowingLayer(DynamicLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.get_seq_length() > 0:
+            assert self.keys is not None and self.values is not None  # a layer with a length holds them
             self.assign(self.keys[indices], self.values[indices])
 
 

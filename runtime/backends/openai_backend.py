@@ -89,7 +89,7 @@ def _capped_stream(base: type) -> type:
     """A response body stream (a subclass of the client's own ``AsyncByteStream``, which
     it checks for) that fails with ReplyTooLarge past ``limit`` bytes."""
 
-    class CappedStream(base):  # type: ignore[valid-type,misc]
+    class CappedStream(base):
         def __init__(self, inner: Any, limit: int) -> None:
             self.inner = inner
             self.limit = limit
@@ -452,6 +452,7 @@ class _EndpointSlot:
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
+        assert self._semaphore is not None  # __aenter__ acquired it
         self._semaphore.release()
         self.backend._in_flight[self.url] -= 1
         self.failed = self.url if exc_type is not None else None

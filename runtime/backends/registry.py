@@ -14,6 +14,7 @@ import json
 import logging
 import random
 import threading
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Awaitable, Callable, TypeVar
 
 from askspec.runtime.backends.base import Backend, BackendError, SpecContext
@@ -57,7 +58,8 @@ def make_backend(kind: str, model: str, options: dict[str, Any] | None = None) -
     Options the backend does not take (e.g. sampling fields that travel in the same spec
     block) are ignored here; the spec checker is where unknown names are reported.
     """
-    cls = backend_class(kind)
+    # a concrete backend's constructor: (model, **its keyword-only options); abstract Backend declares none
+    cls: Callable[..., Backend] = backend_class(kind)
     accepted = set(backend_options(kind))
     relevant = {k: v for k, v in (options or {}).items() if k in accepted}
     key = (kind, model, json.dumps(relevant, sort_keys=True, default=repr))
@@ -146,7 +148,7 @@ async def retry_async(
     on_retry: Callable[[int, BaseException, float], None] | None = None,
     attempt_timeout: float | None = None,
     deadline: float | None = None,
-    limit: asyncio.Semaphore | None = None,
+    limit: AbstractAsyncContextManager[Any] | None = None,
 ) -> T:
     """Call `fn()` up to `attempts` times, sleeping with jittered backoff between tries.
 

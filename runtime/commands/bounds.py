@@ -14,11 +14,6 @@ from askspec.ir import model as ir
 from askspec.ir.render import route_call_bounds
 from askspec.terminal import printable
 
-from askspec.runtime.backends.base import Sampling
-
-# a call's completion budget when neither role, model nor ask sets max_tokens: the backends' default
-DEFAULT_MAX_TOKENS: int = Sampling().max_tokens
-
 
 @dataclass
 class Cell:
@@ -52,8 +47,8 @@ def completion_cap(exp: ir.Experiment, role: ir.Role, asks: Iterable[ir.AskStep]
     if base is None:
         # a role bound per session (`bind`) may play any model: the largest budget of them
         models = [exp.model(role.model)] if role.model else list(exp.models)
-        base = max((int(m.sampling.get("max_tokens") or DEFAULT_MAX_TOKENS) for m in models if m is not None),
-                   default=DEFAULT_MAX_TOKENS)
+        default = exp.default_max_tokens()
+        base = max((int(m.sampling.get("max_tokens") or default) for m in models if m is not None), default=default)
     caps = [int(base)]
     for a in asks:
         own = a.sampling_for(role.name).get("max_tokens")

@@ -30,7 +30,7 @@ from askspec.runtime.store import layout
 from askspec.runtime.store.compact import CompactError, compact_run
 from askspec.runtime.store.readonly import (MEMORY_LIMIT, Limits, QueryRefused, QueryTimeout, QueryTooLarge,
                                              open_readonly_store, run_readonly)
-from askspec.runtime.store.views import VIEW_NAMES, Store, StoreError, connect
+from askspec.runtime.store.views import VIEW_NAMES, Store, StoreError, connect, one_row
 
 QUERY_TIMEOUT = 600.0  # seconds; a query over a large run takes seconds, not minutes
 QUERY_LIMITS = Limits()  # rows, bytes and characters a cell that `askspec query` prints
@@ -239,6 +239,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if (args.parquet is None) == (inspect_dir is None):
         return _error("export needs one of --parquet OUT (every view as Parquet) or --inspect DIR (Inspect logs)")
     flag, target_dir = ("--parquet", args.parquet) if args.parquet is not None else ("--inspect", inspect_dir)
+    assert target_dir is not None  # one of the two, checked above
     if inspect_dir is not None:  # before the store opens: no extra, nothing read
         from askspec.runtime.commands.inspect_log import MISSING
 
@@ -264,9 +265,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             tmp = out / f".{view}.parquet.{os.getpid()}.tmp"
             path = os.fspath(tmp.resolve()).replace("'", "''")
             try:
-                (count,) = store.con.execute(
-                    f"COPY (SELECT * FROM {view}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)"
-                ).fetchone()
+                (count,) = one_row(store.con,
+                                   f"COPY (SELECT * FROM {view}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
                 os.replace(tmp, target)
             finally:
                 tmp.unlink(missing_ok=True)

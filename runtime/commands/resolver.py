@@ -72,14 +72,16 @@ class ModelResolver:
         m = self.exp.model(name)
         # `current(R)` serves R's weights: the ones `--model R=...` swapped in, if any
         tracked = self.options.models.get(m.weights_of) if m is not None and m.weights_of else None
+        declared: str  # a backend kind: the model's, a --model value's or the spec's (the registry refuses others)
         if tracked is not None and role not in self.options.models:
+            assert m is not None  # `tracked` is looked up from m.weights_of
             other = self.exp.model(tracked)
             if other is not None:
                 declared, weights = other.backend, other.weights
             else:
                 declared, weights = (tracked.split(":", 1) if ":" in tracked
                                      else (str(self.exp.options.get("backend", "hf")), tracked))
-            sampling, spec_options = dict(m.sampling), {}  # type: ignore[union-attr]
+            sampling, spec_options = dict(m.sampling), {}
         elif m is not None:
             declared, weights, sampling, spec_options = m.backend, m.weights, dict(m.sampling), dict(m.options)
         elif ":" in name and name.split(":", 1)[0] in BACKEND_KINDS:

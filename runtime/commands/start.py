@@ -89,9 +89,10 @@ def compile_spec(opts: RunOptions, manifest: dict | None):
     from askspec.ir.canonical import experiment_hash
     from askspec.api import compile_file
 
+    assert opts.file is not None  # RunOptions.validate wants a spec or --resume, which resumed_options completes
     res = compile_file(opts.file, opts.overrides, opts.profile, data=opts.data)
     res.sink.emit(res.sources)
-    if not res.ok:
+    if not res.ok or res.ir is None:  # ok: an IR and no error
         return None, None
     ehash = experiment_hash(res.ir)
     if manifest is not None and manifest.get("experiment_hash") != ehash:
@@ -262,7 +263,8 @@ def roles_record(exp: ir.Experiment, opts: RunOptions, resolver: ModelResolver,
     the model asked for, endpoint), earlier processes' included."""
     out: dict[str, dict] = {}
     for r in exp.roles:
-        before = (previous or {}).get(r.name) if isinstance((previous or {}).get(r.name), dict) else {}
+        got = (previous or {}).get(r.name)
+        before = got if isinstance(got, dict) else {}
         models = [m for m in before.get("models", []) if isinstance(m, dict)]
         for info in resolver.bound.get(r.name, []):
             if info not in models:
@@ -288,6 +290,7 @@ async def start(opts: RunOptions, line: Callable[[str], Callable[[str], None]], 
         exp = one_stage(exp, opts.stage, promotions is not None)
         res = dataclasses.replace(res, ir=exp)
     check_names(opts, exp)
+    assert opts.file is not None  # compile_spec compiled it
     spec_dir = os.path.dirname(os.path.abspath(opts.file))
     seed = manifest["seed"] if manifest else (opts.seed if opts.seed is not None else int(exp.options.get("seed", 0) or 0))
     params, datasets, plan = make_plan(opts, exp, spec_dir, seed)
@@ -409,6 +412,7 @@ def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: 
     from askspec.runtime.store.writer import RunLockedError, RunWriter
 
     exp = res.ir
+    assert opts.file is not None  # compile_spec compiled it
     if manifest is None:
         if os.path.exists(opts.out) and not os.path.isdir(opts.out):
             raise UsageError(f"--out {opts.out} is a file; give a folder for run directories")
@@ -428,6 +432,7 @@ def open_writer(opts: RunOptions, manifest: dict | None, res, ehash: str, seed: 
         except OSError as e:
             raise UsageError(os_error(e, "cannot create a run directory in")) from None
     else:
+        assert opts.resume is not None  # a manifest is a resumed run's
         try:
             writer = RunWriter.open_for_resume(opts.resume, argv=sys.argv)
         except RunLockedError as e:

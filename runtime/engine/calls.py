@@ -43,8 +43,10 @@ TurnListener = Callable[[str, int, int, int, bool, bool], None]
 
 class ModelCalls:
     def __init__(self, recorder: Recorder, on_turn: TurnListener | None = None,
-                 on_tokens: Callable[[int], None] | None = None) -> None:
+                 on_tokens: Callable[[int], None] | None = None,
+                 defaults: dict[str, Any] | None = None) -> None:
         self.recorder = recorder
+        self.defaults = dict(defaults or {})  # the IR's sampling_defaults: under every model's and role's fields
         self.on_turn = on_turn  # each recorded call's token counts (progress display, run summary)
         self.on_tokens = on_tokens  # tokens as they are generated (thread-safe)
         self._sampling: dict[tuple[str, str], tuple[dict[str, Any], int | None]] = {}
@@ -60,7 +62,7 @@ class ModelCalls:
         key = (role, binding.name)
         hit = self._sampling.get(key)
         if hit is None:
-            sampling = {**binding.sampling, **r.sampling}
+            sampling = {**self.defaults, **binding.sampling, **r.sampling}
             if r.max_tokens is not None:
                 sampling["max_tokens"] = r.max_tokens
             if binding.max_tokens_cap is not None and "max_tokens" in sampling:  # the role's budget too

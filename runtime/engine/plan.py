@@ -177,6 +177,7 @@ class Plan:
 
 
 def _items(game: ir.Game, params: dict[str, Any], collections: dict[str, list]) -> list:
+    assert game.iter is not None  # a game without `for` has one item (_iter_items; game_sessions counts it)
     items = evaluate(game.iter, Env(vars={}, params=params, collections=collections))
     if not isinstance(items, list):
         raise ValueError(f"game {game.name}: 'for' did not produce a list")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Awaitable, Callable, ContextManager, Iterable, NamedTuple
+from typing import Any, Awaitable, Callable, ContextManager, Iterable, NamedTuple, Sequence
 
 from askspec.ir import model as ir
 
@@ -65,7 +65,7 @@ class Engine:
         self._role_calls: dict[tuple[str, str | None], _RoleCall] = {}
         # every model call goes through here and is recorded; on_turn hears of each recorded
         # call, on_tokens (thread-safe) of tokens while a backend generates them
-        self.calls = ModelCalls(writer, on_turn, on_tokens)
+        self.calls = ModelCalls(writer, on_turn, on_tokens, defaults=exp.sampling_defaults)
         # data sets and buffers, readable from expressions; buffers fill during a phase and
         # their new items become visible when the phase ends (in session order, so the
         # contents do not depend on scheduling)
@@ -206,11 +206,12 @@ class Engine:
 
     def _scored_games(self) -> dict[str, str]:
         """game -> the score variable of the buffer it replays (when it has one)."""
-        out = {}
+        out: dict[str, str] = {}
         for g in self.exp.games:
             name = replays_buffer(g)
-            if name is not None and self.buffer_scores.get(name):
-                out[g.name] = self.buffer_scores[name]
+            score = self.buffer_scores.get(name) if name is not None else None
+            if score:
+                out[g.name] = score
         return out
 
     def commit(self, indices: list[int], results: dict[int, SessionResult], scores: dict[int, Any],
@@ -224,8 +225,9 @@ class Engine:
                 continue
             ids = replay_ids[res.plan.game]
             if res.plan.item_index < len(ids):
-                key = (replays_buffer(self.games[res.plan.game]), ids[res.plan.item_index])
-                replays.setdefault(key, []).append(scores.get(index))
+                buffer = replays_buffer(self.games[res.plan.game])
+                assert buffer is not None  # replay_ids holds only games that replay a buffer
+                replays.setdefault((buffer, ids[res.plan.item_index]), []).append(scores.get(index))
         for (name, item_id), got in replays.items():
             nums = [float(v) for v in got if isinstance(v, (int, float)) and not isinstance(v, bool)]
             self.buffers[name].replayed(item_id, sum(nums) / len(nums) if nums else None)
@@ -694,7 +696,7 @@ async def _gather_all_or_none(coros: list[Awaitable[Any]]) -> list[Any]:
     return [t.result() for t in tasks]
 
 
-async def _all_or_none(tasks: list[asyncio.Future]) -> None:
+async def _all_or_none(tasks: Sequence[asyncio.Future]) -> None:
     """Wait for every task; if one fails (or the wait is cancelled), cancel the others and
     wait until they have stopped, so nothing writes to the run after the engine returns."""
     try:

@@ -28,11 +28,12 @@ The occurrence rules, with their sources in the Ask-E paper (``papers/ask_e.txt`
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Final, Iterable, Mapping, Sequence
 
 from askspec.ir.vocab import PARSERS as KINDS
 from askspec.ir.vocab import SUMMARY_KEEP, SUMMARY_MAX_CHARS, SUMMARY_TAGS, tag_field
@@ -224,6 +225,7 @@ def _sections_setup(tags: tuple[str, ...], required: tuple[str, ...] | None) -> 
     checked = tuple(_checked_tags(tags, "sections"))
     names = tuple(field_name(t) for t in checked)
     by_tag = dict(zip(checked, names))
+    required_names: tuple[str, ...]
     if required is None:
         required_names = (names[-1],)
     else:
@@ -283,12 +285,18 @@ def _sections_fields(raw: str, setup: _SectionsSetup) -> tuple[dict[str, Any], l
 # --------------------------------------------------------------------------- boxed
 
 _BOX_RX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_UNBALANCED = object()
+
+
+class _Cut(enum.Enum):
+    UNBALANCED = "unbalanced"  # a box whose brace group the reply's end cut off
+
+
+_UNBALANCED: Final = _Cut.UNBALANCED
 # Sentence punctuation that may trail a space-separated "\boxed 5." token.
 _TOKEN_TRAIL = ".,;:!?"
 
 
-def _read_box(text: str, start: int) -> tuple[str, int] | object | None:
+def _read_box(text: str, start: int) -> tuple[str, int] | _Cut | None:
     """Parse the box whose command ends at ``start``.
 
     Returns (content, end) for a balanced ``{...}`` group or a single token, None when
@@ -330,7 +338,7 @@ def _read_box(text: str, start: int) -> tuple[str, int] | object | None:
     return stripped, i + len(stripped)
 
 
-def _last_box_span(text: str) -> tuple[str, int, int] | object | None:
+def _last_box_span(text: str) -> tuple[str, int, int] | _Cut | None:
     """(content, start, end) of the final answer box, None if none, _UNBALANCED if cut."""
     if "\\boxed" not in text and "\\fbox" not in text:  # the common case, without the regex
         return None
@@ -343,7 +351,7 @@ def _last_box_span(text: str) -> tuple[str, int, int] | object | None:
             continue
         if res is _UNBALANCED:
             return _UNBALANCED
-        content, end = res  # type: ignore[misc]
+        content, end = res
         content = content.strip()
         if not content:
             # "\boxed{}" with nothing in it is an echo of the instructions ("put your
@@ -364,7 +372,7 @@ def last_boxed(text: Any) -> str | None:
     res = _last_box_span(_as_text(text))
     if res is None or res is _UNBALANCED:
         return None
-    return res[0]  # type: ignore[index]
+    return res[0]
 
 
 # --------------------------------------------------------------------------- answers
@@ -426,7 +434,8 @@ def fallback_answer(text: Any) -> str | None:
     if boxed:
         return boxed
     # scan words from the end without splitting a long reply whole
-    tail, tokens = raw, []
+    tail = raw
+    tokens: list[str] = []
     while True:
         if not tokens:
             parts = tail.rsplit(None, 32)

@@ -131,17 +131,19 @@ class _Watchdog:
         self._thread: threading.Thread | None = None
         self.pid = os.getpid()
         api = getattr(ctypes, "pythonapi", None)
-        try:
-            self._set = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
-                ("PyThreadState_SetAsyncExc", api)
-            )
-            # Same C function, but able to pass NULL (= clear the pending exception).
-            self._clear = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
-                ("PyThreadState_SetAsyncExc", api)
-            )
-            self.available = api is not None
-        except (AttributeError, TypeError, OSError):  # not CPython: guards only
-            self.available = False
+        self.available = False  # not CPython: guards only
+        if api is not None:
+            try:
+                self._set = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+                    ("PyThreadState_SetAsyncExc", api)
+                )
+                # Same C function, but able to pass NULL (= clear the pending exception).
+                self._clear = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
+                    ("PyThreadState_SetAsyncExc", api)
+                )
+                self.available = True
+            except (AttributeError, TypeError, OSError):
+                pass
 
     def arm(self, seconds: float) -> _Job:
         job = _Job(threading.get_ident())

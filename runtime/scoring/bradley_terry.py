@@ -70,7 +70,8 @@ def bt_loss_and_grad(beta: np.ndarray, i: np.ndarray, j: np.ndarray, o: np.ndarr
     loss = float(np.sum(np.logaddexp(0.0, d) - o * d)) + 0.5 * l2 * float(beta @ beta)
     r = expit(d) - o  # d loss / d d for each match
     n = beta.shape[0]
-    grad = np.bincount(i, weights=r, minlength=n) - np.bincount(j, weights=r, minlength=n)
+    # float64 (weighted counts); numpy's stubs type bincount as integer whatever its weights
+    grad: np.ndarray = np.bincount(i, weights=r, minlength=n) - np.bincount(j, weights=r, minlength=n)
     grad += l2 * beta
     return loss, grad
 

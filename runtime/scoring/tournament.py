@@ -317,7 +317,7 @@ class LiveTournament:
         return self._runner.judge_calls
 
     def rates(self) -> np.ndarray:
-        obs = [(m.a, m.b, m.outcome) for m in self.matches if not m.skipped]
+        obs = [(m.a, m.b, m.outcome) for m in self.matches if not m.skipped and m.outcome is not None]
         return win_rates(len(self.traces), mirror(obs))
 
     async def add(self, trace: str) -> list[Match]:

@@ -33,7 +33,7 @@ import duckdb
 
 from askspec.runtime.store import layout
 from askspec.runtime.store.lock import RunLockedError, acquire_writer_lock, release_writer_lock
-from askspec.runtime.store.views import _parquet_missing, raw_events_sql
+from askspec.runtime.store.views import _parquet_missing, one_row, raw_events_sql
 
 
 # Turns are written as sessions run, interleaved; their copy is sorted by session so
@@ -104,10 +104,10 @@ def compact_run(run_dir: str | os.PathLike[str], *, force: bool = False) -> dict
             try:
                 order = f" ORDER BY {SORTED_BY[name]}" if name in SORTED_BY else ""
                 groups = f", ROW_GROUP_SIZE {ROW_GROUP_ROWS[name]}" if name in ROW_GROUP_ROWS else ""
-                (count,) = con.execute(
+                (count,) = one_row(con,
                     f"COPY (SELECT * FROM ({raw_events_sql(name, [nd.resolve()], [])}){order}) TO '{_q(tmp)}' "
                     f"(FORMAT parquet, COMPRESSION zstd{groups})"
-                ).fetchone()
+                )
                 os.replace(tmp, target)
             finally:
                 tmp.unlink(missing_ok=True)
@@ -140,10 +140,10 @@ def parquet_rows_not_in_ndjson(con: duckdb.DuckDBPyConnection, run_dir: Path, na
                                state: layout.CopyState) -> int:
     """How many events of the Parquet copy its NDJSON lacks (by ``seq`` and ``ts``)."""
     nd = layout.ndjson_path(run_dir, name).resolve()
-    (n,) = con.execute(
+    (n,) = one_row(con,
         f"SELECT count(*) FROM (SELECT seq, ts FROM ({_parquet_select(con, run_dir, name, state)}) "
         f"EXCEPT ALL SELECT seq, ts FROM ({raw_events_sql(name, [nd], [])}))"
-    ).fetchone()
+    )
     return int(n)
 
 
@@ -168,16 +168,16 @@ def restore_ndjson(run_dir: str | os.PathLike[str], name: str) -> int:
             f"strftime(\"{c}\", '%Y-%m-%dT%H:%M:%S.%fZ') AS \"{c}\"" if t == "TIMESTAMP" else f'"{c}"'
             for c, t in cols.items()
         )
-        (count,) = con.execute(
+        (count,) = one_row(con,
             f"COPY (SELECT {items} FROM ({src}) ORDER BY seq) TO '{_q(tmp)}' (FORMAT json)"
-        ).fetchone()
+        )
         sel = ", ".join(f'"{c}"' for c in cols)
-        (diff,) = con.execute(
+        (diff,) = one_row(con,
             f"SELECT count(*) FROM ((SELECT {sel} FROM ({src}) EXCEPT ALL "
             f"SELECT {sel} FROM ({raw_events_sql(name, [tmp.resolve()], [])})) UNION ALL "
             f"(SELECT {sel} FROM ({raw_events_sql(name, [tmp.resolve()], [])}) EXCEPT ALL "
             f"SELECT {sel} FROM ({src})))"
-        ).fetchone()
+        )
         if diff:
             raise layout.RunDirError(f"rebuilding {nd} from {name}.parquet gave {diff} differing rows; "
                                      "nothing was changed")

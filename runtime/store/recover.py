@@ -39,7 +39,8 @@ def prepare_for_append(run_dir: Path, manifest: dict[str, Any], gen: int) -> Pre
     """Make ``run_dir``'s NDJSON files complete and clean (see the module docstring)."""
     out = Prepared()
     _reconcile_copies(run_dir, gen, out)
-    closed = manifest.get("closed_files") if isinstance(manifest.get("closed_files"), dict) else {}
+    given = manifest.get("closed_files")
+    closed = given if isinstance(given, dict) else {}
     now = layout.utc_iso()
     for name in layout.EVENT_NAMES:
         path = layout.ndjson_path(run_dir, name)

@@ -256,6 +256,13 @@ def _where_valid(name: str) -> str:
     return " AND ".join(f'"{c}" IS NOT NULL' for c in layout.required(name))
 
 
+def one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
+    """The row of a statement that returns exactly one (a COPY's count, a count(*))."""
+    row = con.execute(sql).fetchone()
+    assert row is not None, sql
+    return row
+
+
 def raw_events_sql(name: str, ndjson: list[Path], parquet: list[Path],
                    parquet_missing: dict[Path, tuple[str, ...]] | None = None) -> str:
     """SQL for all raw events of file kind ``name`` across runs, typed per layout.
@@ -502,9 +509,9 @@ def connect(path: str | os.PathLike[str]) -> Store:
             found.append((DamagedRunWarning, f"{run_id}: {shown}: {layout.REFUSED_HINT}"))
         moved = sum(int(q.get("lines", 0) or 0) for q in manifest.get("quarantined", []))
         if moved:
-            files = sorted({str(q.get("file")) for q in manifest.get("quarantined", [])})
+            damaged = sorted({str(q.get("file")) for q in manifest.get("quarantined", [])})
             found.append((DamagedRunWarning,
-                          f"{run_id}: {moved} damaged line(s) of {', '.join(files)} were moved to "
+                          f"{run_id}: {moved} damaged line(s) of {', '.join(damaged)} were moved to "
                           f"events/{layout.QUARANTINE} by a resume; not in the views"))
 
     for name in layout.EVENT_NAMES:

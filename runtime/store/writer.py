@@ -51,6 +51,7 @@ import asyncio
 import dataclasses
 import datetime as _dt
 import json
+import json.encoder
 import operator
 import os
 import threading
@@ -111,25 +112,30 @@ def _json_default(o: Any) -> Any:
 # (engine values are trees; a cycle still fails loudly with RecursionError). orjson writes
 # a non-finite float as null; the fallback path does the same (`_finite`), so no line ever
 # holds a bare NaN or Infinity, which is not JSON.
-_encode = json.JSONEncoder(
+_encode: Callable[[Any], str] = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), default=_json_default, check_circular=False
 ).encode
-try:
-    from json.encoder import c_encode_basestring as _enc_str
-    from json.encoder import c_make_encoder
+_enc_str: Callable[[str], str] = json.encoder.py_encode_basestring
+# json's C accelerator: private names typeshed leaves out (getattr), None without _json (e.g. PyPy)
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_c_encode_basestring = getattr(json.encoder, "c_encode_basestring", None)
+if _c_make_encoder is not None and _c_encode_basestring is not None:
+    try:
+        _c_encoder = _c_make_encoder(None, _json_default, _c_encode_basestring, None, ":", ",", False, False, True)
+    except TypeError:  # pragma: no cover - another signature: the pure-Python encoder above
+        pass
+    else:
+        _enc_str = _c_encode_basestring
 
-    _c_encoder = c_make_encoder(None, _json_default, _enc_str, None, ":", ",", False, False, True)
+        def _c_encode(obj: Any) -> str:  # the fast path of _encode
+            return "".join(_c_encoder(obj, 0))
 
-    def _encode(obj: Any) -> str:  # noqa: F811 - the fast path of the same function
-        return "".join(_c_encoder(obj, 0))
-
-except (ImportError, TypeError):  # pragma: no cover - no C accelerator (e.g. PyPy)
-    from json.encoder import py_encode_basestring as _enc_str
+        _encode = _c_encode
 
 try:
     import orjson as _orjson
 
-    _orjson_dumps = _orjson.dumps
+    _orjson_dumps: Callable[..., bytes] | None = _orjson.dumps
     _ORJSON_OPTIONS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
 except ImportError:  # pragma: no cover - orjson is a dependency; without it, the C encoder alone
     _orjson_dumps = None

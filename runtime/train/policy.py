@@ -56,7 +56,8 @@ class TrainedPolicy:
         check_memory(folder, 16 + (4 if cfg.kl > 0 else 0) + (4 if cfg.max_staleness > 0 else 0), self.device,
                      f"trained role '{cfg.role}' ({weights})")
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(self.device)
+        # transformers types PreTrainedModel.to's decorator as taking the model first (an unbound wrapper)
+        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(self.device)  # type: ignore[arg-type]
         use_onednn_linears(self.model)  # on a CPU: the forward and backward's products (cpu_linear)
         self.model.eval()  # no dropout: the update sees the distribution the sampler saw
         self.attn_implementation = getattr(self.model.config, "_attn_implementation", None)
@@ -254,6 +255,7 @@ class TrainedPolicy:
         if cfg.loss == "sft":
             adv = torch.zeros(n)
         else:
+            assert cfg.estimator is not None  # None only for sft, whose loss is "sft"
             adv = advantages(cfg.estimator, rewards, groups, counts, cfg.std) if n else torch.zeros(0)
         if n and not bool(torch.isfinite(adv).all()):  # rewards of ~1e308 overflow the group's mean or std
             return self._not_applied(metrics, t0, "advantage", "an advantage is not finite (rewards too large?)")
@@ -407,7 +409,9 @@ class TrainedPolicy:
         finally:
             self.model.config._attn_implementation = cfg_attn
         self.tokenizer.save_pretrained(str(tmp))
-        state = {"step": step, "version": self.version, "role": self.cfg.role, "metrics": metrics, "optimizer_steps": {}}
+        optimizer_steps: dict[str, float] = {}
+        state = {"step": step, "version": self.version, "role": self.cfg.role, "metrics": metrics,
+                 "optimizer_steps": optimizer_steps}
         if with_optimizer:
             tensors = {}
             for i, p in enumerate(self.params):
@@ -416,7 +420,7 @@ class TrainedPolicy:
                     continue
                 tensors[f"{i}.exp_avg"] = st["exp_avg"].detach().cpu().contiguous()
                 tensors[f"{i}.exp_avg_sq"] = st["exp_avg_sq"].detach().cpu().contiguous()
-                state["optimizer_steps"][str(i)] = float(st["step"])
+                optimizer_steps[str(i)] = float(st["step"])
             save_file(tensors, str(tmp / "optimizer.safetensors"))
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2, default=str), encoding="utf-8")
         if folder.exists():

@@ -131,7 +131,7 @@ class StepPlanner:
         self.seed = seed
         self.elements: list[_Element] = []
         for game in games:
-            items = [None]
+            items: list[Any] = [None]  # a game without `for`: one element, no bindings
             if game.iter is not None:
                 items = evaluate(game.iter, Env(vars={}, params=params, collections=collections))
                 if not isinstance(items, list):
@@ -1110,6 +1110,7 @@ class LocalTrainer:
             if s.status != "ok":
                 continue
             plan = games[s.session_id]
+            assert plan.step is not None  # a training step's plans carry it
             totals: dict[str, float] = {}
             for r, _, _, value in s.rewards:
                 totals[r] = totals.get(r, 0.0) + value

@@ -2,6 +2,9 @@
 
 The first run converts the GGUF file into the default cache (~15 s); later runs load the
 cached safetensors in under a second. Every generation here is short (max_tokens <= 16).
+The module loads SmolLM2 once (served with and without the prefix cache) and plays each
+reference conversation without reuse once (`alone`); the cache's bookkeeping tests (a
+weight update, the bounds) run on the tiny random model (tests/conftest.py `tiny_model`).
 """
 
 from __future__ import annotations
@@ -213,12 +216,14 @@ OPENERS = ["Tell me a short fact about the moon.", "Name three rivers in Europe 
 
 
 async def _conversation(backend: HFBackend, opener: str, turns: int = 3, **options) -> list[tuple[int, str]]:
-    """A `memory = full` role's calls: each prompt is the history so far plus a new user turn."""
+    """A `memory = full` role's calls: each prompt is the history so far plus a new user turn.
+    Replies are 8 tokens: each later turn's prompt still holds the earlier replies (keys and
+    values computed one decode step at a time, then reused), and decoding is the cost."""
     history: list[dict[str, str]] = []
     out = []
     for user in [opener, *TURNS[1:turns]]:
         messages = ({"role": "system", "content": "You answer briefly."}, *history, {"role": "user", "content": user})
-        r = await backend.complete(ChatRequest(messages=messages, sampling=Sampling(max_tokens=16, **GREEDY),
+        r = await backend.complete(ChatRequest(messages=messages, sampling=Sampling(max_tokens=8, **GREEDY),
                                                role="solver", options=options))
         out.append((r.tokens_out, r.text))
         history += [{"role": "user", "content": user}, {"role": "assistant", "content": r.text}]
@@ -226,20 +231,37 @@ async def _conversation(backend: HFBackend, opener: str, turns: int = 3, **optio
 
 
 @pytest.fixture(scope="module")
-def no_reuse():
+def no_reuse(backend):
+    """The same SmolLM2 (the very model `backend` loaded, `adopt`) served without reuse."""
     b = HFBackend("smollm2-135m-instruct", max_batch=8, prefix_cache=False)
-    b.load()
+    b.adopt(backend._model, backend._tokenizer)
     yield b
     asyncio.run(b.aclose())
 
 
+@pytest.fixture(scope="module")
+def alone(no_reuse):
+    """`await alone(opener, turns=3)`: the conversation played alone on the backend without
+    reuse, its reference. Played once a module and kept: greedy decoding gives the same
+    tokens every time, and a shorter conversation is the longer one's first turns (each
+    prompt is the history so far)."""
+    played: dict[str, list[tuple[int, str]]] = {}
+
+    async def get(opener: str, turns: int = 3) -> list[tuple[int, str]]:
+        if opener not in played:
+            played[opener] = await _conversation(no_reuse, opener)
+        return played[opener][:turns]
+
+    return get
+
+
 @pytest.mark.slow
-async def test_reuse_gives_the_same_greedy_tokens_one_conversation_at_a_time(backend, no_reuse):
+async def test_reuse_gives_the_same_greedy_tokens_one_conversation_at_a_time(backend, no_reuse, alone):
     backend.forget_prefixes()
     before = backend.prefix_stats()
     with_reuse = [await _conversation(backend, o) for o in OPENERS]
     after = backend.prefix_stats()
-    without = [await _conversation(no_reuse, o) for o in OPENERS]
+    without = [await alone(o) for o in OPENERS]
     assert with_reuse == without
     # the later turns really started from the cache: most of their prompt was not re-encoded
     assert after["reused"] - before["reused"] > after["prefilled"] - before["prefilled"]
@@ -247,7 +269,7 @@ async def test_reuse_gives_the_same_greedy_tokens_one_conversation_at_a_time(bac
 
 
 @pytest.mark.slow
-async def test_reuse_gives_the_same_greedy_tokens_with_conversations_in_flight(backend, no_reuse):
+async def test_reuse_gives_the_same_greedy_tokens_with_conversations_in_flight(backend, no_reuse, alone):
     """Rows with different cached lengths (and rows with none) prefill together and join a
     running batch: left padding, positions and the mask must line up for each."""
     backend.forget_prefixes()
@@ -255,14 +277,13 @@ async def test_reuse_gives_the_same_greedy_tokens_with_conversations_in_flight(b
     together = await asyncio.gather(*(_conversation(backend, o) for o in OPENERS),
                                      _conversation(backend, OPENERS[0], turns=2))
     assert backend.prefix_stats()["reused"] > before
-    alone = [await _conversation(no_reuse, o) for o in OPENERS] + [await _conversation(no_reuse, OPENERS[0], turns=2)]
-    assert list(together) == alone
+    assert list(together) == [await alone(o) for o in OPENERS] + [await alone(OPENERS[0], turns=2)]
     # a cached row and a fresh one admitted in the same prefill
     first = await _conversation(backend, OPENERS[1], turns=1)
     history = ({"role": "system", "content": "You answer briefly."}, {"role": "user", "content": OPENERS[1]},
                {"role": "assistant", "content": first[0][1]}, {"role": "user", "content": TURNS[1]})
     fresh = ({"role": "user", "content": "Write one line about autumn leaves falling in a quiet park at dusk."},)
-    reqs = [ChatRequest(messages=m, sampling=Sampling(max_tokens=16, **GREEDY)) for m in (history, fresh)]
+    reqs = [ChatRequest(messages=m, sampling=Sampling(max_tokens=8, **GREEDY)) for m in (history, fresh)]
     mixed = await asyncio.gather(*(backend.complete(r) for r in reqs))
     plain = [await no_reuse.complete(r) for r in reqs]
     assert [r.text for r in mixed] == [r.text for r in plain]
@@ -297,10 +318,12 @@ async def test_a_request_can_opt_out_of_reuse(backend):
 
 
 @pytest.mark.slow
-async def test_a_weight_update_invalidates_the_cache():
+async def test_a_weight_update_invalidates_the_cache(tiny_model):
+    """The cache's bookkeeping, on the tiny model: what is checked is that no key/value of
+    the old weights is reused, not a real model's text."""
     import torch
 
-    b = HFBackend("smollm2-135m-instruct", max_batch=4)
+    b = HFBackend(str(tiny_model), max_batch=4)
     b.load()
     try:
         await _conversation(b, OPENERS[0], turns=1)
@@ -317,7 +340,7 @@ async def test_a_weight_update_invalidates_the_cache():
         assert b.prefix_stats()["reused"] == reused  # prefilled in full under the new weights
         changed = await _conversation(b, OPENERS[0], turns=2)
         # the same conversation on a fresh backend with the same weights, no cache at all
-        fresh = HFBackend("smollm2-135m-instruct", max_batch=4, prefix_cache=False)
+        fresh = HFBackend(str(tiny_model), max_batch=4, prefix_cache=False)
         fresh.adopt(b._model, b._tokenizer)
         try:
             assert changed == await _conversation(fresh, OPENERS[0], turns=2)
@@ -333,8 +356,10 @@ async def test_a_weight_update_invalidates_the_cache():
 
 
 @pytest.mark.slow
-async def test_the_cache_is_bounded():
-    b = HFBackend("smollm2-135m-instruct", max_batch=4, prefix_cache_entries=2)
+async def test_the_cache_is_bounded(tiny_model):
+    """Both bounds, entries and bytes, on the tiny model (its keys/values are 64 bytes a
+    token: 1 layer, 1 key/value head of 8 floats, keys and values)."""
+    b = HFBackend(str(tiny_model), max_batch=4, prefix_cache_entries=2)
     b.load()
     try:
         for opener in OPENERS:
@@ -342,7 +367,7 @@ async def test_the_cache_is_bounded():
         assert b.prefix_stats()["entries"] == 2 and b.prefix_stats()["evictions"] == 1
     finally:
         await b.aclose()
-    tiny = HFBackend("smollm2-135m-instruct", max_batch=4, prefix_cache_mb=0.5)  # < one entry (~46 KB a token)
+    tiny = HFBackend(str(tiny_model), max_batch=4, prefix_cache_mb=0.001)  # 1 KB: less than one entry (a prompt is > 16 tokens)
     tiny.load()
     try:
         await _conversation(tiny, OPENERS[0], turns=1)

@@ -1,6 +1,7 @@
 """`quantize = "int8"` and `"fp16"` on the hf backend (hf_quant), on the real
-SmolLM2-135M-Instruct weights (slow: loads the model twice per mode), and the spec
-setting that asks for them."""
+SmolLM2-135M-Instruct weights (slow: loads and quantises the model once per mode, and once
+in float32 for the logits the modes are compared with), and the spec setting that asks for
+them."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ OPENERS = ["Tell me a short fact about the moon.", "Name three rivers in Europe 
 
 
 async def _conversation(backend: HFBackend, opener: str, turns: int = 3) -> list[tuple[int, str]]:
-    """A `memory = full` role's calls: each prompt is the history so far plus a new user turn."""
+    """A `memory = full` role's calls: each prompt is the history so far plus a new user turn.
+    Replies are 8 tokens: the quantised decode step is the cost here, and each later turn's
+    prompt still holds the earlier replies (the keys/values that are reused)."""
     history: list[dict[str, str]] = []
     out = []
     for user in [opener, *TURNS[1:turns]]:
         messages = ({"role": "system", "content": "You answer briefly."}, *history, {"role": "user", "content": user})
-        r = await backend.complete(ChatRequest(messages=messages, sampling=Sampling(max_tokens=16, **GREEDY),
+        r = await backend.complete(ChatRequest(messages=messages, sampling=Sampling(max_tokens=8, **GREEDY),
                                                role="solver"))
         out.append((r.tokens_out, r.text))
         history += [{"role": "user", "content": user}, {"role": "assistant", "content": r.text}]
@@ -33,13 +36,20 @@ async def _conversation(backend: HFBackend, opener: str, turns: int = 3) -> list
 @pytest.fixture(scope="module")
 def served():
     """`served(mode, reuse=True)`: an hf backend serving SmolLM2 with that quantize setting
-    (and prefix cache on or off), loaded once per module."""
+    (and prefix cache on or off), made once per module. A mode's backend without reuse
+    serves the very model (quantised weights) of its backend with reuse (`adopt`): one
+    load and quantisation per mode."""
     made: dict[tuple[str, bool], HFBackend] = {}
 
     def get(mode: str, reuse: bool = True) -> HFBackend:
         if (mode, reuse) not in made:
-            made[(mode, reuse)] = HFBackend("smollm2-135m-instruct", max_batch=8, quantize=mode, prefix_cache=reuse)
-            made[(mode, reuse)].load()
+            if reuse:
+                made[(mode, reuse)] = HFBackend("smollm2-135m-instruct", max_batch=8, quantize=mode)
+                made[(mode, reuse)].load()
+            else:
+                loaded = get(mode)
+                made[(mode, reuse)] = HFBackend("smollm2-135m-instruct", max_batch=8, prefix_cache=False)
+                made[(mode, reuse)].adopt(loaded._model, loaded._tokenizer)
         return made[(mode, reuse)]
 
     yield get
@@ -74,26 +84,33 @@ def test_fp16_linear_rows_do_not_depend_on_their_batch():
     assert whole.dtype == torch.float32 and layer.packed is not None
 
 
-def _logits_beside_float32(model):
-    """Next-token logits of float32 SmolLM2 and of `model` at every position of a
-    300-token text: (float32's, model's)."""
+@pytest.fixture(scope="module")
+def beside_float32(served):
+    """`beside_float32(model)`: next-token logits of float32 SmolLM2 and of `model` at every
+    position of a 300-token text: (float32's, model's). float32's are computed once a module
+    (on the unquantised backend)."""
     import torch
 
-    full = HFBackend("smollm2-135m-instruct", prefix_cache=False)
-    full.load()
-    try:
-        text = " ".join(["The lighthouse on the northern cape was built in 1871 from granite quarried on the island. "
-                         "Its keepers carried paraffin up one hundred and twelve steps every evening, and logged "
-                         "the height of every winter wave against marks painted on the tower."] * 5)
-        ids = torch.tensor([full._tokenizer(text)["input_ids"][:300]])
+    reference: list = []
+
+    def get(model):
+        if not reference:
+            full = served("none")
+            text = " ".join(["The lighthouse on the northern cape was built in 1871 from granite quarried on the "
+                             "island. Its keepers carried paraffin up one hundred and twelve steps every evening, "
+                             "and logged the height of every winter wave against marks painted on the tower."] * 5)
+            ids = torch.tensor([full._tokenizer(text)["input_ids"][:300]])
+            with torch.inference_mode():
+                reference.append((ids, full._model(input_ids=ids).logits[0]))
+        ids, logits = reference[0]
         with torch.inference_mode():
-            return full._model(input_ids=ids).logits[0], model(input_ids=ids).logits[0]
-    finally:
-        asyncio.run(full.aclose())
+            return logits, model(input_ids=ids).logits[0]
+
+    return get
 
 
 @pytest.mark.slow
-def test_fp16_logits_match_float32(served):
+def test_fp16_logits_match_float32(served, beside_float32):
     """float16 weights with float32 activations: on a 300-token text the top-1 token
     agrees with float32's at >= 99% of the positions (measured: 100%) and no logit moves
     by more than a small fraction of its range."""
@@ -102,14 +119,14 @@ def test_fp16_logits_match_float32(served):
     model = served("fp16")._model
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
     assert type(model.lm_head).__name__ == "Fp16Linear"
-    a, b = _logits_beside_float32(model)
+    a, b = beside_float32(model)
     agree = (a.argmax(-1) == b.argmax(-1)).float().mean().item()
     assert agree >= 0.99, agree
     assert (a - b).abs().max().item() < 0.05 * (a.max() - a.min()).item()
 
 
 @pytest.mark.slow
-def test_int8_linears_and_logits_close_to_float32(served):
+def test_int8_linears_and_logits_close_to_float32(served, beside_float32):
     """Every linear layer is quantised (lm head included), and next-token logits stay close
     to float32's: on a 300-token text, the top-1 token agrees at >= 90% of the positions
     (measured: 97.7%; torch's dynamic int8, which quantises activations too, gives 83% here
@@ -120,7 +137,7 @@ def test_int8_linears_and_logits_close_to_float32(served):
     model = served("int8")._model
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
     assert type(model.lm_head).__name__ == "Int8Linear" and model.lm_head.qweight.dtype == torch.int8
-    a, b = _logits_beside_float32(model)
+    a, b = beside_float32(model)
     agree = (a.argmax(-1) == b.argmax(-1)).float().mean().item()
     assert agree >= 0.90, agree
     top5 = b.topk(5, dim=-1).indices

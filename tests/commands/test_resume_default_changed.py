@@ -32,3 +32,30 @@ def test_resume_refuses_when_a_default_the_spec_relies_on_changed(tmp_path, monk
                         dataclasses.replace(training.HYPERPARAMETERS["grad_clip"], default=0.5))
     with pytest.raises(UsageError, match=r"refusing to resume .*experiment hash .* differs"):
         compile_spec(opts, manifest)
+
+
+@pytest.mark.parametrize(("field", "value"), [("max_tokens", 512), ("temperature", 0.7)])
+def test_resume_refuses_when_a_sampling_default_changed(tmp_path, monkeypatch, field, value):
+    """The sampling defaults a call uses where the spec sets none are in the IR (hashed):
+    another default is another experiment, and the engine and the bounds read the IR's."""
+    from askspec.ir import vocab
+    from askspec.runtime.engine.calls import ModelCalls
+
+    spec = tmp_path / "s.ask"
+    spec.write_text(SPEC, encoding="utf-8")
+    opts = RunOptions(file=str(spec), resume=str(tmp_path / "run"))
+    res, recorded = compile_spec(opts, None)
+    assert res.ir.sampling_defaults == vocab.SAMPLING_DEFAULTS
+    manifest = {"experiment_hash": recorded}
+    monkeypatch.setitem(vocab.SAMPLING_DEFAULTS, field, value)
+    with pytest.raises(UsageError, match=r"refusing to resume .*experiment hash .* differs"):
+        compile_spec(opts, manifest)
+    # a call of the role reads the compiled default (the model and role set none)
+    changed = compile_spec(RunOptions(file=str(spec)), None)[0].ir
+    assert changed.sampling_defaults[field] == value
+
+    class Binding:
+        name, sampling, max_tokens_cap = "m", {}, None
+
+    fields, _ = ModelCalls(None, defaults=changed.sampling_defaults).sampling("a", changed.role("a"), Binding())
+    assert fields[field] == value

@@ -5,17 +5,21 @@ its --profile / --set / --data (`askspec check`), compiles the OpenRLHF jobs and
 AskBench's items on recorded replies; the slow one also plays every `--eval-only` run on
 the embedded SmolLM2-135M at tiny budgets. A `--model ROLE=hf:FOLDER` whose folder is
 not there, and a served model (`openai:`, `--base-url`), are left out: the embedded model
-plays the role."""
+plays the role. The `askspec` commands run in the test's process (askspec.cli.main, as
+other tests call it), the others (the converter, `cat`) as subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import logging
 import os
 import re
 import shlex
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -87,17 +91,23 @@ PASSAGES = ["The sum of the first n odd numbers is n squared: 1 + 3 + 5 + 7 = 16
 
 
 def _build_replies() -> str:
-    """Recorded construction replies for specs/askbench_build.ask (2 items a dimension)."""
+    """Recorded construction replies for specs/askbench_build.ask: every session has both
+    roles' reply, so the recording serves any `source_items` (session k of the run reads
+    `sessions[k]`, whichever dimension's game it plays; 2 items a dimension at most)."""
     mind = json.dumps({"degraded_info": "the numbers were removed", "rubric_criteria": ["the number is given"],
                        "degraded_question": "How many divisors does the number have?"})
     over = json.dumps({"overconfidence_info": "the claim 7! = 720 is wrong", "misleading_points": ["7! is not 720"],
                        "overconfidence_question": "Since 7! = 720, how many divisors does it have?"})
-    return json.dumps({"sessions": [{"degrader": [mind]}, {"degrader": [mind]},
-                                    {"overconfider": [over]}, {"overconfider": [over]}]})
+    return json.dumps({"sessions": [{"degrader": [mind], "overconfider": [over]}] * 4})
 
 
-# tiny budgets for a played evaluation, per spec (after the recipe's own --set values: later wins)
-TINY = {"ask_e": ["--set", "downstream_items=1", "--set", "downstream_samples=1"],
+# tiny budgets for a played evaluation, per spec (after the recipe's own --set values: later wins).
+# AskBench's evaluations are its cost (each session's judge prompt is ~550 tokens, prefilled
+# on the CPU, and --stage plays every item, so --sessions cannot cap them): the slow mode
+# builds one item a dimension per source, so each evaluation plays 4 items (both
+# dimensions, both domains) rather than 8.
+TINY = {"askbench_build": ["--set", "source_items=1"],
+        "ask_e": ["--set", "downstream_items=1", "--set", "downstream_samples=1"],
         "askbench": ["--set", "turns=2", "--set", "judge_retries=0"],
         "pasodoble": ["--set", "eval_items=1", "--set", "eval_samples=1", "--set", "eval_tokens=8"],
         "soar": ["--set", "eval_samples=2", "--set", "pass_k=[2]"],
@@ -161,6 +171,31 @@ def _check_of(argv: list[str]) -> list[str]:
     return out
 
 
+def _askspec_here(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`askspec ARGS` in this process, in `cwd`: what the command runs (askspec.cli.main)
+    without a new interpreter importing torch and transformers for each run (~5 s of CPU a
+    run, most of a tiny evaluation's cost). What a run sets for the rest of its process (the
+    libraries' quiet: environment, loggers, warning filters) is put back after it; the
+    libraries' progress bars stay off (read once, when they load)."""
+    from askspec.cli import main
+    from askspec.runtime.commands.noise import LIBRARY_LOGGERS
+
+    env = dict(os.environ)
+    levels = {name: logging.getLogger(name).level for name in LIBRARY_LOGGERS}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with (contextlib.chdir(cwd), warnings.catch_warnings(), contextlib.redirect_stdout(out),
+              contextlib.redirect_stderr(err)):
+            os.environ.pop("ASKSPEC_DEBUG", None)
+            rc = main(args)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+
+
 def play(paper: str, cwd: Path, slow: bool) -> list[tuple[str, str]]:
     """Runs the recipe's commands in `cwd`; returns (what ran, its kind) pairs."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -184,7 +219,7 @@ def play(paper: str, cwd: Path, slow: bool) -> list[tuple[str, str]]:
         if kind == "askspec run":
             spec = Path(argv[2]).stem
             if spec == "askbench_build":  # the construction model's replies, recorded
-                argv = argv + ["--replay", "build_replies.json", "--quiet"]
+                argv = argv + ["--replay", "build_replies.json", "--quiet"] + (TINY[spec] if slow else [])
             elif slow and "--eval-only" in argv:
                 argv = _without_models(argv, cwd) + TINY[spec] + ["--max-tokens", "8", "--quiet"]
             elif "--eval-only" in argv and queried:  # its sessions feed a query: played, on recorded wrong answers
@@ -192,12 +227,17 @@ def play(paper: str, cwd: Path, slow: bool) -> list[tuple[str, str]]:
                 argv = _without_models(argv, cwd) + TINY[spec] + ["--replay", "wrong_answers.json", "--quiet"]
             else:
                 argv, kind = _check_of(argv), "askspec check"
-        if argv[0] == "askspec":
-            argv = [sys.executable, "-m", "askspec.cli", *argv[1:]]
-        elif argv[0] == "python":
-            argv = [sys.executable, *argv[1:]]
-        shell = shlex.join(argv) + (f" > {shlex.quote(target)}" if target else "")
-        proc = subprocess.run(["bash", "-c", shell], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+        if argv[0] == "askspec":  # in this process: one import of askspec and the model's libraries
+            shell = shlex.join(argv) + (f" > {shlex.quote(target)}" if target else "")
+            proc = _askspec_here(argv[1:], cwd)
+            if target and proc.returncode == 0:
+                (cwd / target).write_text(proc.stdout, encoding="utf-8")
+        else:
+            if argv[0] == "python":
+                argv = [sys.executable, *argv[1:]]
+            shell = shlex.join(argv) + (f" > {shlex.quote(target)}" if target else "")
+            proc = subprocess.run(["bash", "-c", shell], cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=900)
         assert proc.returncode == 0, f"{paper}: {line}\n-> {shell}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
         if kind == "askspec run":
             last_run = proc.stdout.strip().splitlines()[-1]

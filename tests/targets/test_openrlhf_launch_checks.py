@@ -219,7 +219,9 @@ def test_an_evaluate_stage_serves_its_frozen_models(tmp_path, capsys) -> None:
     calls = launch_argv(stage / "evaluate.sh", tmp_path)
     served = [(c[c.index("--port") + 1], c[2]) for c in calls if c[0] == "vllm"]
     # the trained weights (no CKPT_S given: the initial ones), then the initial; the grader's beside each
-    assert served == [("8001", "HuggingFaceTB/SmolLM2-135M-Instruct"), ("8002", "HuggingFaceTB/SmolLM2-135M-Instruct")] * 2
+    # (the two servers of one evaluation start together, in the background: either may log first)
+    pair = [("8001", "HuggingFaceTB/SmolLM2-135M-Instruct"), ("8002", "HuggingFaceTB/SmolLM2-135M-Instruct")]
+    assert len(served) == 4 and sorted(served[:2]) == pair and sorted(served[2:]) == pair, served
     runs = [c[1:] for c in calls if c[0] == "askspec"]
     assert len(runs) == 2
     exp = ir.Experiment.model_validate(json.loads((job / "job.json").read_text())["experiment"])

@@ -1,7 +1,8 @@
 """The harness of the end-to-end training tests, as the `e2e` fixture: run `askspec run` to
 its end, or start it in a process group of its own, SIGKILL the whole group when a
 condition on its output folder holds (e.g. a checkpoint of some step exists), then
-`--resume` the run."""
+`--resume` the run; `run_here` / `resume_here` do a run or a resume in the test's own
+process (`askspec.cli.main`), sparing a fresh interpreter's imports."""
 
 from __future__ import annotations
 
@@ -71,8 +72,24 @@ def resume(run_dir: Path, timeout: float = 900) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def run_here(spec: Path, out: Path, *args: str) -> Path:
+    """`run_to_end` in this process (`askspec.cli.main`): no fresh interpreter importing torch
+    and transformers again (seconds a run); for a run that is not killed. The run's folder."""
+    from askspec.cli import main
+
+    assert main(["run", str(spec), "--out", str(out), "--quiet", *args]) == 0  # its stderr: pytest's captured output
+    return only_run(out)
+
+
+def resume_here(run_dir: Path) -> None:
+    """`resume` in this process: the killed run's process is gone, this one resumes it."""
+    from askspec.cli import main
+
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 0
+
+
 @pytest.fixture(scope="session")
 def e2e() -> SimpleNamespace:
     """The helpers above (a fixture rather than an import: works under any pytest import mode)."""
     return SimpleNamespace(cmd=askspec_cmd, latest_step=latest_step, kill_run_when=kill_run_when, only_run=only_run,
-                           run_to_end=run_to_end, resume=resume)
+                           run_to_end=run_to_end, resume=resume, run_here=run_here, resume_here=resume_here)

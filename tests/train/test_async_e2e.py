@@ -9,8 +9,6 @@ and the train stage's first step is on-policy. On the suite's tiny random Llama
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ from askspec.runtime.store.views import open_store
 
 pytestmark = pytest.mark.slow  # builds a tiny model with SmolLM2's tokenizer (the converted GGUF)
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = 5
 # the kill test's run: long enough that a kill polled every 0.2 s lands mid-run on an idle
 # machine too (a tiny-model step takes ~0.1 s there; with 5 steps the run could end first)
@@ -77,7 +74,7 @@ def within_bound(rollouts: list[tuple], steps: list[tuple], k: int = 1) -> None:
 
 
 def test_each_rollout_is_sampled_within_the_bound(tiny_model, tmp_path, e2e):
-    run = e2e.run_to_end(spec(tmp_path, tiny_model), tmp_path / "runs")
+    run = e2e.run_here(spec(tmp_path, tiny_model), tmp_path / "runs")
     rollouts, steps = versions(run)
     within_bound(rollouts, steps)
     # step 1 is played before any update; step t ≥ 2 by the weights of before step t − 1's update
@@ -99,7 +96,7 @@ def test_kill_9_then_resume_trains_every_step_once_within_the_bound(tiny_model, 
     run = e2e.only_run(out)
     killed_at = e2e.latest_step(out)
     assert killed_at is not None and killed_at < KILL_STEPS
-    e2e.resume(run)
+    e2e.resume_here(run)  # in this process: the killed one is gone
     rollouts, steps = versions(run)
     assert [s for s, *_ in steps] == list(range(1, KILL_STEPS + 1))  # every step exactly once
     assert [v for _, v, _, _ in steps] == list(range(KILL_STEPS))
@@ -130,7 +127,7 @@ def test_a_stage_boundary_drains_the_overlap(tiny_model, tmp_path, e2e):
     steps = 4
     path = spec(tmp_path, tiny_model, steps=steps, stages=True)
     path.write_text(path.read_text().replace("keep_checkpoints = 2", "keep_checkpoints = 20"))  # step 3's is read
-    run = e2e.run_to_end(path, tmp_path / "runs")
+    run = e2e.run_here(path, tmp_path / "runs")
     rollouts, trained = versions(run)
     within_bound(rollouts, trained)
     rl = range(FIRST_RL, FIRST_RL + steps)
@@ -164,7 +161,7 @@ def test_kill_9_then_resume_with_stages_trains_every_step_once_within_the_bound(
     killed_at = e2e.latest_step(out)
     last = FIRST_RL + KILL_STEPS
     assert killed_at is not None and killed_at < last
-    e2e.resume(run)
+    e2e.resume_here(run)  # in this process: the killed one is gone
     rollouts, trained = versions(run)
     rl = list(range(FIRST_RL, last))
     assert [s for s, *_ in trained] == [1, 2] + rl  # every step exactly once (an evaluation trains nothing)
@@ -181,11 +178,14 @@ def test_kill_9_then_resume_with_stages_trains_every_step_once_within_the_bound(
     assert state["version"] == 2 + KILL_STEPS
 
 
-def test_what_cannot_overlap_is_refused_at_the_spec_line(tiny_model, tmp_path):
+def test_what_cannot_overlap_is_refused_at_the_spec_line(tiny_model, tmp_path, capsys, monkeypatch):
+    from askspec.cli import main
+
+    monkeypatch.delenv("ASKSPEC_DEBUG", raising=False)  # as a user's shell: no traceback shown
     path = spec(tmp_path, tiny_model)
     path.write_text(path.read_text() + "buffer seen { capacity = 4; fields = {x: number} }\n")
-    proc = subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(path), "--out", str(tmp_path / "runs")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0
-    assert "'max_staleness = 1' (asynchronous rollouts) cannot run with a buffer" in proc.stderr, proc.stderr
-    assert "t.ask:7:" in proc.stderr and "Traceback" not in proc.stderr
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(tmp_path / "runs")]) != 0  # in this process: a refusal loads no model
+    err = capsys.readouterr().err
+    assert "'max_staleness = 1' (asynchronous rollouts) cannot run with a buffer" in err, err
+    assert "t.ask:7:" in err and "Traceback" not in err and "internal error" not in err

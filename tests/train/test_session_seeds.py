@@ -11,7 +11,7 @@ evaluate stage played the same seeds as every other evaluate stage of its games,
 refill round that met an element twice gave both groups one seed per member.
 
 The planner tests need no model; the end-to-end ones run `askspec run` on the tiny random
-Llama of tests/conftest.py (8 new tokens, a few steps, 15-30 s each on CPU)."""
+Llama of tests/conftest.py (8 new tokens, a few steps), in the test's own process."""
 
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def test_evaluate_stages_pair_their_weights_and_nothing_else():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, e2e, tiny_model) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("seeds")
-    return {spec.stem: e2e.run_to_end(spec, out / spec.stem, "--set", f'weights="{tiny_model}"')
+    # in this process: three fresh interpreters would import torch and transformers three times
+    return {spec.stem: e2e.run_here(spec, out / spec.stem, "--set", f'weights="{tiny_model}"')
             for spec in (ALTERNATING, STAGED, NESTED)}
 
 
@@ -157,8 +158,8 @@ def test_a_session_replays_alone_under_its_recorded_seed(tmp_path, e2e, tiny_mod
     from askspec.runtime.engine.stateful import StatefulScorers
     from askspec.runtime.store.writer import RunWriter
 
-    run_dir = e2e.run_to_end(ALTERNATING, tmp_path / "runs", "--eval-only", "--concurrency", "1",
-                             "--set", f'weights="{tiny_model}"')
+    run_dir = e2e.run_here(ALTERNATING, tmp_path / "runs", "--eval-only", "--concurrency", "1",
+                           "--set", f'weights="{tiny_model}"')
     con = open_store(run_dir)
     sessions = con.execute("SELECT session_id, game, params, seed, index FROM sessions ORDER BY session_id").fetchall()
     assert len(sessions) == 2 and _shared([s[3] for s in sessions]) == {}

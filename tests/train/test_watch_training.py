@@ -9,13 +9,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import re
 import struct
-import subprocess
-import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
 
 import pytest
 import torch
@@ -28,7 +27,6 @@ from askspec.runtime.store.views import open_store
 from askspec.runtime.train.batch import Trajectory, Turn
 from askspec.runtime.train.config import config_from_ir
 
-ROOT = Path(__file__).resolve().parents[2]
 
 # two groups of 4 a step; the reward is the test's: a constant (no signal), or one that
 # varies with the reply (four replies of equal length in both groups would be a skip)
@@ -57,10 +55,21 @@ def trajectories(rewards: list[float], completion: list[int] | None = None) -> l
             for i, r in enumerate(rewards)]
 
 
-def run(spec: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ASKSPEC_DEBUG", "WANDB_API_KEY")}
-    return subprocess.run([sys.executable, "-m", "askspec.cli", "run", str(spec), "--out", str(out), *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def run(capsys, monkeypatch) -> Callable[..., SimpleNamespace]:
+    """`askspec run SPEC --out OUT ARGS` in this process (a fresh interpreter would import torch
+    and transformers again): its exit status and stderr, as `returncode` and `stderr`."""
+    from askspec.cli import main
+
+    for name in ("ASKSPEC_DEBUG", "WANDB_API_KEY"):  # a user's shell: no traceback, no W&B account
+        monkeypatch.delenv(name, raising=False)
+
+    def go(spec: Path, out: Path, *args: str) -> SimpleNamespace:
+        capsys.readouterr()
+        rc = main(["run", str(spec), "--out", str(out), *args])
+        return SimpleNamespace(returncode=rc, stderr=capsys.readouterr().err)
+
+    return go
 
 
 def only_run(out: Path) -> Path:
@@ -133,7 +142,7 @@ def test_the_report_counts_skips_and_warns_when_most_steps_had_no_signal():
 # whole runs
 
 
-def test_a_run_without_signal_shows_each_step_skips_each_update_and_warns(tiny_model, tmp_path):
+def test_a_run_without_signal_shows_each_step_skips_each_update_and_warns(tiny_model, tmp_path, run):
     spec = tmp_path / "flat.ask"
     spec.write_text(SPEC.format(model=tiny_model, reward="1.0"))
     done = run(spec, tmp_path / "runs")
@@ -164,7 +173,7 @@ def test_a_run_without_signal_shows_each_step_skips_each_update_and_warns(tiny_m
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
                     reason="the tensorboard package is not installed (pip install -e '.[dev]')")
-def test_live_lines_and_tensorboard_hold_the_train_steps(tiny_model, tmp_path):
+def test_live_lines_and_tensorboard_hold_the_train_steps(tiny_model, tmp_path, run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     spec = tmp_path / "live.ask"
@@ -199,7 +208,7 @@ def test_live_lines_and_tensorboard_hold_the_train_steps(tiny_model, tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
                     reason="the tensorboard package is not installed (pip install -e '.[dev]')")
-def test_a_logger_that_cannot_start_fails_the_run_before_any_step(tiny_model, tmp_path):
+def test_a_logger_that_cannot_start_fails_the_run_before_any_step(tiny_model, tmp_path, run):
     spec = tmp_path / "live.ask"
     spec.write_text(SPEC.format(model=tiny_model, reward="len(x.text)"))
     (tmp_path / "afile").write_text("not a folder")
@@ -449,7 +458,7 @@ def test_the_loggers_write_the_declared_metrics_and_the_mismatch():
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
                     reason="the tensorboard package is not installed (pip install -e '.[dev]')")
-def test_a_run_shows_its_declared_metrics_per_step_and_what_its_gate_skipped(tiny_model, tmp_path):
+def test_a_run_shows_its_declared_metrics_per_step_and_what_its_gate_skipped(tiny_model, tmp_path, run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from askspec.runtime.engine.metrics import run_metrics

@@ -78,7 +78,7 @@ class RunScreen(Loader, Screen):
         t.append(f"  {duration(r.started_at, r.ended_at, r.live)}")
         return t
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         """Escape leaves a text box first (back to its table), then the run."""
         if isinstance(self.focused, Input):
             pane = self.query_one("#tabs", TabbedContent).active.removeprefix("tab-")
@@ -89,7 +89,7 @@ class RunScreen(Loader, Screen):
                     return
             self.set_focus(None)
             return
-        self.app.action_back()
+        await self.app.action_back()
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = f"tab-{tab}"

@@ -68,10 +68,10 @@ from askspec.runtime.engine.session import Engine, ModelBinding, SessionFailed, 
 from askspec.runtime.engine.stateful import StatefulScorers
 from askspec.runtime.scoring.trajectory import trained_turns, trajectory_return
 from askspec.runtime.targets.openrlhf.tokens import Conversation, OpenRLHFBackend, Siblings
+from askspec.runtime.targets.openrlhf.jobfile import FILE as JOB_FILE, InnerLoop, PhaseJob, read_phase_job
 
 log = logging.getLogger(__name__)
 
-JOB_FILE = "job.json"
 HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (default 127.0.0.1)
 TIMEOUT_ENV = "ASKSPEC_GROUP_TIMEOUT"  # seconds a session of siblings may run (docs/cluster.md)
 DEFAULT_TIMEOUT = 1800.0
@@ -182,7 +182,7 @@ class _Siblings:
     grounded: asyncio.Future | None = None  # the inner loop's rewards (turn -> R_k), asked once the session ended
 
 
-def open_job_writer(exp: ir.Experiment, job: dict[str, Any], job_dir: Path, role: str, program: str) -> Any:
+def open_job_writer(exp: ir.Experiment, job: PhaseJob, job_dir: Path, role: str, program: str) -> Any:
     """A new run directory of one of the job's processes (`program`: the agent, the trainer)
     under $ASKSPEC_RUNS (default JOB/runs), `role` the trained one."""
     from askspec.ir.canonical import experiment_hash, to_json
@@ -191,7 +191,7 @@ def open_job_writer(exp: ir.Experiment, job: dict[str, Any], job_dir: Path, role
     out = os.environ.get("ASKSPEC_RUNS") or str(job_dir / "runs")
     roles = {r.name: {"model": r.model, "trained": r.name == role} for r in exp.roles}
     return RunWriter.create(out, experiment=exp.name, experiment_hash=experiment_hash(exp), ir_json=to_json(exp),
-                            spec_files=job.get("spec_files", {}), seed=int(job.get("seed", 0)), roles=roles,
+                            spec_files=job.spec_files, seed=job.seed, roles=roles,
                             params=exp.param_values(), planned_sessions=0,
                             argv=[program, str(job_dir), socket.gethostname(), str(os.getpid())])
 
@@ -230,27 +230,26 @@ class GameAgent:
 
     def __init__(self, job_dir: str | os.PathLike[str]) -> None:
         self.job_dir = Path(job_dir)
-        job = json.loads((self.job_dir / JOB_FILE).read_text(encoding="utf-8"))
+        job = read_phase_job(self.job_dir)
         self.job = job
-        self.exp = ir.Experiment.model_validate(job["experiment"])
-        self.role: str = job["trained_role"]
-        self.group_size: int = int(job["group"])
-        self.siblings: dict[str, int] = {g: int(n) for g, n in (job.get("siblings") or {}).items()}
-        self.sample_calls: dict[str, int] = {g: int(k) for g, k in (job.get("sample_calls") or {}).items()}
-        # a grounded nested schedule: {"service": its Ray actor's name, "games": the outer games}
-        self.inner_loop: dict[str, Any] | None = job.get("inner_loop")
+        self.exp = job.ir()
+        self.role: str = job.trained_role
+        self.group_size: int = job.group
+        self.siblings: dict[str, int] = job.siblings
+        self.sample_calls: dict[str, int] = job.sample_calls
+        # a grounded nested schedule: its service's Ray actor name and the outer games
+        self.inner_loop: InnerLoop | None = job.inner_loop
         self.service: Any = None  # the inner-loop service (inner_loop.connect), found on first use
         self.timeout = _timeout(os.environ.get(TIMEOUT_ENV))
         self.inner_timeout = _timeout(os.environ.get(INNER_TIMEOUT_ENV), INNER_TIMEOUT_ENV, DEFAULT_INNER_TIMEOUT,
                                       "an outer session waits for the inner-loop service's answer")
         # the names the trained role's update gate reads, when askspec_ext/gate.py evaluates one (update_gate.py)
         self.gate_names: set[str] | None = None
-        if (job.get("extension") or {}).get("update_gate"):
+        if job.extension.get("update_gate"):
             from askspec.runtime.targets.openrlhf.update_gate import names
 
             self.gate_names = names(next(t.update_when for t in self.exp.training if t.role == self.role))
-        self.seed: int = int(job["seed"])
-        self.max_turn_tokens = job.get("max_tokens")
+        self.seed: int = job.seed
         self.params = self.exp.param_values()
         spec_dir = str(self.job_dir / "spec")
         self.datasets = {d.name: load_dataset(d, spec_dir, self.seed) for d in self.exp.datasets}
@@ -275,23 +274,23 @@ class GameAgent:
         sampling = dict(model.sampling) if model is not None else {}
         if role == self.role:
             return ModelBinding(name=name or role, backend=self.backend, weights=model.weights if model else "", sampling=sampling)
-        endpoints = self.job["endpoints"]
-        ep = endpoints["roles"].get(role) or endpoints["models"].get(name or "")
+        endpoints = self.job.endpoints
+        ep = endpoints.roles.get(role) or endpoints.models.get(name or "")
         if ep is None:
             raise SessionFailed(f"role '{role}': model '{name}' has no endpoint in {JOB_FILE}")
-        options = dict(ep.get("options", {}))
+        options = dict(ep.options)
         host = os.environ.get(HOST_ENV, "127.0.0.1")
         if isinstance(options.get("base_url"), str):
             options["base_url"] = options["base_url"].replace("{host}", host)
         elif isinstance(options.get("base_url"), list):
             options["base_url"] = [u.replace("{host}", host) for u in options["base_url"]]
-        if ep["backend"] == "replay" and not os.path.isabs(options.get("file", "/")):
+        if ep.backend == "replay" and not os.path.isabs(options.get("file", "/")):
             options["file"] = str(self.job_dir / options["file"])
         try:
-            backend = make_backend(ep["backend"], ep["weights"], options)
+            backend = make_backend(ep.backend, ep.weights, options)
         except BackendError as e:
             raise SessionFailed(str(e)) from None
-        return ModelBinding(name=name or role, backend=backend, weights=ep["weights"], sampling=sampling)
+        return ModelBinding(name=name or role, backend=backend, weights=ep.weights, sampling=sampling)
 
     def engine(self) -> Engine:
         if self._engine is None:
@@ -392,7 +391,7 @@ class GameAgent:
         sid = sib.plan.session_id
         extra: list[tuple[str, int | None, str, float]] = []
         logs: dict[str, float] = {}
-        if self.inner_loop is not None and sib.plan.game in self.inner_loop["games"]:
+        if self.inner_loop is not None and sib.plan.game in self.inner_loop.games:
             # every rollout of the job logs the same keys (OpenRLHF merges extra_logs key by key)
             logs["askspec_inner_loop_ok"] = 0.0
             if result.status == "ok":  # a failed session is not the inner loop's to train on
@@ -430,7 +429,7 @@ class GameAgent:
         datasets = datasets_of([record], recorder.parsed, self.role)
         try:
             if self.service is None:
-                self.service = inner_loop.connect(self.inner_loop["service"])
+                self.service = inner_loop.connect(self.inner_loop.service)
             key = f"{socket.gethostname()}:{os.getpid()}:{sid}"
             answer = await asyncio.wait_for(self.service.answer(key, [d.items for d in datasets]), self.inner_timeout)
         except Exception as e:  # the rollouts return without loss rather than fail OpenRLHF's step (or wait forever)

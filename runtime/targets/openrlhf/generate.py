@@ -27,7 +27,7 @@ from askspec.diagnostics import DiagnosticSink
 from askspec.terminal import printable
 
 from askspec.runtime.engine.plan import game_elements, load_dataset
-from askspec.runtime.targets.openrlhf import escape, mapping, multi, stages, world
+from askspec.runtime.targets.openrlhf import escape, jobfile, mapping, multi, stages, world
 from askspec.runtime.targets.openrlhf.askspec_ext import carry
 from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check, roles_asked, span_of
 
@@ -178,7 +178,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
     out = []
     for phase in [*plan.phases, *(s.phase for s in plan.stages if s.phase is not None)]:
         role = exp.role(phase.role)
-        model = exp.model(role.model)
+        model = _role_model(exp, phase.role)
         sampling = {**model.sampling, **role.sampling}
         if role.max_tokens is not None:
             sampling["max_tokens"] = role.max_tokens
@@ -202,8 +202,8 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
         calls = max(max(1, g.call_bounds.get(phase.role, 1) // phase.siblings.get(g.name, 1)) for g in games)
         # a turn's budget: the role's, or an ask's own `with sampling { max_tokens }` where larger
         # (the agent caps each call at what is left of max_len, so max_len must hold the largest)
-        turn_tokens = max([int(sampling.get("max_tokens", 256))] + [
-            int(s.sampling_for(phase.role)["max_tokens"]) for g in games for s in all_steps(g.body)
+        turn_tokens = max([int(sampling.get("max_tokens", exp.default_max_tokens()))] + [
+            _ask_max_tokens(s, phase.role) for g in games for s in all_steps(g.body)
             if s.kind == "ask" and phase.role in s.roles and "max_tokens" in s.sampling_for(phase.role)])
         max_len, len_note = _max_len(exp, phase, model, calls * turn_tokens + mapping.CONTEXT_ALLOWANCE, max_len_flag,
                                      sink, spec_path)
@@ -222,15 +222,15 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
             prompts = step_prompts(phase, games[0])
             # the local run's steps (a block without `steps`: the schedule's, else 1)
             steps = phase.steps if phase.steps is not None else mapping.lowered(phase.training).steps
-            elements, elements_lines = len(lines), lines
+            n_elements, elements_lines = len(lines), lines
             # passes over the elements are whole local steps only when a step's elements divide them (a
             # step with more elements than there are repeats some), and the spec's steps only in whole passes
-            if elements % prompts or steps % (elements // prompts):
+            if n_elements % prompts or steps % (n_elements // prompts):
                 lines = _walk(lines, prompts, steps)
             sched = mapping.schedule(len(lines), phase.group, prompts, steps)
             if lines is not elements_lines:
                 sched.notes.insert(0, f"prompts.jsonl holds the elements the local steps take ({len(lines)} lines "
-                                      f"from the {elements} elements, {prompts} a step, in plan order, cycling): passes "
+                                      f"from the {n_elements} elements, {prompts} a step, in plan order, cycling): passes "
                                       "over the elements themselves would not be whole local steps, or not the "
                                       f"spec's {steps}")
         flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
@@ -251,7 +251,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
         if batch is not None and whole_groups(batch, size) != batch:
             notes.append(f"batch = {batch} sessions in whole groups of {size}: each step plays "
                          f"{whole_groups(batch, size)} sessions, as a local run does")
-        shared = [f["role"] for f in frozen if f["role"] not in others and _derives_from(exp, exp.role(f["role"]).model, role.model)]
+        shared = [f["role"] for f in frozen if f["role"] not in others and _derives_from(exp, exp.role(f["role"]).model, model.name)]
         if shared:
             notes.append(f"{', '.join(shared)} play(s) on '{role.model}' (the trained role's model) or a model derived "
                          "from it: served frozen with the initial weights, not the ones being trained")
@@ -507,8 +507,7 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
         return s
 
     for other in others:
-        m = exp.model(exp.role(other).model)
-        s = server_for(_weights(m), f"CKPT_{other.upper()}", f"askspec-{other}",
+        s = server_for(_weights(_role_model(exp, other)), f"CKPT_{other.upper()}", f"askspec-{other}",
                        f"trained role '{other}', frozen in this phase: its latest checkpoint")
         endpoints["roles"][other] = {"backend": "openai", "weights": s.served, "options": {"base_url": _url(s.port)}}
         rows.append({"role": other, "model": f"checkpoint of {other}", "endpoint": f"port {s.port} ({s.served})"})
@@ -548,6 +547,28 @@ def _frozen(exp: ir.Experiment, games: list[ir.Game], trained: str, others: list
         if row["model"] == "bound per session":
             row["endpoint"] = f"the bound model's: {bindable}" if bindable else "the bound model's endpoint"
     return servers, endpoints, rows
+
+
+def _declared(exp: ir.Experiment, name: str) -> ir.Model:
+    """The model declared as `name` (the checker resolved every model name the job serves)."""
+    m = exp.model(name)
+    assert m is not None, f"no model '{name}'"
+    return m
+
+
+def _role_model(exp: ir.Experiment, role: str) -> ir.Model:
+    """The declared model of `role`, a role the job trains or serves from its checkpoint: the
+    checker gives each such role a model of its own (only an untrained role is bound per session)."""
+    name = exp.role(role).model
+    assert name is not None, f"role '{role}' has no model of its own"
+    return _declared(exp, name)
+
+
+def _ask_max_tokens(step: ir.AskStep, role: str) -> int:
+    """An ask's own `with sampling { max_tokens }` for `role` (the checker types it a number)."""
+    v = step.sampling_for(role)["max_tokens"]
+    assert not isinstance(v, list), v
+    return int(v)
 
 
 def _weights(m: ir.Model) -> str:
@@ -601,24 +622,22 @@ def _write(exp: ir.Experiment, res, plan: JobPlan, phases: list[_PhaseOut], spec
         ehash = experiment_hash(exp)
         job_exp = _job_experiment(exp, spec_path)
         for p in phases:
-            job = {"format": 1, "experiment": job_exp.model_dump(mode="json"), "experiment_hash": ehash,
-                   "trained_role": p.role, "group": p.group, "games": p.games, "siblings": p.phase.siblings,
-                   "seed": int(exp.options.get("seed", 0) or 0), "endpoints": p.endpoints, "spec_files": res.files}
-            if p.replay is not None:
-                job["replay"] = p.replay
-            extension = _extension(p, plan)
-            if extension:  # what the phase's askspec_ext installs (askspec_ext/pinned.py)
-                job["extension"] = extension
-            if p.phase.sample_calls:
-                job["sample_calls"] = p.phase.sample_calls
-            if p.phase.inner_loop is not None:  # the agent asks the job's service (inner_loop.py) for R_k
-                job["inner_loop"] = {"service": _service_name(exp), "role": p.phase.inner_loop, "games": p.games}
+            job = jobfile.PhaseJob(
+                format=jobfile.FORMAT, experiment=job_exp.model_dump(mode="json"), experiment_hash=ehash,
+                trained_role=p.role, group=p.group, games=p.games, siblings=p.phase.siblings,
+                seed=int(exp.options.get("seed", 0) or 0), endpoints=jobfile.Endpoints.model_validate(p.endpoints),
+                spec_files=res.files, replay=p.replay,
+                extension=_extension(p, plan),  # what the phase's askspec_ext installs (askspec_ext/pinned.py)
+                sample_calls=p.phase.sample_calls,
+                # the agent asks the job's service (inner_loop.py) for R_k
+                inner_loop=jobfile.InnerLoop(service=_service_name(exp), role=p.phase.inner_loop, games=p.games)
+                if p.phase.inner_loop is not None else None,
+                draw=p.draw)
             elements = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in p.lines)
             if p.draw is not None:  # driver.sh writes prompts.jsonl from them when the phase starts
-                job["draw"] = p.draw
                 files[os.path.join(p.dir, "elements.jsonl")] = elements
                 elements = ""
-            files[os.path.join(p.dir, "job.json")] = json.dumps(job, indent=1, ensure_ascii=False) + "\n"
+            files[os.path.join(p.dir, jobfile.FILE)] = job.text()
             files[os.path.join(p.dir, "prompts.jsonl")] = elements
         blobs = {path: text.encode("utf-8") for path, text in files.items()}
     except UnicodeEncodeError as e:  # a data set's lone "\udcff", a --set value's undecodable byte
@@ -678,7 +697,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
         roles = [p.role for p in rl] + ([inner] if inner else [])
         pretrain = {p.role: p.pretrain for p in rl}
         if inner:
-            pretrain[inner] = _weights(exp.model(exp.role(inner).model))
+            pretrain[inner] = _weights(_role_model(exp, inner))
         ctx = {**common, "phases": rl, "iterations": plan.iterations, "phase_names": [p.dir for p in rl],
                "extensions": {p.dir: extensions[p.dir] for p in rl}, "carry_flags": carry.FLAGS,
                "carried_roles": list(dict.fromkeys(p.role for p in rl if extensions[p.dir].get("carry_state"))),
@@ -726,8 +745,9 @@ def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spe
         for job in plan.stages:
             if job.askspec:
                 assert job.role is not None
-                trained = [*by_role, *([_inner_role(exp)] if _inner_role(exp) else [])]
-                pretrain = {r: by_role[r].pretrain if r in by_role else _weights(exp.model(exp.role(r).model))
+                inner = _inner_role(exp)
+                trained = [*by_role, *([inner] if inner else [])]
+                pretrain = {r: by_role[r].pretrain if r in by_role else _weights(_role_model(exp, r))
                             for r in trained}
                 profile = exp.options.get("profile")
                 texts.update(stages.retrain_files(env, common, job, [r for r in trained if r != job.role], pretrain,
@@ -747,7 +767,7 @@ def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spe
                                               p.pretrain, max_len, seed))
             else:
                 # the inner role of a nested schedule has no phase: its initial weights are its model's
-                initial = p.pretrain if p is not None else _weights(exp.model(exp.role(job.role).model))
+                initial = p.pretrain if p is not None else _weights(_role_model(exp, job.role))
                 server = _Server(stages.EVAL_PORT, f"askspec-{job.role}", initial,
                                  f"the evaluated weights of '{job.role}' (CKPT_{job.role.upper()}, else the initial)",
                                  f"CKPT_{job.role.upper()}")
@@ -755,7 +775,7 @@ def _stage_texts(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spe
                 texts.update(stages.evaluate_files(env, common, job, server, initial, os.path.basename(spec_path),
                                                    str(profile) if profile else None, overrides,
                                                    _evaluation_servers(exp, job.frozen, server.port + 1),
-                                                   [(name, exp.model(name).weights, url)
+                                                   [(name, _declared(exp, name).weights, url)
                                                     for name, url in job.endpoints.items()]))
     except stages.StageError as e:
         raise JobError(str(e)) from None
@@ -771,7 +791,7 @@ def _evaluation_servers(exp: ir.Experiment, models: list[str], port: int) -> lis
     out: list[tuple[str, _Server]] = []
     by_weights: dict[str, _Server] = {}
     for name in models:
-        m = exp.model(name)
+        m = _declared(exp, name)
         weights = _weights(m)
         if weights not in by_weights:
             by_weights[weights] = _Server(port + len(by_weights), m.weights, weights, f"weights {m.weights}")
@@ -798,8 +818,10 @@ def _copy_spec(exp: ir.Experiment, res, spec_path: str, dest: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     for d in exp.datasets:
-        rel = os.path.normpath(d.path) if d.path else ""
-        if not rel or os.path.isabs(rel) or rel.startswith(".."):
+        if not d.path:
+            continue
+        rel = os.path.normpath(d.path)
+        if os.path.isabs(rel) or rel.startswith(".."):
             continue  # _job_experiment points the agent at it where it is
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(spec_dir / d.path, dest / rel)

@@ -41,6 +41,7 @@ from askspec.ir import model as ir
 
 from askspec.runtime.store.layout import write_json_atomic
 from askspec.runtime.train.promotions import STATE
+from askspec.runtime.targets.openrlhf.jobfile import FILE, read_phase_job
 
 WEIGHTS = "inner.safetensors"  # the inner role's weights after that step (a promotion changes them)
 PROMOTED = "promoted"  # the same weights as a Hugging Face folder, for the stages that evaluate the role
@@ -355,8 +356,11 @@ def run_job(job_dir: str | Path, resolver_factory: Callable[[ir.Experiment, str]
     import ray
 
     job_dir = Path(job_dir)
-    job = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
-    exp = ir.Experiment.model_validate(job["experiment"])
+    job = read_phase_job(job_dir)
+    exp = job.ir()
+    if job.inner_loop is None:
+        raise SystemExit(f"{job_dir / FILE} has no inner-loop service: this phase's job does not start one")
+    service = job.inner_loop.service
     state_dir = os.environ.get(STATE_ENV) or str(job_dir / "inner-loop")
     runs = os.environ.get("ASKSPEC_RUNS") or str(job_dir / "runs")
     workers = os.environ.get(WORKERS_ENV)
@@ -368,9 +372,9 @@ def run_job(job_dir: str | Path, resolver_factory: Callable[[ir.Experiment, str]
 
     def start() -> None:
         if not started:  # the handles are kept: an owned actor lives while its owner holds it
-            started.append(start_service(exp, spec_dir=str(job_dir / "spec"), seed=int(job["seed"]), runs=runs,
+            started.append(start_service(exp, spec_dir=str(job_dir / "spec"), seed=job.seed, runs=runs,
                                          state_dir=state_dir, resolver_factory=resolver_factory,
-                                         name=job["inner_loop"]["service"],
+                                         name=service,
                                          workers=int(workers) if workers is not None else None))
 
     def init(*args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 
+from askspec.runtime.targets.openrlhf import jobfile
 from askspec.runtime.targets.openrlhf.check import JobPlan, job_name_key
 
 LAUNCH = "launch.sh"
@@ -83,10 +84,10 @@ def texts(env: jinja2.Environment, common: dict[str, Any], plan: JobPlan, phases
           algorithm_text: dict[str, str], extensions: dict[str, dict[str, Any]]) -> dict[str, str]:
     """launch.sh and job.json of the job's top folder (askspec_ext/ is copied beside them)."""
     rs = roles(plan, phases, algorithm_text)
-    job = {"format": 1, "kind": "multi_policy", "roles": {r["role"]: r["dir"] for r in rs},
-           "extension": extension(extensions)}
+    job = jobfile.MultiJob(format=jobfile.FORMAT, kind="multi_policy", roles={r["role"]: r["dir"] for r in rs},
+                           extension=extension(extensions))
     return {LAUNCH: env.get_template("launch_multi.sh.j2").render(**common, roles=rs),
-            "job.json": json.dumps(job, indent=1, ensure_ascii=False) + "\n", ENTRY: ENTRY_TEXT}
+            jobfile.FILE: job.text(), ENTRY: ENTRY_TEXT}
 
 
 def readme(plan: JobPlan, phases: list[Any]) -> str:

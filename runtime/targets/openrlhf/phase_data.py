@@ -48,6 +48,7 @@ from askspec.runtime.engine.resume import json_cell
 from askspec.runtime.engine.state import SessionBook
 from askspec.runtime.scoring.buffers import ReplayBuffer
 from askspec.runtime.store.layout import write_json_atomic
+from askspec.runtime.targets.openrlhf.jobfile import JobFileError, PhaseJob, read_phase_job
 
 STATE = Path("buffers") / "state.json"
 STORE = Path("runs") / "buffers"  # the run store of the job's buffer events
@@ -87,12 +88,12 @@ def _read_json(path: Path) -> Any:
         raise PhaseDataError(f"{path} is not valid JSON: {e}") from None
 
 
-def _job(phase_dir: Path) -> tuple[dict, ir.Experiment]:
-    job = _read_json(phase_dir / "job.json")
-    if not isinstance(job, dict) or not isinstance(job.get("experiment"), dict):
-        raise PhaseDataError(f"{phase_dir / 'job.json'} is not a phase's job file (no experiment): compile the job "
-                             f"again")
-    return job, ir.Experiment.model_validate(job["experiment"])
+def _job(phase_dir: Path) -> tuple[PhaseJob, ir.Experiment]:
+    try:
+        job = read_phase_job(phase_dir)
+    except JobFileError as e:
+        raise PhaseDataError(str(e)) from None
+    return job, job.ir()
 
 
 def _state(job_root: Path) -> dict:
@@ -208,8 +209,8 @@ def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
     from askspec.runtime.targets.openrlhf.generate import prompt_line
 
     job, exp = _job(phase_dir)
-    role = job["trained_role"]
-    replay, draw = job.get("replay"), job.get("draw")
+    role = job.trained_role
+    replay, draw = job.replay, job.draw
     if (replay or draw) and not phase_steps(exp, role, iteration):
         raise PhaseDataError(f"iteration {iteration} is past the spec's schedule, whose steps the phase's prompts "
                              f"are drawn for: set the schedule's `iterations` (a param with --set) and compile again, "
@@ -240,7 +241,7 @@ def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
         write_json_atomic(phase_dir / PLAN, plan)
         # next_batch returns min(items, len(buffer)) items every step (nothing is pushed while they are drawn)
         short = plan and len(plan[0]) < int(replay["items"])
-        args = f"--rollout.batch_size {len(plan[0])} --train.batch_size {len(plan[0]) * int(job['group'])}\n" \
+        args = f"--rollout.batch_size {len(plan[0])} --train.batch_size {len(plan[0]) * job.group}\n" \
             if short else ""
         (phase_dir / LAUNCH_ARGS).write_text(args, encoding="utf-8")
     return len(lines)
@@ -270,7 +271,7 @@ def _sessions(runs: Path) -> list[tuple[dict, str, SessionBook, dict, str]]:
     return out
 
 
-def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list[tuple[int | None, tuple]]:
+def _prompt_order(phase_dir: Path, job: PhaseJob, sessions: list) -> list[tuple[int | None, tuple]]:
     """`sessions` in the order of the phase's prompts.jsonl, as the local schedule plays
     its elements, whatever order OpenRLHF ran them in (its data loader shuffles the
     prompts) and however many rollout processes recorded them, each with the local step
@@ -282,12 +283,12 @@ def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list[tuple[int 
     for pos, line in enumerate(_read(phase_dir / "prompts.jsonl", MAX_DATA_BYTES).splitlines()):
         label = json.loads(json.loads(line)["label"])
         places.setdefault((label["game"], _key(label.get("bindings") or {})), []).append((pos, label.get("step")))
-    siblings = job.get("siblings") or {}
+    siblings = job.siblings
     seen: dict[tuple[str, str], int] = {}
     keyed = []
     for n, row in enumerate(sessions):
         k = (row[4], _key(row[0]))
-        per_prompt = 1 if row[4] in siblings else max(1, int(job["group"]))
+        per_prompt = 1 if row[4] in siblings else max(1, job.group)
         count = seen[k] = seen.get(k, 0) + 1
         at = places.get(k) or [(len(places), None)]
         occurrence = (count - 1) // per_prompt
@@ -296,19 +297,19 @@ def _prompt_order(phase_dir: Path, job: dict, sessions: list) -> list[tuple[int 
     return [(step, row) for _, step, row in sorted(keyed, key=lambda x: x[0])]
 
 
-def _missing(phase_dir: Path, job: dict, sessions: list) -> list[str]:
+def _missing(phase_dir: Path, job: PhaseJob, sessions: list) -> list[str]:
     """The phase's prompts whose sessions are not all in `sessions` (a prompt listed k
     times in prompts.jsonl is played k times, each by its group's sessions, or by one
     session whose `sample N ask` replies are the group), each as `game #element bindings
     (found of expected sessions)`. A session counts whatever its status: a failed one
     reached the store too."""
     wanted: dict[tuple[str, str], tuple[int, str]] = {}
-    siblings = job.get("siblings") or {}
+    siblings = job.siblings
     for line in _read(phase_dir / "prompts.jsonl", MAX_DATA_BYTES).splitlines():
         row = json.loads(line)
         label = json.loads(row["label"])
         k = (label["game"], _key(label.get("bindings") or {}))
-        per_prompt = 1 if label["game"] in siblings else max(1, int(job["group"]))
+        per_prompt = 1 if label["game"] in siblings else max(1, job.group)
         wanted[k] = (wanted.get(k, (0, ""))[0] + per_prompt, str(row.get("prompt", k[0])))
     found: dict[tuple[str, str], int] = {}
     for bindings, _, _, _, game in sessions:
@@ -339,13 +340,13 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
     if key in state["committed"]:
         return []
     job, exp = _job(phase_dir)
-    role = job["trained_role"]
+    role = job.trained_role
     slots = _slots(exp, role, iteration)
     steps = [s.step for s in slots]
     phase = slots[0].phase.name if slots else role  # the local run's name: the role (alternating) or "online"
     events: list[dict] = []
     buffers = _buffers(exp, state, events)
-    replay = job.get("replay")
+    replay = job.replay
     score = next((b.score for b in exp.buffers if replay and b.name == replay["buffer"]), None)
     by_step: dict[int | None, list[tuple[str, Any]]] = {}  # a local step's pushes, in session order
     scores: dict[tuple[int | None, str], list[Any]] = {}  # (step, item's bindings) -> its sessions' scores
@@ -400,7 +401,7 @@ def commit(job_root: Path, phase_dir: Path, runs: Path, key: str, iteration: int
     return events
 
 
-def _record(job_root: Path, job: dict, exp: ir.Experiment, events: list[dict]) -> None:
+def _record(job_root: Path, job: PhaseJob, exp: ir.Experiment, events: list[dict]) -> None:
     """Append `events` to the job's buffer run store (created by the first commit)."""
     from askspec.runtime.store import layout
     from askspec.runtime.store.writer import RunWriter
@@ -410,9 +411,9 @@ def _record(job_root: Path, job: dict, exp: ir.Experiment, events: list[dict]) -
     if found:
         writer = RunWriter.open_for_resume(found[0], argv=sys.argv)
     else:
-        writer = RunWriter.create(root, experiment=exp.name, experiment_hash=job["experiment_hash"],
-                                  ir_json=json.dumps(job["experiment"], ensure_ascii=False),
-                                  spec_files=job.get("spec_files") or {}, seed=int(job.get("seed", 0)), roles={},
+        writer = RunWriter.create(root, experiment=exp.name, experiment_hash=job.experiment_hash,
+                                  ir_json=json.dumps(job.experiment, ensure_ascii=False),
+                                  spec_files=job.spec_files, seed=job.seed, roles={},
                                   params=exp.param_values(), planned_sessions=0, argv=sys.argv)
     try:
         for ev in events:

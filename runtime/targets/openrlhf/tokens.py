@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from askspec.runtime.backends.base import Backend, BackendError, ChatRequest, ChatResult
 from askspec.runtime.backends.prompt_tokens import HFChatTokens, PromptTokenizer
@@ -130,7 +130,7 @@ class Conversation:
         self.text += self.tokenizer.decode(generated, skip_special_tokens=False)
         reply = self.tokenizer.decode(generated, skip_special_tokens=True)
         self.fed.append({"role": "assistant", "content": reply})
-        finish = "length" if out.finish_reason == "length" else "stop"
+        finish: Literal["stop", "length"] = "length" if out.finish_reason == "length" else "stop"
         self.truncated = finish == "length"
         # completion_ids: the engine then reports the turn to on_rollout, with its `sample` reply
         return ChatResult(text=reply, finish_reason=finish, tokens_in=start, tokens_out=len(generated),

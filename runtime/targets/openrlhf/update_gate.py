@@ -15,13 +15,14 @@ count once, an errored session not at all.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from pydantic import BaseModel
 
 from askspec.ir import model as ir
 
 from askspec.runtime.engine.metrics import gate_closed, gate_scope
+from askspec.runtime.targets.openrlhf.jobfile import PhaseJob, as_phase_job
 
 FIELD = "askspec_session"
 
@@ -60,9 +61,10 @@ class GateError(RuntimeError):
 class JobGate:
     """The update gate of a job's trained role (job.json), over rollout labels."""
 
-    def __init__(self, job: dict[str, Any]) -> None:
-        self.exp = ir.Experiment.model_validate(job["experiment"])
-        self.role: str = job["trained_role"]
+    def __init__(self, job: PhaseJob | Mapping[str, Any]) -> None:
+        job = as_phase_job(job)
+        self.exp = job.ir()
+        self.role: str = job.trained_role
         gate = next((t.update_when for t in self.exp.training if t.role == self.role), None)
         if gate is None:
             raise ValueError(f"the job's role '{self.role}' has no update_when")

@@ -30,7 +30,6 @@ is not 0.11.2's. Needs askspec (installed on every node for the agent) besides O
 from __future__ import annotations
 
 import importlib
-import json
 from typing import Any
 
 from . import pinned
@@ -80,15 +79,15 @@ class StepGate:
     """The job's gate (job.json beside this package; None without `update_when`) and the
     trainer's run store."""
 
-    def __init__(self, job: dict[str, Any]) -> None:
-        from askspec.ir import model as ir
+    def __init__(self, job: Any) -> None:
+        from askspec.runtime.targets.openrlhf.jobfile import as_phase_job
         from askspec.runtime.targets.openrlhf.update_gate import JobGate
 
-        self.job = job
-        self.gate = JobGate(job) if (job.get("extension") or {}).get("update_gate") else None
+        self.job = job = as_phase_job(job)
+        self.gate = JobGate(job) if job.extension.get("update_gate") else None
         # (the gate has parsed the experiment already)
-        self.exp = self.gate.exp if self.gate is not None else ir.Experiment.model_validate(job["experiment"])
-        self.role: str = job["trained_role"]
+        self.exp = self.gate.exp if self.gate is not None else job.ir()
+        self.role: str = job.trained_role
         # the group std the block's estimator divides by, which `reward_std` is (as the local trainer's)
         self.std = next((t.config.std for t in self.exp.training if t.role == self.role and t.config), "sample")
         self.writer: Any = None
@@ -114,7 +113,7 @@ def _rewards(rollout_samples: list, std: str) -> dict[str, Any]:
             "reward_std": group_std(values, std)}
 
 
-def install(module: Any = None, job: dict[str, Any] | None = None) -> None:
+def install(module: Any = None, job: Any = None) -> None:
     """Skip OpenRLHF's training step without a loss token, and gate it on the job's
     update_when when it has one (idempotent)."""
     module = module or importlib.import_module(MODULE)
@@ -122,7 +121,11 @@ def install(module: Any = None, job: dict[str, Any] | None = None) -> None:
         return
     check_version()  # before BasePPOTrainer is looked up: another release may not have it
     cls = module.BasePPOTrainer
-    state = StepGate(job if job is not None else json.loads(pinned.JOB_FILE.read_text(encoding="utf-8")))
+    if job is None:
+        from askspec.runtime.targets.openrlhf.jobfile import read_phase_job
+
+        job = read_phase_job(pinned.JOB_FILE)
+    state = StepGate(job)
     original = cls.train_step
 
     def train_step(self, rollout_samples, global_step: int):

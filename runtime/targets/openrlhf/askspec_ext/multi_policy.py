@@ -273,11 +273,13 @@ def run(job_dir: Path, runs: str, make_role: Callable[..., Any], resolver_factor
     from askspec.runtime.store.writer import RunWriter
     from askspec.runtime.train.trainer import StepLog
 
-    top = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
-    first = job_dir / next(iter(top["roles"].values()))
-    job = json.loads((first / "job.json").read_text(encoding="utf-8"))
-    exp = ir.Experiment.model_validate(job["experiment"])
-    seed, params = int(job["seed"]), exp.param_values()
+    from askspec.runtime.targets.openrlhf.jobfile import read_multi_job, read_phase_job
+
+    top = read_multi_job(job_dir)
+    first = job_dir / next(iter(top.roles.values()))
+    job = read_phase_job(first)
+    exp = job.ir()
+    seed, params = job.seed, exp.param_values()
     datasets = {d.name: load_dataset(d, str(first / "spec"), seed) for d in exp.datasets}
     trainer = lockstep_trainer_class()(exp, params=params, datasets=datasets, seed=seed,
                                        resolver=resolver_factory(exp, str(first / "spec")), run_dir=job_dir / CKPT)

@@ -11,7 +11,6 @@ import hashlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -87,7 +86,9 @@ def job_settings() -> dict[str, Any]:
     (`population`: advantages.py) and `update_gate` (true: gate.py)."""
     if not JOB_FILE.exists():
         return {}
-    return dict(json.loads(JOB_FILE.read_text(encoding="utf-8")).get("extension") or {})
+    from askspec.runtime.targets.openrlhf.jobfile import extension_of
+
+    return extension_of(JOB_FILE)
 
 
 def install_when_loaded(module: str, install: Callable[[], None]) -> None:
