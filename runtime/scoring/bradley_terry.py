@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import expit
 
 from askspec.runtime.scoring._blas import single_threaded_blas
 
@@ -68,6 +66,8 @@ def bt_loss_and_grad(beta: np.ndarray, i: np.ndarray, j: np.ndarray, o: np.ndarr
     """Objective (Eq. 10, with ``l2`` scaling the 1/2||beta||^2 term) and its gradient."""
     d = beta[i] - beta[j]
     loss = float(np.sum(np.logaddexp(0.0, d) - o * d)) + 0.5 * l2 * float(beta @ beta)
+    from scipy.special import expit  # scipy only where a fit runs: every askspec process imports this module
+
     r = expit(d) - o  # d loss / d d for each match
     n = beta.shape[0]
     # float64 (weighted counts); numpy's stubs type bincount as integer whatever its weights
@@ -102,6 +102,8 @@ def fit_bradley_terry(n: int, matches: Iterable[Sequence[float]], l2: float = 1.
 
 
 def _minimize(i: np.ndarray, j: np.ndarray, o: np.ndarray, n: int, l2: float):
+    from scipy.optimize import minimize  # (~0.5 s to import: only when a tournament is fitted)
+
     return minimize(
         bt_loss_and_grad,
         np.zeros(n),

@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from askspec.runtime.store import faults, layout
+
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]

@@ -26,6 +26,8 @@ from askspec.runtime.train.batch import SessionRecord
 from askspec.runtime.train.nested import datasets_of
 from askspec.runtime.train.trainer import LocalTrainer, StepLog
 
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+
 ray = pytest.importorskip("ray")
 
 SPEC = Path(__file__).parents[1] / "train" / "specs" / "tiny_nested.ask"

@@ -28,6 +28,8 @@ from askspec.runtime.store.views import open_store
 from askspec.runtime.train import stages
 from askspec.runtime.train.trainer import LocalTrainer
 
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+
 SPECS = Path(__file__).parent / "specs"
 ALTERNATING = SPECS / "tiny_alternating_shared.ask"  # both phases play the same game
 STAGED = SPECS / "tiny_stages_seeds.ask"  # evaluate, train, evaluate the same game

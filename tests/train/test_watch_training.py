@@ -27,6 +27,8 @@ from askspec.runtime.store.views import open_store
 from askspec.runtime.train.batch import Trajectory, Turn
 from askspec.runtime.train.config import config_from_ir
 
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+
 
 # two groups of 4 a step; the reward is the test's: a constant (no signal), or one that
 # varies with the reply (four replies of equal length in both groups would be a skip)
