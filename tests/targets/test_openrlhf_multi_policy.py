@@ -282,7 +282,9 @@ def test_the_driver_is_pinned_to_the_openrlhf_it_mirrors(monkeypatch, tmp_path) 
     parser runs (nothing started), naming both versions and the way out for this job."""
     import importlib.metadata
 
-    assert multi_policy.pinned_fingerprint() == multi_policy.FINGERPRINT  # the installed 0.11.2's code
+    from askspec.runtime.targets.openrlhf.askspec_ext import pinned
+
+    assert pinned.fingerprint(multi_policy.sources()) == multi_policy.FINGERPRINT  # the installed 0.11.2's code
     parsed: list = []
     monkeypatch.setattr(multi_policy, "openrlhf_args", lambda argv: parsed.append(argv))
     argv = ["--job", str(tmp_path), "--askspec.role", "proposer", "--train.seed", "0"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,6 +28,13 @@ class JobFileError(ValueError):
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    def text(self) -> str:
+        """The file's text (a field left None is left out)."""
+        return json.dumps(self.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False) + "\n"
+
+
+_M = TypeVar("_M", bound=_Model)
 
 
 class Endpoint(_Model):
@@ -75,9 +82,6 @@ class PhaseJob(_Model):
     def ir(self) -> ir.Experiment:
         return ir.Experiment.model_validate(self.experiment)
 
-    def text(self) -> str:
-        return json.dumps(self.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False) + "\n"
-
 
 class MultiJob(_Model):
     """The multi-policy job's top folder: each trained role's phase folder, and the one set
@@ -88,8 +92,11 @@ class MultiJob(_Model):
     roles: dict[str, str]
     extension: dict[str, Any] = Field(default_factory=dict)
 
-    def text(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=1, ensure_ascii=False) + "\n"
+
+def _file(path: str | Path) -> Path:
+    """A job file given as the file or its folder."""
+    p = Path(path)
+    return p / FILE if p.is_dir() else p
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -111,7 +118,7 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _validated(cls: type[_Model], data: Mapping[str, Any], where: str) -> Any:
+def _validated(cls: type[_M], data: Mapping[str, Any], where: str) -> _M:
     try:
         return cls.model_validate(data)
     except ValidationError as e:
@@ -123,36 +130,29 @@ def _validated(cls: type[_Model], data: Mapping[str, Any], where: str) -> Any:
 
 def read_phase_job(path: str | Path) -> PhaseJob:
     """A phase folder's job.json (`path`: the file or its folder)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / FILE
+    p = _file(path)
     data = _load(p)
     if data.get("kind") == "multi_policy":
         raise JobFileError(f"{p} is the multi-policy job's top file, not a phase's: give one of its role folders "
                            f"({', '.join(sorted(data.get('roles') or {}))})")
-    job: PhaseJob = _validated(PhaseJob, data, str(p))
-    return job
+    return _validated(PhaseJob, data, str(p))
 
 
 def read_multi_job(path: str | Path) -> MultiJob:
     """The multi-policy job's top job.json (`path`: the file or its folder)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / FILE
-    job: MultiJob = _validated(MultiJob, _load(p), str(p))
-    return job
+    p = _file(path)
+    return _validated(MultiJob, _load(p), str(p))
 
 
 def extension_of(path: str | Path) -> dict[str, Any]:
     """What a job file (a phase's or the multi-policy job's top one) asks of askspec_ext."""
-    data = _load(Path(path))
-    job = _validated(MultiJob if data.get("kind") == "multi_policy" else PhaseJob, data, str(path))
+    p = _file(path)
+    data = _load(p)
+    job: MultiJob | PhaseJob = (_validated(MultiJob, data, str(p)) if data.get("kind") == "multi_policy"
+                                else _validated(PhaseJob, data, str(p)))
     return dict(job.extension)
 
 
 def as_phase_job(job: PhaseJob | Mapping[str, Any]) -> PhaseJob:
     """A phase job given as the model or as the file's parsed JSON (a hook handed its job)."""
-    if isinstance(job, PhaseJob):
-        return job
-    checked: PhaseJob = _validated(PhaseJob, job, FILE)
-    return checked
+    return job if isinstance(job, PhaseJob) else _validated(PhaseJob, job, FILE)

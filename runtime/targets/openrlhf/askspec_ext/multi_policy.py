@@ -102,12 +102,6 @@ def sources() -> list[str]:
     return [pinned.method_source(*h) for h in HOOKED]
 
 
-def pinned_fingerprint() -> str:
-    from . import pinned
-
-    return pinned.fingerprint(sources())
-
-
 def check_version() -> None:
     from . import pinned
 
