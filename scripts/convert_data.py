@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+from askspec.lang.parquet import read_rows
 from askspec.lang.paths import MAX_DATA_BYTES, FileRefused, read_regular
 from askspec.runtime.replies.parsers import last_boxed
 
@@ -58,9 +59,11 @@ def read_records(path: str) -> Iterator[tuple[int, Any]]:
     if path.lower().endswith(".parquet"):
         import io
 
-        import pyarrow.parquet as pq
-
-        yield from enumerate(pq.read_table(io.BytesIO(data)).to_pylist(), 1)
+        try:
+            rows = read_rows(io.BytesIO(data), path, check_sizes=False)
+        except ValueError as e:
+            raise ConvertError(str(e)) from None
+        yield from enumerate(rows, 1)
         return
     text = data.decode("utf-8-sig")
     if path.lower().endswith(".csv"):

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .parquet import read_rows
 from .paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, FileRefused, read_regular, record_too_large
 from .types import ANY, T, from_json_value, list_of, TYPE_NAMES
 
@@ -75,13 +76,7 @@ def read_data_file(given: str, block_format: str, declared: dict[str, str] | Non
 def _records(data: bytes, fmt: str, shown: str) -> list[tuple[int, Any]]:
     """(line or row number, record) pairs; ValueError for a line that is not JSON."""
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            rows = pq.read_table(io.BytesIO(data)).to_pylist()
-        except Exception as e:  # pyarrow's errors have no common base worth naming
-            raise ValueError(f"{shown}: not a parquet file ({e})") from None
-        return list(enumerate(rows, 1))
+        return list(enumerate(read_rows(io.BytesIO(data), shown), 1))
     out = []
     for n, raw in enumerate(data.split(b"\n"), 1):
         if len(raw) + 1 > MAX_RECORD_BYTES:

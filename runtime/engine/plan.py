@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator
 
 from askspec.ir import model as ir
 from askspec.lang.paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, open_regular, open_spec_file, record_too_large
+from askspec.lang.parquet import read_rows
 from askspec.ir.plansize import Unknown, cut_total, first_phase, game_sessions, replays_buffer, spec_range
 
 from askspec.runtime.engine.evaluator import Env, EvalError, evaluate
@@ -67,11 +68,7 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
                     except json.JSONDecodeError as e:
                         raise ValueError(f"{path}:{n}: invalid JSON line ({e.msg})") from None
             else:
-                import pyarrow.parquet as pq
-
-                table = pq.read_table(raw)
-                _check_record_sizes(table, path)
-                items = table.to_pylist()
+                items = read_rows(raw, path)
     split = ds.options.get("split")
     if split is not None:  # keep the items of that split only (SOAR's held-out test split stays out)
         items = [it for it in items if isinstance(it, dict) and it.get("split") == split]
@@ -106,21 +103,6 @@ def _filtered(ds: ir.Dataset, items: list[Any]) -> list[Any]:
                          + "; check the compared values against the data (askspec query, or the file itself)")
     return kept
 
-
-def _check_record_sizes(table: Any, path: str) -> None:
-    """Refuse a parquet row whose text or bytes field is past MAX_RECORD_BYTES."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    for name, col in zip(table.column_names, table.columns):
-        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_binary(col.type)
-                or pa.types.is_large_binary(col.type)):
-            continue
-        lengths = pc.binary_length(col)
-        longest = pc.max(lengths).as_py()
-        if longest is not None and longest > MAX_RECORD_BYTES:
-            row = pc.index(pc.greater(lengths, MAX_RECORD_BYTES), True).as_py()
-            raise ValueError(f"{path}: row {row + 1}, field '{name}': {record_too_large(lengths[row].as_py())}")
 
 
 class Plan:
