@@ -40,8 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from askspec.lang.parquet import read_rows
-from askspec.lang.paths import MAX_DATA_BYTES, FileRefused, read_regular
+from askspec.lang.paths import MAX_DATA_BYTES, FileRefused, read_parquet_rows, read_regular
 from askspec.runtime.replies.parsers import last_boxed
 
 
@@ -60,7 +59,7 @@ def read_records(path: str) -> Iterator[tuple[int, Any]]:
         import io
 
         try:
-            rows = read_rows(io.BytesIO(data), path, check_sizes=False)
+            rows = read_parquet_rows(io.BytesIO(data), path, check_sizes=False)
         except ValueError as e:
             raise ConvertError(str(e)) from None
         yield from enumerate(rows, 1)

@@ -14,8 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .parquet import read_rows
-from .paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, FileRefused, read_regular, record_too_large
+from .paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, FileRefused, read_parquet_rows, read_regular, record_too_large
 from .types import ANY, T, from_json_value, list_of, TYPE_NAMES
 
 # fields a knowledge() block's records have, declared or not (askspec.lang.blocks.data_item_type)
@@ -76,7 +75,7 @@ def read_data_file(given: str, block_format: str, declared: dict[str, str] | Non
 def _records(data: bytes, fmt: str, shown: str) -> list[tuple[int, Any]]:
     """(line or row number, record) pairs; ValueError for a line that is not JSON."""
     if fmt == "parquet":
-        return list(enumerate(read_rows(io.BytesIO(data), shown), 1))
+        return list(enumerate(read_parquet_rows(io.BytesIO(data), shown), 1))
     out = []
     for n, raw in enumerate(data.split(b"\n"), 1):
         if len(raw) + 1 > MAX_RECORD_BYTES:

@@ -172,6 +172,11 @@ class GrowingLayer(DynamicLayer):
     is amortised O(1) instead of DynamicLayer's O(length) concatenation per step.
     """
 
+    # DynamicLayer's state (transformers is not followed by the type check)
+    is_initialized: bool
+    keys: torch.Tensor | None
+    values: torch.Tensor | None
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from askspec.ir import model as ir
-from askspec.lang.paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, open_regular, open_spec_file, record_too_large
-from askspec.lang.parquet import read_rows
+from askspec.lang.paths import (MAX_DATA_BYTES, MAX_RECORD_BYTES, open_regular, open_spec_file, read_parquet_rows,
+                                 record_too_large)
 from askspec.ir.plansize import Unknown, cut_total, first_phase, game_sessions, replays_buffer, spec_range
 
 from askspec.runtime.engine.evaluator import Env, EvalError, evaluate
@@ -68,7 +68,7 @@ def load_dataset(ds: ir.Dataset, spec_dir: str, seed: int) -> list[Any]:
                     except json.JSONDecodeError as e:
                         raise ValueError(f"{path}:{n}: invalid JSON line ({e.msg})") from None
             else:
-                items = read_rows(raw, path)
+                items = read_parquet_rows(raw, path)
     split = ds.options.get("split")
     if split is not None:  # keep the items of that split only (SOAR's held-out test split stays out)
         items = [it for it in items if isinstance(it, dict) and it.get("split") == split]

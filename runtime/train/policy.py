@@ -56,8 +56,7 @@ class TrainedPolicy:
         check_memory(folder, 16 + (4 if cfg.kl > 0 else 0) + (4 if cfg.max_staleness > 0 else 0), self.device,
                      f"trained role '{cfg.role}' ({weights})")
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        # transformers types PreTrainedModel.to's decorator as taking the model first (an unbound wrapper)
-        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(self.device)  # type: ignore[arg-type]
+        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(self.device)
         use_onednn_linears(self.model)  # on a CPU: the forward and backward's products (cpu_linear)
         self.model.eval()  # no dropout: the update sees the distribution the sampler saw
         self.attn_implementation = getattr(self.model.config, "_attn_implementation", None)

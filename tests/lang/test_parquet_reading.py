@@ -1,4 +1,4 @@
-"""Parquet data files are read on the calling thread (askspec.lang.parquet): Arrow's
+"""Parquet data files are read on the calling thread (askspec.lang.paths.read_parquet_rows): Arrow's
 dataset reader starts native thread pools that can abort a process at exit after its
 work is done (CI saw `convert_data.py` exit -6 that way). The property is checked
 directly: reading starts no thread, in the run's loader, `--data` and the converter."""
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from askspec.lang.data_override import read_data_file
-from askspec.lang.parquet import read_rows
-from askspec.lang.paths import MAX_RECORD_BYTES
+from askspec.lang.paths import MAX_RECORD_BYTES, read_parquet_rows
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
 
@@ -38,7 +37,7 @@ def write_parquet(path: Path, rows: dict) -> None:
 
 
 @pytest.mark.parametrize("read", [
-    "from askspec.lang.parquet import read_rows; read_rows(open(sys.argv[1], 'rb'), 'x')",
+    "from askspec.lang.paths import read_parquet_rows; read_parquet_rows(open(sys.argv[1], 'rb'), 'x')",
     "from askspec.lang.data_override import read_data_file; assert not read_data_file(sys.argv[1], 'jsonl', None).unreadable",
     "from askspec.ir import model as ir; from askspec.runtime.engine.plan import load_dataset;"
     " assert len(load_dataset(ir.Dataset(name='d', format='parquet', path=sys.argv[1]), '/', 0)) == 3",
@@ -70,11 +69,11 @@ def test_the_converter_starts_no_thread(tmp_path):
 
 def test_not_parquet_and_too_large_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"^junk.parquet: not a parquet file"):
-        read_rows(io.BytesIO(b"not parquet at all"), "junk.parquet")
+        read_parquet_rows(io.BytesIO(b"not parquet at all"), "junk.parquet")
     write_parquet(tmp_path / "big.parquet", {"prompt": ["a", "x" * (MAX_RECORD_BYTES + 1)]})
     got = read_data_file(str(tmp_path / "big.parquet"), "jsonl", None)
     assert got.format == "parquet"
     assert len(got.unreadable) == 1 and "row 2, field 'prompt': a record of 1,048,577 bytes" in got.unreadable[0]
     # the converter reads the long row (it writes JSON lines that the check then measures)
-    rows = read_rows(open(tmp_path / "big.parquet", "rb"), "big.parquet", check_sizes=False)
+    rows = read_parquet_rows(open(tmp_path / "big.parquet", "rb"), "big.parquet", check_sizes=False)
     assert len(rows[1]["prompt"]) == MAX_RECORD_BYTES + 1
