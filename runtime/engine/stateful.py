@@ -6,12 +6,20 @@ window of recent questions, PasoDoble's question history), so their value depend
 which sessions came first. To make a run reproducible whatever the concurrency, a step
 that calls one of them waits until every earlier session of its phase has finished
 (`OrderGate`); the calls therefore happen in session order. Each session logs its calls,
-so a resumed run replays the finished sessions' texts into the scorers first."""
+so a resumed run replays the finished sessions' texts into the scorers first.
+
+`SharedHistory` is the history of several processes that play one phase together (an
+OpenRLHF job's agents, one per vLLM engine, on any node): one append-only file they all
+read before they score and append to after, under a lock."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import heapq
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 from askspec.ir import model as ir
@@ -51,6 +59,54 @@ class StatefulScorers:
     def replay(self, fn: str, site: str, text: str, kwargs: dict) -> None:
         """Add a text seen by an earlier (finished) session, without scoring it."""
         self._scorer(fn, site, kwargs).add(text)
+
+
+class SharedHistory(StatefulScorers):
+    """Scorers whose history is the file at `path`, shared by every process that opens it.
+
+    A call locks the file (a POSIX record lock, which NFS carries between nodes), first
+    replays the texts other processes appended since this one last read, then scores its
+    own text and appends it as one line ([fn, site, text, kwargs]). So every process
+    scores against every earlier call of every process, in the order the calls took the
+    lock. A line cut short by a killed writer is skipped (the next writer starts a new
+    line after it); the file is opened on the first call, its folder made if missing."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self._read = 0  # bytes of the file already replayed or written by this process
+
+    def __call__(self, fn: str, site: str, text: str, kwargs: dict) -> float:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+b") as f:
+            fcntl.lockf(f, fcntl.LOCK_EX)
+            try:
+                tail = self._catch_up(f)
+                value = super().__call__(fn, site, text, kwargs)
+                line = json.dumps([fn, site, text, kwargs], ensure_ascii=False).encode("utf-8") + b"\n"
+                f.write(line if tail in (b"", b"\n") else b"\n" + line)
+                f.flush()
+                self._read = f.tell()
+            finally:
+                fcntl.lockf(f, fcntl.LOCK_UN)
+        return value
+
+    def _catch_up(self, f: Any) -> bytes:
+        """Replay the lines written since this process last read; the file's last byte."""
+        f.seek(self._read)
+        data = f.read()
+        for raw in data.split(b"\n"):
+            try:
+                fn, site, text, kwargs = json.loads(raw)
+            except (ValueError, TypeError):
+                continue  # empty, or a line a killed writer left unfinished
+            self.replay(fn, site, text, kwargs)
+        if data:
+            return data[-1:]
+        if self._read:
+            f.seek(self._read - 1)
+            return f.read(1)
+        return b""
 
 
 class OrderGate:

@@ -272,8 +272,8 @@ def test_ask_e_bound_boundaries_recovery_and_diversity_match_replay(tmp_path, to
     """Ask-E (cispo substituted by grpo), one pair and 16 rollouts: boundary models bound
     per session from the parameter list and the questioner's recovery turns, against
     `askspec run --backend replay`. The diversity bonus is weighted 0 here: its window
-    fills in arrival order inside the agent (per rollout process, docs/cluster.md), in
-    session order in a local run, so its value may differ between the two."""
+    fills in arrival order in a job (one history for the phase's agents, docs/cluster.md),
+    in session order in a local run, so its value may differ between the two."""
     sets = {"probes": "1", "repeats": "16", "boundary_set": '["boundary_small", "boundary_short"]', "alpha": "0.0"}
     sessions = ask_e_recording(16)
     recording = tmp_path / "replies.json"

@@ -219,6 +219,17 @@ def test_sibling_job_groups_the_sample_replies(tmp_path) -> None:
     (default,) = launch_argv(job / "launch.sh", tmp_path)
     env = json.loads(next(a for a in default if a.startswith("--runtime-env-json=")).split("=", 1)[1])
     assert env["env_vars"]["ASKSPEC_GROUP_TIMEOUT"] == "1800"
+    # one diversity()/novelty() history for every agent of the phase, on the run store every node sees,
+    # named by the job's folder (another job's, or another phase's, is another file)
+    shared = Path(env["env_vars"]["ASKSPEC_HISTORY"])
+    assert shared.parent == Path(env["env_vars"]["ASKSPEC_RUNS"]) / "history" and shared.suffix == ".ndjson"
+    (again,) = launch_argv(job / "launch.sh", tmp_path, {"ASKSPEC_RUNS": str(tmp_path / "shared")})
+    env = json.loads(next(a for a in again if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert Path(env["env_vars"]["ASKSPEC_HISTORY"]) == tmp_path / "shared" / "history" / shared.name
+    other = compile_to(tmp_path / "other", Path(__file__).parent / "specs" / "siblings.ask", [])
+    (call,) = launch_argv(other / "launch.sh", tmp_path)
+    env = json.loads(next(a for a in call if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert Path(env["env_vars"]["ASKSPEC_HISTORY"]).name != shared.name
 
 
 def test_max_len_holds_an_asks_own_larger_budget(tmp_path) -> None:

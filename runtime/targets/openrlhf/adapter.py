@@ -65,7 +65,7 @@ from askspec.runtime.backends.base import BackendError
 from askspec.runtime.backends.registry import make_backend
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, load_dataset
 from askspec.runtime.engine.session import Engine, ModelBinding, SessionFailed, SessionResult, recordable
-from askspec.runtime.engine.stateful import StatefulScorers
+from askspec.runtime.engine.stateful import SharedHistory, StatefulScorers
 from askspec.runtime.scoring.trajectory import trained_turns, trajectory_return
 from askspec.runtime.targets.openrlhf.tokens import Conversation, OpenRLHFBackend, Siblings
 from askspec.runtime.targets.openrlhf.jobfile import FILE as JOB_FILE, InnerLoop, PhaseJob, read_phase_job
@@ -74,6 +74,7 @@ log = logging.getLogger(__name__)
 
 HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (default 127.0.0.1)
 TIMEOUT_ENV = "ASKSPEC_GROUP_TIMEOUT"  # seconds a session of siblings may run (docs/cluster.md)
+HISTORY_ENV = "ASKSPEC_HISTORY"  # the diversity()/novelty() history file the phase's agents share (launch.sh)
 DEFAULT_TIMEOUT = 1800.0
 GROUNDED = "grounded"  # the turn reward the inner loop's R_k is recorded as (runtime/train/nested.py)
 INNER_TIMEOUT_ENV = "ASKSPEC_INNER_TIMEOUT"  # seconds an outer session waits for the inner loop's answer
@@ -196,14 +197,16 @@ def open_job_writer(exp: ir.Experiment, job: PhaseJob, job_dir: Path, role: str,
                             argv=[program, str(job_dir), socket.gethostname(), str(os.getpid())])
 
 
-def carried_history(phase_dir: Path) -> StatefulScorers:
+def carried_history(phase_dir: Path, shared: str | None = None) -> StatefulScorers:
     """The diversity()/novelty() histories a phase's agent starts from: the calls of every
     phase committed before it (PHASE/history.json, written by phase_data.py's `prompts`),
     replayed in the local run's order, as a local run keeps one history for the whole run
-    (docs/cluster.md, "State across phases"); empty without one."""
+    (docs/cluster.md, "State across phases"); empty without one. With `shared` (launch.sh's
+    $ASKSPEC_HISTORY) the phase's own calls go to that file, which every agent of the phase
+    reads before it scores: one history for all of the phase's engines."""
     from askspec.runtime.targets.openrlhf.phase_data import HISTORY
 
-    scorers = StatefulScorers()
+    scorers = SharedHistory(shared) if shared else StatefulScorers()
     path = phase_dir / HISTORY
     if path.is_file():
         for fn, site, text, kwargs in json.loads(path.read_text(encoding="utf-8")):
@@ -296,7 +299,7 @@ class GameAgent:
         if self._engine is None:
             self._recorder = _Recorder(self._open_writer(), self.role)
             self._engine = Engine(self.exp, params=self.params, datasets=self.datasets, writer=self._recorder,
-                                  resolve_model=self.resolve, seed=self.seed, stateful=carried_history(self.job_dir),
+                                  resolve_model=self.resolve, seed=self.seed, stateful=carried_history(self.job_dir, os.environ.get(HISTORY_ENV)),
                                   rollout_roles=frozenset({self.role}), on_rollout=self._recorder.rollout)
         return self._engine
 

@@ -261,9 +261,10 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
                          "(docs/cluster.md, \"What differs from a local run\")")
         stateful = [f"{fn}()" for fn in ("diversity", "novelty") if any(_calls(g, fn) for g in games)]
         if stateful:
-            notes.append(f"{' and '.join(stateful)}: within a phase each rollout process (vLLM engine) adds only its own "
-                         "sessions to the history, in arrival order; the earlier phases' calls are replayed when the job "
-                         "has buffers between phases (docs/cluster.md, \"What differs from a local run\")")
+            notes.append(f"{' and '.join(stateful)}: every agent of the phase, on any engine or node, scores against "
+                         "one history ($ASKSPEC_HISTORY, on the run store) in the order the calls arrive, where a local "
+                         "run adds the phase's sessions in session order; the earlier phases' calls are replayed when "
+                         "the job has buffers between phases (docs/cluster.md, \"What differs from a local run\")")
         if replay is not None:
             notes.append(f"game '{replay['game']}' replays buffer '{replay['buffer']}': driver.sh writes this phase's "
                          f"prompts.jsonl when it starts, {replay['steps']} step(s) of {replay['items']} item(s) drawn in "
