@@ -108,7 +108,7 @@ def _build_replies() -> str:
 # dimensions, both domains) rather than 8.
 TINY = {"askbench_build": ["--set", "source_items=1"],
         "ask_e": ["--set", "downstream_items=1", "--set", "downstream_samples=1"],
-        "askbench": ["--set", "turns=2", "--set", "judge_retries=0"],
+        "askbench": ["--set", "turns=2", "--set", "judge_retries=0", "--set", "eval_dimensions=[\"ask_mind\"]"],
         "pasodoble": ["--set", "eval_items=1", "--set", "eval_samples=1", "--set", "eval_tokens=8"],
         "soar": ["--set", "eval_samples=2", "--set", "pass_k=[2]"],
         "reasoning_arena": ["--set", "eval_items=1", "--set", "eval_samples=5"]}
