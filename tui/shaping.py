@@ -392,7 +392,7 @@ def train_estimators(run_dir: str | None) -> dict[str, tuple[str, str]]:
         return {}
     from askspec.runtime.train.config import config_from_ir
 
-    out = {}
+    out: dict[str, tuple[str, str]] = {}
     for t in exp.training:
         try:
             cfg = config_from_ir(t, exp)

@@ -12,7 +12,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .vocab import SAMPLING_DEFAULTS, Backend, MismatchAction, ParserKind, StageKind
+from .vocab import (SAMPLING_DEFAULTS, AdvantageStd, Aggregation, Backend, Decay, Estimator, KlEstimator, Loss,
+                    MismatchAction, ParserKind, StageKind, TrainDtype)
 
 
 class Span(BaseModel):
@@ -420,9 +421,9 @@ class TrainSettings(BaseModel):
     changes the hash (and `--resume` refuses the run)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-    estimator: str | None  # None for sft
-    loss: str  # ppo | gspo | cispo | sft
-    aggregation: str  # token | sequence | constant
+    estimator: Estimator | None  # None for sft
+    loss: Loss
+    aggregation: Aggregation
     clip_low: float
     clip_high: float
     dual_clip: float | None
@@ -434,15 +435,15 @@ class TrainSettings(BaseModel):
     epochs: int
     lr: float
     warmup: int
-    decay: str
+    decay: Decay
     min_lr: float
     weight_decay: float
     beta1: float
     beta2: float
     grad_clip: float
     kl: float
-    kl_estimator: str
-    std: str  # sample | population: the group std grpo and group_norm divide by
+    kl_estimator: KlEstimator
+    std: AdvantageStd  # the group std grpo and group_norm divide by
     save_every: int
     keep_checkpoints: int
     max_nonfinite_steps: int
@@ -453,7 +454,7 @@ class TrainSettings(BaseModel):
     # before them still reads)
     max_mismatch: float | None = None
     on_mismatch: MismatchAction = "warn"
-    dtype: str
+    dtype: TrainDtype
     replay: str | None
 
 

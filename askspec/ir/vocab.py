@@ -106,13 +106,23 @@ PLATEAU_SELECTS: tuple[str, ...] = ("online", "posthoc")
 
 # ---- training --------------------------------------------------------------------------
 # advantage estimators (how a trajectory's reward becomes its advantage)
-ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline")
+Estimator = Literal["grpo", "dr_grpo", "group_norm", "rloo", "reinforce", "reinforce_baseline"]
+ESTIMATORS: tuple[str, ...] = get_args(Estimator)
 # the group std an estimator divides by (`std` of a train block): sample (Bessel's n − 1, TRL
 # and OpenRLHF) or population (n: Reasoning Arena's Eq. 2); the first is the default
-ADVANTAGE_STDS: tuple[str, ...] = ("sample", "population")
+AdvantageStd = Literal["sample", "population"]
+ADVANTAGE_STDS: tuple[str, ...] = get_args(AdvantageStd)
 STD_ESTIMATORS: tuple[str, ...] = ("grpo", "group_norm")  # the estimators that divide by it
-LOSSES: tuple[str, ...] = ("ppo", "gspo", "cispo", "sft")  # policy losses
-AGGREGATIONS: tuple[str, ...] = ("token", "sequence", "constant")  # how token losses become the batch loss
+Loss = Literal["ppo", "gspo", "cispo", "sft"]  # policy losses
+LOSSES: tuple[str, ...] = get_args(Loss)
+Aggregation = Literal["token", "sequence", "constant"]  # how token losses become the batch loss
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+Decay = Literal["constant", "cosine"]  # the learning rate after warm-up
+DECAYS: tuple[str, ...] = get_args(Decay)
+KlEstimator = Literal["k1", "k3"]  # per-token KL: k1 = log π/π_ref, k3 = r − 1 − log r
+KL_ESTIMATORS: tuple[str, ...] = get_args(KlEstimator)
+TrainDtype = Literal["auto", "float32", "bfloat16"]  # auto: float32 on a CPU, bf16 autocast on a GPU
+TRAIN_DTYPES: tuple[str, ...] = get_args(TrainDtype)
 # sampler-trainer mismatch of an on-policy step (train_steps.mismatch_kl): the bound past which
 # the step is reported (`max_mismatch`; unset: by the training precision) and what happens then
 # (`on_mismatch`). On-policy the KL is float noise: ~1e-13 in float32 on a CPU; bf16 kernels
@@ -123,7 +133,7 @@ MismatchAction = Literal["warn", "error"]
 MISMATCH_ACTIONS: tuple[str, ...] = get_args(MismatchAction)
 
 # algorithm -> (estimator, policy loss, aggregation) when the spec does not choose
-ALGORITHM_DEFAULTS: dict[str, tuple[str | None, str, str]] = {
+ALGORITHM_DEFAULTS: dict[str, tuple[Estimator | None, Loss, Aggregation]] = {
     "grpo": ("grpo", "ppo", "sequence"),
     "dr_grpo": ("dr_grpo", "ppo", "constant"),
     "group_norm": ("group_norm", "ppo", "token"),

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..ir import model as ir
 from ..ir.plansize import training_steps
-from ..ir.vocab import (ADVANTAGE_STDS, AGGREGATIONS, ALGORITHM_DEFAULTS, ESTIMATORS, MISMATCH_ACTIONS,
-                        STD_ESTIMATORS)
+from ..ir.vocab import (ADVANTAGE_STDS, AGGREGATIONS, ALGORITHM_DEFAULTS, DECAYS, ESTIMATORS, KL_ESTIMATORS,
+                        MISMATCH_ACTIONS, STD_ESTIMATORS, TRAIN_DTYPES)
 from . import ast as A
 from .roles import RoleChecks
 
@@ -88,7 +88,7 @@ HYPERPARAMETERS: dict[str, Setting] = {
     "epochs": Setting("int", 1, "optimizer updates per batch of rollouts (>1 makes the ratio clip matter)", 1, 100),
     "lr": Setting("number", 1e-6, "AdamW learning rate", 0.0, 1.0, True),
     "warmup": Setting("int", 0, "linear warm-up steps", 0, 1_000_000),
-    "decay": Setting("name", "constant", "learning rate after warm-up", choices=("constant", "cosine")),
+    "decay": Setting("name", "constant", "learning rate after warm-up", choices=DECAYS),
     "min_lr": Setting("number", 0.0, "cosine decay floor (at most lr)", 0.0, 1.0),
     "weight_decay": Setting("number", 0.0, "AdamW weight decay", 0.0, 1.0),
     # β = 1 would divide AdamW's bias correction by 1 − 1ᵗ = 0
@@ -96,7 +96,7 @@ HYPERPARAMETERS: dict[str, Setting] = {
     "beta2": Setting("number", 0.999, "AdamW β2", 0.0, 1.0, open_high=True),
     "grad_clip": Setting("number", 1.0, "clip the gradient norm to this (0: off)", 0.0, 1000.0),
     "kl": Setting("number", 0.0, "coefficient of the KL penalty to the frozen initial weights", 0.0, 10.0),
-    "kl_estimator": Setting("name", "k3", "per-token KL estimate: k1 = log π/π_ref, k3 = r − 1 − log r", choices=("k1", "k3")),
+    "kl_estimator": Setting("name", "k3", "per-token KL estimate: k1 = log π/π_ref, k3 = r − 1 − log r", choices=KL_ESTIMATORS),
     "std": Setting("name", ADVANTAGE_STDS[0], "the group std the grpo and group_norm estimators divide by: sample "
                    "(Bessel's n − 1, TRL and OpenRLHF) or population (n)", choices=ADVANTAGE_STDS),
     "aggregation": Setting("name", None, "how token losses become the batch loss: token (over all tokens), "
@@ -118,7 +118,7 @@ HYPERPARAMETERS: dict[str, Setting] = {
     "on_mismatch": Setting("name", "warn", "an on-policy step past max_mismatch: warn (the step's line and the closing "
                            "summary) or error (the run stops after recording the step)", choices=MISMATCH_ACTIONS),
     "dtype": Setting("name", "auto", "training precision: auto (float32 on CPU, bf16 autocast on GPU), float32, bfloat16",
-                     choices=("auto", "float32", "bfloat16")),
+                     choices=TRAIN_DTYPES),
 }
 BUFFER_SETTINGS = ("replay",)  # names a buffer; checked by the compiler against declared buffers
 GATE_SETTINGS = ("update_when",)  # an expression over the step's sessions; checked in metric scope (E407)
@@ -164,14 +164,14 @@ def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
         clip_low=float(clip_low), clip_high=float(clip_high), dual_clip=args.get("dual_clip"),
         min_reward=args.get("min_reward"), group=hyper.get("group"), steps=training_steps(t, exp),
         batch=hyper.get("batch"), micro_batch=int(hyper["micro_batch"]), epochs=int(hyper["epochs"]),
-        lr=float(hyper["lr"]), warmup=int(hyper["warmup"]), decay=str(hyper["decay"]), min_lr=float(hyper["min_lr"]),
+        lr=float(hyper["lr"]), warmup=int(hyper["warmup"]), decay=hyper["decay"], min_lr=float(hyper["min_lr"]),
         weight_decay=float(hyper["weight_decay"]), beta1=float(hyper["beta1"]), beta2=float(hyper["beta2"]),
-        grad_clip=float(hyper["grad_clip"]), kl=float(hyper["kl"]), kl_estimator=str(hyper["kl_estimator"]),
-        std=str(hyper["std"]),
+        grad_clip=float(hyper["grad_clip"]), kl=float(hyper["kl"]), kl_estimator=hyper["kl_estimator"],
+        std=hyper["std"],
         save_every=int(hyper["save_every"]), keep_checkpoints=int(hyper["keep_checkpoints"]),
         max_nonfinite_steps=int(hyper["max_nonfinite_steps"]), max_staleness=int(hyper["max_staleness"]),
         is_bound=float(hyper["is_bound"]), max_mismatch=None if hyper["max_mismatch"] is None else float(hyper["max_mismatch"]),
-        on_mismatch=hyper["on_mismatch"], dtype=str(hyper["dtype"]), replay=hyper.get("replay"))
+        on_mismatch=hyper["on_mismatch"], dtype=hyper["dtype"], replay=hyper.get("replay"))
 
 
 def closest(name: str, candidates) -> str | None:
