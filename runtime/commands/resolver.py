@@ -96,9 +96,6 @@ class ModelResolver:
             # a python model is code, not weights: no server or hf can load it, so
             # --backend moves only the models that have weights (--replay answers all)
             kind = "python"
-        if self.options.max_tokens:
-            cap = self.options.max_tokens
-            sampling["max_tokens"] = min(int(sampling.get("max_tokens", cap)), cap)
         context = self.context
         url = self.options.endpoints.get(role) or self.options.endpoints.get(name)
         if url is not None and kind == "openai":  # --endpoint: this role's or model's own server

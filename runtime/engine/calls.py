@@ -65,8 +65,7 @@ class ModelCalls:
             sampling = {**self.defaults, **binding.sampling, **r.sampling}
             if r.max_tokens is not None:
                 sampling["max_tokens"] = r.max_tokens
-            if binding.max_tokens_cap is not None and "max_tokens" in sampling:  # the role's budget too
-                sampling["max_tokens"] = min(int(sampling["max_tokens"]), binding.max_tokens_cap)
+            sampling = binding.capped(sampling)
             model_seed = sampling.pop("seed", None)
             stop = sampling.pop("stop", None) or ()
             fields = {k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__}

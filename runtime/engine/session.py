@@ -609,13 +609,10 @@ class _RoleCall(NamedTuple):
 def _over(role: str, rc: _RoleCall, sampling: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The role's sampling fields with an ask's `with sampling` fields over them, and the
     seed part of its calls (a `seed` there stands for the model's). A --max-tokens cap
-    (`ModelBinding.max_tokens_cap`) still holds."""
-    fields = {**rc.sampling, **{k: v for k, v in sampling.items() if k != "seed"}}
+    (`ModelBinding.capped`) still holds."""
+    fields = rc.binding.capped({**rc.sampling, **{k: v for k, v in sampling.items() if k != "seed"}})
     if "stop" in sampling:
         fields["stop"] = tuple(sampling["stop"])
-    cap = rc.binding.max_tokens_cap
-    if cap is not None and "max_tokens" in sampling:
-        fields["max_tokens"] = min(int(sampling["max_tokens"]), cap)
     return fields, (role_seed_part(role, sampling["seed"]) if "seed" in sampling else rc.seed_part)
 
 

@@ -62,6 +62,13 @@ class ModelBinding:
     label: str = ""  # what `turns.model` records (default: name); "served@endpoint" for servers
     max_tokens_cap: int | None = None  # --max-tokens: no call on this binding asks for more (a role's or an ask's budget included)
 
+    def capped(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """A call's merged sampling fields under the --max-tokens cap: the one place the cap
+        is applied (the model's, the role's and an ask's budgets are merged first)."""
+        if self.max_tokens_cap is not None and "max_tokens" in fields:
+            fields["max_tokens"] = min(int(fields["max_tokens"]), self.max_tokens_cap)
+        return fields
+
 
 @dataclass
 class StatefulCall:

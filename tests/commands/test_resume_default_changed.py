@@ -40,6 +40,7 @@ def test_resume_refuses_when_a_sampling_default_changed(tmp_path, monkeypatch, f
     another default is another experiment, and the engine and the bounds read the IR's."""
     from askspec.ir import vocab
     from askspec.runtime.engine.calls import ModelCalls
+    from askspec.runtime.engine.state import ModelBinding
 
     spec = tmp_path / "s.ask"
     spec.write_text(SPEC, encoding="utf-8")
@@ -54,8 +55,6 @@ def test_resume_refuses_when_a_sampling_default_changed(tmp_path, monkeypatch, f
     changed = compile_spec(RunOptions(file=str(spec)), None)[0].ir
     assert changed.sampling_defaults[field] == value
 
-    class Binding:
-        name, sampling, max_tokens_cap = "m", {}, None
-
-    fields, _ = ModelCalls(None, defaults=changed.sampling_defaults).sampling("a", changed.role("a"), Binding())
+    binding = ModelBinding(name="m", backend=None, weights="m", sampling={})  # type: ignore[arg-type]  # never called
+    fields, _ = ModelCalls(None, defaults=changed.sampling_defaults).sampling("a", changed.role("a"), binding)
     assert fields[field] == value

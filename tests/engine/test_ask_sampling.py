@@ -60,6 +60,24 @@ game g { a = ask r }
     assert texts == ["max_tokens=500", "max_tokens=100"]
 
 
+def test_max_tokens_flag_never_raises_a_budget(tmp_path):
+    """--max-tokens caps: a model and role that set no budget keep the compiled default
+    (vocab.SAMPLING_DEFAULTS' 256) under a larger cap, and get the cap under a smaller one
+    (it once set the model's budget to the cap when the model had none)."""
+    path = tmp_path / "d.ask"
+    path.write_text("""
+model m = python("fake_models:budget_echo")
+role r { model = m; memory = none; prompt = "go" }
+game g { a = ask r }
+""")
+    texts = []
+    for cap in (None, 1000, 100):
+        rc, run_dir = asyncio.run(run_spec(str(path), out=str(tmp_path / f"runs{cap}"), eval_only=True, max_tokens=cap))
+        assert rc == 0
+        texts.append(open_store(run_dir).execute("select text from turns").fetchone()[0].split()[0])
+    assert texts == ["max_tokens=256", "max_tokens=256", "max_tokens=100"]
+
+
 def test_a_role_section_applies_to_that_role_of_the_ask_only(tmp_path):
     path = tmp_path / "two.ask"
     path.write_text("""
