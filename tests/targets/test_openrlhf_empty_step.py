@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from askspec.cli import main
@@ -75,16 +76,20 @@ def test_a_step_without_loss_tokens_is_skipped(tmp_path, monkeypatch, job_module
     t = trainer(module, args, actors, maker)
     status, step = t.train_step(samples(generator, job, [True, False, True, True]), 0)
     assert step == 1 and actors.fits == 1 and maker.calls == 1 and "askspec/skipped" not in status
-    before = actors.snapshot()
+    weights, optimizer = actors.snapshot()
     status, step = t.train_step(samples(generator, job, [False] * 4), 1)  # every member dropped
     assert step == 2 and status["askspec/skipped"] == 1.0 and "askspec/gate" not in status
     assert status["rollout/num_samples"] == 4.0  # OpenRLHF's own statistics of the batch
     assert actors.fits == 1 and maker.calls == 1 and actors.buffer == []
-    assert same(actors.snapshot(), before)
+    assert same(actors.snapshot()[0], weights) and same(actors.optim.state_dict()["state"], optimizer["state"])
+    # the learning-rate schedule counts the step, as the local trainer's (docs/training.md, "Skipped steps")
+    assert actors.actor_scheduler.last_epoch == 2 and actors.optim.param_groups[0]["lr"] == pytest.approx(1e-2 / 3)
     status, step = t.train_step(samples(generator, job, [False, False, False, True]), 2)  # one token left: trains
-    assert step == 3 and actors.fits == 2
+    assert step == 3 and actors.fits == 2 and status["actor_lr"] == pytest.approx(1e-2 / 4)
     (run,) = [d for d in (tmp_path / "runs").iterdir() if (d / "manifest.json").exists()]
     rows = open_store(str(run)).execute(
-        "SELECT step, skipped, metrics->>'skip_reason', metrics->>'tokens' FROM train_steps ORDER BY step").fetchall()
-    assert rows == [(1, None, None, "9"), (2, "no_tokens", "no trajectory with a trained token", "0"),
-                    (3, None, None, "3")]
+        "SELECT step, skipped, metrics->>'skip_reason', metrics->>'tokens', lr FROM train_steps ORDER BY step"
+    ).fetchall()
+    assert rows == [(1, None, None, "9", pytest.approx(1e-2 / 2)),
+                    (2, "no_tokens", "no trajectory with a trained token", "0", pytest.approx(1e-2 / 3)),
+                    (3, None, None, "3", pytest.approx(1e-2 / 4))]

@@ -83,13 +83,15 @@ def rollouts(generator, job: Path, sessions: list[tuple[str, str, int]]) -> list
 
 class TinyActors:
     """OpenRLHF's actor group as a test double: `append` fills its replay buffer and `fit`
-    takes one AdamW step of a tiny torch model on it (loss from the advantages), as the
-    PolicyModelActor's fit does with DeepSpeed."""
+    takes one AdamW step of a tiny torch model on it (loss from the advantages) and one
+    step of its learning-rate scheduler, as the PolicyModelActor's fit does with DeepSpeed
+    (`model.step()`: optimizer, then scheduler); Ray's `__ray_call__` runs a function on it."""
 
     def __init__(self) -> None:
         torch.manual_seed(0)
         self.model = torch.nn.Linear(6, 1)
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=1e-2, weight_decay=0.1)
+        self.actor_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optim, lambda k: 1.0 / (k + 1))
         self.buffer: list = []
         self.fits = 0
 
@@ -98,7 +100,10 @@ class TinyActors:
         self.buffer += experience
         return []
 
-    def async_run_method(self, method_name: str, **kw) -> list:
+    def async_run_method(self, method_name: str, *args, **kw) -> list:
+        if method_name == "__ray_call__":  # the function, on each actor (this one)
+            fn, *rest = args
+            return [fn(self, *rest)]
         assert method_name == "fit"
         self.fits += 1
         x = torch.cat([e.sequences.float() for e in self.buffer])[:, :6]
@@ -107,8 +112,10 @@ class TinyActors:
         self.optim.zero_grad()
         loss.backward()
         self.optim.step()
+        self.actor_scheduler.step()
         self.buffer.clear()
-        return [{"policy_loss": float(loss.detach()), "actor_grad_norm": 1.0, "actor_lr": 1e-2}]
+        return [{"policy_loss": float(loss.detach()), "actor_grad_norm": 1.0,
+                 "actor_lr": self.actor_scheduler.get_last_lr()[0]}]
 
     def snapshot(self):
         return copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optim.state_dict())
@@ -166,6 +173,7 @@ def test_closed_gate_takes_no_update(job, ext, openrlhf, tmp_path, monkeypatch) 
     assert status["rollout/num_samples"] == 4.0  # OpenRLHF's own rollout statistics of the batch
     assert actors.fits == 1 and maker.calls == 1 and actors.buffer == []  # no forward, backward or AdamW step
     assert same(actors.snapshot(), before)  # weights and optimizer state bit-identical
+    assert actors.actor_scheduler.last_epoch == 1  # a gated step counts in no schedule (docs/training.md)
     status, step = t.train_step(rollouts(generator, job, open_), 2)
     assert step == 3 and actors.fits == 2
     after = actors.snapshot()

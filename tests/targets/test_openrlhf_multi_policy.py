@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -162,6 +163,35 @@ def test_a_job_lost_while_checkpointing_resumes_from_the_last_step_every_role_sa
     assert open_store(tmp_path / "runs2").execute("SELECT count(*) FROM sessions").fetchone()[0] == 1
     for role in ("proposer", "solver"):
         _same_weights(ckpt / role / "step-2", run / "checkpoints" / role / "step-2")
+
+
+def test_a_step_without_tokens_steps_every_actors_schedule_through_ray(ray_local) -> None:
+    """A `no_tokens` skip counts in the learning-rate schedule on OpenRLHF too (gate.py's
+    `advance_lr_schedule`, which both the single- and the multi-policy job call): through
+    OpenRLHF 0.11.2's own `RayActorGroup.async_run_method` and Ray's `__ray_call__`, on
+    real Ray actors that hold a torch scheduler as PolicyModelActor holds its own."""
+    import ray
+    import torch
+
+    from askspec.runtime.targets.openrlhf.askspec_ext.gate import advance_lr_schedule
+    from openrlhf_harness import _function
+
+    @ray.remote(num_cpus=0)
+    class Actor:
+        def __init__(self) -> None:
+            self.optim = torch.optim.AdamW(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+            self.actor_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optim, lambda k: 1.0 / (k + 1))
+
+        def state(self) -> tuple[int, float, dict]:
+            return self.actor_scheduler.last_epoch, self.optim.param_groups[0]["lr"], self.optim.state_dict()["state"]
+
+    group = SimpleNamespace(_actor_handlers=[Actor.remote(), Actor.remote()])
+    group.async_run_method = _function("trainer/ray/launcher.py", "async_run_method", "RayActorGroup").__get__(group)
+    assert advance_lr_schedule(group, ray) == pytest.approx(0.05)
+    assert advance_lr_schedule(group, ray) == pytest.approx(0.1 / 3)
+    for handle in group._actor_handlers:
+        epoch, lr, moments = ray.get(handle.state.remote())
+        assert (epoch, moments) == (2, {}) and lr == pytest.approx(0.1 / 3)  # the schedule only: no AdamW step
 
 
 def test_rollouts_become_openrlhf_groups_with_askspecs_advantages(monkeypatch) -> None:

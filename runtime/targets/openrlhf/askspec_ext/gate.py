@@ -15,8 +15,9 @@ token left: the rule of askspec_ext/advantages.py's `members`), or whose session
 the gate (the agent writes each rollout's session into its label;
 askspec.runtime.targets.openrlhf.update_gate evaluates them with askspec's own
 evaluator, as the local trainer does), runs none of that — no forward or backward pass,
-no AdamW step (weights and optimizer state unchanged), no scheduler step, nothing sent to
-vLLM — and returns OpenRLHF's rollout statistics with `askspec/skipped` 1 (and
+no AdamW step (weights and optimizer state unchanged), nothing sent to vLLM; a step with no
+loss token still steps the learning-rate scheduler, as the local schedule counts it, and a
+gated one does not — and returns OpenRLHF's rollout statistics with `askspec/skipped` 1 (and
 `askspec/gate` 0 when gated), so `fit` goes on as after any step: the global step counts
 it, and a checkpoint due at it is written (as a local run's skipped step: docs/training.md,
 "Skipped steps"). Every step the hook sees is recorded as a `train_steps` row in a run
@@ -60,6 +61,24 @@ def used(settings: dict[str, Any]) -> bool:
 
 # what the local trainer records for a step without a loss token (runtime/train/policy.py)
 NO_TOKENS = ("no_tokens", "no trajectory with a trained token")
+
+
+def step_lr_schedule(actor: Any) -> float:
+    """Run on each of OpenRLHF's PolicyModelActors (Ray's `__ray_call__`): one step of the
+    actor's learning-rate scheduler (the one DeepSpeed's engine steps in `optimizer_step`),
+    nothing else; the learning rate it sets."""
+    actor.actor_scheduler.step()
+    return float(actor.actor_scheduler.get_last_lr()[0])
+
+
+def advance_lr_schedule(actors: Any, ray: Any) -> float | None:
+    """A skipped `no_tokens` step counts in the learning-rate schedule, as a local run's
+    does (docs/training.md, "Skipped steps": warm-up and cosine decay are over the role's
+    steps): OpenRLHF steps the scheduler only in the optimizer step the skip leaves out.
+    Through the actor group's own `async_run_method` (OpenRLHF's RayActorGroup); the
+    actors' new learning rate."""
+    rates = ray.get(actors.async_run_method("__ray_call__", step_lr_schedule))
+    return rates[0] if rates else None
 
 
 def loss_tokens(rollout_samples: list) -> int:
@@ -155,7 +174,10 @@ def install(module: Any = None, job: Any = None) -> None:
         status["askspec/skipped"] = 1.0
         if state.gate is not None:
             status["askspec/gate"] = 1.0 if gated["gate"] else 0.0
-        state.record(step, {**seen, **gated, "skipped": skip[0], "skip_reason": skip[1], "tokens": 0})
+        lr = {}
+        if skip == NO_TOKENS:  # reached the update: the schedule counts it (a gated step counts in neither)
+            lr = {"lr": advance_lr_schedule(self.actor_model_group, module.ray)}
+        state.record(step, {**seen, **gated, "skipped": skip[0], "skip_reason": skip[1], "tokens": 0, **lr})
         return status, global_step + 1
 
     train_step.__wrapped__ = original  # type: ignore[attr-defined]

@@ -445,8 +445,11 @@ class OpenRLHFRole:
 
         tokens = sum(t.tokens for t in trajectories)
         stats = {**batch_reward_stats(trajectories, self.cfg.std), "tokens": tokens}
-        if tokens == 0:  # as the local trainer's update: nothing to train on (OpenRLHF would divide 0 by 0)
-            return {**stats, "skipped": "no_tokens", "skip_reason": "no trajectory with a trained token"}
+        if tokens == 0:  # as the local trainer's update: nothing to train on (OpenRLHF would divide 0 by 0),
+            from .gate import advance_lr_schedule  # and the schedule counts the step
+
+            return {**stats, "skipped": "no_tokens", "skip_reason": "no trajectory with a trained token",
+                    "lr": advance_lr_schedule(self.actor, ray)}
         samples = experiences(trajectories, self.args.rollout.n_samples_per_prompt, self.args.data.max_len,
                               self.args.train.batch_size)
         status, _ = ray.get(self.trainer.train_step.remote(samples, self.steps))
