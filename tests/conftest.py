@@ -41,30 +41,13 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(default_threads()))
 
 
-# seconds each module took in a measured run (scripts/module_durations.py writes it)
-MODULE_SECONDS = Path(__file__).with_name("module_durations.json")
-UNKNOWN_SLOW_S = 30.0  # a module not in it yet, with a slow test (a real model, a kill and resume)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest modules first (their measured seconds; one not measured yet by its
-    `slow` marks), each module's tests in their order: .ci/run's workers take a module at
-    a time in this order (xdist --dist loadfile --no-loadscope-reorder), so the long ones
-    start early and the short ones fill the end, rather than one worker finishing a long
-    module alone (the longest-processing-time rule)."""
-    import json
-
-    try:
-        measured: dict[str, float] = json.loads(MODULE_SECONDS.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        measured = {}
+    """The modules with a slow test (a real model, a run killed and resumed) first, each
+    module's tests and the rest in their order: .ci/run's workers take a module at a time
+    in this order (xdist --dist loadfile), so the long ones start early and the short ones
+    fill the end, rather than one worker finishing a long module alone."""
     slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
-
-    def seconds(item: pytest.Item) -> float:
-        module = item.nodeid.split("::", 1)[0]
-        return measured.get(module, UNKNOWN_SLOW_S if module in slow else 0.0)
-
-    items.sort(key=lambda item: -seconds(item))  # stable: a module's tests keep their order
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)  # stable: order kept within
 
 
 @pytest.fixture(scope="session")
