@@ -41,15 +41,6 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(default_threads()))
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The modules with a slow test (a real model, a run killed and resumed) first, each
-    module's tests and the rest in their order: .ci/run's workers take a module at a time
-    in this order (xdist --dist loadfile), so the long ones start early and the short ones
-    fill the end, rather than one worker finishing a long module alone."""
-    slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)  # stable: order kept within
-
-
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A transformers folder usable wherever a spec names weights: `hf("<this folder>")`."""
