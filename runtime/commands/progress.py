@@ -113,11 +113,18 @@ class Progress:
                 f"{self.tokens / dt:,.1f} tok/s  ETA {eta}" + (f"  [{counts}]" if counts else ""))
         return printable(text, single_line=True)  # outcomes come from the spec and model replies
 
+    # seconds between refreshes of the line: a terminal's, a log's (a line each, so fewer)
+    TTY_INTERVAL_S = 0.25
+    LOG_INTERVAL_S = 5.0
+
+    def interval(self) -> float:
+        return self.TTY_INTERVAL_S if self.tty else self.LOG_INTERVAL_S
+
     def maybe_print(self, force: bool = False) -> None:
         if self.quiet:
             return
         now = time.monotonic()
-        interval = 0.25 if self.tty else 5.0
+        interval = self.interval()
         if not force and now - self._last < interval:
             return
         if not self.tty and not force and self._printed == (self.done, self.tokens):
@@ -127,7 +134,7 @@ class Progress:
 
     async def tick(self) -> None:
         """Refresh the line while calls run but no session ends (cancel to stop)."""
-        interval = 0.25 if self.tty else 5.0
+        interval = self.interval()
         while True:
             await asyncio.sleep(interval)
             self.maybe_print()

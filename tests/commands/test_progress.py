@@ -107,15 +107,17 @@ def test_summary_lists_sessions_tokens_time_speed_and_the_run_dir():
     assert progress.tokens == 216
 
 
-def test_line_is_refreshed_by_the_timer_while_no_turn_ends():
+def test_line_is_refreshed_by_the_timer_while_no_turn_ends(monkeypatch):
     out = io.StringIO()
     progress = Progress(1, 0, quiet=False, stream=out)
+    assert progress.interval() == Progress.LOG_INTERVAL_S == 5.0  # not a terminal: a line every 5 s
+    monkeypatch.setattr(Progress, "LOG_INTERVAL_S", 0.2)  # the same timer, sooner
     progress.begin()
 
     async def go():
         ticker = asyncio.ensure_future(progress.tick())
         progress.stream_tokens(7)  # a call is generating; nothing else happens
-        await asyncio.sleep(5.3)  # the log interval (not a terminal: every 5 s)
+        await asyncio.sleep(0.5)
         ticker.cancel()
 
     asyncio.run(go())
