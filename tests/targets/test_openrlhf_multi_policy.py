@@ -169,7 +169,7 @@ def test_a_step_without_tokens_steps_every_actors_schedule_through_ray(ray_local
     """A `no_tokens` skip counts in the learning-rate schedule on OpenRLHF too (gate.py's
     `advance_lr_schedule`, which both the single- and the multi-policy job call): through
     OpenRLHF 0.11.2's own `RayActorGroup.async_run_method` and Ray's `__ray_call__`, on
-    real Ray actors that hold a torch scheduler as PolicyModelActor holds its own."""
+    a real Ray actor that holds a torch scheduler as PolicyModelActor holds its own."""
     import ray
     import torch
 
@@ -185,7 +185,7 @@ def test_a_step_without_tokens_steps_every_actors_schedule_through_ray(ray_local
         def state(self) -> tuple[int, float, dict]:
             return self.actor_scheduler.last_epoch, self.optim.param_groups[0]["lr"], self.optim.state_dict()["state"]
 
-    group = SimpleNamespace(_actor_handlers=[Actor.remote(), Actor.remote()])
+    group = SimpleNamespace(_actor_handlers=[Actor.remote()])  # OpenRLHF's loop over its actors; one here
     group.async_run_method = _function("trainer/ray/launcher.py", "async_run_method", "RayActorGroup").__get__(group)
     assert advance_lr_schedule(group, ray) == pytest.approx(0.05)
     assert advance_lr_schedule(group, ray) == pytest.approx(0.1 / 3)
@@ -307,6 +307,20 @@ def test_pasodoble_online_compiles_to_one_job_whose_launch_lines_parse(tiny_mode
     bad = subprocess.run(["bash", str(job / "launch.sh")], env={**env, "SOLVER_GPUS": "08"}, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "SOLVER_GPUS" in bad.stderr
+    # 5 proposer GPUs: the compiled batch of 96 rollouts is no whole DeepSpeed step of 5, but the driver pads
+    # each step to whole groups of 6 and whole steps of 5 (step_batch: 30 for the 6 rollouts a step holds),
+    # so the launch checks the padded batch and goes on
+    five = subprocess.run(["bash", str(job / "launch.sh")], env={**env, "PROPOSER_GPUS": "5"}, capture_output=True,
+                          text=True, timeout=120)
+    assert five.returncode == 0, five.stderr[-2000:]
+    again = argv_file.read_text().splitlines()
+    _, per_role = multi_policy.split_roles(again[again.index("--") + 3:])
+    args = parse_train_ppo_ray(per_role["proposer"])
+    assert args.actor.num_gpus_per_node == 5 and multi_policy.step_batch(args, most["proposer"]) == 30
+    from askspec.runtime.targets.openrlhf import world
+
+    assert world.problem(world.settings(per_role["proposer"])) is not None  # what the check refused unpadded
+    assert world.main(["--given", "--padded", "--", *per_role["proposer"]]) == 0
 
 
 def test_the_driver_is_pinned_to_the_openrlhf_it_mirrors(monkeypatch, tmp_path) -> None:

@@ -19,7 +19,11 @@ Two rules, mirrored from the code that enforces them inside the job:
   `--train.dynamic_batch_enable` OpenRLHF sets micro 1 and accumulation 1 itself and
   writes no train_batch_size, so the rule does not apply.
 
-`python3 world_check.py [--given] -- ARGS...` prints the actor GPUs per node to launch
+The multi-policy job's driver pads each role's step to whole groups and whole DeepSpeed
+steps for the actors it gets (askspec_ext/multi_policy.py's `step_batch`, `padded_batch`
+here): with `--padded` the rules are checked on the batch so padded, as the job will run it.
+
+`python3 world_check.py [--given] [--padded] -- ARGS...` prints the actor GPUs per node to launch
 with: the ones ARGS name when both rules hold; with ACTOR_GPUS left to its default (no
 `--given`), the largest count below it that fits (a replaying phase's short step, from
 launch.args); else it prints why on stderr, naming the setting to change, and exits 2.
@@ -27,6 +31,7 @@ launch.args); else it prints why on stderr, naming the setting to change, and ex
 
 from __future__ import annotations
 
+import math
 import sys
 
 # train_ppo_ray's flags the rules read, with OpenRLHF 0.11.2's defaults
@@ -78,21 +83,42 @@ def problem(s: dict[str, int]) -> str | None:
     return None
 
 
-def fitting_gpus(s: dict[str, int], most: int) -> list[int]:
+def padded_batch(rollouts: int, n: int, micro: int, world: int) -> int:
+    """The rollouts a step is padded to: at least `rollouts` (and one group), whole groups
+    of `n` and whole DeepSpeed steps (`micro` x the `world` of data-parallel actors)."""
+    unit = math.lcm(n, micro * max(world, 1))
+    return -(-max(rollouts, n) // unit) * unit
+
+
+def padded(s: dict[str, int]) -> dict[str, int]:
+    """`s` with its step batch padded as the multi-policy driver pads it for these actors."""
+    n = max(s["--rollout.n_samples_per_prompt"], 1)
+    world = s["--actor.num_nodes"] * s["--actor.num_gpus_per_node"] // max(
+        s["--ds.ring_attn_size"] * s["--ds.tensor_parallel_size"], 1)
+    size = padded_batch(s["--train.batch_size"], n, max(s["--train.micro_batch_size"], 1), world)
+    return {**s, "--train.batch_size": size, "--rollout.batch_size": size // n}
+
+
+def fitting_gpus(s: dict[str, int], most: int, pad: bool = False) -> list[int]:
     """The GPUs per node, 1..most, with which `s` (its nodes as they are) can start."""
-    return [g for g in range(1, most + 1) if problem({**s, "--actor.num_gpus_per_node": g}) is None]
+    return [g for g in range(1, most + 1) if check({**s, "--actor.num_gpus_per_node": g}, pad) is None]
+
+
+def check(s: dict[str, int], pad: bool) -> str | None:
+    return problem(padded(s) if pad else s)
 
 
 def main(argv: list[str]) -> int:
-    given = "--given" in argv[: argv.index("--")] if "--" in argv else False
+    options = argv[: argv.index("--")] if "--" in argv else []
+    given, pad = "--given" in options, "--padded" in options
     args = argv[argv.index("--") + 1:] if "--" in argv else argv
     s = settings(args)
     gpus = s["--actor.num_gpus_per_node"]
-    why = problem(s)
+    why = check(s, pad)
     if why is None:
         print(gpus)
         return 0
-    fits = fitting_gpus(s, max(gpus, MOST_GPUS))
+    fits = fitting_gpus(s, max(gpus, MOST_GPUS), pad)
     if not given and any(g < gpus for g in fits):
         lower = max(g for g in fits if g < gpus)
         print(f"launch.sh: ACTOR_GPUS defaults to {lower} for this launch, not {gpus}: {why}", file=sys.stderr)

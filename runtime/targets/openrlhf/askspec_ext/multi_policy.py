@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -318,11 +317,11 @@ def step_batch(args: Any, rollouts: int) -> int:
     """The rollouts a role's OpenRLHF step is padded to: at least `rollouts`, whole groups
     of --rollout.n_samples_per_prompt, and whole DeepSpeed steps (micro batch × data-parallel
     actors), so that each askspec step is exactly one optimizer step of the role."""
-    n = args.rollout.n_samples_per_prompt
+    from askspec.runtime.targets.openrlhf.world import padded_batch  # the rule launch.sh's world_check applies
+
     actors = args.actor.num_nodes * args.actor.num_gpus_per_node
     world = actors // (args.ds.ring_attn_size * args.ds.tensor_parallel_size)
-    unit = math.lcm(n, args.train.micro_batch_size * max(world, 1))  # whole groups and whole DeepSpeed steps
-    return -(-max(rollouts, n) // unit) * unit
+    return padded_batch(rollouts, args.rollout.n_samples_per_prompt, args.train.micro_batch_size, world)
 
 
 def openrlhf_roles(parsed: dict[str, Any]) -> Callable[..., Any]:
