@@ -66,14 +66,19 @@ class SharedHistory(StatefulScorers):
 
     A call locks the file (a POSIX record lock, which NFS carries between nodes), first
     replays the texts other processes appended since this one last read, then scores its
-    own text and appends it as one line ([fn, site, text, kwargs]). So every process
-    scores against every earlier call of every process, in the order the calls took the
-    lock. A line cut short by a killed writer is skipped (the next writer starts a new
-    line after it); the file is opened on the first call, its folder made if missing."""
+    own text and appends it as one line ([fn, site, text, kwargs, launch]). So every
+    process scores against every earlier call of every process, in the order the calls
+    took the lock. `launch` tags this process's lines (an OpenRLHF job's launch of a
+    phase); with `earlier_launches` False only lines of the same launch are replayed (the
+    earlier phases' calls come another way, in session order: history.json). A line cut
+    short by a killed writer is skipped (the next writer starts a new line after it); the
+    file is opened on the first call, its folder made if missing."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], launch: str = "", earlier_launches: bool = True) -> None:
         super().__init__()
         self.path = Path(path)
+        self.launch = launch
+        self.earlier_launches = earlier_launches
         self._read = 0  # bytes of the file already replayed or written by this process
 
     def __call__(self, fn: str, site: str, text: str, kwargs: dict) -> float:
@@ -83,7 +88,7 @@ class SharedHistory(StatefulScorers):
             try:
                 tail = self._catch_up(f)
                 value = super().__call__(fn, site, text, kwargs)
-                line = json.dumps([fn, site, text, kwargs], ensure_ascii=False).encode("utf-8") + b"\n"
+                line = json.dumps([fn, site, text, kwargs, self.launch], ensure_ascii=False).encode("utf-8") + b"\n"
                 f.write(line if tail in (b"", b"\n") else b"\n" + line)
                 f.flush()
                 self._read = f.tell()
@@ -97,10 +102,11 @@ class SharedHistory(StatefulScorers):
         data = f.read()
         for raw in data.split(b"\n"):
             try:
-                fn, site, text, kwargs = json.loads(raw)
+                fn, site, text, kwargs, launch = json.loads(raw)
             except (ValueError, TypeError):
                 continue  # empty, or a line a killed writer left unfinished
-            self.replay(fn, site, text, kwargs)
+            if self.earlier_launches or launch == self.launch:
+                self.replay(fn, site, text, kwargs)
         if data:
             return data[-1:]
         if self._read:

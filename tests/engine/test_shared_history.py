@@ -1,7 +1,7 @@
 """A diversity()/novelty() history shared by the processes that play one phase together
-(runtime/engine/stateful.py SharedHistory; an OpenRLHF job's agents, one per vLLM engine,
-through launch.sh's $ASKSPEC_HISTORY): every call scores against every earlier call of
-every process, in the order the calls took the file's lock."""
+(runtime/engine/stateful.py SharedHistory; an OpenRLHF job's agents, one per vLLM engine
+and phase, through launch.sh's $ASKSPEC_HISTORY and $ASKSPEC_LAUNCH): every call scores
+against every earlier call of every process, in the order the calls took the file's lock."""
 
 from __future__ import annotations
 
@@ -24,29 +24,41 @@ def test_alternating_processes_score_as_one_history(tmp_path):
         agent = (a, b)[n % 2]
         assert agent("novelty", "q", text, KW) == one("novelty", "q", text, KW), (n, text)
     lines = [json.loads(x) for x in (tmp_path / "h.ndjson").read_text().splitlines()]
-    assert [t for _, _, t, _ in lines] == TEXTS
+    assert [t for _, _, t, _, _ in lines] == TEXTS
     # the agent that never asked it scores a repeat as the one history does: not as new
     fresh = StatefulScorers()("novelty", "q", TEXTS[0], KW)
     assert b("novelty", "q", TEXTS[0], KW) == one("novelty", "q", TEXTS[0], KW) < fresh
 
 
-def test_the_carried_history_comes_first(tmp_path):
-    """Earlier phases' calls (history.json) are replayed before the shared file's."""
+def test_earlier_phases_from_the_file_or_from_history_json(tmp_path):
+    """An earlier phase's calls: from the shared file in a job without buffers between its
+    phases; from history.json (session order) in a job with them, the file's lines of
+    other launches then left out, so that no call counts twice."""
     from askspec.runtime.targets.openrlhf import adapter
 
+    shared = tmp_path / "runs" / "history" / "h.ndjson"
+    # a job without history.json (no buffer between phases): an earlier phase's launch wrote to the file
+    earlier = adapter.carried_history(tmp_path, str(shared), "launch-1")
+    earlier("novelty", "q", TEXTS[1], KW)
+    assert shared.is_file()  # its folder made on the first call
+    now = adapter.carried_history(tmp_path, str(shared), "launch-2")
+    one = StatefulScorers()
+    one.replay("novelty", "q", TEXTS[1], KW)
+    assert now("novelty", "q", TEXTS[1], KW) == one("novelty", "q", TEXTS[1], KW) < 1.0  # the earlier phase's call
+    # with history.json (a buffer job): the earlier phases' calls come from it, in session order, and the file's
+    # lines of other launches are not replayed again
     (tmp_path / "history.json").write_text(json.dumps([["novelty", "q", TEXTS[0], KW]]))
-    agent = adapter.carried_history(tmp_path, str(tmp_path / "runs" / "history" / "h.ndjson"))
+    agent = adapter.carried_history(tmp_path, str(shared), "launch-3")
     assert isinstance(agent, SharedHistory)
     one = StatefulScorers()
     one.replay("novelty", "q", TEXTS[0], KW)
-    assert agent("novelty", "q", TEXTS[0], KW) == one("novelty", "q", TEXTS[0], KW) < 1.0  # seen in an earlier phase
-    assert (tmp_path / "runs" / "history" / "h.ndjson").is_file()  # its folder made on the first call
+    assert agent("novelty", "q", TEXTS[1], KW) == one("novelty", "q", TEXTS[1], KW)  # launch-1/2's TEXTS[1] left out
     assert not isinstance(adapter.carried_history(tmp_path), SharedHistory)  # no $ASKSPEC_HISTORY: this process's own
 
 
 def test_a_line_cut_short_is_skipped_and_the_history_goes_on(tmp_path):
     path = tmp_path / "h.ndjson"
-    path.write_text(json.dumps(["novelty", "q", TEXTS[0], KW]) + "\n" + '["novelty", "q", "What is')
+    path.write_text(json.dumps(["novelty", "q", TEXTS[0], KW, ""]) + "\n" + '["novelty", "q", "What is')
     agent, one = SharedHistory(path), StatefulScorers()
     one.replay("novelty", "q", TEXTS[0], KW)  # the whole line is read, the cut one skipped
     assert agent("novelty", "q", TEXTS[0], KW) == one("novelty", "q", TEXTS[0], KW)
@@ -77,7 +89,7 @@ def test_concurrent_processes_each_score_against_the_file_before_them(tmp_path):
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert len(lines) == 120
     one = StatefulScorers()
-    replayed = [[text, one("novelty", "q", text, kw)] for _, _, text, kw in lines]
+    replayed = [[text, one("novelty", "q", text, kw)] for _, _, text, kw, _ in lines]
     for tag, scores in zip("abc", got):
         mine = [r for r in replayed if r[0].startswith(f"question {tag} ")]
         assert mine == scores

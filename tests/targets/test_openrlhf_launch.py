@@ -131,6 +131,10 @@ def test_alternating_phases_chain_checkpoints(tmp_path) -> None:
         f"{ckpt}/iter-1/proposer-ds", f"{ckpt}/iter-1/solver-ds", f"{ckpt}/iter-2/proposer-ds", f"{ckpt}/iter-2/solver-ds"]
     assert [a.ckpt.output_dir for a in parsed] == [
         f"{ckpt}/iter-1/proposer", f"{ckpt}/iter-1/solver", f"{ckpt}/iter-2/proposer", f"{ckpt}/iter-2/solver"]
+    # one diversity()/novelty() history for the whole job (named by its folder), each launch's lines its own
+    envs = [json.loads(next(a for a in c if a.startswith("--runtime-env-json=")).split("=", 1)[1])["env_vars"]
+            for c in rays]
+    assert len({e["ASKSPEC_HISTORY"] for e in envs}) == 1 and len({e["ASKSPEC_LAUNCH"] for e in envs}) == 4
     proposer, solver = parsed[0], parsed[1]
     assert (proposer.algo.advantage.estimator, proposer.actor.policy_loss_type) == ("rloo", "ppo")
     assert (solver.algo.advantage.estimator, solver.actor.policy_loss_type) == ("group_norm", "gspo")

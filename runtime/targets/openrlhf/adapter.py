@@ -74,7 +74,8 @@ log = logging.getLogger(__name__)
 
 HOST_ENV = "ASKSPEC_FROZEN_HOST"  # where the frozen roles' servers listen (default 127.0.0.1)
 TIMEOUT_ENV = "ASKSPEC_GROUP_TIMEOUT"  # seconds a session of siblings may run (docs/cluster.md)
-HISTORY_ENV = "ASKSPEC_HISTORY"  # the diversity()/novelty() history file the phase's agents share (launch.sh)
+HISTORY_ENV = "ASKSPEC_HISTORY"  # the diversity()/novelty() history file the job's agents share (launch.sh)
+LAUNCH_ENV = "ASKSPEC_LAUNCH"  # this launch of a phase, which tags its lines of that file (launch.sh)
 DEFAULT_TIMEOUT = 1800.0
 GROUNDED = "grounded"  # the turn reward the inner loop's R_k is recorded as (runtime/train/nested.py)
 INNER_TIMEOUT_ENV = "ASKSPEC_INNER_TIMEOUT"  # seconds an outer session waits for the inner loop's answer
@@ -197,17 +198,19 @@ def open_job_writer(exp: ir.Experiment, job: PhaseJob, job_dir: Path, role: str,
                             argv=[program, str(job_dir), socket.gethostname(), str(os.getpid())])
 
 
-def carried_history(phase_dir: Path, shared: str | None = None) -> StatefulScorers:
+def carried_history(phase_dir: Path, shared: str | None = None, launch: str = "") -> StatefulScorers:
     """The diversity()/novelty() histories a phase's agent starts from: the calls of every
     phase committed before it (PHASE/history.json, written by phase_data.py's `prompts`),
     replayed in the local run's order, as a local run keeps one history for the whole run
-    (docs/cluster.md, "State across phases"); empty without one. With `shared` (launch.sh's
-    $ASKSPEC_HISTORY) the phase's own calls go to that file, which every agent of the phase
-    reads before it scores: one history for all of the phase's engines."""
+    (docs/cluster.md, "State across phases"). With `shared` (launch.sh's $ASKSPEC_HISTORY)
+    the calls go to that file, which every agent of the job reads before it scores: one
+    history for every engine, and, in a job without history.json (no buffer between its
+    phases), for every phase (its lines of other launches too); with history.json only this
+    launch's lines (`launch`, $ASKSPEC_LAUNCH), the earlier phases' being in history.json."""
     from askspec.runtime.targets.openrlhf.phase_data import HISTORY
 
-    scorers = SharedHistory(shared) if shared else StatefulScorers()
     path = phase_dir / HISTORY
+    scorers = SharedHistory(shared, launch, earlier_launches=not path.is_file()) if shared else StatefulScorers()
     if path.is_file():
         for fn, site, text, kwargs in json.loads(path.read_text(encoding="utf-8")):
             scorers.replay(fn, site, text, kwargs)
@@ -298,8 +301,9 @@ class GameAgent:
     def engine(self) -> Engine:
         if self._engine is None:
             self._recorder = _Recorder(self._open_writer(), self.role)
+            history = carried_history(self.job_dir, os.environ.get(HISTORY_ENV), os.environ.get(LAUNCH_ENV, ""))
             self._engine = Engine(self.exp, params=self.params, datasets=self.datasets, writer=self._recorder,
-                                  resolve_model=self.resolve, seed=self.seed, stateful=carried_history(self.job_dir, os.environ.get(HISTORY_ENV)),
+                                  resolve_model=self.resolve, seed=self.seed, stateful=history,
                                   rollout_roles=frozenset({self.role}), on_rollout=self._recorder.rollout)
         return self._engine
 

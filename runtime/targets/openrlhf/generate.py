@@ -261,10 +261,10 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
                          "(docs/cluster.md, \"What differs from a local run\")")
         stateful = [f"{fn}()" for fn in ("diversity", "novelty") if any(_calls(g, fn) for g in games)]
         if stateful:
-            notes.append(f"{' and '.join(stateful)}: every agent of the phase, on any engine or node, scores against "
-                         "one history ($ASKSPEC_HISTORY, on the run store) in the order the calls arrive, where a local "
-                         "run adds the phase's sessions in session order; the earlier phases' calls are replayed when "
-                         "the job has buffers between phases (docs/cluster.md, \"What differs from a local run\")")
+            notes.append(f"{' and '.join(stateful)}: every agent of the job, on any phase, engine or node, scores "
+                         "against one history ($ASKSPEC_HISTORY, on the run store) in the order the calls arrive, where "
+                         "a local run adds a phase's sessions in session order (docs/cluster.md, \"What differs from a "
+                         "local run\")")
         if replay is not None:
             notes.append(f"game '{replay['game']}' replays buffer '{replay['buffer']}': driver.sh writes this phase's "
                          f"prompts.jsonl when it starts, {replay['steps']} step(s) of {replay['items']} item(s) drawn in "
@@ -671,6 +671,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
         for p in phases:
             estimator, loss = mapping.openrlhf_algorithm(p.algorithm, p.phase.training.algorithm_args)
             ctx = {**common, "role": p.role, "pretrain": p.pretrain, "flags": p.flags,
+                   "root": os.path.relpath(".", p.dir),  # the job's folder, from the phase's
                    "algorithm_text": _algorithm_text(p),
                    "with_ref": any(f == "--algo.kl.init_coef" and float(v[0]) > 0 for f, v in p.flags),
                    "with_critic": estimator == "gae", "servers": p.servers,
