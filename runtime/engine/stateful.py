@@ -80,20 +80,23 @@ class SharedHistory(StatefulScorers):
         self.launch = launch
         self.earlier_launches = earlier_launches
         self._read = 0  # bytes of the file already replayed or written by this process
+        self._file: Any = None  # opened on the first call, kept for the process's others
 
     def __call__(self, fn: str, site: str, text: str, kwargs: dict) -> float:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a+b") as f:
-            fcntl.lockf(f, fcntl.LOCK_EX)
-            try:
-                tail = self._catch_up(f)
-                value = super().__call__(fn, site, text, kwargs)
-                line = json.dumps([fn, site, text, kwargs, self.launch], ensure_ascii=False).encode("utf-8") + b"\n"
-                f.write(line if tail in (b"", b"\n") else b"\n" + line)
-                f.flush()
-                self._read = f.tell()
-            finally:
-                fcntl.lockf(f, fcntl.LOCK_UN)
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a+b")
+        f = self._file
+        fcntl.lockf(f, fcntl.LOCK_EX)
+        try:
+            tail = self._catch_up(f)
+            value = super().__call__(fn, site, text, kwargs)
+            line = json.dumps([fn, site, text, kwargs, self.launch], ensure_ascii=False).encode("utf-8") + b"\n"
+            f.write(line if tail in (b"", b"\n") else b"\n" + line)
+            f.flush()
+            self._read = f.tell()
+        finally:
+            fcntl.lockf(f, fcntl.LOCK_UN)
         return value
 
     def _catch_up(self, f: Any) -> bytes:
