@@ -22,6 +22,7 @@ from askspec.tui import app as tui_app
 from askspec.tui.app import AskspecApp
 from askspec.tui.components.vtable import VirtualTable
 from askspec.tui.screens.error import ErrorPanel
+from askspec.tui.screens import sessions
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.transcript import TranscriptScreen
 
@@ -144,6 +145,27 @@ async def test_ids_paths_and_filters_holding_markup_show_as_written(tmp_path):
         await pilot.press("enter")  # the first session, s[/]1 (the table took the focus back with its rows)
         await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen) and "s[/]1" in screen_text(app),
                          what="the transcript of s[/]1")
+        assert app._exception is None
+
+
+async def test_keys_answer_again_once_typing_after_a_filter_pauses(tmp_path):
+    # (#33: after the session filter `[/]` the theme key `t` went on into the filter box;
+    # letters typed on at once still do, see test_tui_research)
+    app = AskspecApp(_plain_run(tmp_path / "runs"), follow_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and "3 sessions" in screen_text(app))
+        box = app.screen.query_one("#filter")
+        for text, shown in (("[/]", "no session matches [/]"), ("status:ok", "s000002"), ("reply", "s000002"),
+                            ("[bold]x", "no session matches [bold]x")):
+            await _filter(pilot, app, text, typed=True)
+            await wait_until(pilot, shows(app, f"matching {text!r}", shown), what=text)
+            await pilot.pause(sessions.TYPING_PAUSE_S + 0.3)
+            theme = app.theme
+            await pilot.press("t")
+            await wait_until(pilot, lambda: app.theme != theme, what=f"t answered after the filter {text}")
+            assert box.value == text and not box.has_focus
+            await pilot.press("slash")  # (and `/` is the way back into the box, rows or none)
+            await wait_until(pilot, lambda: box.has_focus, what=f"/ after the filter {text}")
         assert app._exception is None
 
 

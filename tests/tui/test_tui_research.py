@@ -13,6 +13,7 @@ from askspec.tui import columns, data
 from askspec.tui.app import AskspecApp
 from askspec.tui.filters import parse_filter
 from askspec.tui.numbers import number
+from askspec.tui.screens import sessions
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.transcript import TranscriptScreen
 
@@ -75,7 +76,10 @@ async def test_session_variables_step_and_item_are_columns_and_filters(grpo_runs
         assert "s000012" not in screen_text(app)  # (the same item in stage main)
 
 
-async def test_letters_typed_after_a_filter_go_on_into_the_filter(grpo_runs):
+async def test_letters_typed_after_a_filter_go_on_into_the_filter(grpo_runs, monkeypatch):
+    # (typing on: however long this machine takes to show the rows; a pause ends it,
+    # see test_tui_hardening)
+    monkeypatch.setattr(sessions, "TYPING_PAUSE_S", 60.0)
     app = AskspecApp(grpo_runs, follow_interval=3600)
     async with app.run_test(size=SIZE) as pilot:
         await _open(pilot, app)

@@ -33,6 +33,11 @@ def in_shown_tab(widget: Widget) -> bool:
     return pane is None or tabs is None or tabs.active == pane.id
 
 
+class EmptyNote(Static, can_focus=True):
+    """The line saying why there are no rows. It takes the focus where the table would
+    have had it, so that the keys of the screen around it (and the app's) still answer."""
+
+
 def prepare(table: pa.Table) -> TableLayout:
     """The table's column widths and alignments (call it in a worker thread)."""
     return measure(table)
@@ -83,7 +88,7 @@ class ArrowTable(Guarded, Vertical):
         self._table: VirtualTable | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(self.empty_text), classes="empty")  # (text, not markup: it may quote data)
+        yield EmptyNote(Text(self.empty_text), classes="empty")  # (text, not markup: it may quote data)
 
     @property
     def row_count(self) -> int:
@@ -101,7 +106,7 @@ class ArrowTable(Guarded, Vertical):
                         layout: TableLayout | None = None) -> None:
         """Show ``table`` in a new inner table; the cursor goes to ``cursor_row``
         (default: where it was)."""
-        had_focus = self._table is not None and self._table.has_focus
+        had_focus = self.has_focus_within
         keep = self._table.cursor_row if self._table is not None else 0
         self.data = table
         if empty is not None:
@@ -109,7 +114,10 @@ class ArrowTable(Guarded, Vertical):
         await self.remove_children()
         self._table = None
         if table.num_rows == 0 or table.num_columns == 0:
-            await self.mount(Static(Text(self.empty_text), classes="empty"))
+            note = EmptyNote(Text(self.empty_text), classes="empty")
+            await self.mount(note)
+            if had_focus:
+                note.focus()
             return
         row = keep if cursor_row is None else cursor_row
         # (the cursor's row is scrolled into view once the table is laid out)
@@ -159,8 +167,10 @@ class ArrowTable(Guarded, Vertical):
             self._table.move_cursor(row)
 
     def focus_table(self) -> None:
-        if self._table is not None:
-            self._table.focus()
+        """Focus the rows, or the line saying there are none."""
+        target: Widget | None = self._table if self._table is not None else next(iter(self.query(EmptyNote)), None)
+        if target is not None:
+            target.focus()
 
     def on_virtual_table_row_selected(self, event: VirtualTable.RowSelected) -> None:
         event.stop()

@@ -14,6 +14,7 @@ row) catches up."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 PREFETCH_REST = 0.15  # seconds on a row before its transcript is read ahead
 
+TYPING_PAUSE_S = 1.0  # a pause this long after a filter was applied: letters are keys again
 FILTER_HINT = ('filter: status:ok outcome:too_easy game:G group:G* role:R reward:0.5..1 step:3 stage:S '
                'var:NAME=V var:NAME>2 "text in a turn"  (Enter applies)')
 
@@ -108,6 +110,7 @@ class SessionsPane(Loader, Vertical):
         self._rest: Timer | None = None  # the cursor resting on a row: then its transcript is read ahead
         self._refocus = False  # a filter was applied: the table takes focus when its rows come
         self._typing = False  # since the filter was applied only letters were typed: they go to the filter
+        self._typed_at = 0.0  # when the last of those keys (or the Enter) was pressed
         self.choice = ColumnChoice()  # the columns shown (``askspec.tui.columns``), read on mount
         self.shown_columns: list[str] = []
 
@@ -209,7 +212,9 @@ class SessionsPane(Loader, Vertical):
         await view.update(rows.shown, rows.layout, key="session", to_end=to_end,
                           empty=f"no session matches {flt}" if flt else "no sessions yet")
         if (focus or self._refocus or self.screen.focused is None) and in_shown_tab(self):
-            view.focus_table()  # (none after an empty result: the filter box keeps it, to be edited)
+            view.focus_table()  # (the rows, or the line saying none match: `/` edits the filter)
+            if self._refocus and self._typing:  # (a pause starts once the rows are there to see)
+                self._typed_at = time.monotonic()
         self._refocus = False
         self._status(self._describe(rows.shown.num_rows))
 
@@ -270,21 +275,27 @@ class SessionsPane(Loader, Vertical):
     def _filter(self, event: Input.Submitted) -> None:
         self.filter_text = event.value
         self._refocus = True
-        self._typing = True
+        self._typing, self._typed_at = True, time.monotonic()
         self.reload()
         self.query_one("#sessions", ArrowTable).focus_table()
 
     def on_key(self, event: events.Key) -> None:
-        """Letters typed right after a filter was applied (the table has taken the focus)
-        go on into the filter box, never to the table's keys (``S`` would reverse the
-        sort); any other key (an arrow, Enter, Escape) ends that, and letters are keys
-        again."""
+        """Letters typed on right after a filter was applied (the table has taken the
+        focus) go into the filter box, never to the table's keys (``S`` would reverse the
+        sort). Any other key (an arrow, Enter, Escape) or a pause of ``TYPING_PAUSE_S``
+        (after the last key, or after the filtered rows were shown, whichever came last)
+        ends that: then letters are keys again (``t`` the theme, ``s`` the sort)."""
         if not self._typing:
             return
         box = self.query_one("#filter", Input)
         if self.screen.focused is box:
             if not event.is_printable:  # escape leaves the box (enter applies it again: typing goes on)
                 self._typing = False
+            else:
+                self._typed_at = time.monotonic()
+            return
+        if time.monotonic() - self._typed_at > TYPING_PAUSE_S:
+            self._typing = False
             return
         if event.is_printable and event.character is not None and event.key != "slash":
             event.stop()
@@ -292,6 +303,7 @@ class SessionsPane(Loader, Vertical):
             box.focus()
             box.cursor_position = len(box.value)
             box.insert_text_at_cursor(event.character)
+            self._typed_at = time.monotonic()
         else:
             self._typing = False
 
