@@ -24,15 +24,22 @@ def config_from_ir(t: ir.Training, exp: ir.Experiment) -> TrainConfig:
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
-    """Multiplier of `lr` for 0-based optimizer step `step`: linear warm-up over `warmup`
-    steps (from lr/warmup), then constant, or cosine decay to `min_lr` at the last step."""
+    """Multiplier of `lr` for 0-based optimizer step `step` of `cfg`'s schedule."""
+    return lr_multiplier(step, steps=cfg.steps, warmup=cfg.warmup, decay=cfg.decay,
+                         floor=cfg.min_lr / cfg.lr if cfg.lr else 0.0)
+
+
+def lr_multiplier(step: int, *, steps: int, warmup: int, decay: str, floor: float) -> float:
+    """Multiplier of `lr` for 0-based optimizer step `step` of a schedule of `steps`:
+    linear warm-up over `warmup` steps (from lr/warmup), then constant, or cosine decay to
+    `floor` × lr at the last step. (The one rule: the local trainer's, and an OpenRLHF
+    job's actor scheduler, askspec_ext/schedule.py.)"""
     import math
 
-    if cfg.warmup and step < cfg.warmup:
-        return (step + 1) / cfg.warmup
-    if cfg.decay == "cosine":
-        span = max(1, cfg.steps - cfg.warmup - 1)
-        progress = min(1.0, (step - cfg.warmup) / span)
-        floor = cfg.min_lr / cfg.lr if cfg.lr else 0.0
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if decay == "cosine":
+        span = max(1, steps - warmup - 1)
+        progress = min(1.0, (step - warmup) / span)
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
     return 1.0

@@ -311,8 +311,12 @@ def test_entry_point_installs_the_loss_then_runs_openrlhfs_main_with_the_hook(jo
         ray_module.init(runtime_env={"env_vars": {"NCCL_DEBUG": "WARN"}})
 
     monkeypatch.setattr(entry.runpy, "run_module", run_module)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # (the finders go with the test)
     entry.main()
     assert seen["installed"] and seen["args"].actor.policy_loss_type == "cispo"
+    # the driver gives the policy actors askspec's learning-rate schedule once it imports the launcher
+    assert [f.module for f in sys.meta_path if type(f).__name__ == "_InstallAfterLoad"] == \
+        ["openrlhf.trainer.ray.launcher"]
     assert inits == [{"runtime_env": {"env_vars": {"NCCL_DEBUG": "WARN"},
                                       "worker_process_setup_hook": "askspec_ext.train_ppo_ray.install_when_loaded"}}]
     with pytest.raises(SystemExit):

@@ -154,7 +154,8 @@ def same(a, b) -> bool:
 def test_closed_gate_takes_no_update(job, ext, openrlhf, tmp_path, monkeypatch) -> None:
     module, generator = openrlhf
     assert json.loads((job / "job.json").read_text())["extension"] == {
-        "advantages": {"estimator": "grpo", "std": "sample"}, "update_gate": True}
+        "advantages": {"estimator": "grpo", "std": "sample"}, "update_gate": True,
+        "lr_schedule": {"steps": 1, "warmup": 0, "decay": "constant", "floor": 0.0}}
     (call,) = launch_argv(job / "launch.sh", tmp_path)
     assert call[call.index("--") + 3] == "askspec_ext.train_ppo_ray"
     args = parse_train_ppo_ray(train_flags(call))  # OpenRLHF's own parser: no flag of ours
@@ -265,7 +266,8 @@ def test_a_gate_only_job_is_refused_for_the_gate_not_for_cispo(tmp_path, ext, mo
     job = tmp_path / "ppo"
     assert main(["compile", str(tmp_path / "ppo.ask"), "--target", "openrlhf", "-o", str(job)]) == 0
     spec = json.loads((job / "job.json").read_text())
-    assert spec["extension"] == {"advantages": {"estimator": "grpo", "std": "sample"}, "update_gate": True}
+    assert spec["extension"] == {"advantages": {"estimator": "grpo", "std": "sample"}, "update_gate": True,
+                                 "lr_schedule": {"steps": 1, "warmup": 0, "decay": "constant", "floor": 0.0}}
     spec["extension"] = {"update_gate": True}
     (job / "job.json").write_text(json.dumps(spec))
     message = refusal(ext, job, monkeypatch)

@@ -270,7 +270,10 @@ def test_pasodoble_phases_and_stages_parse_with_openrlhf(tmp_path) -> None:
         gated = phase.name == "phase-1-proposer"
         # both phases compute askspec's grpo advantages and carry their role's state from its previous
         # phase (askspec_ext/carry.py); only the proposer's also gates its updates
+        # and lay their learning-rate schedule over the role's whole schedule (askspec_ext/schedule.py)
         assert ext == {"advantages": {"estimator": "grpo", "std": "sample"}, "carry_state": True,
+                       # (T_P = 10 proposer steps, T_S = 5 solver steps, 60 iterations)
+                       "lr_schedule": {"steps": 600 if gated else 300, "warmup": 0, "decay": "constant", "floor": 0.0},
                        **({"update_gate": True} if gated else {})}
         assert call[call.index("--") + 3] == "askspec_ext.train_ppo_ray" and (phase / "askspec_ext").is_dir()
         assert args.algo.advantage.estimator == "group_norm" and args.actor.policy_loss_type == "ppo"

@@ -194,6 +194,60 @@ def test_a_step_without_tokens_steps_every_actors_schedule_through_ray(ray_local
         assert (epoch, moments) == (2, {}) and lr == pytest.approx(0.1 / 3)  # the schedule only: no AdamW step
 
 
+def test_the_actor_groups_init_gives_policy_actors_askspecs_schedule_through_ray(ray_local) -> None:
+    """askspec_ext/schedule.py's driver hook on OpenRLHF 0.11.2's own `RayActorGroup`
+    methods and real Ray actors: the policy group's init queues `apply_to_actor` behind each
+    actor's own init (the actor's checkpoint loaded there: a later phase's scheduler step),
+    so the refs `train()` waits for end with askspec's rate set for the step about to run;
+    the reference model's group is left alone. The multi-policy job's roles take the same
+    call (`OpenRLHFRole`)."""
+    import ray
+    import torch
+
+    from askspec.runtime.targets.openrlhf.askspec_ext import schedule
+    from askspec.runtime.train.config import lr_multiplier
+    from openrlhf_harness import _function
+
+    plan = {"steps": 6, "warmup": 0, "decay": "cosine", "floor": 0.1}
+
+    @ray.remote(num_cpus=0)
+    class Policy:  # holds a scheduler as PolicyModelActor does (OpenRLHF's: over this launch's 2 steps)
+        def init_model_from_pretrained(self, strategy, pretrain, max_steps=None, vllm_engines=None):
+            self.strategy = strategy
+            self.optim = torch.optim.AdamW(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+            self.actor_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optim, lambda k: max(0.0, 1 - k / max_steps))
+            for _ in range(2):  # the role's previous phase, as its checkpoint restores it
+                self.actor_scheduler.step()
+
+        def rate(self) -> tuple[int, float]:
+            return self.actor_scheduler.last_epoch, self.optim.param_groups[0]["lr"]
+
+    @ray.remote(num_cpus=0)
+    class Reference:
+        def init_model_from_pretrained(self, strategy, pretrain):
+            self.ready = True
+
+    class Group:  # OpenRLHF's RayActorGroup: its own methods, over actors made here
+        async_init_model_from_pretrained = _function("trainer/ray/launcher.py", "async_init_model_from_pretrained",
+                                                     "RayActorGroup")
+        async_run_method = _function("trainer/ray/launcher.py", "async_run_method", "RayActorGroup")
+
+        def __init__(self, actor_type, n: int) -> None:
+            self.ray_actor_type, self._actor_handlers = actor_type, [actor_type.remote() for _ in range(n)]
+
+    launcher = SimpleNamespace(RayActorGroup=Group)
+    schedule.install(launcher, SimpleNamespace(PolicyModelActor=Policy), plan)
+    strategy = SimpleNamespace(args=SimpleNamespace(train=SimpleNamespace(max_epochs=1)))
+    policy, reference = Group(Policy, 2), Group(Reference, 1)
+    refs = policy.async_init_model_from_pretrained(strategy, "w", 2, None)
+    assert len(refs) == 4  # each actor's init, then its schedule
+    expected = 0.1 * lr_multiplier(2, steps=6, warmup=0, decay="cosine", floor=0.1)
+    assert ray.get(refs)[2:] == [pytest.approx(expected)] * 2
+    for handle in policy._actor_handlers:
+        assert ray.get(handle.rate.remote()) == (2, pytest.approx(expected))
+    assert len(reference.async_init_model_from_pretrained(strategy, "w")) == 1
+
+
 def test_rollouts_become_openrlhf_groups_with_askspecs_advantages(monkeypatch) -> None:
     """A step's trajectories as OpenRLHF Experiences (SamplesGenerator's own conversion): each
     group of the local batch n rollouts (a group a `drop` shortened padded with rollouts that

@@ -106,8 +106,14 @@ def per_rollout(experiences) -> dict[int, torch.Tensor]:
     return out
 
 
+ONE_STEP = {"steps": 1, "warmup": 0, "decay": "constant", "floor": 0.0}  # these specs' schedule (one step)
+
+
 def job_extension(job: Path) -> dict:
-    return json.loads((job / "job.json").read_text()).get("extension") or {}
+    """job.json's `extension`, its learning-rate schedule checked (every RL job has one)."""
+    ext = json.loads((job / "job.json").read_text()).get("extension") or {}
+    assert ext.pop("lr_schedule") == ONE_STEP
+    return ext
 
 
 def local(estimator: str, experiences, rewards: torch.Tensor, n: int, std: str) -> torch.Tensor:

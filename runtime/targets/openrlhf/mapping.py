@@ -177,9 +177,10 @@ def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
     `advantage_std` = population (`std = population` where the estimator divides by a std:
     OpenRLHF's group_norm takes the sample std), `advantages` (the block's estimator and
     std: every RL job computes askspec's advantages over askspec's groups, dropped, failed
-    and unrewarded rollouts left out, as the local trainer does) and `update_gate` (the block's
+    and unrewarded rollouts left out, as the local trainer does), `update_gate` (the block's
     `update_when`, for a phase of the RL schedule: a retrain stage updates every step, as
-    askspec's own trainer does)."""
+    askspec's own trainer does) and `lr_schedule` (every RL job: the role's warm-up and decay
+    over its whole schedule, askspec_ext/schedule.py)."""
     estimator, loss = openrlhf_algorithm(algorithm, t.algorithm_args)
     out: dict[str, Any] = {}
     if loss in EXTENSION_LOSSES:
@@ -190,7 +191,17 @@ def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
         out["advantages"] = {"estimator": lowered(t).estimator, "std": lowered(t).std}
     if gated and t.update_when is not None:
         out["update_gate"] = True
+    # the learning rate of every optimizer step as the local trainer's, over the role's whole
+    # schedule (askspec_ext/schedule.py; OpenRLHF lays its schedule over one launch's steps)
+    out["lr_schedule"] = schedule_plan(lowered(t))
     return out
+
+
+def schedule_plan(cfg: ir.TrainSettings) -> dict[str, Any]:
+    """job.json's `extension.lr_schedule`: the role's learning-rate schedule as the local
+    trainer lays it out (runtime/train/config.py's lr_factor over `steps`)."""
+    return {"steps": int(cfg.steps), "warmup": int(cfg.warmup), "decay": str(cfg.decay),
+            "floor": float(cfg.min_lr / cfg.lr) if cfg.lr else 0.0}
 
 
 def _num(x) -> str:

@@ -121,7 +121,8 @@ def readme(plan: JobPlan, phases: list[Any]) -> str:
             "a `drop` shortened, and the step up to the most rollouts a step can hold, are padded with rollouts that "
             "train no token, and each role's --train.batch_size and --rollout.batch_size are set to that padded "
             "size when the job starts: OpenRLHF (DeepSpeed) steps the optimizer once per --train.batch_size "
-            "rollouts, askspec once per step. The learning-rate schedule runs over the job's steps.", "",
+            "rollouts, askspec once per step. Each role's learning rate per step is the local trainer's (warm-up and "
+            "decay over the role's steps: askspec_ext/schedule.py).", "",
             "Differences from the local run: the step loop, the game, the batching, the gates and the buffers are "
             "the local trainer's own code; the samples are vLLM's (the call's seed, but another sampler than the hf "
             "backend's: other text) and the update is OpenRLHF's (DeepSpeed, its PPO loss and micro-batches) where "

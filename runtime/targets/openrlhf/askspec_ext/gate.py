@@ -64,10 +64,15 @@ NO_TOKENS = ("no_tokens", "no trajectory with a trained token")
 
 
 def step_lr_schedule(actor: Any) -> float:
-    """Run on each of OpenRLHF's PolicyModelActors (Ray's `__ray_call__`): one step of the
-    actor's learning-rate scheduler (the one DeepSpeed's engine steps in `optimizer_step`),
-    nothing else; the learning rate it sets."""
-    actor.actor_scheduler.step()
+    """Run on each of OpenRLHF's PolicyModelActors (Ray's `__ray_call__`): the steps of the
+    actor's learning-rate scheduler (the one DeepSpeed's engine steps in `optimizer_step`)
+    that one rollout batch's optimizer steps would take (`--train.max_epochs`: askspec's
+    schedule counts a step's epochs as one, schedule.py), nothing else; the learning rate
+    it sets."""
+    from .schedule import epochs_of
+
+    for _ in range(epochs_of(getattr(getattr(actor, "strategy", None), "args", None))):
+        actor.actor_scheduler.step()
     return float(actor.actor_scheduler.get_last_lr()[0])
 
 

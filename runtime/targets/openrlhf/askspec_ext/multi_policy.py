@@ -327,8 +327,8 @@ def step_batch(args: Any, rollouts: int) -> int:
 def openrlhf_roles(parsed: dict[str, Any]) -> Callable[..., Any]:
     """The role factory of a real job: `parsed` is each role's OpenRLHF args; each role's
     step batch becomes the most rollouts a step can hold (`step_batch`: OpenRLHF's
-    optimizer steps once per --train.batch_size rollouts, askspec's once per step) and its
-    learning-rate schedule runs over the job's steps."""
+    optimizer steps once per --train.batch_size rollouts, askspec's once per step); its
+    learning rate per step is the local trainer's (schedule.py, applied in OpenRLHFRole)."""
     import ray
 
     group_cls = ray.remote(OpenRLHFRole)
@@ -357,6 +357,10 @@ class OpenRLHFRole:
         from openrlhf.trainer.ray.ppo_actor import PolicyModelActor
         from openrlhf.utils import get_strategy
         from transformers import AutoTokenizer
+
+        from askspec.runtime.targets.openrlhf.mapping import schedule_plan
+
+        from . import schedule
 
         role = cfg.role
         self.cfg, self.role, self.args, self.steps = cfg, role, args, 0
@@ -394,6 +398,8 @@ class OpenRLHFRole:
         if self.ref is not None:
             refs.extend(self.ref.async_init_model_from_pretrained(strategy, pretrain))
         ray.get(refs)
+        # the role's learning rate per step as the local trainer's (OpenRLHF's multiplier is transformers')
+        ray.get(self.actor.async_run_method("__ray_call__", schedule.apply_to_actor, schedule_plan(cfg)))
         if init is not None:  # the engines start from the initial weights: send them the resumed ones
             ray.get(self.actor.async_run_method(method_name="broadcast_to_vllm"))
         self._next = 0
@@ -544,7 +550,7 @@ def install_when_loaded() -> None:
 def main(argv: list[str], resolver_factory: Callable[[Any, str], Any]) -> int:
     import ray
 
-    from . import advantages, cispo, pinned, train_ppo_ray
+    from . import advantages, cispo, pinned, schedule, train_ppo_ray
 
     job_dir, per_role = split_roles(argv)
     check_version()  # before OpenRLHF's parser runs: another release may not have what is mirrored here
@@ -554,6 +560,7 @@ def main(argv: list[str], resolver_factory: Callable[[Any, str], Any]) -> int:
         parsed = {role: openrlhf_args(flags) for role, flags in per_role.items()}
     if advantages.used(settings):
         advantages.check_version()
+    schedule.check_version()  # every role's actors take askspec's learning-rate schedule (OpenRLHFRole)
     if not ray.is_initialized():  # each role's trainer installs askspec's advantages (the worker setup hook)
         ray.init(runtime_env={"worker_process_setup_hook": SETUP_HOOK, "env_vars": {
             "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true")}})

@@ -4,7 +4,8 @@
 `--actor.policy_loss_type`, and the hooks the job asks for (job.json's `extension`):
 askspec's advantages (its estimator over its groups, `std` included: advantages.py), its
 training step (gate.py: a step with no loss token skipped, the update gate of
-`update_when`) and the role's state carried from its previous phase (carry.py), each
+`update_when`), the role's state carried from its previous phase (carry.py) and its
+learning-rate schedule laid out over the role's whole schedule (schedule.py), each
 checked against the OpenRLHF it was written for before Ray starts.
 
 The Ray workers build the loss, the experiences and the training steps, so they install
@@ -22,7 +23,7 @@ import contextlib
 import runpy
 from typing import Any, Iterator
 
-from . import advantages, carry, cispo, gate, pinned
+from . import advantages, carry, cispo, gate, pinned, schedule
 
 SETUP_HOOK = "askspec_ext.train_ppo_ray.install_when_loaded"
 
@@ -90,6 +91,9 @@ def main() -> None:
         gate.check_version()
     if carry.used(settings):
         carry.check_version()
+    if schedule.used(settings):  # (in this process, the driver: it builds the actor groups)
+        schedule.check_version()
+        schedule.install_when_loaded()
     parser = cispo.parser_accepts_cispo() if cispo_used else contextlib.nullcontext()
     with parser, workers_install_cispo():
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
