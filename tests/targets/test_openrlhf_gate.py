@@ -194,6 +194,60 @@ def test_closed_gate_takes_no_update(job, ext, openrlhf, tmp_path, monkeypatch) 
     assert gated_std != pytest.approx(group_std(values, "population"))
 
 
+ALTERNATING = """
+model m = hf("smollm2-135m-instruct") { max_tokens = 32 }
+role p { model = m; trained }
+role q { model = m; trained }
+game g for x in [1, 2, 3, 4] sample 2 {
+    valid = 1
+    a = ask p using "Say {{ x }}."
+    reward p = valid
+}
+game h for x in [1, 2, 3, 4] sample 2 {
+    b = ask q using "Say {{ x }}."
+    reward q = 1
+}
+train p with grpo { group = 2; batch = 2; update_when = min(step) >= 5 }
+train q with grpo { group = 2; batch = 2 }
+schedule alternating {
+    p = 2
+    q = 1
+    iterations = 2
+    games = {p: g, q: h}
+}
+"""
+
+
+def test_a_phases_steps_are_numbered_as_the_local_schedule_numbers_them(tmp_path, ext, openrlhf,
+                                                                         monkeypatch) -> None:
+    """OpenRLHF counts each launch's steps from 0; the local alternating schedule numbers a
+    role's steps in the whole run (p's are 1, 2 then 4, 5; q's 3 then 6). The launch's
+    iteration (ASKSPEC_ITERATION, from driver.sh) gives the trainer the local number,
+    which `update_when` reads as `step` and the trainer's store records."""
+    module, generator = openrlhf
+    (tmp_path / "alt.ask").write_text(ALTERNATING)
+    job = tmp_path / "alt"
+    assert main(["compile", str(tmp_path / "alt.ask"), "--target", "openrlhf", "-o", str(job)]) == 0
+    phase = job / "phase-1-p"
+    (call,) = launch_argv(phase / "launch.sh", tmp_path, env={"ASKSPEC_ITERATION": "2"})
+    env = json.loads(next(a for a in call if a.startswith("--runtime-env-json=")).split("=", 1)[1])["env_vars"]
+    assert env["ASKSPEC_ITERATION"] == "2"
+    args = parse_train_ppo_ray(train_flags(call))
+    monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("ASKSPEC_ITERATION", env["ASKSPEC_ITERATION"])  # (Ray's runtime env, in the trainer)
+    ext(phase).install()
+    actors, maker = TinyActors(), Maker()
+    t = trainer(module, args, actors, maker)
+    batch = [("s1", "ok", 1), ("s1", "ok", 1)]
+    status, _ = t.train_step(rollouts(generator, phase, batch), 0)  # local step 4: gated
+    assert status["askspec/gate"] == 0.0 and actors.fits == 0
+    status, _ = t.train_step(rollouts(generator, phase, batch), 1)  # local step 5: it updates
+    assert status["askspec/gate"] == 1.0 and actors.fits == 1
+    (run,) = [d for d in (tmp_path / "runs").iterdir() if (d / "manifest.json").exists()]
+    rows = open_store(str(run)).execute("SELECT step, skipped FROM train_steps ORDER BY step").fetchall()
+    assert rows == [(4, "gate"), (5, None)]
+
+
 def test_siblings_count_once_and_errors_not_at_all(job) -> None:
     gate = JobGate(json.loads((job / "job.json").read_text()))
 

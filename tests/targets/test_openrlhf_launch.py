@@ -135,6 +135,8 @@ def test_alternating_phases_chain_checkpoints(tmp_path) -> None:
     envs = [json.loads(next(a for a in c if a.startswith("--runtime-env-json=")).split("=", 1)[1])["env_vars"]
             for c in rays]
     assert len({e["ASKSPEC_HISTORY"] for e in envs}) == 1 and len({e["ASKSPEC_LAUNCH"] for e in envs}) == 4
+    # and each launch knows its iteration (the trainer numbers its steps as the local schedule does)
+    assert [e["ASKSPEC_ITERATION"] for e in envs] == ["1", "1", "2", "2"]
     proposer, solver = parsed[0], parsed[1]
     assert (proposer.algo.advantage.estimator, proposer.actor.policy_loss_type) == ("rloo", "ppo")
     assert (solver.algo.advantage.estimator, solver.actor.policy_loss_type) == ("group_norm", "gspo")

@@ -115,6 +115,19 @@ class StepGate:
         # the group std the block's estimator divides by, which `reward_std` is (as the local trainer's)
         self.std = next((t.config.std for t in self.exp.training if t.role == self.role and t.config), "sample")
         self.writer: Any = None
+        self.local_steps = local_steps(self.exp, self.role)
+
+    def step(self, global_step: int) -> int:
+        """The local run's step number of OpenRLHF's `global_step` (counted from 0 in each
+        launch): in a phase of an alternating schedule, the step the local schedule plays
+        there (ASKSPEC_ITERATION, which driver.sh sets, names the iteration), so that
+        `update_when`'s `step` and the trainer's `train_steps.step` are the local run's; past
+        the local steps (a job rounded up to whole passes) it counts on."""
+        if not self.local_steps:
+            return global_step + 1
+        if global_step < len(self.local_steps):
+            return self.local_steps[global_step]
+        return self.local_steps[-1] + global_step - len(self.local_steps) + 1
 
     def record(self, step: int, metrics: dict[str, Any]) -> None:
         if self.writer is None:
@@ -123,6 +136,21 @@ class StepGate:
             self.writer = open_job_writer(self.exp, self.job, pinned.JOB_FILE.parent, self.role, "openrlhf-trainer")
         self.writer.train_step(self.role, step, metrics)
         self.writer.flush()  # the trainer's process ends when the job stops it
+
+
+ITERATION_ENV = "ASKSPEC_ITERATION"  # the iteration of the alternating schedule a phase's launch plays
+
+
+def local_steps(exp: Any, role: str) -> list[int]:
+    """The local step numbers of `role`'s phase in the iteration this launch plays (an
+    alternating schedule; empty otherwise: OpenRLHF's count is the local one)."""
+    import os
+
+    if exp.schedule is None or exp.schedule.kind != "alternating":
+        return []
+    from askspec.runtime.targets.openrlhf.phase_data import phase_steps
+
+    return phase_steps(exp, role, int(os.environ.get(ITERATION_ENV) or 1))
 
 
 def _rewards(rollout_samples: list, std: str) -> dict[str, Any]:
@@ -153,7 +181,7 @@ def install(module: Any = None, job: Any = None) -> None:
     original = cls.train_step
 
     def train_step(self, rollout_samples, global_step: int):
-        step = global_step + 1  # the step this batch is (fit counts from 0)
+        step = state.step(global_step)  # the local step this batch is (fit counts from 0 in each launch)
         seen: dict[str, Any] = {"step": step, **_rewards(rollout_samples, state.std)}
         tokens = loss_tokens(rollout_samples)
         skip: tuple[str, str] | None = None
