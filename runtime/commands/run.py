@@ -204,7 +204,7 @@ class Run:
         step_sessions = None
         if trainer is not None:  # the local trainer plays the steps (docs/training.md)
             from askspec.runtime.commands.train_report import StepSessions
-            from askspec.runtime.train.trainer import StepLog
+            from askspec.runtime.train.steplog import StepLog
 
             log = StepLog(writer)
             progress.total = trainer.planned_sessions()

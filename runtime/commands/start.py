@@ -166,7 +166,7 @@ class StagePlan:
 
 def stage_plan(exp: ir.Experiment, name: str, weights: str, params: dict, datasets: dict, seed: int) -> StagePlan:
     from askspec.runtime.train.stages import eval_plans
-    from askspec.runtime.train.trainer import StepPlanner
+    from askspec.runtime.train.planner import StepPlanner
 
     stage = next((s for s in exp.stages if s.name == name), None)
     if stage is None or stage.kind != "evaluate":
@@ -343,7 +343,8 @@ def prepare_training(opts: RunOptions, manifest: dict | None, res, params: dict,
     a resumed run does what it did before), None when it does not, False when it refuses
     (its diagnostics printed, at the spec's lines)."""
     from askspec.runtime.train import runner as train_runner
-    from askspec.runtime.train.trainer import CheckpointDamaged, TrainingRefused
+    from askspec.runtime.train.checkpoints import CheckpointDamaged
+    from askspec.runtime.train.trainer import TrainingRefused
 
     if manifest is not None and not manifest.get("training") and res.ir.training and not opts.eval_only:
         # (a run of this version records its training with the rest of its manifest, at once)
@@ -378,7 +379,8 @@ def load_training(trainer: LocalTrainer, opts: RunOptions, res, resolver: ModelR
     """Load the trained weights (the newest checkpoint's on resume) before a new run
     directory exists, so that a refusal leaves nothing behind; False when refused."""
     from askspec.runtime.train import runner as train_runner
-    from askspec.runtime.train.trainer import CheckpointDamaged, TrainingRefused
+    from askspec.runtime.train.checkpoints import CheckpointDamaged
+    from askspec.runtime.train.trainer import TrainingRefused
 
     trainer.resolver = resolver
     try:

@@ -64,7 +64,7 @@ class Trajectory:
 
 @dataclass
 class SessionRecord:
-    """What the step recorded about one session (see trainer.StepLog)."""
+    """What the step recorded about one session (see steplog.StepLog)."""
 
     session_id: str
     group_id: str | None

@@ -34,22 +34,19 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator
 
 from askspec.ir import model as ir
 from askspec.ir.plansize import group_size, weight_rounds, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
-from askspec.runtime.engine.recorder import Recorder
 from askspec.runtime.train.batch import SessionRecord, build_batch
 from askspec.runtime.train import schedule
+from askspec.runtime.train.checkpoints import BUFFERS, CHECKPOINTS, LATEST, STAGES, CheckpointDamaged, checkpoint_problem
 from askspec.runtime.train.config import config_from_ir
 from askspec.runtime.train.nested import InnerLoop
-
-CHECKPOINTS = "checkpoints"
-LATEST = "latest.json"
-BUFFERS = "buffers"  # checkpoints/buffers/step-<n>.json: the buffers' state at that step
-STAGES = "stages"  # checkpoints/stages/step-<n>.json: what the stages carry past that step (StageState)
+from askspec.runtime.train.planner import MAX_REFILL_ROUNDS, Element, StepPlanner
+from askspec.runtime.train.steplog import StepLog
 
 
 class TrainingRefused(Exception):
@@ -66,263 +63,6 @@ class TrainingStopped(Exception):
     gradient (`max_nonfinite_steps`), weights that are no longer finite numbers, or an
     on-policy step whose sampler did not play the trained weights (`on_mismatch = error`).
     The message says which role and steps, and what to do."""
-
-
-class CheckpointDamaged(Exception):
-    """A checkpoint `--resume` needs cannot be read: the message names the file and says
-    what to do (an earlier intact checkpoint to continue from, if there is one)."""
-
-
-def checkpoint_problem(folder: Path, *, optimizer: bool) -> str | None:
-    """Why `folder` cannot be resumed from, naming the file; None when its state, config
-    and weights (and, with `optimizer`, AdamW's moments) read. Safetensors headers are
-    read whole, so a truncated or emptied file is found without loading the weights."""
-    from safetensors import safe_open
-
-    if not folder.is_dir():
-        return f"{folder} is missing"
-    for name in ("trainer_state.json", "config.json"):
-        path = folder / name
-        try:
-            json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            return f"{path} cannot be read ({e.__class__.__name__}: {e})"
-    files = sorted(folder.glob("*.safetensors"))
-    if not any(p.name != "optimizer.safetensors" for p in files):
-        return f"{folder} holds no weights (model.safetensors)"
-    if optimizer and not (folder / "optimizer.safetensors").exists():
-        return f"{folder / 'optimizer.safetensors'} is missing"
-    for path in files:
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                f.keys()
-        except Exception as e:  # safetensors raises its own SafetensorError (and OSError)
-            return f"{path} is damaged ({e.__class__.__name__}: {e})"
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# which sessions a step plays
-
-
-@dataclass(frozen=True)
-class _Element:
-    game: ir.Game
-    item_index: int
-    bindings: dict[str, Any]
-    size: int  # sessions of this element in one step (its group)
-
-
-# Refill sessions are numbered apart from the plan's (whose indices count up from 0), so
-# that their indices, which seed nothing but must be unique, never meet a planned session's.
-REFILL_INDEX = 1 << 40
-# A step whose groups keep being resampled stops after this many refill rounds (DAPO's
-# max_num_gen_batches): every loop of a run is bounded.
-MAX_REFILL_ROUNDS = 8
-
-
-class StepPlanner:
-    """Sessions of each training step: elements in plan order, cycling, whole groups."""
-
-    def __init__(self, exp: ir.Experiment, games: list[ir.Game], params: dict[str, Any], collections: dict[str, list],
-                 seed: int, group: int | None, batch: int | None) -> None:
-        from askspec.runtime.engine.evaluator import Env, evaluate
-
-        self.seed = seed
-        self.elements: list[_Element] = []
-        for game in games:
-            items: list[Any] = [None]  # a game without `for`: one element, no bindings
-            if game.iter is not None:
-                items = evaluate(game.iter, Env(vars={}, params=params, collections=collections))
-                if not isinstance(items, list):
-                    raise ValueError(f"game {game.name}: 'for' did not produce a list")
-            size = group_size(game, group)
-            for k, item in enumerate(items):
-                if game.pattern and len(game.pattern) == 1:
-                    bindings = {game.pattern[0]: item}
-                elif game.pattern:
-                    bindings = dict(zip(game.pattern, list(item)))
-                else:
-                    bindings = {}
-                self.elements.append(_Element(game, k, bindings, size))
-        if not self.elements:
-            raise ValueError("the trained games plan no sessions (an empty data set?)")
-        self.batch = batch or self.elements[0].size
-        self._starts: list[tuple[int, int]] = [(0, 0)]  # per step: (first element position, first index)
-
-    def _bounds(self, step: int) -> tuple[int, int, int]:
-        """(first element position, element count, first session index) of 1-based `step`."""
-        while len(self._starts) < step:
-            pos, index = self._starts[-1]
-            count, sessions = self._take(pos)
-            self._starts.append((pos + count, index + sessions))
-        pos, index = self._starts[step - 1]
-        count, _ = self._take(pos)
-        return pos, count, index
-
-    def _take(self, pos: int) -> tuple[int, int]:
-        count = sessions = 0
-        while sessions < self.batch:
-            sessions += self.elements[(pos + count) % len(self.elements)].size
-            count += 1
-        return count, sessions
-
-    def sessions_per_step(self, step: int) -> int:
-        pos, count, _ = self._bounds(step)
-        return sum(self.elements[(pos + i) % len(self.elements)].size for i in range(count))
-
-    def refill(self, n: int, step: int, round_: int, sessions: int, skip: int) -> list[SessionPlan]:
-        """Groups played in place of those a route `resample`d (DAPO-style dynamic sampling,
-        reasoning_arena.txt §3): at least `sessions` sessions of the elements that follow
-        this planner's `n`-th step's own, after the `skip` elements earlier refills of the
-        step used. Their seeds and ids are the (global) step's, the round's and the group's
-        place in it own (an element met twice in one round gets two), so a resumed run
-        replays them."""
-        pos, count, _ = self._bounds(n)
-        out: list[SessionPlan] = []
-        j = 0
-        while len(out) < sessions:
-            at = pos + count + skip + j
-            e = self.elements[at % len(self.elements)]
-            group_id = f"{e.game.name}-t{step:06d}-r{round_}-e{j:03d}" if e.size > 1 else None
-            for member in range(e.size):
-                k = len(out)
-                out.append(SessionPlan(index=REFILL_INDEX + step * 10_000 + round_ * 1_000 + k,
-                                       session_id=f"s{step:06d}-r{round_}-{k:03d}", game=e.game.name, group_id=group_id,
-                                       group_size=e.size, bindings=e.bindings, step=step,
-                                       seed=derive_seed(self.seed, e.game.name, e.item_index, "refill", step, round_, j,
-                                                        member),
-                                       item_index=e.item_index))
-            j += 1
-        return out
-
-    def plans(self, n: int, index0: int | None = None, step: int | None = None) -> list[SessionPlan]:
-        """The sessions of this planner's `n`-th step; `index0` (the first session index)
-        and `step` (the global step) default to n's own when one planner is the schedule.
-
-        A session's seed follows its element, the pass over the elements (`epoch`), its
-        member and the global step: every step samples afresh, whichever phase or stage
-        it belongs to (an alternating schedule's phases walk the same elements with
-        planners of their own: without the step the second phase would replay the first
-        one's seeds), and a resumed run replays the same step under the same seeds. The
-        nested loop's planners, all playing in one outer step, have seeds of their own."""
-        pos, count, index = self._bounds(n)
-        index = index if index0 is None else index0
-        step = n if step is None else step
-        out: list[SessionPlan] = []
-        for j in range(count):
-            e = self.elements[(pos + j) % len(self.elements)]
-            epoch = (pos + j) // len(self.elements)
-            group_id = f"{e.game.name}-t{step:06d}-e{j:03d}" if e.size > 1 else None
-            for member in range(e.size):
-                k = index + len(out)
-                out.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=e.game.name, group_id=group_id,
-                                       group_size=e.size, bindings=e.bindings, step=step,
-                                       seed=derive_seed(self.seed, e.game.name, e.item_index, "train", step, epoch,
-                                                        member)))
-        return out
-
-
-# ---------------------------------------------------------------------------------------
-# what a step recorded
-
-
-class StepWriter(Recorder, Protocol):
-    """What a training run records beyond the engine's events (the run store's RunWriter)."""
-
-    @property
-    def run_id(self) -> str: ...
-
-    @property
-    def generation(self) -> int: ...
-
-    def train_step(self, role: str, step: int, metrics: dict) -> None: ...
-
-    def nested_event(self, *, step: int, event: str, dataset: int | None = None, copy: int | None = None,
-                     inner_step: int | None = None, value: float | None = None, data: Any = None) -> None: ...
-
-    def flush(self) -> None: ...
-
-
-class StepLog:
-    """The run writer, passed through, keeping what the trainer needs from the current
-    step: each session's status, variables, rewards and rollouts, and the groups' routes.
-    It is the engine's Recorder and the trainer's StepWriter: every event is forwarded."""
-
-    def __init__(self, writer: StepWriter) -> None:
-        self._writer = writer
-        self.sessions: dict[str, SessionRecord] = {}
-        self.routes: dict[tuple[str, str], str] = {}
-        self.parsed: dict[tuple[str, int], Any] = {}  # (session, turn index) -> the reply's fields (nested datasets)
-
-    # forwarded as they are
-    @property
-    def run_id(self) -> str:
-        return self._writer.run_id
-
-    @property
-    def generation(self) -> int:
-        return self._writer.generation
-
-    def train_step(self, role: str, step: int, metrics: dict) -> None:
-        self._writer.train_step(role, step, metrics)
-
-    def nested_event(self, **fields: Any) -> None:
-        self._writer.nested_event(**fields)
-
-    def buffer_event(self, **fields: Any) -> None:
-        self._writer.buffer_event(**fields)
-
-    def match(self, group_id: str, **fields: Any) -> None:
-        self._writer.match(group_id, **fields)
-
-    def flush(self) -> None:
-        self._writer.flush()
-
-    def reset(self) -> None:
-        self.sessions, self.routes, self.parsed = {}, {}, {}
-
-    def turn(self, session_id: str, attempt: int, **fields: Any) -> None:
-        self._writer.turn(session_id, attempt, **fields)
-        parsed = fields.get("parsed")
-        if session_id in self.sessions and isinstance(parsed, dict):
-            self.parsed[(session_id, int(fields["turn_index"]))] = {"text": fields.get("text"), **parsed}
-
-    def session_started(self, session_id: str, *, game: str, group_id: str | None, params: dict, index: int,
-                        step: int | None = None, stage: str | None = None, weights: str | None = None,
-                        seed: int | None = None) -> int:
-        attempt = self._writer.session_started(session_id, game=game, group_id=group_id, params=params, index=index,
-                                               step=step, stage=stage, weights=weights, seed=seed)
-        self.sessions[session_id] = SessionRecord(session_id, group_id, attempt)
-        return attempt
-
-    def reward(self, session_id: str, attempt: int, *, role: str, turn_index: int | None, name: str, value: float,
-               kind: str) -> None:
-        self._writer.reward(session_id, attempt, role=role, turn_index=turn_index, name=name, value=value, kind=kind)
-        if session_id in self.sessions:
-            self.sessions[session_id].rewards.append((role, turn_index, name, float(value)))
-
-    def session_finished(self, session_id: str, attempt: int, *, status: str, outcome: str | None, error: str | None,
-                         vars: dict, bookkeeping: dict | None = None) -> None:
-        self._writer.session_finished(session_id, attempt, status=status, outcome=outcome, error=error, vars=vars,
-                                      bookkeeping=bookkeeping)
-        rec = self.sessions.get(session_id)
-        if rec is not None:
-            rec.status, rec.outcome, rec.vars, rec.book = status, outcome, vars, bookkeeping or {}
-
-    def group(self, group_id: str, *, route: str, stats: dict, members: list[str], **counts: Any) -> None:
-        self._writer.group(group_id, route=route, stats=stats, members=members, **counts)
-        self.routes[(group_id, stats.get("role") or "*")] = route
-
-    def rollout(self, plan: SessionPlan, attempt: int, turn_index: int, role: str, result, temperature: float,
-                sample_key: str | None) -> None:
-        rec = self.sessions.get(plan.session_id)
-        if rec is None:
-            return
-        rec.rollouts.append({"role": role, "turn_index": turn_index, "sample_key": sample_key,
-                             "prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids,
-                             "logprobs": result.logprobs, "temperature": float(temperature),
-                             "finish_reason": result.finish_reason})
 
 
 @dataclass
@@ -379,7 +119,7 @@ class LocalTrainer:
         self.games = [g for g in exp.games
                       if g.name in inner_games or any(g.name in s.phase.plain + s.phase.replay for s in self.slots)]
         self.planners: dict[str, StepPlanner] = {}
-        self.evaluated: dict[str, list[_Element]] = {}  # an evaluate stage's elements
+        self.evaluated: dict[str, list[Element]] = {}  # an evaluate stage's elements
         for ph in {s.phase.name: s.phase for s in self.slots}.values():
             if ph.kind == "evaluate":
                 self.evaluated[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
@@ -389,7 +129,7 @@ class LocalTrainer:
                 self.planners[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
                                                      dict(datasets), seed, group, batch)
         self.planner = next(iter(self.planners.values()), None)  # the first phase's (tests, progress)
-        self.sampling: dict[str, list[_Element]] = {  # a retrain stage's sample game's elements
+        self.sampling: dict[str, list[Element]] = {  # a retrain stage's sample game's elements
             st.name: StepPlanner(exp, [self._game(st.options["sample"])], params, dict(datasets), seed, None,
                                  None).elements
             for st in exp.stages if st.kind == "retrain" and st.options.get("sample")}

@@ -57,7 +57,8 @@ def main(argv: list[str]) -> int:
     from askspec.runtime.store.writer import RunWriter
     from askspec.runtime.targets.openrlhf import phase_data
     from askspec.runtime.targets.openrlhf.adapter import carried_history
-    from askspec.runtime.train.trainer import LocalTrainer, StepLog
+    from askspec.runtime.train.trainer import LocalTrainer
+    from askspec.runtime.train.steplog import StepLog
 
     torch.set_num_threads(default_threads())  # as `askspec run` sets them: the same float sums as the local run
     phase = Path.cwd()

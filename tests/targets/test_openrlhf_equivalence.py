@@ -21,7 +21,7 @@ from askspec.runtime.targets.openrlhf import adapter
 from askspec.runtime.train.advantages import advantages as local_advantages
 from askspec.runtime.train.batch import build_batch
 from askspec.runtime.train.policy import _rewards_and_groups
-from askspec.runtime.train.trainer import StepLog
+from askspec.runtime.train.steplog import StepLog
 
 from openrlhf_harness import parse_train_ppo_ray, launch_argv, train_flags
 from openrlhf_modules import experience_maker, experience_module, samples_generator

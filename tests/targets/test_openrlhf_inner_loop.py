@@ -24,7 +24,8 @@ from askspec.runtime.store.views import open_store
 from askspec.runtime.store.writer import RunWriter
 from askspec.runtime.train.batch import SessionRecord
 from askspec.runtime.train.nested import datasets_of
-from askspec.runtime.train.trainer import LocalTrainer, StepLog
+from askspec.runtime.train.trainer import LocalTrainer
+from askspec.runtime.train.steplog import StepLog
 
 pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
 

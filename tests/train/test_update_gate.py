@@ -13,7 +13,8 @@ import asyncio
 from pathlib import Path
 
 from askspec.lang.compiler import compile_file
-from askspec.runtime.train.trainer import LocalTrainer, StepLog
+from askspec.runtime.train.trainer import LocalTrainer
+from askspec.runtime.train.steplog import StepLog
 
 SPEC = """
 model m = hf("smollm2-135m-instruct") { max_tokens = 8 }

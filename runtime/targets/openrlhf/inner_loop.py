@@ -104,7 +104,7 @@ class InnerLoopHost:
     def __init__(self, experiment: str, *, spec_dir: str, seed: int, runs: str, state_dir: str,
                  resolver_factory: Callable[[ir.Experiment, str], Any], argv: list[str] | None = None,
                  workers: int | None = None, pool: list[Any] | None = None) -> None:
-        from askspec.runtime.train.trainer import StepLog
+        from askspec.runtime.train.steplog import StepLog
 
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -229,7 +229,7 @@ class InnerWorker:
 
     def __init__(self, experiment: str, *, spec_dir: str, seed: int, runs: str, state_dir: str,
                  resolver_factory: Callable[[ir.Experiment, str], Any], index: int) -> None:
-        from askspec.runtime.train.trainer import StepLog
+        from askspec.runtime.train.steplog import StepLog
 
         state = Path(state_dir)
         exp, params, datasets, self.trainer = _build(experiment, spec_dir, seed, state, resolver_factory)

@@ -175,7 +175,7 @@ def _config(exp: ir.Experiment, role: str):
 def _plain_batches(exp: ir.Experiment, role: str, elements: list[dict], steps: int,
                    iteration: int) -> list[list[dict]]:
     """The elements of the `steps` steps of `role`'s phase in `iteration`: the local
-    StepPlanner's walk (train.trainer.StepPlanner._take), continuing over the role's
+    StepPlanner's walk (train.planner.StepPlanner._take), continuing over the role's
     earlier phases: each step takes elements in plan order, cycling, until its sessions
     (each element's group) reach the train block's `batch` (one element's group without)."""
     if not elements:

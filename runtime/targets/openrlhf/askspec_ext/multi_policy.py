@@ -196,7 +196,7 @@ def lockstep_trainer_class() -> type:
         def resume_problem(self, step: int) -> str | None:
             if self.optimizer_in_folder:
                 return super().resume_problem(step)
-            from askspec.runtime.train.trainer import CHECKPOINTS, checkpoint_problem
+            from askspec.runtime.train.checkpoints import CHECKPOINTS, checkpoint_problem
 
             for c in self.configs:
                 problem = checkpoint_problem(self.run_dir / CHECKPOINTS / c.role / f"step-{step}", optimizer=False)
@@ -208,12 +208,12 @@ def lockstep_trainer_class() -> type:
             """One actor group per trained role (`make_role`), from the spec's weights or the
             last checkpoint every role wrote."""
             if resume_from is not None:
-                from askspec.runtime.train.trainer import CheckpointDamaged
+                from askspec.runtime.train.checkpoints import CheckpointDamaged
 
                 problem = self.resume_problem(self.start_step)
                 if problem is not None:
                     raise CheckpointDamaged(problem)
-            from askspec.runtime.train.trainer import CHECKPOINTS
+            from askspec.runtime.train.checkpoints import CHECKPOINTS
 
             for cfg in self.configs:
                 init = self.run_dir / CHECKPOINTS / cfg.role / f"step-{self.start_step}" if resume_from else None
@@ -264,7 +264,7 @@ def run(job_dir: Path, runs: str, make_role: Callable[..., Any], resolver_factor
     from askspec.runtime.engine.plan import load_dataset
     from askspec.runtime.engine.session import Engine
     from askspec.runtime.store.writer import RunWriter
-    from askspec.runtime.train.trainer import StepLog
+    from askspec.runtime.train.steplog import StepLog
 
     from askspec.runtime.targets.openrlhf.jobfile import read_multi_job, read_phase_job
 
