@@ -573,6 +573,14 @@ class BlockChecks(TrainingChecks):
                              node.span, f"assign '{n}' on every path of game '{g.name}' (e.g. a default before the "
                              f"`if`): as it is, the metric leaves out the sessions without it")
 
+    # the handler of each kind (one table: a missing handler is a KeyError here, not an attribute lookup)
+    BLOCKS = {
+        "buffer": block_buffer,
+        "tournament": block_tournament,
+        "judge": block_judge,
+        "schedule": block_schedule,
+    }
+
 
 # what a metric reads from the session's row, not from its variables (runtime/engine/metrics.py)
 _SESSION_COLUMNS = frozenset({"outcome", "status", "game"})

@@ -212,7 +212,7 @@ class Compiler(StageChecks):
             if isinstance(d, A.DataDecl):
                 self.data(d)
             elif isinstance(d, A.BlockDecl) and d.kind != "schedule":
-                getattr(self, "block_" + d.kind)(d)
+                self.BLOCKS[d.kind](self, d)
         self.schedule_rewarded = self.nested_rewarded(decls)
         games = [d for d in decls if isinstance(d, A.GameDecl)]
         # games a retrain stage samples its items with: their replies are data, never trained on (no E402);

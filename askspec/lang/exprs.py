@@ -142,8 +142,7 @@ class ExprChecker:
 
     # -- main entry
     def check(self, e: A.Expr, scope: Scope) -> tuple[ir.Expr, T]:
-        method: Callable = getattr(self, "_" + type(e).__name__)
-        return method(e, scope)
+        return self.EXPR_CHECKS[type(e)](self, e, scope)
 
     def _Number(self, e: A.Number, scope):
         return ir.Lit(span=irspan(e.span), value=e.value, type="number"), NUM
@@ -381,6 +380,23 @@ class ExprChecker:
                 elem = te if i == 0 else unify(elem, te)
             return list_of(list_of(elem))
         return _RETURNS[b.returns]
+
+    # the handler of each node class (one table: a missing handler is a KeyError here, not an attribute lookup)
+    EXPR_CHECKS: dict[type, Callable[..., tuple[ir.Expr, T]]] = {
+        A.Number: _Number,
+        A.String: _String,
+        A.Bool: _Bool,
+        A.Name: _Name,
+        A.ListLit: _ListLit,
+        A.RecordLit: _RecordLit,
+        A.Attr: _Attr,
+        A.Index: _Index,
+        A.Unary: _Unary,
+        A.Binary: _Binary,
+        A.Case: _Case,
+        A.Where: _Where,
+        A.Call: _Call,
+    }
 
 
 def _list_of_kinds(t: T, elems: tuple[str, ...]) -> bool:

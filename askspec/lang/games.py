@@ -175,7 +175,7 @@ class GameChecker:
         return out
 
     def stmt(self, s, scope: Scope, in_loop: bool):
-        return getattr(self, "_" + type(s).__name__)(s, scope, in_loop)
+        return self.STMT_CHECKS[type(s)](self, s, scope, in_loop)
 
     def _Outcomes(self, s, scope, in_loop):
         return None
@@ -858,6 +858,23 @@ class GameChecker:
 
         bounds = walk(steps, 1)
         return dict(sorted(bounds.items()))
+
+    # the handler of each node class (one table: a missing handler is a KeyError here, not an attribute lookup)
+    STMT_CHECKS = {
+        A.Outcomes: _Outcomes,
+        A.Assign: _Assign,
+        A.AskStmt: _AskStmt,
+        A.Repeat: _Repeat,
+        A.While: _While,
+        A.For: _For,
+        A.If: _If,
+        A.Reward: _Reward,
+        A.Bind: _Bind,
+        A.Drop: _Drop,
+        A.Push: _Push,
+        A.End: _End,
+        A.Route: _Route,
+    }
 
 
 class _Flow:

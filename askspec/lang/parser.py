@@ -362,7 +362,7 @@ class _Builder:
         return A.Module(Span(self.path, 1, 1, 1, 1), self.path, decls)
 
     def decl(self, t: Tree):
-        return getattr(self, "d_" + t.data)(t)
+        return self.DECLS[t.data](self, t)
 
     def d_experiment(self, t: Tree) -> A.Experiment:
         name, *items = t.children
@@ -475,7 +475,7 @@ class _Builder:
         return [self.stmt(c) for c in t.children]
 
     def stmt(self, t: Tree):
-        return getattr(self, "s_" + t.data)(t)
+        return self.STMTS[t.data](self, t)
 
     def s_assign_stmt(self, t: Tree) -> A.Assign:
         *targets, value = t.children
@@ -586,7 +586,7 @@ class _Builder:
     def expr(self, t) -> A.Expr:
         if isinstance(t, Token):  # bare tokens only appear for NAME in a few places
             return A.Name(self.span(t), str(t))
-        return getattr(self, "e_" + t.data)(t)
+        return self.EXPRS[t.data](self, t)
 
     def e_number(self, t: Tree) -> A.Number:
         raw = str(t.children[0])
@@ -715,6 +715,66 @@ class _Builder:
             else:
                 subject = self.expr(c)
         return A.Case(self.span(t), subject, arms, default)
+
+    # the handler of each kind (one table: a missing handler is a KeyError here, not an attribute lookup)
+    DECLS = {
+        "experiment": d_experiment,
+        "param": d_param,
+        "model": d_model,
+        "role": d_role,
+        "template": d_template,
+        "data": d_data,
+        "buffer": d_buffer,
+        "tournament": d_tournament,
+        "judge": d_judge,
+        "schedule": d_schedule,
+        "stage": d_stage,
+        "train": d_train,
+        "metric": d_metric,
+        "profile": d_profile,
+        "game": d_game,
+    }
+
+    # the handler of each kind (one table: a missing handler is a KeyError here, not an attribute lookup)
+    STMTS = {
+        "assign_stmt": s_assign_stmt,
+        "ask_stmt": s_ask_stmt,
+        "repeat_stmt": s_repeat_stmt,
+        "while_stmt": s_while_stmt,
+        "until_stmt": s_until_stmt,
+        "for_stmt": s_for_stmt,
+        "if_stmt": s_if_stmt,
+        "reward_stmt": s_reward_stmt,
+        "bind_stmt": s_bind_stmt,
+        "end_stmt": s_end_stmt,
+        "outcomes_stmt": s_outcomes_stmt,
+        "drop_stmt": s_drop_stmt,
+        "push_stmt": s_push_stmt,
+        "route_stmt": s_route_stmt,
+    }
+
+    # the handler of each kind (one table: a missing handler is a KeyError here, not an attribute lookup)
+    EXPRS = {
+        "number": e_number,
+        "string": e_string,
+        "true": e_true,
+        "false": e_false,
+        "name": e_name,
+        "list_lit": e_list_lit,
+        "record_lit": e_record_lit,
+        "call": e_call,
+        "attr_access": e_attr_access,
+        "index": e_index,
+        "pipe": e_pipe,
+        "where": e_where,
+        "or_op": e_or_op,
+        "and_op": e_and_op,
+        "not_op": e_not_op,
+        "compare": e_compare,
+        "binary": e_binary,
+        "neg": e_neg,
+        "case_e": e_case_e,
+    }
 
 
 def _dotted(e: A.Expr) -> str:

@@ -70,7 +70,7 @@ class StageChecks(BlockChecks):
                     self.err("E104", f"stage setting '{a.name}' given twice", a.name_span)
                 else:
                     seen[a.name] = a
-            opts = getattr(self, "stage_" + d.kind)(d, seen)
+            opts = self.STAGES[d.kind](self, d, seen)
             if opts is not None:
                 kind: Any = d.kind
                 self.exp.stages.append(ir.Stage(span=irspan(d.span), name=d.name, kind=kind, options=opts))
@@ -406,3 +406,11 @@ class StageChecks(BlockChecks):
                      "sample with a game of its own, held out of the schedule")
             return None
         return game.name
+
+    # the handler of each kind (one table: a missing handler is a KeyError here, not an attribute lookup)
+    STAGES = {
+        "sft": stage_sft,
+        "train": stage_train,
+        "evaluate": stage_evaluate,
+        "retrain": stage_retrain,
+    }
