@@ -235,7 +235,8 @@ def test_a_phases_steps_are_numbered_as_the_local_schedule_numbers_them(tmp_path
     args = parse_train_ppo_ray(train_flags(call))
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("ASKSPEC_ITERATION", env["ASKSPEC_ITERATION"])  # (Ray's runtime env, in the trainer)
-    ext(phase).install()
+    gate = ext(phase)
+    gate.install()
     actors, maker = TinyActors(), Maker()
     t = trainer(module, args, actors, maker)
     batch = [("s1", "ok", 1), ("s1", "ok", 1)]
@@ -246,6 +247,10 @@ def test_a_phases_steps_are_numbered_as_the_local_schedule_numbers_them(tmp_path
     (run,) = [d for d in (tmp_path / "runs").iterdir() if (d / "manifest.json").exists()]
     rows = open_store(str(run)).execute("SELECT step, skipped FROM train_steps ORDER BY step").fetchall()
     assert rows == [(4, "gate"), (5, None)]
+    # a job outside the schedule's phases (a retrain stage's PPO job) counts its own steps
+    stage_job = json.loads((phase / "job.json").read_text())
+    del stage_job["extension"]["carry_state"]
+    assert [gate.StepGate(stage_job).step(k) for k in (0, 1)] == [1, 2]
 
 
 def test_siblings_count_once_and_errors_not_at_all(job) -> None:

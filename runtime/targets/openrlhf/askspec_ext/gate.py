@@ -115,7 +115,8 @@ class StepGate:
         # the group std the block's estimator divides by, which `reward_std` is (as the local trainer's)
         self.std = next((t.config.std for t in self.exp.training if t.role == self.role and t.config), "sample")
         self.writer: Any = None
-        self.local_steps = local_steps(self.exp, self.role)
+        # (a phase of the RL schedule, whose state carries phase to phase; a stage's PPO job counts its own)
+        self.local_steps = local_steps(self.exp, self.role) if job.extension.get("carry_state") else []
 
     def step(self, global_step: int) -> int:
         """The local run's step number of OpenRLHF's `global_step` (counted from 0 in each
