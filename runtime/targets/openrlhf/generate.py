@@ -57,7 +57,7 @@ _WHY = {
     "--rollout.temperature": "the trained role's temperature",
     "--rollout.top_p": "the trained role's top_p",
     "--actor.adam.lr": "`lr`",
-    "--actor.lr_warmup_ratio": "`warmup` / steps",
+    "--actor.lr_warmup_ratio": "`warmup` / steps (each step's rate is then askspec's over the role's whole schedule: job.json's extension.lr_schedule)",
     "--actor.eps_clip_low_high": "`clip_low`, `clip_high`",
     "--actor.eps_clip": "`clip`",
     "--algo.kl.init_coef": "`kl` (0: no reference model)",
