@@ -5,6 +5,8 @@ block's role and algorithm. Nothing is defaulted here: the IR says what will hap
 
 from __future__ import annotations
 
+from typing import Any
+
 from askspec.ir import model as ir
 
 
@@ -25,8 +27,14 @@ def config_from_ir(t: ir.Training, exp: ir.Experiment) -> TrainConfig:
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
     """Multiplier of `lr` for 0-based optimizer step `step` of `cfg`'s schedule."""
-    return lr_multiplier(step, steps=cfg.steps, warmup=cfg.warmup, decay=cfg.decay,
-                         floor=cfg.min_lr / cfg.lr if cfg.lr else 0.0)
+    return lr_multiplier(step, **lr_schedule(cfg))
+
+
+def lr_schedule(cfg: ir.TrainSettings) -> dict[str, Any]:
+    """The learning-rate schedule of lowered settings, as `lr_multiplier`'s arguments
+    (`floor` = min_lr / lr); also an OpenRLHF job's `extension.lr_schedule`."""
+    return {"steps": int(cfg.steps), "warmup": int(cfg.warmup), "decay": str(cfg.decay),
+            "floor": float(cfg.min_lr / cfg.lr) if cfg.lr else 0.0}
 
 
 def lr_multiplier(step: int, *, steps: int, warmup: int, decay: str, floor: float) -> float:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from askspec.ir import model as ir
+from askspec.runtime.train.config import lr_schedule
 
 # askspec algorithm -> (--algo.advantage.estimator, --actor.policy_loss_type)
 ALGORITHMS: dict[str, tuple[str, str]] = {
@@ -152,7 +153,7 @@ def training_flags(algorithm: str, t: ir.Training, group: int, sched: Schedule, 
     # (cosine decay to 10%, β2 0.95), and a job should train as a local run of the same spec.
     if cfg.decay == "cosine":
         flags += [("--actor.lr_scheduler", ["cosine_with_min_lr"]),
-                  ("--actor.min_lr_ratio", [_num(cfg.min_lr / cfg.lr if cfg.lr else 0)])]
+                  ("--actor.min_lr_ratio", [_num(lr_schedule(cfg)["floor"])])]
     else:
         flags.append(("--actor.lr_scheduler", ["constant_with_warmup"]))
     flags += [("--actor.adam.betas", [_num(cfg.beta1), _num(cfg.beta2)]),
@@ -193,15 +194,8 @@ def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
         out["update_gate"] = True
     # the learning rate of every optimizer step as the local trainer's, over the role's whole
     # schedule (askspec_ext/schedule.py; OpenRLHF lays its schedule over one launch's steps)
-    out["lr_schedule"] = schedule_plan(lowered(t))
+    out["lr_schedule"] = lr_schedule(lowered(t))
     return out
-
-
-def schedule_plan(cfg: ir.TrainSettings) -> dict[str, Any]:
-    """job.json's `extension.lr_schedule`: the role's learning-rate schedule as the local
-    trainer lays it out (runtime/train/config.py's lr_factor over `steps`)."""
-    return {"steps": int(cfg.steps), "warmup": int(cfg.warmup), "decay": str(cfg.decay),
-            "floor": float(cfg.min_lr / cfg.lr) if cfg.lr else 0.0}
 
 
 def _num(x) -> str:

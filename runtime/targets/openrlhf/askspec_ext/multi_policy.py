@@ -358,7 +358,7 @@ class OpenRLHFRole:
         from openrlhf.utils import get_strategy
         from transformers import AutoTokenizer
 
-        from askspec.runtime.targets.openrlhf.mapping import schedule_plan
+        from askspec.runtime.train.config import lr_schedule
 
         from . import schedule
 
@@ -399,7 +399,7 @@ class OpenRLHFRole:
             refs.extend(self.ref.async_init_model_from_pretrained(strategy, pretrain))
         ray.get(refs)
         # the role's learning rate per step as the local trainer's (OpenRLHF's multiplier is transformers')
-        ray.get(self.actor.async_run_method("__ray_call__", schedule.apply_to_actor, schedule_plan(cfg)))
+        ray.get(self.actor.async_run_method("__ray_call__", schedule.apply_to_actor, lr_schedule(cfg)))
         if init is not None:  # the engines start from the initial weights: send them the resumed ones
             ray.get(self.actor.async_run_method(method_name="broadcast_to_vllm"))
         self._next = 0

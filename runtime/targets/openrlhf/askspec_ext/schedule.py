@@ -16,7 +16,7 @@ The hook gives the scheduler askspec's multiplier once the actor is built (and i
 checkpoint loaded), from the driver (`install`: the actor group's init queues
 `apply_to_actor` on each policy actor; a patch inside the workers would not reach
 PolicyModelActor, a Ray actor class whose methods travel from the driver by value): the job's `extension.lr_schedule` names the role's whole schedule
-(mapping.schedule_plan: `steps`, the local trainer's, every phase of the role together;
+(runtime/train/config.py's `lr_schedule`: `steps`, the local trainer's, every phase of the role together;
 `warmup`, `decay`, `floor` = min_lr / lr), and the scheduler's step k (OpenRLHF steps it once per optimizer
 step, `--train.max_epochs` of them per rollout batch) is askspec's step k // epochs, whose
 epochs all train at that step's rate, as locally. The learning rate of the step about to
@@ -61,11 +61,10 @@ def multiplier(plan: dict[str, Any], epochs: int = 1) -> Callable[[int], float]:
     """The LambdaLR multiplier of scheduler step k: askspec's for its step k // epochs."""
     from askspec.runtime.train.config import lr_multiplier
 
-    steps, warmup, decay, floor = int(plan["steps"]), int(plan["warmup"]), str(plan["decay"]), float(plan["floor"])
     per_step = max(1, int(epochs))
 
-    def factor(k: int) -> float:
-        return lr_multiplier(k // per_step, steps=steps, warmup=warmup, decay=decay, floor=floor)
+    def factor(k: int) -> float:  # (a plain function: a LambdaLR's checkpoint keeps none of it)
+        return lr_multiplier(k // per_step, **plan)
 
     return factor
 
