@@ -46,7 +46,7 @@ def _policy() -> Any:
     from askspec.runtime.train.policy import TrainedPolicy
 
     exp = lower_training(ir.Experiment(name="bench", roles=[ir.Role(name="r", trained=True)],
-                                       training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 1e-5})]))
+                                       training=[ir.Training(role="r", algorithm="grpo")]), {"r": {"lr": 1e-5}})
     return TrainedPolicy(config_from_ir(exp.training[0], exp), "smollm2-135m-instruct")
 
 

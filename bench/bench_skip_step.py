@@ -45,7 +45,7 @@ def main() -> int:
         folder = Path(tmp) / "tiny"
         build_tiny_llama(folder, args.hidden, args.layers)
         exp = lower_training(ir.Experiment(name="bench", roles=[ir.Role(name="r", trained=True)],
-                                           training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 1e-5})]))
+                                           training=[ir.Training(role="r", algorithm="grpo")]), {"r": {"lr": 1e-5}})
         policy = TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
         gen = torch.Generator().manual_seed(0)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .vocab import (SAMPLING_DEFAULTS, AdvantageStd, Aggregation, Backend, Decay, Estimator, KlEstimator, Loss,
                     MismatchAction, ParserKind, StageKind, TrainDtype)
@@ -459,16 +459,43 @@ class TrainSettings(BaseModel):
 
 
 class Training(Node):
-    """A train block: `algorithm_args` and `hyper` hold what the spec says (targets map
-    those), `config` the lowered settings the trainer runs (None only in an IR written
-    before settings were lowered, such as an old run's ir.json)."""
+    """A train block, lowered: `config` holds the settings the trainer runs (every default
+    filled in; None only in an IR written before settings were lowered, such as an old
+    run's ir.json), `given` the names of the settings and algorithm arguments the spec
+    writes, so a target can tell a written value from a default (it passes a flag only
+    for what the spec says). The values the spec wrote are `written()`: what the compiler
+    lowered them to, read back from `config`."""
 
     role: str
     algorithm: str
-    algorithm_args: dict[str, Any] = Field(default_factory=dict)
-    hyper: dict[str, Any] = Field(default_factory=dict)
+    given: list[str] = Field(default_factory=list)  # sorted
     update_when: Expr | None = None  # the online gate: a yes/no over the step's sessions (metric scope)
     config: TrainSettings | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_written_settings(cls, data: Any) -> Any:
+        # an IR written before the block was lowered whole kept the spec's settings as written,
+        # under `algorithm_args` and `hyper`: their names are what it gave
+        if isinstance(data, dict) and ("hyper" in data or "algorithm_args" in data):
+            data = dict(data)
+            written = {**(data.pop("hyper", None) or {}), **(data.pop("algorithm_args", None) or {})}
+            data.setdefault("given", sorted(written))
+        return data
+
+    def written(self) -> dict[str, Any]:
+        """The settings and algorithm arguments the spec gives, by name, as lowered (`clip`
+        is the side of the ratio clip no `clip_low`/`clip_high` overrides)."""
+        if self.config is None:
+            return {}
+        cfg = self.config
+        out: dict[str, Any] = {}
+        for name in self.given:
+            if name == "clip":
+                out[name] = cfg.clip_low if "clip_high" in self.given else cfg.clip_high
+            else:
+                out[name] = getattr(cfg, name)
+        return out
 
 
 class Schedule(Node):

@@ -151,20 +151,25 @@ def cut_total(counts: list[tuple[int, int]], max_sessions: int | None) -> int:
 
 
 def training_steps(t: ir.Training, exp: ir.Experiment) -> int:
-    """The optimizer steps of a train block (its learning-rate schedule's length): the
-    block's `steps`, else the online schedule's; an alternating schedule's `ROLE = N` ×
-    iterations; a nested schedule's outer steps, or each inner copy's own steps."""
-    steps = t.hyper.get("steps")
+    """The optimizer steps of a train block (its learning-rate schedule's length), as
+    lowered (the schedule's alone for an IR written before settings were lowered)."""
+    return t.config.steps if t.config is not None else schedule_steps(t.role, None, exp)
+
+
+def schedule_steps(role: str, steps: int | None, exp: ir.Experiment) -> int:
+    """The optimizer steps of `role`'s train block whose `steps` setting is `steps`: it,
+    else the online schedule's; an alternating schedule's `ROLE = N` × iterations; a
+    nested schedule's outer steps, or each inner copy's own steps."""
     sched = exp.schedule
     if steps is None and sched is not None and sched.kind == "online":
         steps = sched.options.get("steps")
     if sched is not None and sched.kind == "alternating":
-        steps = int(sched.options.get(t.role) or 0) * int(sched.options.get("iterations") or 1) or steps
+        steps = int(sched.options.get(role) or 0) * int(sched.options.get("iterations") or 1) or steps
     if sched is not None and sched.kind == "nested":
         opts = sched.options
-        if t.role == opts.get("outer"):
+        if role == opts.get("outer"):
             steps = opts.get("outer_steps") or steps
-        elif t.role == opts.get("inner"):
+        elif role == opts.get("inner"):
             steps = int(opts.get("inner_steps") or 1) + int(opts.get("extra_inner_steps") or 0)
     return int(steps or 1)
 
@@ -183,9 +188,9 @@ def whole_groups(batch: int | None, size: int) -> int:
 def training_step_sessions(t: ir.Training, games: list[ir.Game]) -> int:
     """The most sessions one step of a train block plays: `batch` rounded up to whole
     groups (a `sample N` game's N, else the block's `group`), at least one group."""
-    group = t.hyper.get("group")
+    group, batch = (t.config.group, t.config.batch) if t.config is not None else (None, None)
     size = max([group_size(g, group) for g in games] or [int(group or 1)])
-    return whole_groups(t.hyper.get("batch"), size)
+    return whole_groups(batch, size)
 
 
 def iter_game_counts(games: list[ir.Game], params: Mapping[str, Any],

@@ -243,8 +243,8 @@ def to_text(exp: ir.Experiment) -> str:
             for label, rel, n, most in contests:
                 out.append(f"    {label}: {rel} {n} (≤ {most})")
     for t in exp.training:
-        hp = ", ".join(f"{k}={v}" for k, v in sorted(t.hyper.items()))
-        out.append(f"train {t.role} with {t.algorithm}{' ' + json.dumps(t.algorithm_args) if t.algorithm_args else ''}{' {' + hp + '}' if hp else ''}")
+        hp = ", ".join(f"{k}={v}" for k, v in t.written().items())
+        out.append(f"train {t.role} with {t.algorithm}{' {' + hp + '}' if hp else ''}")
         if t.update_when is not None:
             out.append(f"  update_when {expr_text(t.update_when)}")
     if exp.schedule:
@@ -501,8 +501,8 @@ def _schedule_steps(exp: ir.Experiment) -> int:
 def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
     """The nested schedule's outer steps, each one's inner loop and model-call bounds."""
     outer, inner = str(opts.get("outer")), str(opts.get("inner"))
-    blocks = {t.role: t.hyper for t in exp.training}
-    steps = opts.get("outer_steps") or blocks.get(outer, {}).get("steps") or 1
+    blocks = {t.role: t for t in exp.training}
+    steps = training_steps(blocks[outer], exp) if outer in blocks else int(opts.get("outer_steps") or 1)
     games = {g.name: g for g in exp.games}
 
     def calls(g: ir.Game) -> str:
@@ -521,9 +521,10 @@ def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
     k, r, n = int(opts.get("datasets") or 1), int(opts.get("copies") or 1), int(opts.get("inner_steps") or 1)
     extra, m = int(opts.get("extra_inner_steps") or 0), int(opts.get("reward_questions") or 1)
     practice, evaluate = games.get(opts.get("practice") or ""), games.get(opts.get("evaluate") or "")
-    hyper = blocks.get(inner, {})
-    size = group_size(practice, hyper.get("group")) if practice is not None else int(hyper.get("group") or 1)
-    per_step = whole_groups(hyper.get("batch"), size)
+    cfg = blocks[inner].config if inner in blocks else None
+    group, batch = (cfg.group, cfg.batch) if cfg is not None else (None, None)
+    size = group_size(practice, group) if practice is not None else int(group or 1)
+    per_step = whole_groups(batch, size)
     longer = f" ({n + extra} after a promotion)" if extra else ""
     out.append(f"  inner loop: {k} dataset(s) × {r} copies of {inner} × {n} step(s){longer} = "
                f"{k * r * n}{f'-{k * r * (n + extra)}' if extra else ''} inner update(s) per outer step, "

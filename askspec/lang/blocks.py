@@ -483,7 +483,8 @@ class BlockChecks(TrainingChecks):
                 else:
                     self.used.add(("buffer", a.value.id))
                     hyper["replay"] = a.value.id
-        self.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name, algorithm_args=args, hyper=hyper,
+        self.written_training[d.role] = {**args, **hyper}  # lowered into the block once the schedule is known
+        self.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name,
                                              update_when=self.update_gate(d)))
 
     def update_gate(self, d: A.TrainDecl) -> ir.Expr | None:

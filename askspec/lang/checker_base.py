@@ -42,6 +42,7 @@ class CheckerBase:
         self.used: set[tuple[str, str]] = set()
         self.profile_names: set[str] = set()  # names the profiles mention (profiles.select)
         self.role_decls: dict[str, A.RoleDecl] = {}
+        self.written_training: dict[str, dict[str, Any]] = {}  # trained role -> its train block's settings as written
         self.buffer_score_spans: dict[str, Span] = {}
         self.conversation_spans: dict[str, Span] = {}  # shared conversation -> where a role first names it
         self.broken_templates: set[str] = set()  # named templates that failed to load

@@ -242,7 +242,7 @@ class Compiler(StageChecks):
         if schedules:
             self.block_schedule(schedules[0])
         self.stages([d for d in decls if isinstance(d, A.StageDecl)])
-        lower_training(self.exp)
+        lower_training(self.exp, self.written_training)
         check_training_size(self.exp, {d.role: {"": d.span, **{a.name: a.value.span for a in d.attrs}}
                                        for d in decls if isinstance(d, A.TrainDecl)}, self.sink)
         metrics = [d for d in decls if isinstance(d, A.MetricDecl)]

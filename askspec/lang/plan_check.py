@@ -42,7 +42,7 @@ def check_training_size(exp: ir.Experiment, spans: dict[str, dict[str, Span]], s
         block = at.get("")
         steps, per_step = training_steps(t, exp), training_step_sessions(t, games)
         if per_step > MAX_STEP_SESSIONS:
-            where = at.get("batch") if t.hyper.get("batch") else at.get("group")
+            where = at.get("batch") if "batch" in t.given else at.get("group")
             sink.error("E405", f"train {t.role}: a step plays {per_step:,} sessions, more than the limit of "
                        f"{MAX_STEP_SESSIONS:,} (a step's sessions are played and held whole)", where or block,
                        "lower `batch` or `group`")

@@ -9,10 +9,11 @@ changed default changes the experiment hash."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from ..ir import model as ir
-from ..ir.plansize import training_steps
+from ..ir.plansize import schedule_steps
 from ..ir.vocab import (ADVANTAGE_STDS, AGGREGATIONS, ALGORITHM_DEFAULTS, DECAYS, ESTIMATORS, KL_ESTIMATORS,
                         MISMATCH_ACTIONS, STD_ESTIMATORS, TRAIN_DTYPES)
 from . import ast as A
@@ -131,22 +132,27 @@ ALIASES = {"learning_rate": "lr", "warmup_steps": "warmup", "lr_warmup": "warmup
            "epsilon_high": "clip_high", "epsilon_low": "clip_low", "loss_agg": "aggregation"}
 
 
-def lower_training(exp: ir.Experiment) -> ir.Experiment:
-    """Fill in each train block's `config`: the checked settings with the defaults above,
-    the algorithm resolved into estimator, loss and aggregation, and the steps resolved
-    against the schedule. The compiler calls it once the schedule is known; the trainer
-    reads only the result."""
+def lower_training(exp: ir.Experiment, written: Mapping[str, Mapping[str, Any]]) -> ir.Experiment:
+    """Fill in each train block's `config` and `given` from `written` (a trained role ->
+    its block's checked algorithm arguments and settings, by name, as the spec writes
+    them): the settings with the defaults above, the algorithm resolved into estimator,
+    loss and aggregation, and the steps resolved against the schedule. The compiler calls
+    it once the schedule is known; the trainer and the targets read only the result."""
     for t in exp.training:
-        t.config = _lowered(t, exp)
+        values = dict(written.get(t.role, {}))
+        t.given = sorted(values)
+        t.config = _lowered(t, values, exp)
     return exp
 
 
-def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
+def _lowered(t: ir.Training, written: dict[str, Any], exp: ir.Experiment) -> ir.TrainSettings:
     estimator, loss, aggregation = ALGORITHM_DEFAULTS[t.algorithm]
-    args = {k: s.default for k, s in ALGORITHM_ARGS[t.algorithm].items()}
-    args.update(t.algorithm_args)
+    allowed = ALGORITHM_ARGS[t.algorithm]
+    given = {k: v for k, v in written.items() if k in allowed}  # the algorithm's arguments the spec writes
+    args = {k: s.default for k, s in allowed.items()}
+    args.update(given)
     hyper: dict[str, Any] = {k: s.default for k, s in HYPERPARAMETERS.items()}
-    hyper.update(t.hyper)
+    hyper.update({k: v for k, v in written.items() if k not in allowed})
     if "estimator" in args:
         estimator = args["estimator"]
     if loss == "ppo":
@@ -154,7 +160,6 @@ def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
         clip_low = args.get("clip_low") if args.get("clip_low") is not None else base
         clip_high = args.get("clip_high") if args.get("clip_high") is not None else base
     else:  # gspo, cispo: their own defaults; gspo's `clip` sets both sides unless one is given
-        given = t.algorithm_args
         base = given.get("clip")
         clip_low = given.get("clip_low", base if base is not None else args.get("clip_low") or 0.0)
         clip_high = given.get("clip_high", base if base is not None else args.get("clip_high") or 0.0)
@@ -162,7 +167,8 @@ def _lowered(t: ir.Training, exp: ir.Experiment) -> ir.TrainSettings:
     return ir.TrainSettings(
         estimator=estimator, loss=loss, aggregation=hyper.get("aggregation") or aggregation,
         clip_low=float(clip_low), clip_high=float(clip_high), dual_clip=args.get("dual_clip"),
-        min_reward=args.get("min_reward"), group=hyper.get("group"), steps=training_steps(t, exp),
+        min_reward=args.get("min_reward"), group=hyper.get("group"),
+        steps=schedule_steps(t.role, hyper.get("steps"), exp),
         batch=hyper.get("batch"), micro_batch=int(hyper["micro_batch"]), epochs=int(hyper["epochs"]),
         lr=float(hyper["lr"]), warmup=int(hyper["warmup"]), decay=hyper["decay"], min_lr=float(hyper["min_lr"]),
         weight_decay=float(hyper["weight_decay"]), beta1=float(hyper["beta1"]), beta2=float(hyper["beta2"]),

@@ -102,7 +102,7 @@ def test_served_and_trained_models_use_it(tiny_model, tmp_path):
     assert linears and all(type(m) is OneDNNLinear for m in linears)
 
     exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                                       training=[ir.Training(role="r", algorithm="grpo", hyper={"kl": 0.1})]))
+                                       training=[ir.Training(role="r", algorithm="grpo")]), {"r": {"kl": 0.1}})
     policy = TrainedPolicy(config_from_ir(exp.training[0], exp), str(tiny_model), {"num_threads": 1})
     for model in (policy.model, policy.ref):
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]

@@ -59,3 +59,27 @@ def test_a_changed_default_changes_the_hash_of_a_spec_that_relies_on_it(tmp_path
     after = experiment_hash(compile_ok(tmp_path)), experiment_hash(compile_ok(tmp_path, settings="group = 2; beta2 = 0.999"))
     assert after[0] != before[0]
     assert after[1] == before[1]  # a spec that gives the setting does not depend on its default
+
+
+def test_a_train_block_is_lowered_whole(tmp_path):
+    """The IR keeps no setting as written: only the lowered `config` and the names the
+    block gives (`given`), whose values `written()` reads back from the config."""
+    t = compile_ok(tmp_path, "gspo(clip = 0.01, clip_high = 0.02)", "group = 2; lr = 0.001; micro_batch = 4").training[0]
+    dumped = t.model_dump()
+    assert "hyper" not in dumped and "algorithm_args" not in dumped
+    assert t.given == ["clip", "clip_high", "group", "lr", "micro_batch"]
+    assert t.written() == {"clip": 0.01, "clip_high": 0.02, "group": 2, "lr": 0.001, "micro_batch": 4}
+    assert t.config is not None and (t.config.clip_low, t.config.clip_high, t.config.steps) == (0.01, 0.02, 7)
+
+
+def test_an_ir_written_with_the_settings_as_written_still_reads(tmp_path):
+    """An old run's ir.json kept a block's settings under `hyper` and `algorithm_args`: it
+    reads, its names becoming `given`, and it lowers as before (its config is its own)."""
+    exp = compile_ok(tmp_path, "cispo(clip_high = 3.0)", "group = 2; lr = 0.001")
+    old = exp.model_dump(mode="json")
+    for block in old["training"]:
+        block.pop("given")
+        block["hyper"], block["algorithm_args"] = {"group": 2, "lr": 0.001}, {"clip_high": 3.0}
+    read = type(exp).model_validate(old)
+    assert read.training[0].given == ["clip_high", "group", "lr"]
+    assert read.training[0].written() == exp.training[0].written()

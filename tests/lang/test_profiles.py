@@ -68,7 +68,7 @@ def test_a_profile_is_the_same_ir_as_its_values_written_out() -> None:
     chosen = compiled(spec(), "training")
     assert without_profile(chosen) == without_profile(inline)
     assert chosen.options["profile"] == "training"
-    hyper = chosen.training[0].hyper
+    hyper = chosen.training[0].written()
     assert (hyper["steps"], hyper["warmup"], hyper["weight_decay"], hyper["lr"]) == (200, 60, 0.01, 0.000001)
     assert chosen.model("policy").sampling["max_tokens"] == 4000
     assert chosen.model("policy").sampling["temperature"] == 1.0  # settings not overridden stay
@@ -103,8 +103,8 @@ def test_text_names_the_profile() -> None:
 def test_train_algorithm_replaced_and_value_errors_point_into_the_profile() -> None:
     text = spec() + "profile alt { train q with grpo { steps = 5 } }\n"
     alt = compiled(text, "alt")
-    assert alt.training[0].algorithm == "grpo" and alt.training[0].hyper["steps"] == 5
-    assert alt.training[0].algorithm_args == {}  # the cispo arguments went with cispo
+    assert alt.training[0].algorithm == "grpo" and alt.training[0].written()["steps"] == 5
+    assert not {"clip_low", "clip_high"} & set(alt.training[0].given)  # the cispo arguments went with cispo
     res = compile_source("e.ask", text + "profile bad { param probes = \"x\" }\n", None, "bad")
     assert not res.ok
     (d,) = [d for d in res.sink.items if d.is_error]

@@ -36,8 +36,9 @@ def test_valid_settings_compile_with_their_values():
                                          "{ group = 4; lr = 0.000001; steps = 200; decay = cosine; kl = 0.01 }")
     assert res.ok, [format_diagnostic(d, res.sources) for d in res.sink.sorted()]
     t = res.ir.training[0]
-    assert t.algorithm_args == {"clip_low": 0.75, "clip_high": 3.0}
-    assert t.hyper == {"group": 4, "lr": 1e-6, "steps": 200, "decay": "cosine", "kl": 0.01}
+    assert t.written() == {"clip_low": 0.75, "clip_high": 3.0, "group": 4, "lr": 1e-6, "steps": 200,
+                           "decay": "cosine", "kl": 0.01}
+    assert t.given == sorted(t.written())
 
 
 def test_unknown_key_names_the_closest_valid_key():

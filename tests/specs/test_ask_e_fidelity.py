@@ -50,11 +50,12 @@ def test_training_configuration_has_the_papers_constants():
     key = exp.model("key")
     assert key.weights_of == "questioner" and key.sampling["temperature"] == 0.0  # self-judge (App. E)
     (train,) = exp.training
-    assert train.algorithm == "cispo" and train.algorithm_args == {"clip_low": 0.75, "clip_high": 3.0}
-    h = train.hyper
+    assert train.algorithm == "cispo"
+    h = train.written()
+    assert (h["clip_low"], h["clip_high"]) == (0.75, 3.0)
     assert (h["group"], h["lr"], h["steps"], h["batch"], h["kl"], h["warmup"], h["weight_decay"], h["grad_clip"]) == (
         16, 0.000001, 200, 256, 0.0, 60, 0.01, 1.0)
-    assert ir_of("benchmark").training[0].hyper["group"] == 10  # group follows repeats
+    assert ir_of("benchmark").training[0].written()["group"] == 10  # group follows repeats
 
 
 def test_boundary_models_really_differ():

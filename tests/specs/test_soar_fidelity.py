@@ -74,7 +74,7 @@ def test_greedy_grading_and_cosine_decay_are_in_the_ir():
     exp = compile_file(str(SPEC)).ir
     greedy = exp.model(exp.role("student_greedy").model)
     assert greedy.weights_of == "student" and greedy.sampling["temperature"] == 0.0
-    assert {t.role: t.hyper.get("decay") for t in exp.training} == {"teacher": "cosine", "student": "cosine"}
+    assert {t.role: t.written().get("decay") for t in exp.training} == {"teacher": "cosine", "student": "cosine"}
 
 
 def test_a_data_split_keeps_only_its_items():

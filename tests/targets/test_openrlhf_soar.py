@@ -147,9 +147,9 @@ def tiny_soar(exp, tiny_model: Path):
             m.sampling["max_tokens"] = 4
     for t in exp.training:
         if t.role == "student":
-            t.hyper.update(group=2, batch=2)
-            if getattr(t, "config", None) is not None:
-                t.config = t.config.model_copy(update={"group": 2, "batch": 2})
+            t.given = sorted({*t.given, "group", "batch"})
+            assert t.config is not None
+            t.config = t.config.model_copy(update={"group": 2, "batch": 2})
     return exp
 
 

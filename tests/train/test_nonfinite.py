@@ -26,7 +26,7 @@ def policy_for(folder: Path, **hyper):
     from askspec.runtime.train.policy import TrainedPolicy
 
     exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                                       training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 0.01, **hyper})]))
+                                       training=[ir.Training(role="r", algorithm="grpo")]), {"r": {"lr": 0.01, **hyper}})
     return TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
 
 

@@ -149,7 +149,7 @@ def test_every_write_of_the_served_weights_advances_the_backends_version(tiny_mo
     from askspec.runtime.train.config import config_from_ir
 
     exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                                       training=[ir.Training(role="r", algorithm="grpo", hyper={"lr": 0.01})]))
+                                       training=[ir.Training(role="r", algorithm="grpo")]), {"r": {"lr": 0.01}})
     policy = TrainedPolicy(config_from_ir(exp.training[0], exp), str(tiny_model), {"num_threads": 1})
     backend = policy.backend
     v0 = backend.weights_version

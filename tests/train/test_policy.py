@@ -22,8 +22,8 @@ def policy_for(folder: Path, algorithm: str = "grpo", args: dict | None = None, 
     from askspec.runtime.train.policy import TrainedPolicy
 
     exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                                       training=[ir.Training(role="r", algorithm=algorithm, algorithm_args=args or {},
-                                                             hyper={"lr": 0.01, **hyper})]))
+                                       training=[ir.Training(role="r", algorithm=algorithm)]),
+                         {"r": {**(args or {}), "lr": 0.01, **hyper}})
     return TrainedPolicy(config_from_ir(exp.training[0], exp), str(folder), {"num_threads": 1})
 
 

@@ -22,7 +22,7 @@ def test_recorded_logprobs_match_the_trainers_forward():
     from askspec.runtime.train.policy import TrainedPolicy
 
     exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                                       training=[ir.Training(role="r", algorithm="grpo")]))
+                                       training=[ir.Training(role="r", algorithm="grpo")]), {})
     policy = TrainedPolicy(config_from_ir(exp.training[0], exp), "smollm2-135m-instruct")
 
     async def ask(text: str, temperature: float, seed: int):

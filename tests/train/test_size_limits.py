@@ -108,6 +108,6 @@ def test_a_trained_model_larger_than_memory_is_refused(huge_config):
     from askspec.runtime.train.policy import TrainedPolicy
 
     exp = lower_training(ir.Experiment(name="t", roles=[ir.Role(name="r", trained=True)],
-                                       training=[ir.Training(role="r", algorithm="grpo")]))
+                                       training=[ir.Training(role="r", algorithm="grpo")]), {})
     with pytest.raises(BackendError, match=r"trained role 'r' .*parameters × 16 bytes"):
         TrainedPolicy(config_from_ir(exp.training[0], exp), str(huge_config), {"device": "cpu"})

@@ -20,7 +20,7 @@ from askspec.span import Span
 from askspec.runtime.engine.plan import replays_buffer
 from askspec.runtime.scoring.buffers import SCORED as SCORED_EVICTIONS
 from askspec.runtime.targets.openrlhf.mapping import (ALGORITHMS, DTYPES, GROUPED_ESTIMATORS, LOSS_AGGREGATION,
-                                                      MISSING, REFUSED, SETTINGS, openrlhf_algorithm)
+                                                      MISSING, REFUSED, SETTINGS, lowered, openrlhf_algorithm)
 
 TRAINABLE_BACKENDS = HF_WEIGHTS_BACKENDS
 
@@ -246,11 +246,8 @@ def _retrained(t: ir.Training, opts: dict) -> ir.Training:
     for key in ("warmup", "lr"):
         if opts.get(key) is not None:
             update[key] = opts[key]
-    changed: dict = {"hyper": {**t.hyper, **update}}
-    config = getattr(t, "config", None)  # the lowered settings, where the IR has them
-    if config is not None:
-        changed["config"] = config.model_copy(update=update)
-    return t.model_copy(update=changed)
+    config = lowered(t).model_copy(update=update)
+    return t.model_copy(update={"config": config, "given": sorted({*t.given, *update})})
 
 
 def _evaluated_owner(exp: ir.Experiment, games: list[str]) -> tuple[str | None, str, list[str], dict[str, str]]:
@@ -310,7 +307,7 @@ def roles_asked(exp: ir.Experiment, games: list[ir.Game]) -> list[str]:
 
 def _check_settings(t: ir.Training, tspan: Span, sink: DiagnosticSink) -> None:
     """Every setting the block gives is mapped (mapping.SETTINGS) or refused, naming it."""
-    given = {**t.hyper, **t.algorithm_args}
+    given = t.written()
     if t.update_when is not None:
         given["update_when"] = "..."
     lowered = t.config.aggregation if t.config is not None else None
@@ -350,6 +347,7 @@ def _check_settings(t: ir.Training, tspan: Span, sink: DiagnosticSink) -> None:
 def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_file: str,
                     substitutes: dict[str, str], sink: DiagnosticSink, games: list[ir.Game] | None = None) -> Phase | None:
     tspan = span_of(t.span, spec_file)
+    written = t.written()  # what the block says (a flag is passed only for that)
     algorithm, substituted = t.algorithm, None
     if algorithm in MISSING:
         why, nearest = MISSING[algorithm]
@@ -407,9 +405,9 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
                 if calls > 1:
                     sample_calls[g.name] = calls
                 sizes.add(n)
-                if t.hyper.get("group") not in (None, 1):
-                    sink.error("E604", f"`group = {t.hyper['group']}` with `sample {n} ask {t.role}` in game "
-                                       f"'{g.name}': a local run plays {t.hyper['group']} sessions per element, each "
+                if written.get("group") not in (None, 1):
+                    sink.error("E604", f"`group = {written['group']}` with `sample {n} ask {t.role}` in game "
+                                       f"'{g.name}': a local run plays {written['group']} sessions per element, each "
                                        f"with {n} replies of its own, while an OpenRLHF prompt's rollouts are the {n} "
                                        "replies of one session", tspan,
                                f"remove `group`: the {n} replies of the `sample` are the group")
@@ -424,7 +422,7 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
                        span_of(step.span, spec_file), f"give '{t.role}' `memory = full` (one conversation per "
                                                       "session), or ask it once per session")
         sizes.add(g.group_size)
-    hyper_group = t.hyper.get("group")
+    hyper_group = written.get("group")
     group = max(sizes) if sizes and max(sizes) > 1 else int(hyper_group or 1)
     if len({s for s in sizes if s > 1}) > 1:
         sink.error("E604", f"the games that train '{t.role}' sample groups of different sizes ({sorted(sizes)}): "
@@ -433,7 +431,7 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
         sink.error("E604", f"`group = {hyper_group}` but the game samples {group} sessions per element: OpenRLHF "
                            "groups the samples of one prompt (--rollout.n_samples_per_prompt)", tspan,
                    f"make them agree (e.g. `group = {group}`)")
-    if algorithm in ALGORITHMS and openrlhf_algorithm(algorithm, t.algorithm_args)[0] in GROUPED_ESTIMATORS \
+    if algorithm in ALGORITHMS and openrlhf_algorithm(algorithm, written)[0] in GROUPED_ESTIMATORS \
             and group < 2 and not refused_sample:
         sink.error("E604", f"'{algorithm}' normalises rewards within a group, but '{t.role}' has groups of 1",
                    tspan, "set `group = N` (samples per element) or sample the game (`sample N`)")
@@ -442,7 +440,7 @@ def _check_training(exp: ir.Experiment, t: ir.Training, sources: Sources, spec_f
     if algorithm not in ALGORITHMS:
         return None
     return Phase(role=t.role, games=[g.name for g in games], training=t, algorithm=algorithm,
-                 substituted=substituted, group=group, steps=int(t.hyper["steps"]) if "steps" in t.hyper else None,
+                 substituted=substituted, group=group, steps=written.get("steps"),
                  siblings=siblings, sample_calls=sample_calls)
 
 
@@ -583,8 +581,8 @@ def _check_nested(exp: ir.Experiment, sched: ir.Schedule, spec_file: str, sink: 
                                "serves them frozen with their initial weights", span_of(step.span, spec_file),
                        f"ask '{inner}' only in the schedule's practice and evaluate games (the service plays them), "
                        "or use askspec's own trainer")
-    if t is not None and t.hyper.get("batch") is not None:
-        sink.error("E602", f"`batch = {t.hyper['batch']}` for '{outer}', the nested schedule's outer role: the job runs "
+    if t is not None and t.written().get("batch") is not None:
+        sink.error("E602", f"`batch = {t.written()['batch']}` for '{outer}', the nested schedule's outer role: the job runs "
                            "one outer step per session (one prompt, its datasets' replies the rollouts), and the "
                            "inner loop is decided per outer step", span_of(t.span, spec_file),
                    "remove `batch` (one session per outer step, as the local schedule plays it)")

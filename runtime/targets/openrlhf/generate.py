@@ -197,7 +197,6 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
                 lines.append(prompt_line(g.name, i, bindings))
         if not lines and replay is None:
             raise JobError(f"the games of role '{phase.role}' have no elements (an empty data set?)")
-        hyper = {**phase.training.hyper, **phase.training.algorithm_args}
         # a rollout of siblings holds one reply of the session's (its attempts: a resampled one is cut)
         calls = max(max(1, g.call_bounds.get(phase.role, 1) // phase.siblings.get(g.name, 1)) for g in games)
         # a turn's budget: the role's, or an ask's own `with sampling { max_tokens }` where larger
@@ -207,7 +206,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
             if s.kind == "ask" and phase.role in s.roles and "max_tokens" in s.sampling_for(phase.role)])
         max_len, len_note = _max_len(exp, phase, model, calls * turn_tokens + mapping.CONTEXT_ALLOWANCE, max_len_flag,
                                      sink, spec_path)
-        batch = int(hyper["batch"]) if "batch" in hyper else None
+        batch = mapping.lowered(phase.training).batch
         pushes = any(s.kind == "push" for g in games for s in all_steps(g.body))
         draw = _draw(exp, phase, games) if pushes and replay is None else None
         if replay is not None:  # `steps` batches of `items` drawn items: one pass, a step per batch
@@ -247,7 +246,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
             notes.append(f"ACTOR_GPUS defaults to {gpus}, not {mapping.ACTOR_GPUS}: DeepSpeed needs a step's "
                          f"{sched.rollouts_per_step} rollouts (--train.batch_size) to be a whole multiple of the actor "
                          "GPUs (launch.sh checks the values it is given: docs/cluster.md, \"Batch sizes and GPUs\")")
-        size = group_size(games[0], phase.training.hyper.get("group"))
+        size = group_size(games[0], mapping.lowered(phase.training).group)
         if batch is not None and whole_groups(batch, size) != batch:
             notes.append(f"batch = {batch} sessions in whole groups of {size}: each step plays "
                          f"{whole_groups(batch, size)} sessions, as a local run does")
@@ -289,7 +288,7 @@ def _step_difference(phase: Phase, game: ir.Game, sched: mapping.Schedule) -> st
     # `batch` counts sessions: a prompt's group of sessions, or one session whose `sample N` replies are the group
     same = sched.prompts_per_step if game.name in phase.siblings else sched.rollouts_per_step
     return (f"{job}, where a local step trains on {local} x {phase.group} = {local * phase.group} "
-            f"({'one group: the train block has no `batch`' if 'batch' not in phase.training.hyper else '`batch`'}): "
+            f"({'one group: the train block has no `batch`' if 'batch' not in phase.training.given else '`batch`'}): "
             "the gradient averages over more rollouts, so a learning rate tuned locally may not transfer; set "
             f"`batch = {same}` for the same step on both")
 
@@ -348,7 +347,7 @@ def _micro_batch_refused(exp: ir.Experiment, phase: Phase, sched: mapping.Schedu
                          spec_path: str) -> None:
     """E604 for a `micro_batch` that divides no step of the job: DeepSpeed's batch must be
     a whole multiple of micro batch x actor GPUs, even on one GPU."""
-    micro = phase.training.hyper.get("micro_batch")
+    micro = mapping.lowered(phase.training).micro_batch
     message = (f"`micro_batch = {micro}` does not divide a step's {sched.rollouts_per_step} rollouts of '{phase.role}' "
                "(--train.batch_size): DeepSpeed needs the batch to be a whole multiple of the micro batch x the actor "
                "GPUs, so the job could not start on any number of GPUs")
@@ -393,8 +392,9 @@ def step_prompts(phase: Phase, game: ir.Game) -> int:
     without `batch`, as the trainer's StepPlanner and _replay_shape take them. A session
     whose `sample N ask` replies are the group is one element: there `batch` counts
     prompts, each of N rollouts."""
-    size = group_size(game, phase.training.hyper.get("group"))
-    return whole_groups(phase.training.hyper.get("batch"), size) // size
+    cfg = mapping.lowered(phase.training)
+    size = group_size(game, cfg.group)
+    return whole_groups(cfg.batch, size) // size
 
 
 def _extension(p: _PhaseOut, plan: JobPlan) -> dict[str, Any]:
@@ -669,7 +669,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
     texts = {}
     try:
         for p in phases:
-            estimator, loss = mapping.openrlhf_algorithm(p.algorithm, p.phase.training.algorithm_args)
+            estimator, loss = mapping.openrlhf_algorithm(p.algorithm, p.phase.training.written())
             ctx = {**common, "role": p.role, "pretrain": p.pretrain, "flags": p.flags,
                    "root": os.path.relpath(".", p.dir),  # the job's folder, from the phase's
                    "algorithm_text": _algorithm_text(p),
@@ -726,7 +726,7 @@ def _render_all(exp: ir.Experiment, plan: JobPlan, phases: list[_PhaseOut], spec
 
 
 def _algorithm_text(p: _PhaseOut) -> str:
-    estimator, loss = mapping.openrlhf_algorithm(p.algorithm, p.phase.training.algorithm_args)
+    estimator, loss = mapping.openrlhf_algorithm(p.algorithm, p.phase.training.written())
     return f"{p.algorithm}: {estimator} advantages, {loss} loss" + (f"; substituted for {p.substituted}"
                                                                      if p.substituted else "")
 

@@ -125,8 +125,8 @@ def training_flags(algorithm: str, t: ir.Training, group: int, sched: Schedule, 
     """The train_ppo_ray flags a job derives from its `train` block (in launch order).
     `algorithm` is the effective (supported) one. A setting's value is the lowered one
     (`t.config`, defaults included); whether a flag is passed depends on what the spec says."""
-    estimator, loss = openrlhf_algorithm(algorithm, t.algorithm_args)
-    settings = {**t.hyper, **t.algorithm_args}
+    settings = t.written()
+    estimator, loss = openrlhf_algorithm(algorithm, settings)
     cfg = lowered(t)
     flags: list[tuple[str, list[str]]] = [
         ("--algo.advantage.estimator", [estimator]),
@@ -182,7 +182,7 @@ def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
     `update_when`, for a phase of the RL schedule: a retrain stage updates every step, as
     askspec's own trainer does) and `lr_schedule` (every RL job: the role's warm-up and decay
     over its whole schedule, askspec_ext/schedule.py)."""
-    estimator, loss = openrlhf_algorithm(algorithm, t.algorithm_args)
+    estimator, loss = openrlhf_algorithm(algorithm, t.written())
     out: dict[str, Any] = {}
     if loss in EXTENSION_LOSSES:
         out["policy_loss"] = loss
@@ -223,18 +223,18 @@ def setting_flags(t: ir.Training) -> list[tuple[str, list[str]]]:
     """The train_ppo_ray flags of the settings training_flags leaves to this function:
     checkpoints (askspec's defaults when the block leaves them out, since OpenRLHF's keep
     no intermediate checkpoint), and the ones written only when the block gives them."""
-    hyper, args, cfg = t.hyper, t.algorithm_args, lowered(t)
+    written, cfg = t.written(), lowered(t)
     # OpenRLHF's global step is one per rollout batch, which is one askspec step (schedule())
     flags: list[tuple[str, list[str]]] = [("--ckpt.save_steps", [str(cfg.save_every)]),
                                           ("--ckpt.max_num", [str(cfg.keep_checkpoints)])]
-    if "micro_batch" in hyper:
-        flags.append(("--train.micro_batch_size", [str(int(hyper["micro_batch"]))]))
-    if "epochs" in hyper:
-        flags.append(("--train.max_epochs", [str(int(hyper["epochs"]))]))
-    if args.get("dual_clip") is not None:
-        flags.append(("--actor.dual_clip", [_num(args["dual_clip"])]))
-    if hyper.get("dtype") in DTYPES:
-        flags.append(("--ds.param_dtype", [DTYPES[hyper["dtype"]]]))
+    if "micro_batch" in written:
+        flags.append(("--train.micro_batch_size", [str(cfg.micro_batch)]))
+    if "epochs" in written:
+        flags.append(("--train.max_epochs", [str(cfg.epochs)]))
+    if cfg.dual_clip is not None:
+        flags.append(("--actor.dual_clip", [_num(cfg.dual_clip)]))
+    if "dtype" in written and cfg.dtype in DTYPES:
+        flags.append(("--ds.param_dtype", [DTYPES[cfg.dtype]]))
     if cfg.max_staleness > 0:
         # OpenRLHF's async trainer: the sampler runs up to async_queue_size rollout batches ahead of
         # the update; its token-level TIS weights each token by π_train/π_rollout clipped to
