@@ -50,8 +50,7 @@ from askspec.ir import model as ir
 from askspec.ir.plansize import group_size, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed
-
-NESTED = "nested"  # checkpoints/nested/
+from askspec.runtime.train.checkpoints import CHECKPOINTS, NESTED
 
 
 @dataclass(frozen=True)
@@ -364,7 +363,7 @@ class InnerLoop:
 
     def work_root(self) -> Path:
         """Where the copies' weights wait for the step's promotion decision."""
-        return self.trainer.run_dir / "checkpoints" / NESTED / "work"
+        return self.trainer.run_dir / CHECKPOINTS / NESTED / "work"
 
     async def train_copy(self, step: int, ds: Dataset, j: int, steps: int, questions: list, index0: int,
                          engine, log) -> CopyResult:
@@ -396,7 +395,7 @@ class InnerLoop:
     def kept_root(self) -> Path:
         """Where keep = best(accuracy) keeps promoted students: beside the inner loop's work
         folder, in the trainer's run directory (set once the run's folder exists)."""
-        return self.trainer.run_dir / "checkpoints" / NESTED
+        return self.trainer.run_dir / CHECKPOINTS / NESTED
 
     def _keep(self, student, best: dict[str, Any]) -> None:
         """The promoted student is the most accurate so far: its weights are kept (the one

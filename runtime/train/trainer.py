@@ -30,7 +30,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,7 @@ from askspec.ir.plansize import group_size, weight_rounds, whole_groups
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
 from askspec.runtime.train.batch import SessionRecord, build_batch
 from askspec.runtime.train import schedule
-from askspec.runtime.train.checkpoints import BUFFERS, CHECKPOINTS, LATEST, STAGES, CheckpointDamaged, checkpoint_problem
+from askspec.runtime.train.checkpoints import BUFFERS, STAGES, CheckpointDamaged, RunCheckpoints
 from askspec.runtime.train.config import config_from_ir
 from askspec.runtime.train.nested import InnerLoop
 from askspec.runtime.train.planner import MAX_REFILL_ROUNDS, Element, StepPlanner
@@ -282,7 +281,7 @@ class LocalTrainer:
                        "prefix_cache": b.prefix_cache}
             init = None
             if resume_from is not None:
-                init = self.run_dir / CHECKPOINTS / cfg.role / f"step-{self.start_step}"
+                init = self.checkpoints.folder(cfg.role, self.start_step)
             try:
                 policy = TrainedPolicy(cfg, binding.weights, {k: v for k, v in options.items() if v is not None},
                                        init_from=init)
@@ -356,70 +355,34 @@ class LocalTrainer:
 
     # -- resume ------------------------------------------------------------------------------
 
+    @property
+    def checkpoints(self) -> RunCheckpoints:
+        """The run's checkpoint files (`run_dir` is set once the run directory exists)."""
+        return RunCheckpoints(self.run_dir, tuple(c.role for c in self.configs))
+
     def latest_checkpoint(self) -> int:
-        """The step `--resume` continues after: the one latest.json names, or, when its
-        folders were moved aside (a damaged checkpoint, see resume_problem), the newest
-        step every role still has (0: none)."""
-        root = self.run_dir / CHECKPOINTS
-        step = self._named_step()
-        if step == 0 or all((root / c.role / f"step-{step}").is_dir() for c in self.configs):
-            return step
-        return max(self._steps_of_every_role(), default=0)
-
-    def _named_step(self) -> int:
-        """The step latest.json names (0: none written)."""
-        path = self.run_dir / CHECKPOINTS / LATEST
-        if not path.exists():
-            return 0
-        try:
-            return int(json.loads(path.read_text(encoding="utf-8"))["step"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointDamaged(f"{path} cannot be read ({e.__class__.__name__}: {e}); it names the newest "
-                                    f"checkpoint. Rewrite it as {{\"step\": N}} for the newest step N that every "
-                                    f"role has under {path.parent}, then resume again") from None
-
-    def _steps_of_every_role(self) -> list[int]:
-        root = self.run_dir / CHECKPOINTS
-        per_role = [{int(p.name[5:]) for p in (root / c.role).glob("step-*") if p.name[5:].isdigit() and p.is_dir()}
-                    for c in self.configs]
-        return sorted(set.intersection(*per_role)) if per_role else []
+        """The step `--resume` continues after (RunCheckpoints.latest)."""
+        return self.checkpoints.latest()
 
     def resume_problem(self, step: int) -> str | None:
-        """Why checkpoint `step` cannot be resumed from, with the earlier intact checkpoint
-        to continue from when there is one (and how); None when every role's reads."""
-        root = self.run_dir / CHECKPOINTS
-        # the checkpoint latest.json names keeps AdamW's moments; an earlier one resumed from (the
-        # named one moved aside) restarts them
-        newest = step == self._named_step()
-        problems = [p for c in self.configs
-                    if (p := checkpoint_problem(root / c.role / f"step-{step}", optimizer=newest)) is not None]
-        if not problems:
-            return None
-        text = f"checkpoint step {step} cannot be resumed from: {problems[0]}"
-        kept = [d for d in (BUFFERS, "nested") if (root / d / f"step-{step}.json").exists()]
-        earlier = [m for m in reversed(self._steps_of_every_role()) if m < step and not kept and all(
-            checkpoint_problem(root / c.role / f"step-{m}", optimizer=False) is None for c in self.configs)]
-        if not earlier:
-            why = (f" (the {' and '.join(kept)} state is kept for the newest checkpoint only)" if kept else "")
-            return f"{text}. No earlier checkpoint can be resumed from{why}: start the run again"
-        m = earlier[0]
-        moves = "; ".join(f"mv {root / c.role / f'step-{step}'} {root / c.role / f'damaged-step-{step}'}"
-                          for c in self.configs)
-        again = f"step {step} is" if m + 1 == step else f"steps {m + 1}-{step} are"
-        return (f"{text}. Checkpoint step {m} is intact: to continue from it ({again} played again; "
-                f"AdamW's moments restart, only the newest checkpoint keeps them), move step {step} aside and "
-                f"resume again: {moves}; askspec run --resume {self.run_dir}")
+        """Why checkpoint `step` cannot be resumed from (RunCheckpoints.resume_problem)."""
+        return self.checkpoints.resume_problem(step)
 
     # -- the loop ----------------------------------------------------------------------------
 
     async def run(self, engine, log: StepLog, on_step=None) -> None:
         if self.start_step:
-            self._restore_buffers(engine)
+            book = self.checkpoints
+            # a resumed schedule's buffers as they were at the checkpoint (items, ids, replay
+            # statistics, the circular cursor)
+            for name, state in (book.state(BUFFERS, self.start_step) or {}).items():
+                if name in engine.buffers:
+                    engine.buffers[name].restore(state)
             if self.inner is not None:
-                self.inner.restore(self.run_dir / CHECKPOINTS, self.start_step)
-            path = self.run_dir / CHECKPOINTS / STAGES / f"step-{self.start_step}.json"
-            if path.exists():
-                self.stage_state = StageState(**json.loads(path.read_text(encoding="utf-8")))
+                self.inner.restore(book.root, self.start_step)
+            stages = book.state(STAGES, self.start_step)
+            if stages is not None:
+                self.stage_state = StageState(**stages)
             self._emit_missing(log)
         if self.asynchronous:
             await self._run_async(engine, log, on_step)
@@ -635,7 +598,7 @@ class LocalTrainer:
                 raise TrainingStopped(
                     f"role '{role}': {len(steps)} training step(s) had a NaN or infinite {metrics[role]['nonfinite']} "
                     f"(steps {', '.join(map(str, steps))}; max_nonfinite_steps = {limit}); their updates were not "
-                    f"applied and no checkpoint holds them ({self._newest_checkpoint_words()}). Check the rewards "
+                    f"applied and no checkpoint holds them ({self.checkpoints.newest_words()}). Check the rewards "
                     f"(train_steps: skipped, metrics->>'skip_reason'), lower `lr`, or raise `max_nonfinite_steps`")
 
     def _mismatched(self, metrics: dict[str, dict[str, Any]]) -> list[str]:
@@ -654,10 +617,6 @@ class LocalTrainer:
                                          f"max_mismatch = {bound:g}")
                 out.append(role)
         return out
-
-    def _newest_checkpoint_words(self) -> str:
-        step = self.latest_checkpoint()
-        return f"the newest is step {step}" if step else "none was written"
 
     def _take(self, role: str, path: Path) -> None:
         """The role's weights (trained and served) become a kept checkpoint's."""
@@ -788,7 +747,7 @@ class LocalTrainer:
         return {role: m}
 
     def _kept_path(self, stage: str, n: int) -> Path:
-        return self.run_dir / CHECKPOINTS / STAGES / stage / f"step-{n}.safetensors"
+        return self.checkpoints.root / STAGES / stage / f"step-{n}.safetensors"
 
     def _posthoc_step(self, sl: schedule.Slot, stage: ir.Stage, m: dict[str, Any]) -> None:
         """A step of a retrain stage with `keep = plateau(..., select = posthoc)`: the role's
@@ -886,41 +845,22 @@ class LocalTrainer:
         return plans, replay_ids
 
     def checkpoint(self, step: int, metrics: dict[str, dict[str, Any]], engine=None) -> None:
-        """Every role's checkpoint of `step` and the buffers' contents, then `latest.json`
-        naming them (the commit point)."""
-        from askspec.runtime.store.layout import write_json_atomic
-
-        root = self.run_dir / CHECKPOINTS
+        """Every role's checkpoint of `step` and the state the step carries (buffers, the
+        inner loop, the stages), committed by latest.json (RunCheckpoints: the order)."""
+        book = self.checkpoints
         for role, policy in self.policies.items():
             if not policy.finite():  # a finite gradient can still overflow a weight (a huge lr)
                 raise TrainingStopped(f"role '{role}': after step {step} some weights are NaN or infinite, so no "
-                                      f"checkpoint is written ({self._newest_checkpoint_words()}); lower `lr` or "
-                                      f"`grad_clip`")
+                                      f"checkpoint is written ({book.newest_words()}); lower `lr` or `grad_clip`")
         for role, policy in self.policies.items():
-            policy.save(root / role / f"step-{step}", step, _jsonable(metrics.get(role, {})))
+            policy.save(book.folder(role, step), step, _jsonable(metrics.get(role, {})))
         if engine is not None and engine.buffers:
-            (root / BUFFERS).mkdir(parents=True, exist_ok=True)
-            write_json_atomic(root / BUFFERS / f"step-{step}.json",
-                              {name: b.state() for name, b in engine.buffers.items()})
+            book.write_state(BUFFERS, step, {name: b.state() for name, b in engine.buffers.items()})
         if self.inner is not None:
-            self.inner.save(root, step)
+            self.inner.save(book.root, step)
         if self.exp.stages:
-            (root / STAGES).mkdir(parents=True, exist_ok=True)
-            write_json_atomic(root / STAGES / f"step-{step}.json", dataclasses.asdict(self.stage_state))
-            for old in (root / STAGES).glob("step-*.json"):  # only the newest is resumed from
-                if old.stem[5:].isdigit() and int(old.stem[5:]) < step:
-                    old.unlink(missing_ok=True)
-        write_json_atomic(root / LATEST, {"step": step, "roles": {r: f"{r}/step-{step}" for r in self.policies}})
-        for old in (root / BUFFERS).glob("step-*.json"):  # only the newest is resumed from
-            if old.stem[5:].isdigit() and int(old.stem[5:]) < step:
-                old.unlink(missing_ok=True)
-        keep = min(c.keep_checkpoints for c in self.configs)
-        for role in self.policies:
-            done = sorted((p for p in (root / role).glob("step-*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
-            for old in done[:-1]:  # only the newest keeps the optimizer state (resume needs no other)
-                (old / "optimizer.safetensors").unlink(missing_ok=True)
-            for old in done[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
+            book.write_state(STAGES, step, dataclasses.asdict(self.stage_state))
+        book.commit(step, keep=min(c.keep_checkpoints for c in self.configs))
 
     def _emit_missing(self, log: StepLog) -> None:
         """A kill between a checkpoint and its train_steps event: write the event from the
@@ -937,20 +877,10 @@ class LocalTrainer:
         for role in done.phase.roles:
             if (role, self.start_step) in have or (done.phase.kind == "play" and done.n > self.by_role[role].steps):
                 continue
-            state = self.run_dir / CHECKPOINTS / role / f"step-{self.start_step}" / "trainer_state.json"
+            state = self.checkpoints.folder(role, self.start_step) / "trainer_state.json"
             metrics = json.loads(state.read_text(encoding="utf-8")).get("metrics") or {}
             log.train_step(role, self.start_step, metrics)
         log.flush()
-
-
-    def _restore_buffers(self, engine) -> None:
-        """A resumed schedule's buffers: as they were at the checkpoint (items, ids, replay
-        statistics, the circular cursor)."""
-        path = self.run_dir / CHECKPOINTS / BUFFERS / f"step-{self.start_step}.json"
-        if path.exists():
-            for name, state in json.loads(path.read_text(encoding="utf-8")).items():
-                if name in engine.buffers:
-                    engine.buffers[name].restore(state)
 
 
 def _jsonable(v: Any) -> Any:

@@ -196,10 +196,10 @@ def lockstep_trainer_class() -> type:
         def resume_problem(self, step: int) -> str | None:
             if self.optimizer_in_folder:
                 return super().resume_problem(step)
-            from askspec.runtime.train.checkpoints import CHECKPOINTS, checkpoint_problem
+            from askspec.runtime.train.checkpoints import checkpoint_problem
 
             for c in self.configs:
-                problem = checkpoint_problem(self.run_dir / CHECKPOINTS / c.role / f"step-{step}", optimizer=False)
+                problem = checkpoint_problem(self.checkpoints.folder(c.role, step), optimizer=False)
                 if problem is not None:
                     return f"checkpoint step {step} cannot be resumed from: {problem}"
             return None
@@ -213,10 +213,8 @@ def lockstep_trainer_class() -> type:
                 problem = self.resume_problem(self.start_step)
                 if problem is not None:
                     raise CheckpointDamaged(problem)
-            from askspec.runtime.train.checkpoints import CHECKPOINTS
-
             for cfg in self.configs:
-                init = self.run_dir / CHECKPOINTS / cfg.role / f"step-{self.start_step}" if resume_from else None
+                init = self.checkpoints.folder(cfg.role, self.start_step) if resume_from else None
                 self.policies[cfg.role] = RolePolicy(cfg.role, self.make_role(self, cfg, init))
 
         async def _run_stage_step(self, sl, engine, log, on_step) -> None:
