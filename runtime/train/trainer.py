@@ -39,13 +39,15 @@ from askspec.ir import model as ir
 from askspec.ir.plansize import group_size, weight_rounds, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
-from askspec.runtime.train.batch import SessionRecord, build_batch
+from askspec.runtime.train.batch import build_batch
 from askspec.runtime.train import schedule
 from askspec.runtime.train.checkpoints import BUFFERS, STAGES, CheckpointDamaged, RunCheckpoints
 from askspec.runtime.train.config import config_from_ir
 from askspec.runtime.train.nested import InnerLoop
 from askspec.runtime.train.planner import MAX_REFILL_ROUNDS, Element, StepPlanner
 from askspec.runtime.train.steplog import StepLog
+from askspec.runtime.train.update import (Metrics, Played, TurnKeys, gate_reason, mismatched_roles, rollout_rows,
+                                           update_roles)
 
 
 class TrainingRefused(Exception):
@@ -62,19 +64,6 @@ class TrainingStopped(Exception):
     gradient (`max_nonfinite_steps`), weights that are no longer finite numbers, or an
     on-policy step whose sampler did not play the trained weights (`on_mismatch = error`).
     The message says which role and steps, and what to do."""
-
-
-@dataclass
-class _Played:
-    """What playing a step left for its update and its rollout shard."""
-
-    plans: list[SessionPlan]
-    sessions: list[SessionRecord]
-    routes: dict[tuple[str, str], str]  # the step's (StepLog.routes; a later step's reset leaves it)
-    nested: Any  # the inner loop's summary (nested schedule)
-    versions: dict[str, int]  # role -> the policy version that sampled its rollouts
-    t0: float
-    seconds: float
 
 
 @dataclass
@@ -484,7 +473,7 @@ class LocalTrainer:
                 break
             played = following
 
-    async def _play(self, sl: schedule.Slot, engine, log: StepLog) -> _Played:
+    async def _play(self, sl: schedule.Slot, engine, log: StepLog) -> Played:
         """Play step `sl`'s sessions (and its refills and inner loop) by the served weights;
         each rollout records the policy version that sampled it."""
         t0 = time.perf_counter()
@@ -507,64 +496,18 @@ class LocalTrainer:
         for s in sessions:
             for r in s.rollouts:
                 r.setdefault("policy_version", versions.get(r["role"]))
-        return _Played(plans, sessions, log.routes, nested, versions, t0, time.perf_counter() - t0)
+        return Played(plans, sessions, log.routes, nested, versions, t0, time.perf_counter() - t0)
 
-    def _train(self, sl: schedule.Slot, played: _Played) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, int], tuple[str, str]]]:
-        """Update every role of step `sl` on its played sessions: the step's metrics per
-        role, and each trained turn's (trajectory, group)."""
-        plans, sessions, nested = played.plans, played.sessions, played.nested
-        metrics: dict[str, dict[str, Any]] = {}
-        keys: dict[tuple[str, int], tuple[str, str]] = {}
-        for role in sl.phase.roles:
-            cfg, policy = self.by_role[role], self.policies[role]
-            if sl.n > cfg.steps:  # online: this role's own steps are done
-                continue
-            batch = build_batch(role, sessions, played.routes, need_reward=cfg.loss != "sft")
-            if nested is not None:  # the outer role's group: every dataset of its session
-                for tr in batch.trajectories:
-                    tr.group_key = tr.key.split("/")[0] + "/outer"
-            for tr in batch.trajectories:
-                for turn in tr.turns:
-                    keys[(turn.session_id, turn.turn_index)] = (tr.key, tr.group_key)
-            closed = self._gate_closed(role, plans, sessions) if plans else None
-            version = policy.version
-            if not plans:  # an empty buffer: nothing was played (PasoDoble ends the phase's step)
-                m: dict[str, Any] = {"skipped": "empty_buffer", "skip_reason": "the replayed buffer is empty",
-                                     "trajectories": 0, "tokens": 0}
-            elif closed is not None:  # the spec's update gate said no (PasoDoble: no valid question)
-                from askspec.runtime.train.policy import batch_reward_stats
+    def _train(self, sl: schedule.Slot, played: Played) -> tuple[Metrics, TurnKeys]:
+        """Update every role of step `sl` on its played sessions (update.update_roles)."""
+        return update_roles(sl, played, self.by_role, self.policies,
+                            lambda role: gate_reason(self.exp, self.gates.get(role), played.plans, played.sessions))
 
-                m = {**batch_reward_stats(batch.trajectories, cfg.std), "skipped": "gate", "skip_reason": closed,
-                     "gate": False, "tokens": 0}
-            else:
-                m = policy.update(batch.trajectories)
-            generated = sum(len(r["completion_ids"]) for s in sessions for r in s.rollouts if r["role"] == role)
-            m.update(step=sl.step, iteration=sl.iteration, phase=sl.phase.name, stage=sl.phase.stage,
-                     algorithm=cfg.algorithm, generated_tokens=generated,
-                     sessions=len(plans), seconds_play=played.seconds, seconds=time.perf_counter() - played.t0,
-                     policy_version=version, excluded=batch.excluded)
-            if cfg.max_staleness:
-                m["sampling_version"] = played.versions[role]
-            if nested is not None:
-                m["nested"] = nested
-            metrics[role] = m
-        return metrics, keys
-
-    def _record(self, sl: schedule.Slot, played: _Played, keys: dict[tuple[str, int], tuple[str, str]],
-                log: StepLog) -> None:
+    def _record(self, sl: schedule.Slot, played: Played, keys: TurnKeys, log: StepLog) -> None:
         """Step `sl`'s rollout shard: every turn of a trained role, token by token."""
         from askspec.runtime.store import rollouts
 
-        rows = []
-        for s in played.sessions:
-            for r in s.rollouts:
-                traj, group = keys.get((s.session_id, r["turn_index"]), (None, None))
-                rows.append({"run_id": log.run_id, "session_id": s.session_id, "attempt": s.attempt,
-                             "turn_index": r["turn_index"], "role": r["role"], "step": sl.step, "trajectory": traj,
-                             "group_key": group, "policy_version": played.versions[r["role"]],
-                             "temperature": r["temperature"], "finish_reason": r["finish_reason"],
-                             "prompt_ids": list(r["prompt_ids"]), "completion_ids": list(r["completion_ids"]),
-                             "logprobs": list(r["logprobs"]), "gen": log.generation})
+        rows = rollout_rows(log.run_id, log.generation, sl.step, played, keys)
         rollouts.write_shard(self.run_dir, sl.step, log.generation, rows)
 
     def _end_step(self, sl: schedule.Slot, metrics: dict[str, dict[str, Any]], engine, log: StepLog, on_step) -> None:
@@ -580,7 +523,7 @@ class LocalTrainer:
                                                   or self.stage_state.selected.get(sl.phase.stage, {}).get("at") == step)
         if not bad and (step % min(c.save_every for c in self.configs) == 0 or step == self.steps or stopped):
             self.checkpoint(step, metrics, engine)
-        mismatched = self._mismatched(metrics)
+        mismatched = mismatched_roles(metrics, lambda role: self.policies[role].mismatch_bound)
         for role, m in metrics.items():
             log.train_step(role, step, _jsonable(m))
         log.flush()
@@ -600,23 +543,6 @@ class LocalTrainer:
                     f"(steps {', '.join(map(str, steps))}; max_nonfinite_steps = {limit}); their updates were not "
                     f"applied and no checkpoint holds them ({self.checkpoints.newest_words()}). Check the rewards "
                     f"(train_steps: skipped, metrics->>'skip_reason'), lower `lr`, or raise `max_nonfinite_steps`")
-
-    def _mismatched(self, metrics: dict[str, dict[str, Any]]) -> list[str]:
-        """The roles whose step's sampler-trainer KL (policy._Mismatch, on-policy tokens
-        only) exceeds their `max_mismatch`; each such step's metrics say so in
-        `mismatch_warning` (the step's line and the closing summary show it)."""
-        out = []
-        for role, m in metrics.items():
-            kl = m.get("mismatch_kl")
-            if kl is None:  # no on-policy token (a skipped step, stale rows only)
-                continue
-            bound = self.policies[role].mismatch_bound
-            if not kl <= bound:  # a NaN KL is past any bound
-                m["mismatch_warning"] = (f"step {m.get('step')}: the sampler-trainer mismatch of on-policy tokens is "
-                                         f"KL {kl:.2e} (mean |Δ log π| {m.get('mismatch_abs') or 0.0:.2e}), above "
-                                         f"max_mismatch = {bound:g}")
-                out.append(role)
-        return out
 
     def _take(self, role: str, path: Path) -> None:
         """The role's weights (trained and served) become a kept checkpoint's."""
@@ -793,29 +719,6 @@ class LocalTrainer:
                 last.update({c.role: st.name for c in self.configs})
         return {role: [self._kept_path(name, n) for n in self.stage_state.kept.get(name, [])]
                 for role, name in last.items() if name in self.stage_state.selected}
-
-    def _gate_closed(self, role: str, plans: list[SessionPlan], sessions: list[SessionRecord]) -> str | None:
-        """Why `role`'s update gate (`update_when`) skips this step's update, or None when
-        it is open (or absent). Evaluated over the step's finished sessions as a metric is
-        over a run's: session variables, bindings, outcome, status, game, total rewards."""
-        from askspec.runtime.engine.metrics import gate_closed, gate_scope
-
-        gate = self.gates.get(role)
-        if gate is None:
-            return None
-        games = {p.session_id: p for p in plans}
-        scopes = []
-        for s in sessions:
-            if s.status != "ok":
-                continue
-            plan = games[s.session_id]
-            assert plan.step is not None  # a training step's plans carry it
-            totals: dict[str, float] = {}
-            for r, _, _, value in s.rewards:
-                totals[r] = totals.get(r, 0.0) + value
-            scopes.append(gate_scope(s.vars, plan.bindings, step=plan.step, outcome=s.outcome, status=s.status,
-                                     game=plan.game, rewards=totals))
-        return gate_closed(self.exp, gate, scopes)
 
     def plans(self, sl: schedule.Slot, engine) -> tuple[list[SessionPlan], dict[str, list[int]]]:
         """Step `sl`'s sessions: its plain games' next elements, then a batch of each

@@ -117,7 +117,9 @@ def test_a_gate_over_no_finished_session_skips(tmp_path):
     exp = compile_file(str(spec), {}).ir
     trainer = LocalTrainer(exp, params={}, datasets={"qs": [{"q": "1+1"}]}, seed=0, resolver=None, run_dir=tmp_path)
     plans = trainer.planner.plans(1)
-    assert trainer._gate_closed("solver", plans, []) is not None  # sum of nothing is 0: not > 0
+    from askspec.runtime.train.update import gate_reason
+
+    assert gate_reason(exp, trainer.gates["solver"], plans, []) is not None  # sum of nothing is 0: not > 0
 
 
 ALTERNATING = """
