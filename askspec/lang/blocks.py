@@ -1,6 +1,6 @@
 """Data sets, buffers, tournaments, judges, schedules, training and metrics: a compiler
-pass built on TrainingChecks and RoleChecks (it reads the roles' reply types) and, through
-them, on CheckerBase's shared state and helpers."""
+pass over the shared check context (checker_base.py), which reads the roles pass's reply
+types and the training pass's settings checks through it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from .data_override import KNOWLEDGE_FIELDS, read_data_file
 from .paths import MAX_DATA_BYTES, MAX_RECORD_BYTES, FileRefused, open_spec_file, record_too_large
 from ..span import Span
 from .templates import CONFINED_HINT
-from .training import GATE_SETTINGS, TrainingChecks
+from .checker_base import CheckContext
+from .training import GATE_SETTINGS
 from .types import ANY, BOOL, NUM, OPEN_RECORD, STR, T, TYPE_NAMES, boolish, from_json_value, list_of, record
 
 SCHEDULES = {"online", "alternating", "nested"}
@@ -54,7 +55,12 @@ def _fields(names: list[str]) -> str:
     return ("field " if len(names) == 1 else "fields ") + ", ".join(f"'{n}'" for n in names)
 
 
-class BlockChecks(TrainingChecks):
+class BlockChecks:
+    """The data, block, train and metric declarations' pass."""
+
+    def __init__(self, ctx: CheckContext) -> None:
+        self.ctx = ctx
+
     def data(self, d: A.DataDecl) -> None:
         src = d.source
         cond = None
@@ -65,36 +71,36 @@ class BlockChecks(TrainingChecks):
         for a in d.attrs:
             if a.name == "fields":
                 continue
-            opts[a.name] = self.const(a.value, f"data setting '{a.name}'")
+            opts[a.name] = self.ctx.const(a.value, f"data setting '{a.name}'")
             if a.name not in ("limit", "shuffle", "seed", "text_field", "split"):
-                self.err("E105", f"unknown data setting '{a.name}'", a.name_span, "settings: limit, shuffle, seed, text_field, split, fields")
+                self.ctx.err("E105", f"unknown data setting '{a.name}'", a.name_span, "settings: limit, shuffle, seed, text_field, split, fields")
         ds = ir.Dataset(span=irspan(d.span), name=d.name, format="list", items=[], options=opts)
-        self.exp.datasets.append(ds)  # even when invalid, so that uses do not report it as undefined
+        self.ctx.exp.datasets.append(ds)  # even when invalid, so that uses do not report it as undefined
         if isinstance(src, A.ListLit):
-            ds.items = self.const(src, "inline data") or []
+            ds.items = self.ctx.const(src, "inline data") or []
             self.inline_rows(src, ds.items)
         elif isinstance(src, A.Call) and src.func in ("jsonl", "parquet", "knowledge") and len(src.args) == 1:
-            path = self.const(src.args[0], "a data path")
+            path = self.ctx.const(src.args[0], "a data path")
             if not isinstance(path, str):
                 if path is not None:
-                    self.err("E107", "a data path is a string", src.args[0].span)
+                    self.ctx.err("E107", "a data path is a string", src.args[0].span)
                 return
             match src.func:
                 case "jsonl" | "parquet" | "knowledge":
                     ds.format, ds.path, ds.items = src.func, path, None
-            if d.name not in self.data_files:  # else the user's file is read instead (data_override)
+            if d.name not in self.ctx.data_files:  # else the user's file is read instead (data_override)
                 ds.digest = self.file_digest(path, src.args[0].span, lines=src.func != "parquet")
         elif isinstance(src, A.Where):  # `... where a where b`: the first `where` parsed as part of the source
-            self.err("E107", "a data set takes one `where` filter", src.span,
+            self.ctx.err("E107", "a data set takes one `where` filter", src.span,
                      "join the conditions with `and`: where COND1 and COND2")
             return
         else:
-            self.err("E107", "data is jsonl(\"path\"), parquet(\"path\"), knowledge(\"path\") or a list literal", src.span)
+            self.ctx.err("E107", "data is jsonl(\"path\"), parquet(\"path\"), knowledge(\"path\") or a list literal", src.span)
             return
         fields = next((a for a in d.attrs if a.name == "fields"), None)
         if fields is not None:
-            self.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
-        if d.name in self.data_files:
+            self.ctx.exp.datasets[-1].options["fields"] = self.field_types(fields.value)
+        if d.name in self.ctx.data_files:
             self.data_override(d, ds)
         if cond is not None:
             self.data_filter(ds, cond)
@@ -102,15 +108,15 @@ class BlockChecks(TrainingChecks):
     def data_override(self, d: A.DataDecl, ds: ir.Dataset) -> None:
         """`--data NAME=FILE`: the block reads the user's file instead (E111, at the block,
         for a file that cannot be read or whose records lack a declared field)."""
-        given = self.data_files[d.name]
+        given = self.ctx.data_files[d.name]
         declared = ds.options.get("fields")
         if ds.format == "knowledge":
             declared = {**KNOWLEDGE_FIELDS, **(declared or {})}
         f = read_data_file(given, ds.format, declared)
         for problem in f.unreadable:
-            self.err("E111", f"--data {d.name}={given}: {problem}", d.name_span)
+            self.ctx.err("E111", f"--data {d.name}={given}: {problem}", d.name_span)
         for problem in f.problems:
-            self.err("E111", f"--data {d.name}={given}: {problem}", d.name_span,
+            self.ctx.err("E111", f"--data {d.name}={given}: {problem}", d.name_span,
                      f"data '{d.name}' declares {', '.join(f'{k}: {v}' for k, v in (declared or {}).items())}; "
                      "scripts/convert_data.py writes the papers' public formats in these fields")
         ds.format, ds.path, ds.digest, ds.items, ds.user_file = f.format, f.path, f.digest, None, True  # type: ignore[assignment]
@@ -126,7 +132,7 @@ class BlockChecks(TrainingChecks):
             t = from_json_value(item)
             if not isinstance(first, dict) or not isinstance(item, dict):
                 if _clash(first_t, t):
-                    self.err("E201", f"inline data item {n} is {_kind(t)}, item 1 is {_kind(first_t)}: every item of "
+                    self.ctx.err("E201", f"inline data item {n} is {_kind(t)}, item 1 is {_kind(first_t)}: every item of "
                              "a data set has the first one's type", node.span)
                 continue
             missing = [k for k in first if k not in item]
@@ -135,14 +141,14 @@ class BlockChecks(TrainingChecks):
                 what = "; ".join(x for x in (
                     f"it has no {_fields(missing)}" if missing else "",
                     f"it has {_fields(extra)}, which item 1 has not" if extra else "") if x)
-                self.err("E201", f"inline data item {n} has other fields than item 1: {what}", node.span,
+                self.ctx.err("E201", f"inline data item {n} has other fields than item 1: {what}", node.span,
                          "give every item the same fields")
                 continue
             spans = {k: e.span for k, e in node.fields} if isinstance(node, A.RecordLit) else {}
             for k, v in item.items():
                 a, b = from_json_value(first[k]), from_json_value(v)
                 if _clash(a, b):
-                    self.err("E201", f"field '{k}' of inline data item {n} is {_kind(b)}, in item 1 {_kind(a)}",
+                    self.ctx.err("E201", f"field '{k}' of inline data item {n} is {_kind(b)}, in item 1 {_kind(a)}",
                              spans.get(k, node.span), "a field has one type in every item of a data set")
 
     def data_filter(self, ds: ir.Dataset, cond: A.Expr) -> None:
@@ -151,7 +157,7 @@ class BlockChecks(TrainingChecks):
         a field), `it` (the record) and the parameters, evaluated when the data is loaded."""
         item = self.data_item_type(ds.name)
         scope = Scope()
-        for p, t in self.param_types.items():
+        for p, t in self.ctx.param_types.items():
             scope.define(p, Sym("param", t, None, used=True))
         inner = scope.child()
         inner.define("it", Sym("item", item, None, used=True))
@@ -159,19 +165,19 @@ class BlockChecks(TrainingChecks):
             for k, v in item.fields:
                 inner.define(k, Sym("item", v, None, used=True))
         else:  # open records: every other name is a field, found (or not) at load time
-            for n in A.names_in(cond) - set(self.param_types):
+            for n in A.names_in(cond) - set(self.ctx.param_types):
                 inner.define(n, Sym("item", ANY, None, used=True))
-        checker = ExprChecker(self.sink, set())
+        checker = ExprChecker(self.ctx.sink, set())
         value, t = checker.check(cond, inner)
         if not boolish(t):
-            self.err("E201", f"a data filter must be bool, found {t}", cond.span,
+            self.ctx.err("E201", f"a data filter must be bool, found {t}", cond.span,
                      "compare a field: where kind == \"ask_mind\"")
             return
         ds.filter = value
-        ds.filter_params = {n: self.params[n] for n in sorted(A.names_in(cond) & set(self.param_types))
-                            if n in self.params and inner.kind_of(n) == "param"}
+        ds.filter_params = {n: self.ctx.params[n] for n in sorted(A.names_in(cond) & set(self.ctx.param_types))
+                            if n in self.ctx.params and inner.kind_of(n) == "param"}
         for n in ds.filter_params:
-            self.used.add(("param", n))
+            self.ctx.used.add(("param", n))
         self.no_stateful(checker, "a data filter runs once per record when the data is loaded",
                          "filter on the record's fields")
 
@@ -179,7 +185,7 @@ class BlockChecks(TrainingChecks):
         """E404 for each diversity/novelty call `checker` saw: their histories are a game's
         sessions, in session order (runtime/engine/stateful.py), which only a game step has."""
         for call in checker.stateful_calls:
-            self.err("E404", f"{call.func}() compares a text with earlier sessions' at its call site, and {where}, "
+            self.ctx.err("E404", f"{call.func}() compares a text with earlier sessions' at its call site, and {where}, "
                      "outside any session", call.span, f"{instead}; call {call.func}() in a game, into a session variable")
 
     def file_digest(self, rel: str, span: Span, lines: bool = False) -> str | None:
@@ -189,7 +195,7 @@ class BlockChecks(TrainingChecks):
         try:
             h = hashlib.sha256()
             line, size = 1, 0  # the current line and its bytes so far (its newline included, as run time counts)
-            with open_spec_file(self.spec_dir, rel, MAX_DATA_BYTES) as f:
+            with open_spec_file(self.ctx.spec_dir, rel, MAX_DATA_BYTES) as f:
                 # a line wholly inside one chunk is at most a chunk long, so never past the limit:
                 # only the line that runs across chunk ends is measured (no Python loop per line)
                 for chunk in iter(lambda: f.read(MAX_RECORD_BYTES), b""):
@@ -199,27 +205,27 @@ class BlockChecks(TrainingChecks):
                     first = chunk.find(b"\n")
                     size += len(chunk) if first < 0 else first + 1
                     if size > MAX_RECORD_BYTES and first >= 0:
-                        self.err("E304", f"data file refused: {rel}:{line}: {record_too_large(size)}", span)
+                        self.ctx.err("E304", f"data file refused: {rel}:{line}: {record_too_large(size)}", span)
                         lines = False
                     elif first >= 0:
                         line += chunk.count(b"\n")
                         size = len(chunk) - chunk.rfind(b"\n") - 1
             if lines and size > MAX_RECORD_BYTES:  # the last line, without a newline
-                self.err("E304", f"data file refused: {rel}:{line}: {record_too_large(size)}", span)
+                self.ctx.err("E304", f"data file refused: {rel}:{line}: {record_too_large(size)}", span)
             return h.hexdigest()
         except FileRefused as e:
-            self.err("E304", f"data file refused: {e}", span, CONFINED_HINT)
+            self.ctx.err("E304", f"data file refused: {e}", span, CONFINED_HINT)
         except FileNotFoundError:
-            self.err("E303", f"data file not found: {rel}", span, "paths are relative to the spec's folder")
+            self.ctx.err("E303", f"data file not found: {rel}", span, "paths are relative to the spec's folder")
         except OSError as e:
-            self.err("E303", f"cannot read data file {rel}: {e.strerror or e}", span)
+            self.ctx.err("E303", f"cannot read data file {rel}: {e.strerror or e}", span)
         return None
 
     def data_item_type(self, name: str) -> T:
-        buf = next((x for x in self.exp.buffers if x.name == name), None)
+        buf = next((x for x in self.ctx.exp.buffers if x.name == name), None)
         if buf is not None:
             return schema_type(buf.fields) if buf.fields else OPEN_RECORD
-        ds = next((x for x in self.exp.datasets if x.name == name), None)
+        ds = next((x for x in self.ctx.exp.datasets if x.name == name), None)
         if ds is None:
             return ANY
         if ds.format == "list" and ds.items:
@@ -235,69 +241,69 @@ class BlockChecks(TrainingChecks):
         attrs = {}
         for a in d.attrs:
             if a.name not in allowed:
-                self.err("E105", f"unknown {d.kind} setting '{a.name}'", a.name_span, suggest(a.name, allowed) or f"settings: {', '.join(sorted(allowed))}")
+                self.ctx.err("E105", f"unknown {d.kind} setting '{a.name}'", a.name_span, suggest(a.name, allowed) or f"settings: {', '.join(sorted(allowed))}")
             attrs[a.name] = a
         for r in sorted(required - set(attrs)):
-            self.err("E106", f"{d.kind} '{d.name}' needs a '{r}' setting", d.name_span)
+            self.ctx.err("E106", f"{d.kind} '{d.name}' needs a '{r}' setting", d.name_span)
         return attrs
 
     def role_ref(self, e: A.Expr) -> str | None:
-        if isinstance(e, A.Name) and any(r.name == e.id for r in self.exp.roles):
+        if isinstance(e, A.Name) and any(r.name == e.id for r in self.ctx.exp.roles):
             return e.id
         if isinstance(e, A.Name):
-            self.err("E102", f"unknown role '{e.id}'", e.span, suggest(e.id, lambda: [r.name for r in self.exp.roles]))
+            self.ctx.err("E102", f"unknown role '{e.id}'", e.span, suggest(e.id, lambda: [r.name for r in self.ctx.exp.roles]))
         else:
-            self.err("E107", "expected a role name", e.span)
+            self.ctx.err("E107", "expected a role name", e.span)
         return None
 
     def block_buffer(self, d: A.BlockDecl) -> None:
         a = self._attrs(d, {"capacity", "eviction", "patience", "fields", "score", "best"}, {"capacity"})
-        cap = self.const_int(a["capacity"].value, "capacity", 1) if "capacity" in a else None
+        cap = self.ctx.const_int(a["capacity"].value, "capacity", 1) if "capacity" in a else None
         buf = ir.Buffer(span=irspan(d.span), name=d.name, capacity=cap or 1)
         if "eviction" in a:
             v = a["eviction"].value
-            ev = v.id if isinstance(v, A.Name) and v.id not in self.params else self.const(v, "eviction")
+            ev = v.id if isinstance(v, A.Name) and v.id not in self.ctx.params else self.ctx.const(v, "eviction")
             if ev not in EVICTIONS:
-                self.err("E107", f"eviction is {', '.join(sorted(EVICTIONS))}, found {ev!r}", v.span,
+                self.ctx.err("E107", f"eviction is {', '.join(sorted(EVICTIONS))}, found {ev!r}", v.span,
                          suggest(str(ev), EVICTIONS) if isinstance(ev, str) else None)
             else:
                 buf.eviction = ev
         if "patience" in a:
-            buf.options["patience"] = self.const_int(a["patience"].value, "patience", 1)
+            buf.options["patience"] = self.ctx.const_int(a["patience"].value, "patience", 1)
         if "fields" in a:
             buf.fields = self.field_types(a["fields"].value)
         if "score" in a:
             v = a["score"].value
             if isinstance(v, A.Name):
                 buf.score = v.id
-                self.buffer_score_spans[d.name] = v.span
+                self.ctx.buffer_score_spans[d.name] = v.span
             else:
-                self.err("E107", "score names a session variable of the game that replays the buffer", v.span)
+                self.ctx.err("E107", "score names a session variable of the game that replays the buffer", v.span)
         if "best" in a:  # the field an item's best score starts from (PasoDoble: prev_acc = p_i)
             v = a["best"].value
             if not isinstance(v, A.Name) or v.id not in buf.fields:
-                self.err("E101", f"best names a field of buffer '{d.name}'", v.span,
+                self.ctx.err("E101", f"best names a field of buffer '{d.name}'", v.span,
                          (suggest(v.id, list(buf.fields)) if isinstance(v, A.Name) else None)
                          or f"its fields: {', '.join(buf.fields) or '(none: declare fields)'}")
             elif buf.fields[v.id] != "number":
-                self.err("E201", f"best names a number field; '{v.id}' is {buf.fields[v.id]}", v.span)
+                self.ctx.err("E201", f"best names a number field; '{v.id}' is {buf.fields[v.id]}", v.span)
             else:
                 buf.options["best"] = v.id
         if buf.eviction in ("solved", "no_peak", "solved_or_no_peak") and buf.score is None:
-            self.err("E106", f"buffer '{d.name}' needs a 'score' setting for eviction = {buf.eviction}", d.name_span,
+            self.ctx.err("E106", f"buffer '{d.name}' needs a 'score' setting for eviction = {buf.eviction}", d.name_span,
                      "name the replaying game's accuracy variable: score = acc")
-        self.exp.buffers.append(buf)
+        self.ctx.exp.buffers.append(buf)
 
     def field_types(self, e: A.Expr) -> dict[str, str]:
         """A `fields = {name: type, ...}` setting (data sets and buffers)."""
         if not isinstance(e, A.RecordLit):
-            self.err("E107", "fields is a record of field types, e.g. {question: string, answer: string}", e.span)
+            self.ctx.err("E107", "fields is a record of field types, e.g. {question: string, answer: string}", e.span)
             return {}
         schema = {}
         for k, v in e.fields:
             tname = v.id if isinstance(v, A.Name) else None
             if tname not in TYPE_NAMES and tname != "list":
-                self.err("E107", f"unknown type for field '{k}'", v.span, "types: number, bool, string, list, any")
+                self.ctx.err("E107", f"unknown type for field '{k}'", v.span, "types: number, bool, string, list, any")
                 tname = "any"
             schema[k] = tname
         return schema
@@ -305,7 +311,7 @@ class BlockChecks(TrainingChecks):
     def block_tournament(self, d: A.BlockDecl) -> None:
         a = self._attrs(d, {"judge", "prompt", "pairing", "verdict", "gamma", "aggregate", "order", "retries"}, {"judge", "prompt"})
         judge = self.role_ref(a["judge"].value) if "judge" in a else None
-        tpl = self.template(a["prompt"].value) if "prompt" in a else None
+        tpl = self.ctx.template(a["prompt"].value) if "prompt" in a else None
         t = ir.Tournament(span=irspan(d.span), name=d.name, judge=judge or "", template=tpl or "")
         if "pairing" in a:
             v = a["pairing"].value
@@ -314,23 +320,23 @@ class BlockChecks(TrainingChecks):
             elif isinstance(v, A.Call) and v.func == "live":
                 opp = [x.id for x in v.args if isinstance(x, A.Name)]
                 if len(opp) != len(v.args) or not opp or any(o not in ("best", "worst", "median") for o in opp):
-                    self.err("E107", "live(...) takes best, worst and/or median", v.span)
+                    self.ctx.err("E107", "live(...) takes best, worst and/or median", v.span)
                 else:
                     t.pairing, t.live_opponents = "live", opp
             else:
-                self.err("E107", "pairing is round_robin or live(best, worst, median)", v.span)
+                self.ctx.err("E107", "pairing is round_robin or live(best, worst, median)", v.span)
         if "verdict" in a:
             v = a["verdict"].value
             if isinstance(v, A.Call) and v.func == "boxed" and len(v.args) == 3:
-                labels = [self.const(x, "a verdict label") for x in v.args]
+                labels = [self.ctx.const(x, "a verdict label") for x in v.args]
                 if all(isinstance(x, str) for x in labels):
                     t.verdicts = labels
             else:
-                self.err("E107", "verdict is boxed(\"A\", \"B\", \"Tie\") (first wins, second wins, tie)", v.span)
+                self.ctx.err("E107", "verdict is boxed(\"A\", \"B\", \"Tie\") (first wins, second wins, tie)", v.span)
         if "gamma" in a:
-            g = self.const(a["gamma"].value, "gamma")
+            g = self.ctx.const(a["gamma"].value, "gamma")
             if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.5 <= g <= 1:
-                self.err("E107", "gamma is a number between 0.5 and 1", a["gamma"].value.span)
+                self.ctx.err("E107", "gamma is a number between 0.5 and 1", a["gamma"].value.span)
             else:
                 t.gamma = float(g)
         if "aggregate" in a:
@@ -338,153 +344,153 @@ class BlockChecks(TrainingChecks):
             if isinstance(v, A.Name) and v.id in ("win_rate", "bradley_terry"):
                 t.aggregate = "win_rate" if v.id == "win_rate" else "bradley_terry"
             else:
-                self.err("E107", "aggregate is win_rate or bradley_terry", v.span)
+                self.ctx.err("E107", "aggregate is win_rate or bradley_terry", v.span)
         if "order" in a:
             v = a["order"].value
             if isinstance(v, A.Name) and v.id in ("random", "both", "fixed"):
                 t.order = "random" if v.id == "random" else "both" if v.id == "both" else "fixed"
             else:
-                self.err("E107", "order is random (the paper's debiasing), both (every pair judged in both orders) or fixed", v.span)
+                self.ctx.err("E107", "order is random (the paper's debiasing), both (every pair judged in both orders) or fixed", v.span)
         if "retries" in a:
-            t.retries = self.const_int(a["retries"].value, "retries") or 0
-        self.exp.tournaments.append(t)
+            t.retries = self.ctx.const_int(a["retries"].value, "retries") or 0
+        self.ctx.exp.tournaments.append(t)
 
     def block_judge(self, d: A.BlockDecl) -> None:
         a = self._attrs(d, {"judge", "prompt", "scores", "retries"}, {"judge", "prompt"})
         judge = self.role_ref(a["judge"].value) if "judge" in a else None
-        tpl = self.template(a["prompt"].value) if "prompt" in a else None
+        tpl = self.ctx.template(a["prompt"].value) if "prompt" in a else None
         j = ir.PointwiseJudge(span=irspan(d.span), name=d.name, judge=judge or "", template=tpl or "")
         if "scores" in a:
-            s = self.const(a["scores"].value, "scores")
+            s = self.ctx.const(a["scores"].value, "scores")
             if not isinstance(s, list) or not s or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in s):
-                self.err("E107", "scores is a list of numbers", a["scores"].value.span)
+                self.ctx.err("E107", "scores is a list of numbers", a["scores"].value.span)
             else:
                 j.scores = [float(x) for x in s]
         if "retries" in a:
-            j.retries = self.const_int(a["retries"].value, "retries") or 0
-        self.exp.judges.append(j)
+            j.retries = self.ctx.const_int(a["retries"].value, "retries") or 0
+        self.ctx.exp.judges.append(j)
 
     def block_schedule(self, d: A.BlockDecl) -> None:
         if d.name not in SCHEDULES:
-            self.err("E405", f"unknown schedule '{d.name}'", d.name_span, suggest(d.name, SCHEDULES) or f"schedules: {', '.join(sorted(SCHEDULES))}")
+            self.ctx.err("E405", f"unknown schedule '{d.name}'", d.name_span, suggest(d.name, SCHEDULES) or f"schedules: {', '.join(sorted(SCHEDULES))}")
             return
         opts: dict[str, Any] = {}
-        roles = {r.name for r in self.exp.roles}
-        trained = {r.name for r in self.exp.roles if r.trained}
+        roles = {r.name for r in self.ctx.exp.roles}
+        trained = {r.name for r in self.ctx.exp.roles if r.trained}
         for a in d.attrs:
             if a.name in opts:
-                self.err("E104", f"schedule setting '{a.name}' given twice", a.name_span)
+                self.ctx.err("E104", f"schedule setting '{a.name}' given twice", a.name_span)
             if a.name == "games":
                 opts["games"] = self.schedule_games(a.value, d.name)
             elif d.name == "alternating" and a.name == "iterations":
-                opts[a.name] = self.const_int(a.value, a.name, 1)
+                opts[a.name] = self.ctx.const_int(a.value, a.name, 1)
             elif d.name == "alternating":
                 if a.name not in roles:
-                    self.err("E102", f"unknown role '{a.name}' in alternating schedule", a.name_span, suggest(a.name, roles))
+                    self.ctx.err("E102", f"unknown role '{a.name}' in alternating schedule", a.name_span, suggest(a.name, roles))
                 elif a.name not in trained:
-                    self.err("E405", f"role '{a.name}' has a training phase but is not marked 'trained'", a.name_span)
-                opts[a.name] = self.const_int(a.value, f"steps for {a.name}", 1)
+                    self.ctx.err("E405", f"role '{a.name}' has a training phase but is not marked 'trained'", a.name_span)
+                opts[a.name] = self.ctx.const_int(a.value, f"steps for {a.name}", 1)
             elif d.name == "nested":
                 if a.name in ("outer", "inner"):
                     opts[a.name] = self.role_ref(a.value)
                     if opts[a.name] is not None and opts[a.name] not in trained:
-                        self.err("E405", f"the {a.name} role of a nested schedule must be marked 'trained'", a.value.span)
+                        self.ctx.err("E405", f"the {a.name} role of a nested schedule must be marked 'trained'", a.value.span)
                 elif a.name in ("copies", "inner_steps", "outer_steps", "datasets", "promotion_window",
                                 "reward_questions"):
-                    opts[a.name] = self.const_int(a.value, a.name, 1)
+                    opts[a.name] = self.ctx.const_int(a.value, a.name, 1)
                 elif a.name == "extra_inner_steps":
-                    opts[a.name] = self.const_int(a.value, a.name, 0)
+                    opts[a.name] = self.ctx.const_int(a.value, a.name, 0)
                 elif a.name in ("practice", "evaluate"):
                     games = self.schedule_games(a.value, d.name)
                     if isinstance(games, list) and len(games) > 1:
-                        self.err("E107", f"'{a.name}' names one game", a.value.span)
+                        self.ctx.err("E107", f"'{a.name}' names one game", a.value.span)
                     opts[a.name] = games[0] if isinstance(games, list) and games else None
                 elif a.name == "outer_reward":
-                    v = a.value.id if isinstance(a.value, A.Name) and a.value.id not in self.params else self.const(a.value, a.name)
+                    v = a.value.id if isinstance(a.value, A.Name) and a.value.id not in self.ctx.params else self.ctx.const(a.value, a.name)
                     if v is not None and v not in OUTER_REWARDS:
-                        self.err("E107", f"outer_reward is one of {', '.join(OUTER_REWARDS)}, found {v!r}", a.value.span)
+                        self.ctx.err("E107", f"outer_reward is one of {', '.join(OUTER_REWARDS)}, found {v!r}", a.value.span)
                     opts[a.name] = v
                 elif a.name == "promotion_threshold":
-                    v = self.const(a.value, a.name)
+                    v = self.ctx.const(a.value, a.name)
                     if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-                        self.err("E201", f"promotion_threshold must be a number, found {from_json_value(v)}", a.value.span)
+                        self.ctx.err("E201", f"promotion_threshold must be a number, found {from_json_value(v)}", a.value.span)
                     opts[a.name] = v
                 else:
-                    self.err("E105", f"unknown nested schedule setting '{a.name}'", a.name_span,
+                    self.ctx.err("E105", f"unknown nested schedule setting '{a.name}'", a.name_span,
                              suggest(a.name, NESTED_KEYS) or f"settings: {', '.join(NESTED_KEYS)}")
             else:
                 if a.name != "steps":
-                    self.err("E105", f"unknown online schedule setting '{a.name}'", a.name_span, "settings: steps, games")
-                opts[a.name] = self.const_int(a.value, a.name, 1)
+                    self.ctx.err("E105", f"unknown online schedule setting '{a.name}'", a.name_span, "settings: steps, games")
+                opts[a.name] = self.ctx.const_int(a.value, a.name, 1)
         if d.name == "nested":
             for need in ("outer", "inner"):
                 if need not in opts:
-                    self.err("E106", f"a nested schedule needs '{need}'", d.name_span)
+                    self.ctx.err("E106", f"a nested schedule needs '{need}'", d.name_span)
             if opts.get("outer_reward", "grounded") == "grounded":
                 for need in ("practice", "evaluate"):
                     if need not in opts:
-                        self.err("E106", f"a nested schedule with the grounded outer reward needs '{need}' (the game "
+                        self.ctx.err("E106", f"a nested schedule with the grounded outer reward needs '{need}' (the game "
                                  f"{'that trains the inner copies' if need == 'practice' else 'that measures their accuracy'})",
                                  d.name_span)
         if d.name == "alternating" and not any(k in roles for k in opts):
-            self.err("E106", "an alternating schedule needs the steps of each phase, e.g. proposer = 10", d.name_span)
+            self.ctx.err("E106", "an alternating schedule needs the steps of each phase, e.g. proposer = 10", d.name_span)
         match d.name:  # one of SCHEDULES (checked above), narrowed to the IR's literal type
             case "online" | "alternating" | "nested":
-                self.exp.schedule = ir.Schedule(span=irspan(d.span), kind=d.name, options=opts)
+                self.ctx.exp.schedule = ir.Schedule(span=irspan(d.span), kind=d.name, options=opts)
 
     def schedule_games(self, e: A.Expr, kind: str) -> Any:
         """`games = [g1, g2]` (which games run), or for alternating schedules
         `games = {role: game_or_list, ...}` (which games run in each role's phase)."""
-        names = {g.name for g in self.exp.games}
+        names = {g.name for g in self.ctx.exp.games}
 
         def game_list(v: A.Expr) -> list[str]:
             items = v.items if isinstance(v, A.ListLit) else [v]
             if not items:  # would play nothing: a schedule without sessions, an evaluation of no game
-                self.err("E107", "an empty list names no game", v.span, "name the games: games = [practice]")
+                self.ctx.err("E107", "an empty list names no game", v.span, "name the games: games = [practice]")
             out = []
             for x in items:
                 if not isinstance(x, A.Name):
-                    self.err("E107", "expected a game name", x.span)
+                    self.ctx.err("E107", "expected a game name", x.span)
                 elif x.id not in names:
-                    self.err("E110", f"unknown game '{x.id}'", x.span, suggest(x.id, names))
+                    self.ctx.err("E110", f"unknown game '{x.id}'", x.span, suggest(x.id, names))
                 else:
                     out.append(x.id)
             return out
 
         if kind == "alternating" and isinstance(e, A.RecordLit):
-            roles = {r.name for r in self.exp.roles}
+            roles = {r.name for r in self.ctx.exp.roles}
             out = {}
             for k, v in e.fields:
                 if k not in roles:
-                    self.err("E102", f"unknown role '{k}'", v.span, suggest(k, roles))
+                    self.ctx.err("E102", f"unknown role '{k}'", v.span, suggest(k, roles))
                 out[k] = game_list(v)
             return out
         return game_list(e)
 
     # -- training
     def train(self, d: A.TrainDecl) -> None:
-        role = next((r for r in self.exp.roles if r.name == d.role), None)
+        role = next((r for r in self.ctx.exp.roles if r.name == d.role), None)
         if role is None:
-            self.err("E102", f"unknown role '{d.role}'", d.role_span, suggest(d.role, lambda: [r.name for r in self.exp.roles]))
+            self.ctx.err("E102", f"unknown role '{d.role}'", d.role_span, suggest(d.role, lambda: [r.name for r in self.ctx.exp.roles]))
             return
-        self.used.add(("role", d.role))
+        self.ctx.used.add(("role", d.role))
         if not role.trained:
-            self.err("E405", f"role '{d.role}' is trained here but not marked 'trained'", d.role_span, f"add the flag: role {d.role} {{ trained ... }}")
+            self.ctx.err("E405", f"role '{d.role}' is trained here but not marked 'trained'", d.role_span, f"add the flag: role {d.role} {{ trained ... }}")
         algo_e = d.algo
         name = algo_e.id if isinstance(algo_e, A.Name) else algo_e.func if isinstance(algo_e, A.Call) else None
         if name not in ALGORITHMS:
-            self.err("E405", f"unknown training algorithm '{name}'", algo_e.span, (suggest(name, ALGORITHMS) if name else None) or f"algorithms: {', '.join(sorted(ALGORITHMS))}")
+            self.ctx.err("E405", f"unknown training algorithm '{name}'", algo_e.span, (suggest(name, ALGORITHMS) if name else None) or f"algorithms: {', '.join(sorted(ALGORITHMS))}")
             return
-        args, hyper = self.training_settings(d, name)
+        args, hyper = self.ctx.training_checks.training_settings(d, name)
         for a in d.attrs:
             if a.name == "replay":
-                if not (isinstance(a.value, A.Name) and any(b.name == a.value.id for b in self.exp.buffers)):
-                    self.err("E110", "replay names a declared buffer", a.value.span)
+                if not (isinstance(a.value, A.Name) and any(b.name == a.value.id for b in self.ctx.exp.buffers)):
+                    self.ctx.err("E110", "replay names a declared buffer", a.value.span)
                 else:
-                    self.used.add(("buffer", a.value.id))
+                    self.ctx.used.add(("buffer", a.value.id))
                     hyper["replay"] = a.value.id
-        self.written_training[d.role] = {**args, **hyper}  # lowered into the block once the schedule is known
-        self.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name,
+        self.ctx.written_training[d.role] = {**args, **hyper}  # lowered into the block once the schedule is known
+        self.ctx.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name,
                                              update_when=self.update_gate(d)))
 
     def update_gate(self, d: A.TrainDecl) -> ir.Expr | None:
@@ -499,14 +505,14 @@ class BlockChecks(TrainingChecks):
         self.no_stateful(checker, "update_when is evaluated over the step's finished sessions",
                          "gate on session variables")
         for n in A.names_in(a.value):
-            if n in self.params:
-                self.used.add(("param", n))
+            if n in self.ctx.params:
+                self.ctx.used.add(("param", n))
         if t.name not in ("bool", "any"):
-            self.err("E407", f"update_when must be true or false over the step's sessions, found {t}", a.value.span,
+            self.ctx.err("E407", f"update_when must be true or false over the step's sessions, found {t}", a.value.span,
                      "e.g. update_when = sum(valid) > 0")
             return None
         if not _calls(a.value, AGGREGATES):
-            self.err("E407", "update_when must aggregate over the step's sessions (sum, mean, count, ...)", a.value.span,
+            self.ctx.err("E407", "update_when must aggregate over the step's sessions (sum, mean, count, ...)", a.value.span,
                      "e.g. update_when = count(valid) > 0, not a per-session condition")
             return None
         return value
@@ -515,11 +521,11 @@ class BlockChecks(TrainingChecks):
     def metric_scope(self) -> tuple[Scope, ExprChecker]:
         """What a metric (or an update gate) may name: params, roles, outcome, status, game,
         step and the games' session variables; and a checker in metric mode."""
-        outcomes = {o for g in self.exp.games for o in g.outcomes}
+        outcomes = {o for g in self.ctx.exp.games for o in g.outcomes}
         scope = Scope()
-        for p, t in self.param_types.items():
+        for p, t in self.ctx.param_types.items():
             scope.define(p, Sym("param", t, None, used=True))
-        for r in self.exp.roles:
+        for r in self.ctx.exp.roles:
             scope.define(r.name, Sym("role", T("role", role=r.name), None, used=True))
         scope.define("outcome", Sym("var", T("outcome"), None, used=True))
         scope.define("status", Sym("var", STR, None, used=True))
@@ -531,11 +537,11 @@ class BlockChecks(TrainingChecks):
         scope.define("group_judge_calls", Sym("var", NUM, None, used=True))
         scope.define("nonzero_advantage", Sym("var", BOOL, None, used=True))
         scope.define("advantage", Sym("var", NUM, None, used=True))  # the group-normalised reward
-        for g in self.exp.games:
-            for name, t in self.session_vars.get(g.name, {}).items():
+        for g in self.ctx.exp.games:
+            for name, t in self.ctx.session_vars.get(g.name, {}).items():
                 scope.define(name, Sym("var", t, None, used=True))
-        checker = ExprChecker(self.sink, outcomes, metric=True)
-        checker.role_reply = self.reply_types()
+        checker = ExprChecker(self.ctx.sink, outcomes, metric=True)
+        checker.role_reply = self.ctx.role_checks.reply_types()
         return scope, checker
 
     def metric(self, m: A.MetricDecl) -> None:
@@ -545,15 +551,15 @@ class BlockChecks(TrainingChecks):
                          "aggregate session variables")
         self.metric_unassigned_reads(m, scope)
         for n in A.names_in(m.value) | {name for name, _ in m.by}:
-            if n in self.params:
-                self.used.add(("param", n))
+            if n in self.ctx.params:
+                self.ctx.used.add(("param", n))
         by = []
         for name, span in m.by:
             if scope.kind_of(name) in (None, "role"):
-                self.err("E101", f"cannot group by '{name}': not a session variable", span,
+                self.ctx.err("E101", f"cannot group by '{name}': not a session variable", span,
                          suggest(name, lambda: [n for n in scope.all_names() if scope.kind_of(n) != "role"]))
             by.append(name)
-        self.exp.metrics.append(ir.Metric(span=irspan(m.span), name=m.name, value=value, by=by))
+        self.ctx.exp.metrics.append(ir.Metric(span=irspan(m.span), name=m.name, value=value, by=by))
 
 
     def metric_unassigned_reads(self, m: A.MetricDecl, scope: Scope) -> None:
@@ -567,10 +573,10 @@ class BlockChecks(TrainingChecks):
             if n in seen or n in _SESSION_COLUMNS or scope.kind_of(n) != "var":
                 continue
             seen.add(n)
-            for g in self.exp.games:
-                why = self.session_unassigned.get(g.name, {}).get(n)
-                if why is not None and n in self.session_vars.get(g.name, {}):
-                    self.err("E409", f"metric '{m.name}' reads '{n}', which game '{g.name}' leaves unassigned {why}",
+            for g in self.ctx.exp.games:
+                why = self.ctx.session_unassigned.get(g.name, {}).get(n)
+                if why is not None and n in self.ctx.session_vars.get(g.name, {}):
+                    self.ctx.err("E409", f"metric '{m.name}' reads '{n}', which game '{g.name}' leaves unassigned {why}",
                              node.span, f"assign '{n}' on every path of game '{g.name}' (e.g. a default before the "
                              f"`if`): as it is, the metric leaves out the sessions without it")
 

@@ -1,12 +1,15 @@
-"""The compiler's shared state and helpers (diagnostics, declarations, constants,
-templates): the typed base the declaration passes build on, so that each pass
-(roles.py, blocks.py, the compile pipeline in compiler.py) is type-checked against what
-it really uses instead of attributes a mixin assumes its host has."""
+"""The compiler's shared check context: the state every declaration pass reads and fills
+(the module's diagnostics, declared names and their uses, parameters, templates, the IR
+being built) and the helpers they share (err, declare, const, template). compiler.py runs
+an ordered tuple of passes over one context, sqlglot's shape: each pass is its own object
+(roles.py, training.py, blocks.py, stages.py, games.py) holding only the context, and
+reaches another pass's checks through the context's `role_checks`, `block_checks`, ...,
+never through a base class."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..ir import model as ir
 from ..ir.vocab import SAMPLING_DEFAULTS
@@ -18,8 +21,14 @@ from ..span import Span
 from .templates import LoadedTemplate, load_template
 from .types import T
 
+if TYPE_CHECKING:
+    from .blocks import BlockChecks
+    from .roles import RoleChecks
+    from .stages import StageChecks
+    from .training import TrainingChecks
 
-class CheckerBase:
+
+class CheckContext:
     """What every declaration pass shares: the module being compiled, its diagnostics,
     declared names and their uses, parameters, templates and the IR being built."""
 
@@ -51,6 +60,13 @@ class CheckerBase:
         # game -> the variables a session reaching the game's end may not have assigned, each with
         # a path that leaves it unassigned (set by GameChecker; metrics check their reads, E409)
         self.session_unassigned: dict[str, dict[str, str]] = {}
+        self.schedule_rewarded: set[str] = set()  # roles the schedule rewards (a nested outer role; compiler.py)
+        self.sample_games: set[str] = set()  # games a retrain stage samples items with (compiler.py)
+        # the passes (compiler.py makes them): one reaches another's checks only through these
+        self.role_checks: RoleChecks
+        self.training_checks: TrainingChecks
+        self.block_checks: BlockChecks
+        self.stage_checks: StageChecks
         self.exp = ir.Experiment(name=os.path.splitext(os.path.basename(path))[0],
                                  sampling_defaults=dict(SAMPLING_DEFAULTS))
 

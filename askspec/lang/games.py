@@ -24,13 +24,13 @@ from .templates import JINJA_GLOBALS, LoadedTemplate, field_location, variable_l
 from .types import ANY, NUM, OUTCOME, T, boolish, is_a, list_of, numeric
 
 if TYPE_CHECKING:
-    from .compiler import Compiler
+    from .checker_base import CheckContext
 
 MAX_STATIC_BOUND = 1_000_000
 
 
 class GameChecker:
-    def __init__(self, c: "Compiler", g: A.GameDecl) -> None:
+    def __init__(self, c: CheckContext, g: A.GameDecl) -> None:
         self.c = c
         self.g = g
         self.sink = c.sink
@@ -43,7 +43,7 @@ class GameChecker:
                     else:
                         self.outcomes.append(name)
         self.x = ExprChecker(self.sink, set(self.outcomes))
-        self.x.role_reply = c.reply_types()
+        self.x.role_reply = c.role_checks.reply_types()
         self.roles = {r.name: r for r in c.exp.roles}
         self.bound_roles: set[str] = set()
         self.asked_roles: set[str] = set()
@@ -70,9 +70,9 @@ class GameChecker:
         for r in self.roles:
             scope.define(r, Sym("role", T("role", role=r), None, used=True))
         for ds in self.c.exp.datasets:
-            scope.define(ds.name, Sym("data", list_of(self.c.data_item_type(ds.name)), None))
+            scope.define(ds.name, Sym("data", list_of(self.c.block_checks.data_item_type(ds.name)), None))
         for b in self.c.exp.buffers:
-            scope.define(b.name, Sym("buffer", list_of(self.c.data_item_type(b.name)), None))
+            scope.define(b.name, Sym("buffer", list_of(self.c.block_checks.data_item_type(b.name)), None))
         self.data_syms = {n: s for n, s in scope.names.items() if s.kind in ("data", "buffer")}
         game = ir.Game(span=irspan(g.span), name=g.name, outcomes=list(self.outcomes), body=[])
         if g.iter is not None:
@@ -138,7 +138,7 @@ class GameChecker:
 
     def _iter_elem(self, t: T, e: A.Expr) -> T:
         if isinstance(e, A.Name) and e.id in self.data_syms:
-            return self.c.data_item_type(e.id)
+            return self.c.block_checks.data_item_type(e.id)
         if t.name == "list":
             return t.elem or ANY
         if t.name != "any":
@@ -373,7 +373,7 @@ class GameChecker:
                 self.err("E104", f"sampling field '{a.name}' is set twice in {where}", a.name_span)
                 continue
             self._mark_used(a.value)
-            v = self.c.sampling_value(a.name, a.value)
+            v = self.c.role_checks.sampling_value(a.name, a.value)
             if v is not None:
                 out[a.name] = v
         return out
@@ -640,7 +640,7 @@ class GameChecker:
         if t.name not in ("record", "any"):
             self.err("E201", f"push takes a record, e.g. push {s.buffer}: {{question: q, answer: a}}, found {t}", s.value.span)
         elif t.fields is not None and buf.fields:
-            want = self.c.data_item_type(buf.name)
+            want = self.c.block_checks.data_item_type(buf.name)
             have = dict(t.fields)
             for k, ft in want.fields or ():
                 if k not in have:

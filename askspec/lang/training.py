@@ -17,7 +17,7 @@ from ..ir.plansize import schedule_steps
 from ..ir.vocab import (ADVANTAGE_STDS, AGGREGATIONS, ALGORITHM_DEFAULTS, DECAYS, ESTIMATORS, KL_ESTIMATORS,
                         MISMATCH_ACTIONS, STD_ESTIMATORS, TRAIN_DTYPES)
 from . import ast as A
-from .roles import RoleChecks
+from .checker_base import CheckContext
 
 
 @dataclass(frozen=True)
@@ -192,40 +192,43 @@ def closest(name: str, candidates) -> str | None:
     return f"did you mean '{close[0]}'?" if close else None
 
 
-class TrainingChecks(RoleChecks):
-    """The train block's checks: a compiler pass on RoleChecks (and CheckerBase's err,
-    const, params, used)."""
+class TrainingChecks:
+    """The train block's settings checks (the blocks pass calls them for each `train`),
+    over the shared check context (its err, const, params, used)."""
+
+    def __init__(self, ctx: CheckContext) -> None:
+        self.ctx = ctx
 
     def setting_value(self, name: str, s: Setting, e: A.Expr, where: str) -> Any:
         """The constant value of a setting, or None after a diagnostic."""
         if s.kind == "name":
-            if isinstance(e, A.Name) and e.id not in self.params:
+            if isinstance(e, A.Name) and e.id not in self.ctx.params:
                 value: Any = e.id
             else:
-                value = self.const(e, f"{where} '{name}'")
+                value = self.ctx.const(e, f"{where} '{name}'")
                 if value is None:
                     return None
             if value not in s.choices:
                 from .exprs import suggest
 
                 hint = (suggest(str(value), s.choices) if isinstance(value, str) else None) or f"one of: {', '.join(s.choices)}"
-                self.err("E107", f"{where} '{name}' is one of {', '.join(s.choices)}, found {value!r}", e.span, hint)
+                self.ctx.err("E107", f"{where} '{name}' is one of {', '.join(s.choices)}, found {value!r}", e.span, hint)
                 return None
             return value
-        value = self.const(e, f"{where} '{name}'")
+        value = self.ctx.const(e, f"{where} '{name}'")
         if value is None:
             return None
         from .types import from_json_value
 
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             want = "a whole number" if s.kind == "int" else "a number"
-            self.err("E201", f"{where} '{name}' must be {want}, found {from_json_value(value)}", e.span)
+            self.ctx.err("E201", f"{where} '{name}' must be {want}, found {from_json_value(value)}", e.span)
             return None
         if s.kind == "int" and int(value) != value:
-            self.err("E201", f"{where} '{name}' must be a whole number, found {value!r}", e.span)
+            self.ctx.err("E201", f"{where} '{name}' must be a whole number, found {value!r}", e.span)
             return None
         if not s.in_range(value):
-            self.err("E107", f"{where} '{name}' must be {s.range_text()}, found {value!r}", e.span,
+            self.ctx.err("E107", f"{where} '{name}' must be {s.range_text()}, found {value!r}", e.span,
                      "the ranges are listed in docs/language.md (train)")
             return None
         return int(value) if s.kind == "int" else float(value)
@@ -237,14 +240,14 @@ class TrainingChecks(RoleChecks):
         algo_e = d.algo
         if isinstance(algo_e, A.Call):
             if algo_e.args:
-                self.err("E109", f"{algorithm}(...) takes named arguments, e.g. {algorithm}({next(iter(allowed), 'x')} = ...)",
+                self.ctx.err("E109", f"{algorithm}(...) takes named arguments, e.g. {algorithm}({next(iter(allowed), 'x')} = ...)",
                          algo_e.args[0].span)
             for k, v in algo_e.kwargs:
                 if k not in allowed:
                     where = f"argument of {algorithm}"
                     close = closest(k, allowed) or (
                         f"{algorithm} takes: {', '.join(allowed)}" if allowed else f"{algorithm} takes no arguments")
-                    self.err("E105", f"unknown {where} '{k}'", v.span, close)
+                    self.ctx.err("E105", f"unknown {where} '{k}'", v.span, close)
                     continue
                 value = self.setting_value(k, allowed[k], v, f"{algorithm} argument")
                 if value is not None:
@@ -259,28 +262,28 @@ class TrainingChecks(RoleChecks):
                 if a.name in allowed:
                     hint = f"'{a.name}' is an argument of the algorithm: {algorithm}({a.name} = ...)"
                 hint = hint or closest(a.name, list(HYPERPARAMETERS) + list(BUFFER_SETTINGS) + list(GATE_SETTINGS))
-                self.err("E105", f"unknown training setting '{a.name}'", a.name_span,
+                self.ctx.err("E105", f"unknown training setting '{a.name}'", a.name_span,
                          hint or f"settings: {', '.join(HYPERPARAMETERS)}, replay, update_when")
                 continue
             if a.name in hyper:
-                self.err("E104", f"training setting '{a.name}' given twice", a.name_span)
+                self.ctx.err("E104", f"training setting '{a.name}' given twice", a.name_span)
             value = self.setting_value(a.name, s, a.value, "training setting")
             if value is not None:
                 hyper[a.name] = value
         lr = hyper.get("lr", HYPERPARAMETERS["lr"].default)
         if hyper.get("min_lr", 0.0) > lr:  # the cosine floor would raise the learning rate, not lower it
             span = next(a.value.span for a in d.attrs if a.name == "min_lr")
-            self.err("E107", f"training setting 'min_lr' ({hyper['min_lr']!r}) must be at most lr ({lr!r})", span)
+            self.ctx.err("E107", f"training setting 'min_lr' ({hyper['min_lr']!r}) must be at most lr ({lr!r})", span)
         if "std" in hyper:  # only a std-dividing estimator reads it; elsewhere it would be silently ignored
             estimator = args.get("estimator", ALGORITHM_DEFAULTS[algorithm][0])
             if estimator not in STD_ESTIMATORS:
                 span = next(a.value.span for a in d.attrs if a.name == "std")
-                self.err("E107", f"training setting 'std' is read only by the estimators that divide by the group's std "
+                self.ctx.err("E107", f"training setting 'std' is read only by the estimators that divide by the group's std "
                                  f"({', '.join(STD_ESTIMATORS)}); this block's is {estimator or 'none (sft)'}", span,
                          "remove 'std', or choose a grpo or group_norm estimator")
         if "is_bound" in hyper and not hyper.get("max_staleness"):  # on-policy tokens have weight 1: nothing to bound
             span = next(a.value.span for a in d.attrs if a.name == "is_bound")
-            self.err("E107", "training setting 'is_bound' bounds the importance weight of stale rollouts, and this "
+            self.ctx.err("E107", "training setting 'is_bound' bounds the importance weight of stale rollouts, and this "
                              "block's are all on-policy (max_staleness = 0)", span,
                      "remove 'is_bound', or set max_staleness = 1 (or more)")
         return args, hyper

@@ -46,3 +46,22 @@ def test_no_handler_is_looked_up_by_name() -> None:
     found = [f"{p.name}: {m.group(0)}" for p in sorted(LANG.glob("*.py"))
              for m in re.finditer(r'getattr\(self, *f?"[a-z_]*"? *\+', p.read_text(encoding="utf-8"))]
     assert found == []
+
+
+def test_the_checker_is_an_ordered_tuple_of_passes_over_one_context() -> None:
+    """sqlglot's shape: the compiler runs PASSES in order over one CheckContext; the
+    declaration kinds' checks are objects holding only that context (none inherits
+    another's), and reach each other through it."""
+    from askspec.lang import compiler
+    from askspec.lang.checker_base import CheckContext
+    from askspec.lang.roles import RoleChecks
+    from askspec.lang.training import TrainingChecks
+
+    assert isinstance(compiler.PASSES, tuple) and all(callable(p) for p in compiler.PASSES)
+    assert compiler.Compiler.__bases__ == (object,)
+    for cls in (RoleChecks, TrainingChecks, BlockChecks, StageChecks):
+        assert cls.__bases__ == (object,), cls
+    ctx = compiler.Compiler("x.ask", compiler.DiagnosticSink(), compiler.Sources(), {}, {}).ctx
+    assert isinstance(ctx, CheckContext)
+    checks = (ctx.role_checks, ctx.training_checks, ctx.block_checks, ctx.stage_checks)
+    assert all(c.ctx is ctx for c in checks) and set(vars(ctx.block_checks)) == {"ctx"}
