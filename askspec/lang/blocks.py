@@ -92,7 +92,7 @@ class BlockChecks:
                 ds.digest = self.file_digest(path, src.args[0].span, lines=src.func != "parquet")
         elif isinstance(src, A.Where):  # `... where a where b`: the first `where` parsed as part of the source
             self.ctx.err("E107", "a data set takes one `where` filter", src.span,
-                     "join the conditions with `and`: where COND1 and COND2")
+                         "join the conditions with `and`: where COND1 and COND2")
             return
         else:
             self.ctx.err("E107", "data is jsonl(\"path\"), parquet(\"path\"), knowledge(\"path\") or a list literal", src.span)
@@ -117,8 +117,8 @@ class BlockChecks:
             self.ctx.err("E111", f"--data {d.name}={given}: {problem}", d.name_span)
         for problem in f.problems:
             self.ctx.err("E111", f"--data {d.name}={given}: {problem}", d.name_span,
-                     f"data '{d.name}' declares {', '.join(f'{k}: {v}' for k, v in (declared or {}).items())}; "
-                     "scripts/convert_data.py writes the papers' public formats in these fields")
+                         f"data '{d.name}' declares {', '.join(f'{k}: {v}' for k, v in (declared or {}).items())}; "
+                         "scripts/convert_data.py writes the papers' public formats in these fields")
         ds.format, ds.path, ds.digest, ds.items, ds.user_file = f.format, f.path, f.digest, None, True  # type: ignore[assignment]
 
     def inline_rows(self, src: A.ListLit, items: list[Any]) -> None:
@@ -133,7 +133,7 @@ class BlockChecks:
             if not isinstance(first, dict) or not isinstance(item, dict):
                 if _clash(first_t, t):
                     self.ctx.err("E201", f"inline data item {n} is {_kind(t)}, item 1 is {_kind(first_t)}: every item of "
-                             "a data set has the first one's type", node.span)
+                                 "a data set has the first one's type", node.span)
                 continue
             missing = [k for k in first if k not in item]
             extra = [k for k in item if k not in first]
@@ -142,14 +142,14 @@ class BlockChecks:
                     f"it has no {_fields(missing)}" if missing else "",
                     f"it has {_fields(extra)}, which item 1 has not" if extra else "") if x)
                 self.ctx.err("E201", f"inline data item {n} has other fields than item 1: {what}", node.span,
-                         "give every item the same fields")
+                             "give every item the same fields")
                 continue
             spans = {k: e.span for k, e in node.fields} if isinstance(node, A.RecordLit) else {}
             for k, v in item.items():
                 a, b = from_json_value(first[k]), from_json_value(v)
                 if _clash(a, b):
                     self.ctx.err("E201", f"field '{k}' of inline data item {n} is {_kind(b)}, in item 1 {_kind(a)}",
-                             spans.get(k, node.span), "a field has one type in every item of a data set")
+                                 spans.get(k, node.span), "a field has one type in every item of a data set")
 
     def data_filter(self, ds: ir.Dataset, cond: A.Expr) -> None:
         """A data set's `where` condition: a bool over the record's fields (typed by the
@@ -171,7 +171,7 @@ class BlockChecks:
         value, t = checker.check(cond, inner)
         if not boolish(t):
             self.ctx.err("E201", f"a data filter must be bool, found {t}", cond.span,
-                     "compare a field: where kind == \"ask_mind\"")
+                         "compare a field: where kind == \"ask_mind\"")
             return
         ds.filter = value
         ds.filter_params = {n: self.ctx.params[n] for n in sorted(A.names_in(cond) & set(self.ctx.param_types))
@@ -186,7 +186,7 @@ class BlockChecks:
         sessions, in session order (runtime/engine/stateful.py), which only a game step has."""
         for call in checker.stateful_calls:
             self.ctx.err("E404", f"{call.func}() compares a text with earlier sessions' at its call site, and {where}, "
-                     "outside any session", call.span, f"{instead}; call {call.func}() in a game, into a session variable")
+                         "outside any session", call.span, f"{instead}; call {call.func}() in a game, into a session variable")
 
     def file_digest(self, rel: str, span: Span, lines: bool = False) -> str | None:
         """sha256 of a data file (relative to the spec's folder), so that the experiment
@@ -265,7 +265,7 @@ class BlockChecks:
             ev = v.id if isinstance(v, A.Name) and v.id not in self.ctx.params else self.ctx.const(v, "eviction")
             if ev not in EVICTIONS:
                 self.ctx.err("E107", f"eviction is {', '.join(sorted(EVICTIONS))}, found {ev!r}", v.span,
-                         suggest(str(ev), EVICTIONS) if isinstance(ev, str) else None)
+                             suggest(str(ev), EVICTIONS) if isinstance(ev, str) else None)
             else:
                 buf.eviction = ev
         if "patience" in a:
@@ -283,15 +283,15 @@ class BlockChecks:
             v = a["best"].value
             if not isinstance(v, A.Name) or v.id not in buf.fields:
                 self.ctx.err("E101", f"best names a field of buffer '{d.name}'", v.span,
-                         (suggest(v.id, list(buf.fields)) if isinstance(v, A.Name) else None)
-                         or f"its fields: {', '.join(buf.fields) or '(none: declare fields)'}")
+                             (suggest(v.id, list(buf.fields)) if isinstance(v, A.Name) else None)
+                             or f"its fields: {', '.join(buf.fields) or '(none: declare fields)'}")
             elif buf.fields[v.id] != "number":
                 self.ctx.err("E201", f"best names a number field; '{v.id}' is {buf.fields[v.id]}", v.span)
             else:
                 buf.options["best"] = v.id
         if buf.eviction in ("solved", "no_peak", "solved_or_no_peak") and buf.score is None:
             self.ctx.err("E106", f"buffer '{d.name}' needs a 'score' setting for eviction = {buf.eviction}", d.name_span,
-                     "name the replaying game's accuracy variable: score = acc")
+                         "name the replaying game's accuracy variable: score = acc")
         self.ctx.exp.buffers.append(buf)
 
     def field_types(self, e: A.Expr) -> dict[str, str]:
@@ -417,7 +417,7 @@ class BlockChecks:
                     opts[a.name] = v
                 else:
                     self.ctx.err("E105", f"unknown nested schedule setting '{a.name}'", a.name_span,
-                             suggest(a.name, NESTED_KEYS) or f"settings: {', '.join(NESTED_KEYS)}")
+                                 suggest(a.name, NESTED_KEYS) or f"settings: {', '.join(NESTED_KEYS)}")
             else:
                 if a.name != "steps":
                     self.ctx.err("E105", f"unknown online schedule setting '{a.name}'", a.name_span, "settings: steps, games")
@@ -430,8 +430,8 @@ class BlockChecks:
                 for need in ("practice", "evaluate"):
                     if need not in opts:
                         self.ctx.err("E106", f"a nested schedule with the grounded outer reward needs '{need}' (the game "
-                                 f"{'that trains the inner copies' if need == 'practice' else 'that measures their accuracy'})",
-                                 d.name_span)
+                                     f"{'that trains the inner copies' if need == 'practice' else 'that measures their accuracy'})",
+                                     d.name_span)
         if d.name == "alternating" and not any(k in roles for k in opts):
             self.ctx.err("E106", "an alternating schedule needs the steps of each phase, e.g. proposer = 10", d.name_span)
         match d.name:  # one of SCHEDULES (checked above), narrowed to the IR's literal type
@@ -491,7 +491,7 @@ class BlockChecks:
                     hyper["replay"] = a.value.id
         self.ctx.written_training[d.role] = {**args, **hyper}  # lowered into the block once the schedule is known
         self.ctx.exp.training.append(ir.Training(span=irspan(d.span), role=d.role, algorithm=name,
-                                             update_when=self.update_gate(d)))
+                                                 update_when=self.update_gate(d)))
 
     def update_gate(self, d: A.TrainDecl) -> ir.Expr | None:
         """`update_when = EXPR`: a yes/no over the step's sessions, in metric scope (E407)."""
@@ -509,11 +509,11 @@ class BlockChecks:
                 self.ctx.used.add(("param", n))
         if t.name not in ("bool", "any"):
             self.ctx.err("E407", f"update_when must be true or false over the step's sessions, found {t}", a.value.span,
-                     "e.g. update_when = sum(valid) > 0")
+                         "e.g. update_when = sum(valid) > 0")
             return None
         if not _calls(a.value, AGGREGATES):
             self.ctx.err("E407", "update_when must aggregate over the step's sessions (sum, mean, count, ...)", a.value.span,
-                     "e.g. update_when = count(valid) > 0, not a per-session condition")
+                         "e.g. update_when = count(valid) > 0, not a per-session condition")
             return None
         return value
 
@@ -557,7 +557,7 @@ class BlockChecks:
         for name, span in m.by:
             if scope.kind_of(name) in (None, "role"):
                 self.ctx.err("E101", f"cannot group by '{name}': not a session variable", span,
-                         suggest(name, lambda: [n for n in scope.all_names() if scope.kind_of(n) != "role"]))
+                             suggest(name, lambda: [n for n in scope.all_names() if scope.kind_of(n) != "role"]))
             by.append(name)
         self.ctx.exp.metrics.append(ir.Metric(span=irspan(m.span), name=m.name, value=value, by=by))
 
@@ -577,8 +577,8 @@ class BlockChecks:
                 why = self.ctx.session_unassigned.get(g.name, {}).get(n)
                 if why is not None and n in self.ctx.session_vars.get(g.name, {}):
                     self.ctx.err("E409", f"metric '{m.name}' reads '{n}', which game '{g.name}' leaves unassigned {why}",
-                             node.span, f"assign '{n}' on every path of game '{g.name}' (e.g. a default before the "
-                             f"`if`): as it is, the metric leaves out the sessions without it")
+                                 node.span, f"assign '{n}' on every path of game '{g.name}' (e.g. a default before the "
+                                 f"`if`): as it is, the metric leaves out the sessions without it")
 
     # the handler of each kind (one table: a missing handler is a KeyError here, not an attribute lookup)
     BLOCKS = {

@@ -84,7 +84,7 @@ class RoleChecks:
             else:
                 what = base.func if isinstance(base, A.Call) else type(base).__name__.lower()
                 self.ctx.err("E107", f"a model is a backend call such as hf(\"weights\") or another model's name, not {what}",
-                         base.span, f"backends: {', '.join(sorted(BACKENDS))}")
+                             base.span, f"backends: {', '.join(sorted(BACKENDS))}")
                 return None
             for a in d.attrs:
                 self.model_attr(m, a.name, a.value, a.name_span)
@@ -114,24 +114,24 @@ class RoleChecks:
         self.ctx.used.add(("role", arg.id))
         if not any(f.name == "trained" for f in role_decl.flags):
             self.ctx.err("E405", f"current({arg.id}) serves the weights a trainer updates, but role '{arg.id}' is not "
-                     f"marked 'trained'", arg.span, f"use the role's model directly, or mark it: role {arg.id} {{ trained }}")
+                         f"marked 'trained'", arg.span, f"use the role's model directly, or mark it: role {arg.id} {{ trained }}")
             return None
         model_attr = next((a for a in role_decl.attrs if a.name == "model"), None)
         if model_attr is None or not isinstance(model_attr.value, A.Name) or model_attr.value.id not in by_name:
             self.ctx.err("E403", f"current({arg.id}): role '{arg.id}' has no declared model of its own", arg.span,
-                     f"give it one: role {arg.id} {{ model = ... }}")
+                         f"give it one: role {arg.id} {{ model = ... }}")
             return None
         parent_name = model_attr.value.id
         if parent_name == d.name:
             self.ctx.err("E107", f"model '{d.name}' is role '{arg.id}''s own model; current({arg.id}) must be another model",
-                     base.span)
+                         base.span)
             return None
         parent = build(by_name[parent_name])
         if parent is None:
             return None
         if parent.backend != "hf":
             self.ctx.err("E405", f"current({arg.id}): the local trainer trains hf models, and role '{arg.id}' runs on "
-                     f"{parent.backend}", arg.span)
+                         f"{parent.backend}", arg.span)
             return None
         return parent.model_copy(deep=True, update={"name": d.name, "derived_from": parent_name, "weights_of": arg.id,
                                                     "span": irspan(d.span)})
@@ -158,7 +158,7 @@ class RoleChecks:
             # for min_p > 1 (no token is min_p times as likely as the likeliest); vLLM refuses both
             low = "0 <" if key == "top_p" else "0 ≤"
             self.ctx.err("E107", f"'{key}' must be a probability, {low} {key} ≤ 1, found {v}", value.span,
-                     "top_p = 1 keeps every token" if key == "top_p" else "min_p = 0 keeps every token")
+                         "top_p = 1 keeps every token" if key == "top_p" else "min_p = 0 keeps every token")
             return None
         return v
 
@@ -173,7 +173,7 @@ class RoleChecks:
                 return
             if v not in QUANTIZE:
                 self.ctx.err("E107", f"quantize must be one of {', '.join(repr(q) for q in QUANTIZE)}, found "
-                         f"{from_json_value(v) if not isinstance(v, str) else repr(v)}", value.span)
+                             f"{from_json_value(v) if not isinstance(v, str) else repr(v)}", value.span)
             elif m.backend != "hf" and v != "none":
                 self.ctx.err("E107", f"quantize applies to hf models, and model '{m.name}' runs on {m.backend}", value.span)
             else:
@@ -212,8 +212,8 @@ class RoleChecks:
                 if (m.name == r.model or m.weights_of == r.name) and m.options.get("quantize", "none") != "none":
                     span = self.ctx.decl_spans.get(("model", m.name))
                     self.ctx.sink.warn("W504", f"model '{m.name}' sets quantize = \"{m.options['quantize']}\" but serves "
-                                   f"the weights of trained role '{r.name}': training keeps them in full precision, "
-                                   f"so quantize applies only to --eval-only runs", span)
+                                       f"the weights of trained role '{r.name}': training keeps them in full precision, "
+                                       f"so quantize applies only to --eval-only runs", span)
 
     # -- roles
     def role(self, d: A.RoleDecl) -> None:
@@ -266,7 +266,7 @@ class RoleChecks:
                     for x in req:
                         if x not in r.reply.fields:
                             self.ctx.err("E202", f"require: the reply parser has no field '{x}'", attrs["require"].value.span,
-                                     f"fields: {', '.join(r.reply.fields) or 'none (use sections(...), summary(...), boxed or json(...))'}")
+                                         f"fields: {', '.join(r.reply.fields) or 'none (use sections(...), summary(...), boxed or json(...))'}")
                     r.reply.required = req
             rec = r.recover
             if "recover" in attrs:
@@ -308,12 +308,12 @@ class RoleChecks:
             r.max_prompt_tokens = self.ctx.const_int(cap.value, "max_prompt_tokens", 1)
             if over is None:
                 self.ctx.err("E106", f"role '{r.name}' sets max_prompt_tokens but not what a longer prompt becomes",
-                         cap.name_span, PROMPT_OVERFLOW_HINT)
+                             cap.name_span, PROMPT_OVERFLOW_HINT)
         if over is None:
             return
         if cap is None:
             self.ctx.err("E107", "'prompt_overflow' has no use without 'max_prompt_tokens'", over.name_span,
-                     f"cap the prompt: role {r.name} {{ max_prompt_tokens = 2048; prompt_overflow = ... }}")
+                         f"cap the prompt: role {r.name} {{ max_prompt_tokens = 2048; prompt_overflow = ... }}")
             return
         e = over.value
         if isinstance(e, A.Name) and e.id == "truncate_left":
@@ -323,7 +323,7 @@ class RoleChecks:
             r.prompt_overflow = ir.PromptOverflow(mode="end", outcome=e.args[0].id)
         else:
             self.ctx.err("E107", "prompt_overflow is truncate_left or end(OUTCOME), an outcome every game asking "
-                     f"'{r.name}' declares", e.span, PROMPT_OVERFLOW_HINT)
+                         f"'{r.name}' declares", e.span, PROMPT_OVERFLOW_HINT)
 
     def memory(self, e: A.Expr) -> ir.Memory:
         if isinstance(e, A.Name):
@@ -349,8 +349,8 @@ class RoleChecks:
                 continue
             others = [n for n in self.ctx.conversation_spans if n != name]
             self.ctx.err("E107", f"no other role shares conversation '{name}' with '{sharing[0]}'", span,
-                     suggest(name, others) or "a conversation is shared by the roles whose memory is "
-                     f"shared({name}); for one role's own conversation use memory = full")
+                         suggest(name, others) or "a conversation is shared by the roles whose memory is "
+                         f"shared({name}); for one role's own conversation use memory = full")
 
     def reply_parser(self, e: A.Expr) -> ir.ReplyParser:
         name = e.id if isinstance(e, A.Name) else e.func if isinstance(e, A.Call) else None
@@ -364,7 +364,7 @@ class RoleChecks:
             tags = [self.ctx.const(a, "a section tag") for a in args]
             if not tags or not all(isinstance(t, str) and tag_field(t) for t in tags):
                 self.ctx.err("E109", "sections() takes one or more tag strings, each with a letter or digit to name its field, "
-                         "e.g. sections(\"#Draft#\", \"#Question#\")", e.span)
+                             "e.g. sections(\"#Draft#\", \"#Question#\")", e.span)
                 return ir.ReplyParser(kind="text")
             fields = [tag_field(t) for t in tags]
             return ir.ReplyParser(kind="sections", args={"tags": tags}, fields=fields, required=[fields[-1]])

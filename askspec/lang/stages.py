@@ -53,24 +53,24 @@ class StageChecks:
             if d.name == "online" or any(r.name == d.name for r in self.ctx.exp.roles):
                 # the trainer names its phases after roles (and `online`): a stage must not share one
                 self.ctx.err("E408", f"stage '{d.name}' has the name of a {'role' if d.name != 'online' else 'schedule'}",
-                         d.name_span, "give the stage its own name, e.g. cold_start, rl, heldout")
+                             d.name_span, "give the stage its own name, e.g. cold_start, rl, heldout")
                 continue
             if d.kind == "retrain" and "train" not in kinds and any(
                     a.name == "promoted" and isinstance(a.value, A.Bool) and a.value.value for a in d.attrs):
                 self.ctx.err("E408", f"stage '{d.name}' retrains on the promoted datasets before the train stage made any",
-                         d.name_span, "put the retrain stage after the train stage")
+                             d.name_span, "put the retrain stage after the train stage")
                 continue
             if d.kind not in STAGE_KINDS:
                 self.ctx.err("E408", f"unknown stage kind '{d.kind}'", d.kind_span,
-                         suggest(d.kind, STAGE_KINDS) or f"stages are {', '.join(STAGE_KINDS)}")
+                             suggest(d.kind, STAGE_KINDS) or f"stages are {', '.join(STAGE_KINDS)}")
                 continue
             allowed = STAGE_SETTINGS[d.kind]
             seen: dict[str, A.Attribute] = {}
             for a in d.attrs:
                 if a.name not in allowed:
                     self.ctx.err("E105", f"unknown setting '{a.name}' of {'an' if d.kind[0] in 'aeiou' else 'a'} {d.kind} stage", a.name_span,
-                             suggest(a.name, allowed) or (f"settings: {', '.join(allowed)}" if allowed
-                                                          else "a train stage takes no settings: it runs the train blocks and the schedule"))
+                                 suggest(a.name, allowed) or (f"settings: {', '.join(allowed)}" if allowed
+                                                              else "a train stage takes no settings: it runs the train blocks and the schedule"))
                 elif a.name in seen:
                     self.ctx.err("E104", f"stage setting '{a.name}' given twice", a.name_span)
                 else:
@@ -82,13 +82,13 @@ class StageChecks:
             kinds.append(d.kind)
         if self.ctx.exp.training and "train" not in kinds:
             self.ctx.err("E408", "the spec has train blocks but its stage list has no train stage", decls[0].span,
-                     "add `stage rl train` where the RL schedule runs")
+                         "add `stage rl train` where the RL schedule runs")
         trains = [d for d in decls if d.kind == "train"]
         if len(trains) > 1:
             self.ctx.err("E408", "only one train stage (it runs the schedule)", trains[1].span)
         if not self.ctx.exp.training:
             self.ctx.err("E408", "stages need train blocks (trained and initial weights are the same without them)",
-                     decls[0].span, "without training, play the games directly: remove the stages")
+                         decls[0].span, "without training, play the games directly: remove the stages")
 
     def stage_sft(self, d: A.StageDecl, a: dict[str, A.Attribute]) -> dict[str, Any] | None:
         for need in ("role", "data"):
@@ -99,7 +99,7 @@ class StageChecks:
         role = self.ctx.block_checks.role_ref(a["role"].value)
         if role is not None and role not in {t.role for t in self.ctx.exp.training}:
             self.ctx.err("E408", f"the sft stage trains role '{role}', which has no train block", a["role"].value.span,
-                     f"add `train {role} with ...` (its weights, optimizer and checkpoints)")
+                         f"add `train {role} with ...` (its weights, optimizer and checkpoints)")
             return None
         data = self.data_ref(a["data"].value, "data names a declared data set of prompt/completion records")
         if data is None:
@@ -125,7 +125,7 @@ class StageChecks:
         """The declared data set a stage's `data` names (marked used), or None after E110."""
         if not (isinstance(v, A.Name) and any(ds.name == v.id for ds in self.ctx.exp.datasets)):
             self.ctx.err("E110", message, v.span,
-                     suggest(v.id, [ds.name for ds in self.ctx.exp.datasets]) if isinstance(v, A.Name) else None)
+                         suggest(v.id, [ds.name for ds in self.ctx.exp.datasets]) if isinstance(v, A.Name) else None)
             return None
         self.ctx.used.add(("data", v.id))
         return v.id
@@ -150,17 +150,17 @@ class StageChecks:
         if name in KEEP_RULES and not isinstance(v, A.Call):  # `keep = plateau`: the rule without its arguments
             _, curve, keywords = KEEP_RULES[name]
             self.ctx.err("E109", f"keep = {name} needs its arguments", v.span,
-                     f"keep = {name}({curve}" + "".join(f", {k} = ..." for k in keywords) + ")")
+                         f"keep = {name}({curve}" + "".join(f", {k} = ..." for k in keywords) + ")")
             return None
         if name not in KEEP_RULES or not isinstance(v, A.Call):
             self.ctx.err("E107", f"keep is a rule that chooses the stage's checkpoint, found {name or 'an expression'}",
-                     v.func_span if isinstance(v, A.Call) else v.span,
-                     (suggest(name, [KEEP_LAST, *KEEP_RULES]) if name else None) or forms)
+                         v.func_span if isinstance(v, A.Call) else v.span,
+                         (suggest(name, [KEEP_LAST, *KEEP_RULES]) if name else None) or forms)
             return None
         applies, curve, keywords = KEEP_RULES[name]
         if applies != kind:
             self.ctx.err("E408", f"keep = {name}(...) chooses the checkpoint of a {applies} stage, not of a {kind} stage",
-                     v.func_span, forms)
+                         v.func_span, forms)
             return None
         if len(v.args) != 1 or not isinstance(v.args[0], A.Name) or v.args[0].id != curve:
             self.ctx.err("E109", f"{name}() takes one argument, {curve}" + (
@@ -177,13 +177,13 @@ class StageChecks:
             allowed = (*keywords, *KEEP_OPTIONS.get(name, {}))
             if k not in allowed:
                 self.ctx.err("E109", f"{name}() has no keyword argument '{k}'", e.span,
-                         suggest(k, allowed) or (f"its keyword arguments: {', '.join(allowed)}" if allowed
-                                                 else f"{name}({curve}) takes none"))
+                             suggest(k, allowed) or (f"its keyword arguments: {', '.join(allowed)}" if allowed
+                                                     else f"{name}({curve}) takes none"))
                 return None
         for k in keywords:
             if k not in given:
                 self.ctx.err("E106", f"{name}() needs '{k} = ...'", v.span,
-                         "e.g. keep = plateau(reward, window = 25, fraction = 0.15)")
+                             "e.g. keep = plateau(reward, window = 25, fraction = 0.15)")
                 return None
         if name == "plateau":
             window = self.ctx.const_int(given["window"], "plateau's window", 1)
@@ -192,7 +192,7 @@ class StageChecks:
                 return None
             if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
                 self.ctx.err("E107", f"plateau's fraction is a number in (0, 1] (of the largest slope seen), found "
-                                 f"{fraction!r}", given["fraction"].span)
+                                     f"{fraction!r}", given["fraction"].span)
                 return None
             self._bounded(window, "window", given["window"].span, "plateau")
             out.update(window=window, fraction=float(fraction))
@@ -204,8 +204,8 @@ class StageChecks:
             sched = self.ctx.exp.schedule
             if sched is None or sched.kind != "nested":
                 self.ctx.err("E408", "keep = best(accuracy) chooses among the promoted students of a nested schedule, "
-                                 "and this spec has none", v.func_span, "remove the setting (the train stage keeps its "
-                                                                        "last step)")
+                                     "and this spec has none", v.func_span, "remove the setting (the train stage keeps its "
+                                                                            "last step)")
                 return None
         return out
 
@@ -219,7 +219,7 @@ class StageChecks:
             if not (isinstance(e, A.Name) and e.id in PLATEAU_SELECTS):
                 found = e.id if isinstance(e, A.Name) else "an expression"
                 self.ctx.err("E107", f"plateau's select is {' or '.join(PLATEAU_SELECTS)}, found {found}", e.span,
-                         suggest(found, PLATEAU_SELECTS) if isinstance(e, A.Name) else None)
+                             suggest(found, PLATEAU_SELECTS) if isinstance(e, A.Name) else None)
                 return None
             out["select"] = e.id
         for key in ("min_steps", "average", "every"):
@@ -233,7 +233,7 @@ class StageChecks:
         for key in ("min_steps",) if posthoc else ("average", "every"):
             if key in given:
                 self.ctx.err("E107", f"plateau's {key} belongs to select = {'online' if posthoc else 'posthoc'}",
-                         given[key].span, "min_steps guards the online rule; average and every are the post-hoc "
+                             given[key].span, "min_steps guards the online rule; average and every are the post-hoc "
                                           "selection's (select = posthoc)")
                 return None
         if not posthoc:
@@ -242,9 +242,9 @@ class StageChecks:
             del out["min_steps"]
         if posthoc and "every" not in given:
             self.ctx.err("E106", "plateau(..., select = posthoc) needs 'every = N': how often the stage keeps the "
-                             "role's weights (the checkpoints the selection and the averaging can use)", span,
-                     "e.g. keep = plateau(reward, window = 25, fraction = 0.15, select = posthoc, average = 200, "
-                     "every = 50)")
+                                 "role's weights (the checkpoints the selection and the averaging can use)", span,
+                         "e.g. keep = plateau(reward, window = 25, fraction = 0.15, select = posthoc, average = 200, "
+                         "every = 50)")
             return None
         return out
 
@@ -252,8 +252,8 @@ class StageChecks:
         for need in ("games", "score"):
             if need not in a:
                 self.ctx.err("E106", f"an evaluate stage needs '{need}'", d.name_span,
-                         "e.g. games = [test]; score = correct" if need == "games" else
-                         "the session variable that says a sample is right: score = correct")
+                             "e.g. games = [test]; score = correct" if need == "games" else
+                             "the session variable that says a sample is right: score = correct")
         if "games" not in a or "score" not in a:
             return None
         games = self.ctx.block_checks.schedule_games(a["games"].value, "evaluate")
@@ -263,7 +263,7 @@ class StageChecks:
         for g in games:
             if g in trained:
                 self.ctx.err("E408", f"game '{g}' is evaluated here and trained on by the schedule", a["games"].value.span,
-                         "evaluate on held-out games only")
+                             "evaluate on held-out games only")
                 return None
         samples = self.ctx.const_int(a["samples"].value, "samples", 1) if "samples" in a else 1
         ks: Any = [1]
@@ -276,7 +276,7 @@ class StageChecks:
             ks = [int(k) for k in ks]
             if samples is not None and max(ks) > samples:
                 self.ctx.err("E408", f"pass@{max(ks)} needs at least {max(ks)} samples per item, the stage draws {samples}",
-                         a["k"].value.span, f"samples = {max(ks)}")
+                             a["k"].value.span, f"samples = {max(ks)}")
                 return None
         score = a["score"].value
         if not isinstance(score, A.Name):
@@ -286,7 +286,7 @@ class StageChecks:
             have = self.ctx.session_vars.get(g, {})
             if score.id not in have:
                 self.ctx.err("E101", f"score '{score.id}' is not a session variable of game '{g}'", score.span,
-                         suggest(score.id, list(have)))
+                             suggest(score.id, list(have)))
                 return None
             if have[score.id].name not in ("bool", "number", "any"):
                 self.ctx.err("E201", f"score '{score.id}' must be a number or true/false, found {have[score.id]}", score.span)
@@ -311,7 +311,7 @@ class StageChecks:
         for need in ("role", "game"):
             if need not in a:
                 self.ctx.err("E106", f"a retrain stage needs '{need}'", d.name_span,
-                         "e.g. role = student; game = practice; promoted = true; data = hard")
+                             "e.g. role = student; game = practice; promoted = true; data = hard")
         if "role" not in a or "game" not in a:
             return None
         role = self.ctx.block_checks.role_ref(a["role"].value)
@@ -319,7 +319,7 @@ class StageChecks:
             return None
         if role not in {t.role for t in self.ctx.exp.training}:
             self.ctx.err("E408", f"the retrain stage trains role '{role}', which has no train block", a["role"].value.span,
-                     f"add `train {role} with ...` (its algorithm, group and batch)")
+                         f"add `train {role} with ...` (its algorithm, group and batch)")
             return None
         games = self.one_game(a["game"].value, "game")
         if not games:
@@ -327,7 +327,7 @@ class StageChecks:
         game = next(g for g in self.ctx.exp.games if g.name == games[0])
         if len(game.pattern) != 1 or not (isinstance(game.iter, ir.Ref) and game.iter.scope == "data"):
             self.ctx.err("E408", f"the retrain stage plays game '{game.name}' over items it chooses, so the game must be "
-                     f"written `game {game.name} for x in DATA`", a["game"].value.span)
+                         f"written `game {game.name} for x in DATA`", a["game"].value.span)
             return None
         opts: dict[str, Any] = {"role": role, "game": game.name, "promoted": False, "data": None, "steps": 1,
                                 "curriculum": 0}
@@ -345,7 +345,7 @@ class StageChecks:
         sched = self.ctx.exp.schedule
         if opts["promoted"] and (sched is None or sched.kind != "nested" or sched.options.get("inner") != role):
             self.ctx.err("E408", f"promoted datasets come from a nested schedule whose inner role is '{role}'",
-                     a["promoted"].value.span, "promoted = true needs `schedule nested { inner = " + role + "; ... }`")
+                         a["promoted"].value.span, "promoted = true needs `schedule nested { inner = " + role + "; ... }`")
             return None
         if "data" in a:
             opts["data"] = self.data_ref(a["data"].value, "data names a declared data set")
@@ -353,8 +353,8 @@ class StageChecks:
                 return None
         if not opts["promoted"] and opts["data"] is None and "sample" not in opts:
             self.ctx.err("E408", f"stage '{d.name}' has nothing to train on", d.name_span,
-                     "promoted = true (the nested schedule's promoted datasets), sample = GAME (a data set sampled "
-                     "from a role) and/or data = DATA")
+                         "promoted = true (the nested schedule's promoted datasets), sample = GAME (a data set sampled "
+                         "from a role) and/or data = DATA")
             return None
         for key, low in (("steps", 1), ("curriculum", 0), ("warmup", 0)):
             if key in a:
@@ -367,8 +367,8 @@ class StageChecks:
         synthetic = opts["promoted"] or "sample" in opts
         if opts["curriculum"] and not (synthetic and opts["data"] is not None and opts["curriculum"] < opts["steps"]):
             self.ctx.err("E408", "curriculum (the first steps on the promoted or sampled items only, then the data set) "
-                     "needs promoted = true or sample = GAME, a data set and fewer curriculum steps than steps",
-                     a["curriculum"].value.span)
+                         "needs promoted = true or sample = GAME, a data set and fewer curriculum steps than steps",
+                         a["curriculum"].value.span)
             return None
         if "keep" in a:
             keep = self.keep_rule(a["keep"], "retrain")
@@ -383,7 +383,7 @@ class StageChecks:
         after a diagnostic: a list here once dropped the stage without one)."""
         if not isinstance(v, A.Name):
             self.ctx.err("E107", f"a retrain stage's {key} is one game, named bare (no brackets or quotes)", v.span,
-                     f"e.g. {key} = {'practice' if key == 'game' else 'write'}")
+                         f"e.g. {key} = {'practice' if key == 'game' else 'write'}")
             return []
         return list(self.ctx.block_checks.schedule_games(v, "retrain"))
 
@@ -397,18 +397,18 @@ class StageChecks:
         game = next(g for g in self.ctx.exp.games if g.name == games[0])
         if game.name == trained_game:
             self.ctx.err("E408", f"game '{game.name}' both samples the stage's items and trains on them", v.span,
-                     "sample = a game that asks the role that writes the items: game write { xs = sample 128 ask teacher }")
+                         "sample = a game that asks the role that writes the items: game write { xs = sample 128 ask teacher }")
             return None
         if not any(isinstance(s, ir.AskStep) and s.sample is not None for s in all_steps(game.body)):
             self.ctx.err("E408", f"game '{game.name}' has no `sample N ask ROLE`: the stage's items are the replies of its "
-                             f"sample calls", v.span, "e.g. game write { xs = sample 128 ask teacher }")
+                                 f"sample calls", v.span, "e.g. game write { xs = sample 128 ask teacher }")
             return None
         sched = self.ctx.exp.schedule
         opt = sched.options.get("games") if sched is not None else None
         trained = opt if isinstance(opt, list) else [g for x in opt.values() for g in x] if isinstance(opt, dict) else []
         if game.name in trained:
             self.ctx.err("E408", f"game '{game.name}' samples a stage's items and is trained on by the schedule", v.span,
-                     "sample with a game of its own, held out of the schedule")
+                         "sample with a game of its own, held out of the schedule")
             return None
         return game.name
 

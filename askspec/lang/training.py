@@ -229,7 +229,7 @@ class TrainingChecks:
             return None
         if not s.in_range(value):
             self.ctx.err("E107", f"{where} '{name}' must be {s.range_text()}, found {value!r}", e.span,
-                     "the ranges are listed in docs/language.md (train)")
+                         "the ranges are listed in docs/language.md (train)")
             return None
         return int(value) if s.kind == "int" else float(value)
 
@@ -241,7 +241,7 @@ class TrainingChecks:
         if isinstance(algo_e, A.Call):
             if algo_e.args:
                 self.ctx.err("E109", f"{algorithm}(...) takes named arguments, e.g. {algorithm}({next(iter(allowed), 'x')} = ...)",
-                         algo_e.args[0].span)
+                             algo_e.args[0].span)
             for k, v in algo_e.kwargs:
                 if k not in allowed:
                     where = f"argument of {algorithm}"
@@ -263,7 +263,7 @@ class TrainingChecks:
                     hint = f"'{a.name}' is an argument of the algorithm: {algorithm}({a.name} = ...)"
                 hint = hint or closest(a.name, list(HYPERPARAMETERS) + list(BUFFER_SETTINGS) + list(GATE_SETTINGS))
                 self.ctx.err("E105", f"unknown training setting '{a.name}'", a.name_span,
-                         hint or f"settings: {', '.join(HYPERPARAMETERS)}, replay, update_when")
+                             hint or f"settings: {', '.join(HYPERPARAMETERS)}, replay, update_when")
                 continue
             if a.name in hyper:
                 self.ctx.err("E104", f"training setting '{a.name}' given twice", a.name_span)
@@ -279,11 +279,11 @@ class TrainingChecks:
             if estimator not in STD_ESTIMATORS:
                 span = next(a.value.span for a in d.attrs if a.name == "std")
                 self.ctx.err("E107", f"training setting 'std' is read only by the estimators that divide by the group's std "
-                                 f"({', '.join(STD_ESTIMATORS)}); this block's is {estimator or 'none (sft)'}", span,
-                         "remove 'std', or choose a grpo or group_norm estimator")
+                                     f"({', '.join(STD_ESTIMATORS)}); this block's is {estimator or 'none (sft)'}", span,
+                             "remove 'std', or choose a grpo or group_norm estimator")
         if "is_bound" in hyper and not hyper.get("max_staleness"):  # on-policy tokens have weight 1: nothing to bound
             span = next(a.value.span for a in d.attrs if a.name == "is_bound")
             self.ctx.err("E107", "training setting 'is_bound' bounds the importance weight of stale rollouts, and this "
-                             "block's are all on-policy (max_staleness = 0)", span,
-                     "remove 'is_bound', or set max_staleness = 1 (or more)")
+                                 "block's are all on-policy (max_staleness = 0)", span,
+                         "remove 'is_bound', or set max_staleness = 1 (or more)")
         return args, hyper
