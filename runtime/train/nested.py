@@ -178,8 +178,8 @@ class InnerLoop:
         self.params = params
         self.collections = collections
         self.state = LoopState()
-        self.practice = trainer._game(self.s.practice) if self.s.practice else None
-        self.evaluate = trainer._game(self.s.evaluate) if self.s.evaluate else None
+        self.practice = trainer.game_named(self.s.practice) if self.s.practice else None
+        self.evaluate = trainer.game_named(self.s.evaluate) if self.s.evaluate else None
         self.keep_best = any(st.kind == "train" and (st.options.get("keep") or {}).get("rule") == "best"
                              for st in trainer.exp.stages)
 

@@ -39,12 +39,12 @@ from askspec.ir import model as ir
 from askspec.ir.plansize import group_size, weight_rounds, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
-from askspec.runtime.train.batch import build_batch
 from askspec.runtime.train import schedule
 from askspec.runtime.train.checkpoints import BUFFERS, STAGES, CheckpointDamaged, RunCheckpoints
 from askspec.runtime.train.config import config_from_ir
 from askspec.runtime.train.nested import InnerLoop
 from askspec.runtime.train.planner import MAX_REFILL_ROUNDS, Element, StepPlanner
+from askspec.runtime.train.stage_steps import StageSteps
 from askspec.runtime.train.steplog import StepLog
 from askspec.runtime.train.update import (Metrics, Played, TurnKeys, gate_reason, mismatched_roles, rollout_rows,
                                            update_roles)
@@ -118,14 +118,15 @@ class LocalTrainer:
                                                      dict(datasets), seed, group, batch)
         self.planner = next(iter(self.planners.values()), None)  # the first phase's (tests, progress)
         self.sampling: dict[str, list[Element]] = {  # a retrain stage's sample game's elements
-            st.name: StepPlanner(exp, [self._game(st.options["sample"])], params, dict(datasets), seed, None,
+            st.name: StepPlanner(exp, [self.game_named(st.options["sample"])], params, dict(datasets), seed, None,
                                  None).elements
             for st in exp.stages if st.kind == "retrain" and st.options.get("sample")}
         self.stage_state = StageState()
+        self.stage_steps = StageSteps(self)
         self._stage_end = {sl.phase.stage: sl.step for sl in self.slots}  # stage -> its last step
-        self._index0 = [0]  # per step: its first session index (each step owns a fixed range)
+        self.index0 = [0]  # per step: its first session index (each step owns a fixed range)
         for sl in self.slots:
-            self._index0.append(self._index0[-1] + self.step_sessions(sl))
+            self.index0.append(self.index0[-1] + self.step_sessions(sl))
         self.policies: dict[str, Any] = {}
         self.start_step = 0
         self.datasets = datasets
@@ -154,20 +155,20 @@ class LocalTrainer:
     def jsonable(v: Any) -> Any:
         return _jsonable(v)
 
-    def _game(self, name: str) -> ir.Game:
+    def game_named(self, name: str) -> ir.Game:
         return next(g for g in self.exp.games if g.name == name)
 
     def step_sessions(self, sl: schedule.Slot) -> int:
         """The most sessions step `sl` plays (a replay plays fewer when its buffer is short)."""
         if sl.phase.kind != "play":
-            stage = self._stage(sl)
+            stage = self.stage_steps.stage(sl)
             if stage.kind == "retrain":
-                return self._retrain_shape(stage)[1] + (self._sample_sessions(stage) if sl.n == 1 else 0)
+                return self.stage_steps.retrain_shape(stage)[1] + (self.stage_steps.sample_sessions(stage) if sl.n == 1 else 0)
             return 0 if stage.kind == "sft" else (len(self.evaluated[sl.phase.name]) * stage.options["samples"]
                                                   * weight_rounds(self.exp, stage))
         n = self.planners[sl.phase.name].sessions_per_step(sl.n) if sl.phase.plain else 0
         for name in sl.phase.replay:
-            items, size = self._replay_shape(sl.phase, self._game(name))
+            items, size = self._replay_shape(sl.phase, self.game_named(name))
             n += items * size
         return n + (self.inner.max_sessions() if self.inner is not None else 0)
 
@@ -237,7 +238,7 @@ class LocalTrainer:
 
     def planner_sessions_before(self, step: int) -> int:
         """Sessions of steps 1..step (at most: a short buffer replays fewer)."""
-        return self._index0[step]
+        return self.index0[step]
 
     # -- models ----------------------------------------------------------------------------
 
@@ -415,7 +416,7 @@ class LocalTrainer:
         """A step of an sft, evaluate or retrain stage, recorded (and checkpointed)."""
         log.reset()
         engine.enter_step(sl.step, sl.phase.name)
-        metrics = await self._stage_step(sl, engine, log)
+        metrics = await self.stage_steps.step(sl, engine, log)
         self._end_step(sl, metrics, engine, log, on_step)
 
     async def _run_async(self, engine, log: StepLog, on_step) -> None:
@@ -491,7 +492,7 @@ class LocalTrainer:
         nested = None
         if self.inner is not None:  # the outer step's inner loop writes the outer rewards
             # its sessions take the end of the step's index range (the outer games' come first)
-            nested = await self.inner.run(sl.step, self._index0[sl.step] - self.inner.max_sessions(), engine, log,
+            nested = await self.inner.run(sl.step, self.index0[sl.step] - self.inner.max_sessions(), engine, log,
                                           sessions)
         for s in sessions:
             for r in s.rollouts:
@@ -544,192 +545,16 @@ class LocalTrainer:
                     f"applied and no checkpoint holds them ({self.checkpoints.newest_words()}). Check the rewards "
                     f"(train_steps: skipped, metrics->>'skip_reason'), lower `lr`, or raise `max_nonfinite_steps`")
 
-    def _take(self, role: str, path: Path) -> None:
-        """The role's weights (trained and served) become a kept checkpoint's."""
-        from askspec.runtime.train.nested import _load_weights
-
-        policy = self.policies[role]
-        policy.take_weights(_load_weights(path))
-        policy.publish()
-
-    def _retrain_shape(self, stage: ir.Stage) -> tuple[int, int]:
-        """(group, sessions per step) of a retrain stage: its role's train block, whole groups."""
-        cfg, game = self.by_role[stage.options["role"]], self._game(stage.options["game"])
-        size = group_size(game, cfg.group)
-        return size, whole_groups(cfg.batch, size)
-
-    def _sample_sessions(self, stage: ir.Stage) -> int:
-        """Sessions of a retrain stage's `sample` game (played at the stage's first step)."""
-        return sum(e.size for e in self.sampling.get(stage.name, []))
-
-    def _stage(self, sl: schedule.Slot) -> ir.Stage:
-        return next(s for s in self.exp.stages if s.name == sl.phase.stage)
-
-    async def _stage_step(self, sl: schedule.Slot, engine, log: StepLog) -> dict[str, dict[str, Any]]:
-        """A step of an sft stage (its role trained on a batch of the data set) or of an
-        evaluate stage (its games played against each weights); see stages.py."""
-        from askspec.runtime.train import stages
-
-        t0 = time.perf_counter()
-        stage = self._stage(sl)
-        if stage.kind == "evaluate":
-            index0 = self._index0[sl.step - 1]
-            averaged = self._averaged(stage) if "trained" in stage.options["weights"] else {}
-            for weights in stage.options["weights"]:
-                rounds = max((len(paths) for paths in averaged.values()), default=1) if weights == "trained" else 1
-                for k in range(rounds):
-                    tag = ""
-                    if weights == "trained" and averaged:  # a post-hoc plateau's window: each checkpoint in turn
-                        tag = f"-c{k}"
-                        for role, paths in averaged.items():
-                            self._take(role, paths[min(k, len(paths) - 1)])
-                    plans = stages.eval_plans(stage, self.evaluated[sl.phase.name], self.seed, sl.step, index0,
-                                              weights=[weights], tag=tag)[weights]
-                    index0 += len(plans)
-                    with self.serving(weights):
-                        await engine.run_phase(plans, {})
-            for role, paths in averaged.items():  # the later stages get the selected checkpoint
-                self._take(role, paths[0])
-            return {}
-        if stage.kind == "retrain":
-            return await self._retrain_step(sl, stage, engine, log)
-        role = sl.phase.roles[0]
-        policy, opts = self.policies[role], stage.options
-        batch = stages.sft_batch(self.datasets.get(opts["data"]) or [], opts, sl.n)
-        context = getattr(policy.model.config, "max_position_embeddings", None)
-        trajectories = stages.sft_trajectories(policy.tokenizer, policy.backend.chat_template, policy.pad_id, batch,
-                                               opts, sl.step, context)
-        rl_cfg, policy.cfg = policy.cfg, stages.sft_config(policy.cfg, opts)
-        version = policy.version
-        try:
-            m = policy.update(trajectories)
-        finally:
-            policy.cfg = rl_cfg
-        if sl.n == opts["steps"]:
-            policy.optimizer.state.clear()  # the RL stage starts with fresh AdamW moments, as a separate run would
-        m.update(step=sl.step, iteration=1, phase=sl.phase.name, stage=stage.name, algorithm="sft", sessions=0,
-                 records=len(batch), seconds=time.perf_counter() - t0, policy_version=version, excluded={})
-        return {role: m}
-
-    async def _retrain_step(self, sl: schedule.Slot, stage: ir.Stage, engine, log: StepLog) -> dict[str, dict[str, Any]]:
-        """A step of a retrain stage (stages.py): the fresh role plays the stage's game over
-        the step's items and is updated on those sessions."""
-        from askspec.runtime.train import stages
-        from askspec.runtime.train.nested import data_name
-
-        t0 = time.perf_counter()
-        opts, role = stage.options, stage.options["role"]
-        policy = self.policies[role]
-        index0 = self._index0[sl.step - 1]
-        sampled: dict[str, Any] = {}
-        if sl.n == 1 and stage.name in self.sampling:  # by the weights the stages before left, the role's included
-            sample = stages.sample_plans(stage, self.sampling[stage.name], self.seed, sl.step, index0)
-            await engine.run_phase(sample, {})
-            index0 += len(sample)
-            played = [log.sessions[p.session_id] for p in sample if p.session_id in log.sessions]
-            items = stages.sampled_items(self._game(opts["sample"]), played, log.parsed)
-            self.stage_state.sampled[stage.name] = [_jsonable(it) for it in items]
-            sampled = {"sampled": len(items), "sample_sessions": len(sample)}
-        if sl.n == 1:  # a fresh copy: the spec's weights and a new AdamW (a resumed step n > 1 has its checkpoint's)
-            policy.reset()
-        policy.lr_step0 = policy.version - (sl.n - 1)  # the stage's own learning-rate schedule
-        promotions = self.inner.state.promotions if self.inner is not None else []
-        items, n = stages.retrain_items(opts, promotions, self.datasets, sl.n, self.stage_state.sampled.get(stage.name))
-        m: dict[str, Any]
-        plans: list[SessionPlan] = []
-        version = policy.version
-        if not items:
-            m = {"skipped": "no_data", "skip_reason": "nothing to train on (no promoted dataset and no data)",
-                 "trajectories": 0, "tokens": 0}
-        else:
-            game = self._game(opts["game"])
-            group, batch = self._retrain_shape(stage)
-            planner = self.planner_over([game], {**self.datasets, data_name(game) or "": items},
-                                        derive_seed(self.seed, "retrain", stage.name), group, batch)
-            plans = [dataclasses.replace(p, stage=stage.name) for p in planner.plans(n, index0, sl.step)]
-            await engine.run_phase(plans, {})
-            sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]
-            b = build_batch(role, sessions, log.routes)
-            rl_cfg, policy.cfg = policy.cfg, stages.retrain_config(policy.cfg, opts)
-            try:
-                m = policy.update(b.trajectories)
-            finally:
-                policy.cfg = rl_cfg
-            m["excluded"] = b.excluded
-        m.update(step=sl.step, iteration=1, phase=sl.phase.name, stage=stage.name, algorithm=self.by_role[role].algorithm,
-                 sessions=len(plans), items=len(items), seconds=time.perf_counter() - t0, policy_version=version,
-                 **sampled)
-        keep = opts.get("keep")
-        if keep is not None and keep["rule"] == "plateau":
-            rewards = self.stage_state.rewards.setdefault(stage.name, [])
-            rewards.append(m.get("reward_mean"))
-            if keep.get("select") == "posthoc":
-                self._posthoc_step(sl, stage, m)
-                return {role: m}
-            hit = stages.plateau(rewards, int(keep["window"]), float(keep["fraction"]), int(keep.get("min_steps") or 0))
-            if hit is not None:  # this step's weights are the stage's: its later steps are not played
-                self.stage_state.stopped[stage.name] = sl.step
-                m.update(stopped=True, plateau=hit, stopped_after=sl.n)
-        return {role: m}
-
-    def _kept_path(self, stage: str, n: int) -> Path:
-        return self.checkpoints.root / STAGES / stage / f"step-{n}.safetensors"
-
-    def _posthoc_step(self, sl: schedule.Slot, stage: ir.Stage, m: dict[str, Any]) -> None:
-        """A step of a retrain stage with `keep = plateau(..., select = posthoc)`: the role's
-        weights are kept every `every` steps and at the last; after the last, the plateau is
-        selected over the whole curve (stages.plateau_posthoc), the role takes the first
-        checkpoint of the averaging window (the later stages' weights) and only the window's
-        checkpoints stay on disk, for the evaluate stages after it (`_averaged`)."""
-        from askspec.runtime.train import stages
-        from askspec.runtime.train.nested import _save_weights
-
-        keep, n, total = stage.options["keep"], sl.n, int(stage.options["steps"])
-        policy = self.policies[stage.options["role"]]
-        kept = self.stage_state.kept.setdefault(stage.name, [])
-        if n % int(keep["every"]) == 0 or n == total:
-            path = self._kept_path(stage.name, n)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _save_weights(policy.state(), path)
-            kept.append(n)
-        if n < total:
-            return
-        hit = stages.plateau_posthoc(self.stage_state.rewards[stage.name], int(keep["window"]), float(keep["fraction"]))
-        window = stages.averaged_checkpoints(kept, int(hit["step"]), int(keep["average"]), total)
-        if window[0] != n:
-            self._take(stage.options["role"], self._kept_path(stage.name, window[0]))
-        for old in kept:
-            if old not in window:
-                self._kept_path(stage.name, old).unlink(missing_ok=True)
-        self.stage_state.kept[stage.name] = window
-        self.stage_state.selected[stage.name] = {**hit, "checkpoints": window, "at": sl.step}
-        m.update(plateau=hit, selected_step=hit["step"], checkpoints=window)
-
-    def _averaged(self, stage: ir.Stage) -> dict[str, list[Path]]:
-        """Per role, the checkpoints an evaluate stage's `trained` weights average over: the
-        window of a post-hoc plateau's retrain stage that last trained the role before it
-        (an sft, retrain or the train stage after it trains the role anew: none)."""
-        last: dict[str, str] = {}
-        for st in self.exp.stages:
-            if st.name == stage.name:
-                break
-            if st.kind in ("sft", "retrain"):
-                last[st.options["role"]] = st.name
-            elif st.kind == "train":
-                last.update({c.role: st.name for c in self.configs})
-        return {role: [self._kept_path(name, n) for n in self.stage_state.kept.get(name, [])]
-                for role, name in last.items() if name in self.stage_state.selected}
-
     def plans(self, sl: schedule.Slot, engine) -> tuple[list[SessionPlan], dict[str, list[int]]]:
         """Step `sl`'s sessions: its plain games' next elements, then a batch of each
         replayed buffer's items in circular order (the buffer's cursor advances)."""
-        index0 = self._index0[sl.step - 1]
+        index0 = self.index0[sl.step - 1]
         plans = self.planners[sl.phase.name].plans(sl.n, index0, sl.step) if sl.phase.plain else []
         if sl.phase.stage is not None:
             plans = [dataclasses.replace(p, stage=sl.phase.stage) for p in plans]
         replay_ids: dict[str, list[int]] = {}
         for name in sl.phase.replay:
-            game = self._game(name)
+            game = self.game_named(name)
             count, size = self._replay_shape(sl.phase, game)
             batch = engine.buffers[replays_buffer(game)].next_batch(count)
             replay_ids[name] = [item_id for item_id, _ in batch]

@@ -366,7 +366,7 @@ def test_pasodobles_proposer_phases_play_the_local_schedules_steps(tmp_path) -> 
         want = []
         for sl in local.slots:
             if sl.phase.kind == "play" and sl.iteration == it and sl.phase.name == "proposer":
-                plans = local.planners["proposer"].plans(sl.n, local._index0[sl.step - 1], sl.step)
+                plans = local.planners["proposer"].plans(sl.n, local.index0[sl.step - 1], sl.step)
                 want += [(sl.step, p.game, p.bindings) for p in plans]  # one session a passage (its sample siblings)
         assert [(lb["step"], lb["game"], lb["bindings"]) for lb in labels] == want
         played |= {lb["bindings"]["passage"]["id"] for lb in labels}

@@ -191,7 +191,7 @@ def test_steps_that_do_not_divide_the_elements_play_the_local_walk(tmp_path) -> 
     local = LocalTrainer(exp, params=exp.param_values(), datasets={}, seed=0, resolver=None, run_dir=None)
     want = []
     for sl in local.slots:
-        plans = local.planners[sl.phase.name].plans(sl.n, local._index0[sl.step - 1], sl.step)
+        plans = local.planners[sl.phase.name].plans(sl.n, local.index0[sl.step - 1], sl.step)
         want += [p.bindings for p in plans if p.group_id is None or p.session_id == min(
             q.session_id for q in plans if q.group_id == p.group_id)]  # one prompt a group
     assert [lb["bindings"] for lb in labels] == want == [{"x": x} for x in (1, 2, 3, 1, 2, 3, 1, 2)]

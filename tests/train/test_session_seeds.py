@@ -81,7 +81,7 @@ def test_evaluate_stages_pair_their_weights_and_nothing_else():
     for sl in t.slots:
         if sl.phase.kind == "evaluate":
             stage = next(s for s in t.exp.stages if s.name == sl.phase.stage)
-            by_weights = stages.eval_plans(stage, t.evaluated[sl.phase.name], t.seed, sl.step, t._index0[sl.step - 1])
+            by_weights = stages.eval_plans(stage, t.evaluated[sl.phase.name], t.seed, sl.step, t.index0[sl.step - 1])
             trained, initial = by_weights["trained"], by_weights["initial"]
             assert [p.seed for p in trained] == [p.seed for p in initial]  # the paired comparison the stage asks for
             plans += trained
