@@ -51,6 +51,7 @@ from askspec.ir.plansize import group_size, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed
 from askspec.runtime.train.checkpoints import CHECKPOINTS, NESTED
+from askspec.runtime.train.steplog import jsonable
 
 
 @dataclass(frozen=True)
@@ -380,7 +381,7 @@ class InnerLoop:
         metrics: list[dict[str, Any]] = []
         try:
             for i in range(1, steps + 1):
-                metrics.append(t.jsonable(await self._inner_step(step, ds, j, i, copy, engine, log)))
+                metrics.append(jsonable(await self._inner_step(step, ds, j, i, copy, engine, log)))
             acc = await self._accuracy(step, f"d{ds.k}c{j}", questions, engine, log)
         finally:
             t.policies[self.s.inner] = student

@@ -3,14 +3,17 @@ in stages.py): an sft stage's update on a batch of records, an evaluate stage's 
 played against each weights (a post-hoc plateau's kept checkpoints in turn), and a retrain
 stage's fresh role playing its game over the step's items and updated on them, with its
 `keep` rule (stop at a plateau, or keep checkpoints and select one after the last step).
-`StageSteps` holds the trainer it plays for, as the nested schedule's InnerLoop does."""
+`StageSteps` holds the trainer it plays for (what it reads of it: `StagesHost`), as the nested
+schedule's InnerLoop does; `StageState` is what the stages carry past a step (checkpointed)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from askspec.ir import model as ir
 from askspec.ir.plansize import group_size, whole_groups
@@ -18,17 +21,55 @@ from askspec.ir.plansize import group_size, whole_groups
 from askspec.runtime.engine.plan import SessionPlan, derive_seed
 from askspec.runtime.train import schedule
 from askspec.runtime.train.batch import build_batch
-from askspec.runtime.train.checkpoints import STAGES
-from askspec.runtime.train.steplog import StepLog
+from askspec.runtime.train.checkpoints import STAGES, RunCheckpoints
+from askspec.runtime.train.config import TrainConfig
+from askspec.runtime.train.nested import InnerLoop
+from askspec.runtime.train.planner import Element, StepPlanner
+from askspec.runtime.train.steplog import StepLog, jsonable
 
-if TYPE_CHECKING:
-    from askspec.runtime.train.trainer import LocalTrainer
+
+@dataclass
+class StageState:
+    """What the stages carry from one step to the next (checkpointed with it)."""
+
+    sampled: dict[str, list] = dataclasses.field(default_factory=dict)  # retrain stage -> its sampled items
+    rewards: dict[str, list] = dataclasses.field(default_factory=dict)  # retrain stage -> mean reward per step
+    stopped: dict[str, int] = dataclasses.field(default_factory=dict)  # stage -> the step `keep` stopped it at
+    # a post-hoc plateau's stage -> its kept checkpoints (stage steps; checkpoints/stages/<stage>/step-<n>)
+    kept: dict[str, list] = dataclasses.field(default_factory=dict)
+    selected: dict[str, dict] = dataclasses.field(default_factory=dict)  # stage -> its post-hoc selection
+
+
+class StagesHost(Protocol):
+    """What a trainer gives its stage steps (LocalTrainer is one)."""
+
+    exp: ir.Experiment
+    seed: int
+    configs: list[TrainConfig]
+    by_role: dict[str, TrainConfig]
+    policies: dict[str, Any]
+    datasets: dict[str, list]
+    evaluated: dict[str, list[Element]]  # an evaluate stage's elements
+    sampling: dict[str, list[Element]]  # a retrain stage's sample game's elements
+    stage_state: StageState
+    index0: list[int]  # per step: its first session index
+    inner: InnerLoop | None
+
+    @property
+    def checkpoints(self) -> RunCheckpoints: ...
+
+    def game_named(self, name: str) -> ir.Game: ...
+
+    def planner_over(self, games: list[ir.Game], collections: dict[str, list], seed: int, group: int | None,
+                     batch: int | None) -> StepPlanner: ...
+
+    def serving(self, weights: str) -> AbstractContextManager[None]: ...
 
 
 class StageSteps:
     """The sft, evaluate and retrain stages' steps of one trainer's schedule."""
 
-    def __init__(self, trainer: LocalTrainer) -> None:
+    def __init__(self, trainer: StagesHost) -> None:
         self.t = trainer
 
     def take(self, role: str, path: Path) -> None:
@@ -115,7 +156,7 @@ class StageSteps:
             index0 += len(sample)
             played = [log.sessions[p.session_id] for p in sample if p.session_id in log.sessions]
             items = stages.sampled_items(self.t.game_named(opts["sample"]), played, log.parsed)
-            self.t.stage_state.sampled[stage.name] = [self.t.jsonable(it) for it in items]
+            self.t.stage_state.sampled[stage.name] = [jsonable(it) for it in items]
             sampled = {"sampled": len(items), "sample_sessions": len(sample)}
         if sl.n == 1:  # a fresh copy: the spec's weights and a new AdamW (a resumed step n > 1 has its checkpoint's)
             policy.reset()

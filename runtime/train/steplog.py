@@ -5,6 +5,7 @@ status, variables, rewards and rollouts, and the groups' routes)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 from askspec.runtime.engine.plan import SessionPlan
@@ -108,3 +109,15 @@ class StepLog:
                              "prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids,
                              "logprobs": result.logprobs, "temperature": float(temperature),
                              "finish_reason": result.finish_reason})
+
+
+def jsonable(v: Any) -> Any:
+    """A step's metrics as the run store and a checkpoint's state hold them: keys as
+    strings, tuples as lists, a NaN or infinite number as null."""
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v

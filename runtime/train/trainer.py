@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -44,8 +43,8 @@ from askspec.runtime.train.checkpoints import BUFFERS, STAGES, CheckpointDamaged
 from askspec.runtime.train.config import config_from_ir
 from askspec.runtime.train.nested import InnerLoop
 from askspec.runtime.train.planner import MAX_REFILL_ROUNDS, Element, StepPlanner
-from askspec.runtime.train.stage_steps import StageSteps
-from askspec.runtime.train.steplog import StepLog
+from askspec.runtime.train.stage_steps import StageState, StageSteps
+from askspec.runtime.train.steplog import StepLog, jsonable
 from askspec.runtime.train.update import (Metrics, Played, TurnKeys, gate_reason, mismatched_roles, rollout_rows,
                                            update_roles)
 
@@ -64,18 +63,6 @@ class TrainingStopped(Exception):
     gradient (`max_nonfinite_steps`), weights that are no longer finite numbers, or an
     on-policy step whose sampler did not play the trained weights (`on_mismatch = error`).
     The message says which role and steps, and what to do."""
-
-
-@dataclass
-class StageState:
-    """What the stages carry from one step to the next (checkpointed with it)."""
-
-    sampled: dict[str, list] = dataclasses.field(default_factory=dict)  # retrain stage -> its sampled items
-    rewards: dict[str, list] = dataclasses.field(default_factory=dict)  # retrain stage -> mean reward per step
-    stopped: dict[str, int] = dataclasses.field(default_factory=dict)  # stage -> the step `keep` stopped it at
-    # a post-hoc plateau's stage -> its kept checkpoints (stage steps; checkpoints/stages/<stage>/step-<n>)
-    kept: dict[str, list] = dataclasses.field(default_factory=dict)
-    selected: dict[str, dict] = dataclasses.field(default_factory=dict)  # stage -> its post-hoc selection
 
 
 # ---------------------------------------------------------------------------------------
@@ -150,10 +137,6 @@ class LocalTrainer:
                      batch: int | None) -> StepPlanner:
         """A StepPlanner for games over other items than the spec's (the nested inner loop's)."""
         return StepPlanner(self.exp, games, self.params, collections, seed, group, batch)
-
-    @staticmethod
-    def jsonable(v: Any) -> Any:
-        return _jsonable(v)
 
     def game_named(self, name: str) -> ir.Game:
         return next(g for g in self.exp.games if g.name == name)
@@ -526,7 +509,7 @@ class LocalTrainer:
             self.checkpoint(step, metrics, engine)
         mismatched = mismatched_roles(metrics, lambda role: self.policies[role].mismatch_bound)
         for role, m in metrics.items():
-            log.train_step(role, step, _jsonable(m))
+            log.train_step(role, step, jsonable(m))
         log.flush()
         if on_step is not None:
             on_step(step, metrics)
@@ -581,7 +564,7 @@ class LocalTrainer:
                 raise TrainingStopped(f"role '{role}': after step {step} some weights are NaN or infinite, so no "
                                       f"checkpoint is written ({book.newest_words()}); lower `lr` or `grad_clip`")
         for role, policy in self.policies.items():
-            policy.save(book.folder(role, step), step, _jsonable(metrics.get(role, {})))
+            policy.save(book.folder(role, step), step, jsonable(metrics.get(role, {})))
         if engine is not None and engine.buffers:
             book.write_state(BUFFERS, step, {name: b.state() for name, b in engine.buffers.items()})
         if self.inner is not None:
@@ -609,13 +592,3 @@ class LocalTrainer:
             metrics = json.loads(state.read_text(encoding="utf-8")).get("metrics") or {}
             log.train_step(role, self.start_step, metrics)
         log.flush()
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v

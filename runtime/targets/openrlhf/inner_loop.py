@@ -149,7 +149,9 @@ class InnerLoopHost:
         sets = [Dataset(k, list(items), []) for k, items in enumerate(datasets, 1)]
         summary = self.loop.run_until_complete(
             self.inner.outer_step(step, self.index0(step), self.engine, self.log, sets, train=self._pool_trainer()))
-        answer = {**self.trainer.jsonable(summary), "step": step, "promotions": list(self.inner.state.promotions)}
+        from askspec.runtime.train.steplog import jsonable
+
+        answer = {**jsonable(summary), "step": step, "promotions": list(self.inner.state.promotions)}
         self._save(step, answer, key)
         self.writer.flush()
         return answer
