@@ -160,3 +160,23 @@ def test_staleness_needs_a_loss_with_the_correction(tmp_path) -> None:
         spec = tmp_path / f"w_{algorithm}.ask"
         spec.write_text(SPEC.format(algorithm=algorithm, block="group = 2; max_staleness = 1"))
         assert any(f"`max_staleness = 1` with the {algorithm} loss" in m for m in refusals(spec)) == refused
+
+
+def test_a_blocks_own_steps_win_over_the_online_schedules_as_in_a_local_run(tmp_path) -> None:
+    """The compiler lowers a train block's `steps` over `schedule online { steps }` (the
+    block's are its own); the job runs the same number of optimizer steps, with its learning
+    rate laid over them (before: the schedule's 7 steps, against a local run's 3)."""
+    import json
+
+    from askspec.lang.compiler import compile_source
+
+    text = SPEC.format(algorithm="grpo", block="group = 2; steps = 3").replace("buffer seen", "schedule online { steps = 7 }\nbuffer seen")
+    local = compile_source("w.ask", text)
+    assert local.ok and local.ir is not None and local.ir.training[0].config.steps == 3  # type: ignore[union-attr]
+    args = parse_train_ppo_ray(launch_line(tmp_path / "a", text))
+    # 4 elements, each step's prompts all of them (no `batch`): one step a pass, so 3 passes
+    assert (args.rollout.batch_size, args.train.num_episodes) == (4, 3)
+    job = json.loads((tmp_path / "a" / "job" / "job.json").read_text())
+    assert job["extension"]["lr_schedule"]["steps"] == 3
+    schedule_only = SPEC.format(algorithm="grpo", block="group = 2").replace("buffer seen", "schedule online { steps = 7 }\nbuffer seen")
+    assert parse_train_ppo_ray(launch_line(tmp_path / "b", schedule_only)).train.num_episodes == 7

@@ -143,8 +143,8 @@ def check(exp: ir.Experiment, sources: Sources, spec_file: str, substitutes: dic
     # several roles updated in the same step: one multi-policy job steps them together (multi.py)
     plan.lockstep = lockstep(exp)
     if sched is not None and sched.kind == "online" and "steps" in sched.options:
-        for p in phases:
-            p.steps = int(sched.options["steps"])
+        for p in phases:  # the block's own `steps` over the schedule's, as the compiler lowered them
+            p.steps = lowered(p.training).steps
     if nested is not None and phases:  # the outer role: one session (an outer step's datasets) per step
         if nested.options.get("outer_steps") is not None:
             phases[0].steps = int(nested.options["outer_steps"])
