@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     from askspec.runtime.targets.openrlhf import phase_data
     from askspec.runtime.targets.openrlhf.adapter import carried_history
     from askspec.runtime.train.trainer import LocalTrainer
-    from askspec.runtime.train.steplog import StepLog
+    from askspec.runtime.train.steplog import StepLog, jsonable
 
     torch.set_num_threads(default_threads())  # as `askspec run` sets them: the same float sums as the local run
     phase = Path.cwd()
@@ -120,9 +120,9 @@ def main(argv: list[str]) -> int:
     writer.close()
     if os.environ.get("KILL_AT") == str(sum(1 for _ in open(os.environ["LAUNCH_LOG"], encoding="utf-8"))):
         os.killpg(os.getpgid(0), signal.SIGKILL)
-    trainer.policies[role].save(out, steps[-1], trainer.jsonable(metrics.get(role, {})), with_optimizer=False)
+    trainer.policies[role].save(out, steps[-1], jsonable(metrics.get(role, {})), with_optimizer=False)
     if carried is not None:
-        trainer.policies[role].save(carried, steps[-1], trainer.jsonable(metrics.get(role, {})))
+        trainer.policies[role].save(carried, steps[-1], jsonable(metrics.get(role, {})))
         (carried / "from").write_text(str(out), encoding="utf-8")
     return 0
 
