@@ -9,7 +9,7 @@ from math import comb
 
 from . import model as ir
 from .canonical import experiment_hash
-from .plansize import group_size, training_steps, weight_rounds, whole_groups
+from .plansize import group_size, training_step_sessions, training_steps, weight_rounds, whole_groups
 from .vocab import CONTEST_ROUTES
 from .walk import bodies
 
@@ -521,10 +521,9 @@ def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
     k, r, n = int(opts.get("datasets") or 1), int(opts.get("copies") or 1), int(opts.get("inner_steps") or 1)
     extra, m = int(opts.get("extra_inner_steps") or 0), int(opts.get("reward_questions") or 1)
     practice, evaluate = games.get(opts.get("practice") or ""), games.get(opts.get("evaluate") or "")
-    cfg = blocks[inner].config if inner in blocks else None
-    group, batch = (cfg.group, cfg.batch) if cfg is not None else (None, None)
-    size = group_size(practice, group) if practice is not None else int(group or 1)
-    per_step = whole_groups(batch, size)
+    practiced = [practice] if practice is not None else []
+    per_step = training_step_sessions(blocks[inner], practiced) if inner in blocks else \
+        whole_groups(None, group_size(practice, None) if practice is not None else 1)
     longer = f" ({n + extra} after a promotion)" if extra else ""
     out.append(f"  inner loop: {k} dataset(s) × {r} copies of {inner} × {n} step(s){longer} = "
                f"{k * r * n}{f'-{k * r * (n + extra)}' if extra else ''} inner update(s) per outer step, "

@@ -581,8 +581,8 @@ def _check_nested(exp: ir.Experiment, sched: ir.Schedule, spec_file: str, sink: 
                                "serves them frozen with their initial weights", span_of(step.span, spec_file),
                        f"ask '{inner}' only in the schedule's practice and evaluate games (the service plays them), "
                        "or use askspec's own trainer")
-    if t is not None and t.written().get("batch") is not None:
-        sink.error("E602", f"`batch = {t.written()['batch']}` for '{outer}', the nested schedule's outer role: the job runs "
+    if t is not None and "batch" in t.given:
+        sink.error("E602", f"`batch = {lowered(t).batch}` for '{outer}', the nested schedule's outer role: the job runs "
                            "one outer step per session (one prompt, its datasets' replies the rollouts), and the "
                            "inner loop is decided per outer step", span_of(t.span, spec_file),
                    "remove `batch` (one session per outer step, as the local schedule plays it)")

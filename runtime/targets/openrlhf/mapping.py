@@ -223,17 +223,17 @@ def setting_flags(t: ir.Training) -> list[tuple[str, list[str]]]:
     """The train_ppo_ray flags of the settings training_flags leaves to this function:
     checkpoints (askspec's defaults when the block leaves them out, since OpenRLHF's keep
     no intermediate checkpoint), and the ones written only when the block gives them."""
-    written, cfg = t.written(), lowered(t)
+    given, cfg = t.given, lowered(t)
     # OpenRLHF's global step is one per rollout batch, which is one askspec step (schedule())
     flags: list[tuple[str, list[str]]] = [("--ckpt.save_steps", [str(cfg.save_every)]),
                                           ("--ckpt.max_num", [str(cfg.keep_checkpoints)])]
-    if "micro_batch" in written:
+    if "micro_batch" in given:
         flags.append(("--train.micro_batch_size", [str(cfg.micro_batch)]))
-    if "epochs" in written:
+    if "epochs" in given:
         flags.append(("--train.max_epochs", [str(cfg.epochs)]))
     if cfg.dual_clip is not None:
         flags.append(("--actor.dual_clip", [_num(cfg.dual_clip)]))
-    if "dtype" in written and cfg.dtype in DTYPES:
+    if "dtype" in given and cfg.dtype in DTYPES:
         flags.append(("--ds.param_dtype", [DTYPES[cfg.dtype]]))
     if cfg.max_staleness > 0:
         # OpenRLHF's async trainer: the sampler runs up to async_queue_size rollout batches ahead of
