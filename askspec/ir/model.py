@@ -514,6 +514,44 @@ class Stage(Node):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class TrainPhase(BaseModel):
+    """One phase of the training schedule, lowered by the compiler (askspec/lang/phases.py):
+    the roles it updates, the games it plays and how many sessions of each. The runtime
+    lists its steps from these (runtime/train/schedule.py) and plans them with these sizes;
+    an OpenRLHF job's step shape is read from them too.
+
+    - `groups`: each game the phase plays -> the sessions of one group (a `sample N` game's
+      N, else the largest `group` of the phase's train blocks, 1 without one).
+    - `batch`: the sessions a step of its plain games plays at least: elements are taken in
+      plan order, cycling, a whole group each, until they reach it (the largest `batch` of
+      the phase's train blocks; one group of its first game without one). A retrain
+      phase and the inner loop play one game (`groups`' one key, `plain` empty) over
+      items they are given: `batch` is their step's sessions, in whole groups.
+    - `replay_items`: each game replaying a buffer -> the items one step takes from it
+      (`batch` in whole groups of the game's group, one group without `batch`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    name: str  # "online", an alternating phase's role, "outer"/"inner" (nested), or the stage's name
+    kind: Literal["play", "sft", "evaluate", "retrain", "inner"] = "play"
+    stage: str | None = None  # the stage it belongs to, when the spec declares stages
+    roles: tuple[str, ...] = ()  # roles updated in this phase
+    plain: tuple[str, ...] = ()  # games planned from their data (cycling)
+    replay: tuple[str, ...] = ()  # games replaying a buffer
+    steps: int = 1
+    groups: dict[str, int] = Field(default_factory=dict)
+    batch: int = 1
+    replay_items: dict[str, int] = Field(default_factory=dict)
+
+
+class PhaseCycle(BaseModel):
+    """Phases run in order, the whole cycle `iterations` times (an alternating schedule's
+    `iterations`; 1 otherwise)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    phases: list[TrainPhase]
+    iterations: int = 1
+
+
 class Metric(Node):
     name: str
     value: Expr
@@ -541,6 +579,11 @@ class Experiment(Node):
     # (in the hash, so a changed default refuses a resume); empty in an IR written before it
     # (the runtime then uses the vocabulary's, the values those runs were played with)
     sampling_defaults: dict[str, float | int] = Field(default_factory=dict)
+    # the training schedule lowered (askspec/lang/phases.py): its cycles in order (one per stage
+    # that trains or evaluates; one without stages), and a nested schedule's inner loop. Empty
+    # without train blocks, and in an IR written before schedules were lowered.
+    train_cycles: list[PhaseCycle] = Field(default_factory=list)
+    inner_phase: TrainPhase | None = None
 
     # lookups used by the runtime
     def role(self, name: str) -> Role:

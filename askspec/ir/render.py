@@ -9,7 +9,7 @@ from math import comb
 
 from . import model as ir
 from .canonical import experiment_hash
-from .plansize import group_size, training_step_sessions, training_steps, weight_rounds, whole_groups
+from .plansize import training_steps, weight_rounds
 from .vocab import CONTEST_ROUTES
 from .walk import bodies
 
@@ -521,9 +521,8 @@ def _nested_lines(exp: ir.Experiment, opts: dict) -> list[str]:
     k, r, n = int(opts.get("datasets") or 1), int(opts.get("copies") or 1), int(opts.get("inner_steps") or 1)
     extra, m = int(opts.get("extra_inner_steps") or 0), int(opts.get("reward_questions") or 1)
     practice, evaluate = games.get(opts.get("practice") or ""), games.get(opts.get("evaluate") or "")
-    practiced = [practice] if practice is not None else []
-    per_step = training_step_sessions(blocks[inner], practiced) if inner in blocks else \
-        whole_groups(None, group_size(practice, None) if practice is not None else 1)
+    # an inner step's sessions: the lowered inner phase's (an IR written before it: one group)
+    per_step = exp.inner_phase.batch if exp.inner_phase is not None else (practice.group_size if practice else 1)
     longer = f" ({n + extra} after a promotion)" if extra else ""
     out.append(f"  inner loop: {k} dataset(s) × {r} copies of {inner} × {n} step(s){longer} = "
                f"{k * r * n}{f'-{k * r * (n + extra)}' if extra else ''} inner update(s) per outer step, "

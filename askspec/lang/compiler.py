@@ -25,6 +25,7 @@ from ..diagnostics import Diagnostic, DiagnosticSink, Sources
 from .exprs import irspan, suggest, suggestion_budget
 from .games import GameChecker
 from .parser import decode_source, parse, read_source
+from .phases import lower_phases
 from .plan_check import check_plan_size, check_training_size
 from ..span import Span
 from .types import ANY, OPEN_RECORD, T, TYPE_NAMES, from_json_value, is_a, list_of
@@ -297,8 +298,11 @@ def _stages(ctx: CheckContext, decls: list) -> None:
 
 
 def _lowered_training(ctx: CheckContext, decls: list) -> None:
-    """The train blocks lowered (the schedule and stages are known), and their size."""
+    """The train blocks lowered (the schedule and stages are known), their size, and the
+    schedule's phases (a spec with errors has no IR to lower them into)."""
     lower_training(ctx.exp, ctx.written_training)
+    if not ctx.sink.has_errors:
+        lower_phases(ctx.exp)
     check_training_size(ctx.exp, {d.role: {"": d.span, **{a.name: a.value.span for a in d.attrs}}
                                   for d in decls if isinstance(d, A.TrainDecl)}, ctx.sink)
 

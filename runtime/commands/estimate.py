@@ -135,21 +135,19 @@ def stage_sessions(exp: ir.Experiment, eval_only: bool = False,
                 counts[name] = None if n is None else n * int(o.get("samples") or 1) * weights
             out.append((st.name, counts))
         elif st.kind == "retrain" and o.get("game") in games:
-            t = next((t for t in exp.training if t.role == o.get("role")), None)
-            per_step = training_step_sessions(t, [games[o["game"]]]) if t else 1
+            phase = next((ph for c in exp.train_cycles for ph in c.phases if ph.stage == st.name), None)
+            per_step = phase.batch if phase is not None else 1
             out.append((st.name, {o["game"]: int(o.get("steps") or 1) * per_step}))
     return out
 
 
 def _trained_games(exp: ir.Experiment) -> dict[str, list[ir.Game]]:
     """Per trained role, the games its steps play: an alternating schedule's phase of the
-    role plays its own (and its buffers' replaying games: runtime/train/schedule.phases);
+    role plays its own (and its buffers' replaying games: the IR's lowered phases);
     otherwise every role's steps play the schedule's games."""
     sched = exp.schedule
     if sched is not None and sched.kind == "alternating":
-        from askspec.runtime.train.schedule import phases
-
-        cycle, _ = phases(exp, exp.training)
+        cycle = next((c.phases for c in exp.train_cycles if c.phases[0].kind == "play"), [])
         named = {ph.name: {*ph.plain, *ph.replay} for ph in cycle}
         return {t.role: [g for g in exp.games if g.name in named.get(t.role, ())] for t in exp.training}
     games = first_phase(exp)  # (the held-out games left out)

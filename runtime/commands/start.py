@@ -174,7 +174,7 @@ def stage_plan(exp: ir.Experiment, name: str, weights: str, params: dict, datase
         raise UsageError(f"--stage {name}: no evaluate stage of that name{did_you_mean(name, names)}"
                          + (f"; evaluate stages: {', '.join(names)}" if names else " (the spec has none)"))
     games = [g for g in exp.games if g.name in stage.options["games"]]
-    elements = StepPlanner(exp, games, params, dict(datasets), seed, 1, None).elements
+    elements = StepPlanner.elements_of(exp, games, params, dict(datasets))
     one = stage.model_copy(update={"options": {**stage.options, "weights": [weights]}})
     return StagePlan(stage, eval_plans(one, elements, seed, 0, 0)[weights])
 
@@ -196,7 +196,9 @@ def one_stage(exp: ir.Experiment, name: str, promotions: bool = False) -> ir.Exp
         raise UsageError(f"--stage {name}: the stage trains on the promoted datasets of the run's nested schedule, "
                          f"which a run of the stage alone does not have: give them with --promotions FILE (the "
                          f"inner-loop service's state.json), or run the spec whole")
-    return exp.model_copy(update={"stages": [stage]})
+    # its one phase, as the compiler lowered it (the schedule's and the other stages' left out)
+    cycles = [c for c in exp.train_cycles if c.phases[0].stage == name]
+    return exp.model_copy(update={"stages": [stage], "train_cycles": cycles})
 
 
 def _promotes(exp: ir.Experiment) -> bool:

@@ -44,10 +44,9 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import group_size, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed
 from askspec.runtime.train.checkpoints import CHECKPOINTS, NESTED
@@ -210,12 +209,11 @@ class InnerLoop:
 
     # -- sizes -------------------------------------------------------------------------------
 
-    def _practice_shape(self) -> tuple[int | None, int]:
-        """(group, sessions per inner step) of the practice game."""
-        assert self.practice is not None
-        cfg = self.trainer.by_role[self.s.inner]
-        size = group_size(self.practice, cfg.group)
-        return cfg.group, whole_groups(cfg.batch, size)
+    def _practice_shape(self) -> ir.TrainPhase:
+        """The practice game's groups and sessions per inner step (the IR's inner phase)."""
+        phase = self.trainer.exp.inner_phase
+        assert phase is not None  # lowered for every nested schedule with a practice game
+        return phase
 
     def _eval_items(self) -> int:
         assert self.evaluate is not None
@@ -226,7 +224,7 @@ class InnerLoop:
         if not self.grounded:
             return 0
         steps = self.s.inner_steps + self.s.extra_inner_steps
-        per_copy = steps * self._practice_shape()[1] + self._eval_items()
+        per_copy = steps * self._practice_shape().batch + self._eval_items()
         return self._eval_items() + self.s.datasets * self.s.copies * per_copy
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -359,7 +357,7 @@ class InnerLoop:
         """The first session index of copy j of dataset k in the outer step whose sessions
         start at `index0`: a range of its own after the baseline's (max_sessions), so a
         copy's sessions are numbered alike whichever process trains it, and in what order."""
-        per_copy = (self.s.inner_steps + self.s.extra_inner_steps) * self._practice_shape()[1] + self._eval_items()
+        per_copy = (self.s.inner_steps + self.s.extra_inner_steps) * self._practice_shape().batch + self._eval_items()
         return index0 + self._eval_items() + ((k - 1) * self.s.copies + (j - 1)) * per_copy
 
     def work_root(self) -> Path:
@@ -410,12 +408,12 @@ class InnerLoop:
             return None
         return _load_weights(best_weights(self.kept_root(), self.state.best["step"]))
 
-    def _plans(self, game: ir.Game, items: list, group: int | None, batch: int, seed: int, step: int,
+    def _plans(self, game: ir.Game, items: list, groups: Mapping[str, int], batch: int, seed: int, step: int,
                tag: str, n: int = 1) -> list[SessionPlan]:
         """The sessions of the `n`-th step of `game` over `items` (cycling), numbered on
         from the step's cursor; group ids tagged so no two inner phases share one."""
         name = data_name(game) or ""
-        planner = self.trainer.planner_over([game], {**self.collections, name: items}, seed, group, batch)
+        planner = self.trainer.planner_over([game], {**self.collections, name: items}, seed, groups, batch)
         plans = planner.plans(n, self._cursor, step)
         # the inner loop's sessions belong to the train stage, as the outer ones do
         stage = next((s.name for s in self.trainer.exp.stages if s.kind == "train"), None)
@@ -430,8 +428,8 @@ class InnerLoop:
         assert self.evaluate is not None
         if not questions:
             return 0.0
-        plans = self._plans(self.evaluate, questions, 1, len(questions), derive_seed(self.trainer.seed, "eval", step, tag),
-                            step, tag)
+        plans = self._plans(self.evaluate, questions, {self.evaluate.name: self.evaluate.group_size}, len(questions),
+                            derive_seed(self.trainer.seed, "eval", step, tag), step, tag)
         log.reset()
         await engine.run_phase(plans)
         scores = []
@@ -445,10 +443,10 @@ class InnerLoop:
         from askspec.runtime.train.batch import build_batch
 
         assert self.practice is not None
-        group, batch = self._practice_shape()
+        shape = self._practice_shape()
         # the copy's i-th step takes the next elements of the dataset (the planner cycles it)
-        plans = self._plans(self.practice, ds.items, group, batch, derive_seed(self.trainer.seed, "nested", step, ds.k, j),
-                            step, f"d{ds.k}c{j}i{i}", n=i)
+        plans = self._plans(self.practice, ds.items, shape.groups, shape.batch,
+                            derive_seed(self.trainer.seed, "nested", step, ds.k, j), step, f"d{ds.k}c{j}i{i}", n=i)
         log.reset()
         await engine.run_phase(plans)
         sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]

@@ -1,16 +1,15 @@
 """Which sessions a training step plays (`StepPlanner`): the trained games' elements in
-plan order, cycling, in whole groups (a `sample N` game's N, else the train block's
-`group`), `batch` sessions a step; each session's id, index and seed, so that a resumed run
+plan order, cycling, in whole groups, `batch` sessions a step (both the lowered phase's:
+askspec/lang/phases.py); each session's id, index and seed, so that a resumed run
 replays the same step under the same seeds; and the groups played in place of resampled
 ones (`refill`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import group_size
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed
 
@@ -35,7 +34,9 @@ class StepPlanner:
     """Sessions of each training step: elements in plan order, cycling, whole groups."""
 
     def __init__(self, exp: ir.Experiment, games: list[ir.Game], params: dict[str, Any], collections: dict[str, list],
-                 seed: int, group: int | None, batch: int | None) -> None:
+                 seed: int, groups: Mapping[str, int], batch: int) -> None:
+        """`groups` (each game's sessions of one group) and `batch` (a step's sessions, at
+        least) are a lowered phase's (ir.TrainPhase)."""
         from askspec.runtime.engine.evaluator import Env, evaluate
 
         self.seed = seed
@@ -46,7 +47,7 @@ class StepPlanner:
                 items = evaluate(game.iter, Env(vars={}, params=params, collections=collections))
                 if not isinstance(items, list):
                     raise ValueError(f"game {game.name}: 'for' did not produce a list")
-            size = group_size(game, group)
+            size = groups[game.name]
             for k, item in enumerate(items):
                 if game.pattern and len(game.pattern) == 1:
                     bindings = {game.pattern[0]: item}
@@ -57,8 +58,15 @@ class StepPlanner:
                 self.elements.append(Element(game, k, bindings, size))
         if not self.elements:
             raise ValueError("the trained games plan no sessions (an empty data set?)")
-        self.batch = batch or self.elements[0].size
+        self.batch = batch
         self._starts: list[tuple[int, int]] = [(0, 0)]  # per step: (first element position, first index)
+
+    @classmethod
+    def elements_of(cls, exp: ir.Experiment, games: list[ir.Game], params: dict[str, Any],
+                    collections: dict[str, list]) -> list[Element]:
+        """The games' elements in plan order, each in the game's own groups (its `sample N`):
+        what an evaluate stage and a retrain stage's sample game play."""
+        return cls(exp, games, params, collections, 0, {g.name: g.group_size for g in games}, 1).elements
 
     def _bounds(self, step: int) -> tuple[int, int, int]:
         """(first element position, element count, first session index) of 1-based `step`."""

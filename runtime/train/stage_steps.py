@@ -13,10 +13,9 @@ import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import group_size, whole_groups
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed
 from askspec.runtime.train import schedule
@@ -60,8 +59,8 @@ class StagesHost(Protocol):
 
     def game_named(self, name: str) -> ir.Game: ...
 
-    def planner_over(self, games: list[ir.Game], collections: dict[str, list], seed: int, group: int | None,
-                     batch: int | None) -> StepPlanner: ...
+    def planner_over(self, games: list[ir.Game], collections: dict[str, list], seed: int, groups: Mapping[str, int],
+                     batch: int) -> StepPlanner: ...
 
     def serving(self, weights: str) -> AbstractContextManager[None]: ...
 
@@ -79,12 +78,6 @@ class StageSteps:
         policy = self.t.policies[role]
         policy.take_weights(_load_weights(path))
         policy.publish()
-
-    def retrain_shape(self, stage: ir.Stage) -> tuple[int, int]:
-        """(group, sessions per step) of a retrain stage: its role's train block, whole groups."""
-        cfg, game = self.t.by_role[stage.options["role"]], self.t.game_named(stage.options["game"])
-        size = group_size(game, cfg.group)
-        return size, whole_groups(cfg.batch, size)
 
     def sample_sessions(self, stage: ir.Stage) -> int:
         """Sessions of a retrain stage's `sample` game (played at the stage's first step)."""
@@ -171,9 +164,8 @@ class StageSteps:
                  "trajectories": 0, "tokens": 0}
         else:
             game = self.t.game_named(opts["game"])
-            group, batch = self.retrain_shape(stage)
             planner = self.t.planner_over([game], {**self.t.datasets, data_name(game) or "": items},
-                                        derive_seed(self.t.seed, "retrain", stage.name), group, batch)
+                                          derive_seed(self.t.seed, "retrain", stage.name), sl.phase.groups, sl.phase.batch)
             plans = [dataclasses.replace(p, stage=stage.name) for p in planner.plans(n, index0, sl.step)]
             await engine.run_phase(plans, {})
             sessions = [log.sessions[p.session_id] for p in plans if p.session_id in log.sessions]

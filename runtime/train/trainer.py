@@ -31,10 +31,10 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import group_size, weight_rounds, whole_groups
+from askspec.ir.plansize import weight_rounds
 
 from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
 from askspec.runtime.train import schedule
@@ -85,7 +85,7 @@ class LocalTrainer:
         if exp.schedule is not None and exp.schedule.kind == "nested":
             self.inner = InnerLoop(self, params, dict(datasets))
         self.check(exp)
-        self.slots = schedule.slots(exp, self.configs)
+        self.slots = schedule.slots(exp)
         self.steps = len(self.slots)
         inner_games = self.inner.games() if self.inner is not None else []
         inner_games += [st.options[k] for st in exp.stages if st.kind == "retrain" for k in ("game", "sample")
@@ -97,15 +97,13 @@ class LocalTrainer:
         for ph in {s.phase.name: s.phase for s in self.slots}.values():
             if ph.kind == "evaluate":
                 self.evaluated[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
-                                                      dict(datasets), seed, 1, None).elements
+                                                      dict(datasets), seed, ph.groups, ph.batch).elements
             elif ph.plain:
-                group, batch = self._sizes(ph)
                 self.planners[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
-                                                     dict(datasets), seed, group, batch)
+                                                     dict(datasets), seed, ph.groups, ph.batch)
         self.planner = next(iter(self.planners.values()), None)  # the first phase's (tests, progress)
-        self.sampling: dict[str, list[Element]] = {  # a retrain stage's sample game's elements
-            st.name: StepPlanner(exp, [self.game_named(st.options["sample"])], params, dict(datasets), seed, None,
-                                 None).elements
+        self.sampling: dict[str, list[Element]] = {  # a retrain stage's sample game's elements (its own groups)
+            st.name: StepPlanner.elements_of(exp, [self.game_named(st.options["sample"])], params, dict(datasets))
             for st in exp.stages if st.kind == "retrain" and st.options.get("sample")}
         self.stage_state = StageState()
         self.stage_steps = StageSteps(self)
@@ -119,23 +117,11 @@ class LocalTrainer:
         self._serving = "trained"  # which weights the trained roles are served by (`serving`)
         self.nonfinite: dict[str, list[int]] = {}  # role -> steps of this process whose update was not finite
 
-    def _sizes(self, ph: schedule.Phase) -> tuple[int | None, int | None]:
-        """A phase's group and batch: its role's train block (online: the largest over roles)."""
-        cfgs = [self.by_role[r] for r in ph.roles]
-        groups = [c.group for c in cfgs if c.group is not None]
-        batches = [c.batch for c in cfgs if c.batch is not None]
-        return (max(groups) if groups else None), (max(batches) if batches else None)
-
-    def _replay_shape(self, ph: schedule.Phase, game: ir.Game) -> tuple[int, int]:
-        """(items, sessions per item) one step of `ph` replays from `game`'s buffer."""
-        group, batch = self._sizes(ph)
-        size = group_size(game, group)
-        return whole_groups(batch, size) // size, size
-
-    def planner_over(self, games: list[ir.Game], collections: dict[str, list], seed: int, group: int | None,
-                     batch: int | None) -> StepPlanner:
-        """A StepPlanner for games over other items than the spec's (the nested inner loop's)."""
-        return StepPlanner(self.exp, games, self.params, collections, seed, group, batch)
+    def planner_over(self, games: list[ir.Game], collections: dict[str, list], seed: int, groups: Mapping[str, int],
+                     batch: int) -> StepPlanner:
+        """A StepPlanner for games over other items than the spec's (a retrain stage's, the
+        nested inner loop's), in the given groups and batch (a lowered phase's)."""
+        return StepPlanner(self.exp, games, self.params, collections, seed, groups, batch)
 
     def game_named(self, name: str) -> ir.Game:
         return next(g for g in self.exp.games if g.name == name)
@@ -145,13 +131,12 @@ class LocalTrainer:
         if sl.phase.kind != "play":
             stage = self.stage_steps.stage(sl)
             if stage.kind == "retrain":
-                return self.stage_steps.retrain_shape(stage)[1] + (self.stage_steps.sample_sessions(stage) if sl.n == 1 else 0)
+                return sl.phase.batch + (self.stage_steps.sample_sessions(stage) if sl.n == 1 else 0)
             return 0 if stage.kind == "sft" else (len(self.evaluated[sl.phase.name]) * stage.options["samples"]
                                                   * weight_rounds(self.exp, stage))
         n = self.planners[sl.phase.name].sessions_per_step(sl.n) if sl.phase.plain else 0
         for name in sl.phase.replay:
-            items, size = self._replay_shape(sl.phase, self.game_named(name))
-            n += items * size
+            n += sl.phase.replay_items[name] * sl.phase.groups[name]
         return n + (self.inner.max_sessions() if self.inner is not None else 0)
 
     # -- what cannot run -------------------------------------------------------------------
@@ -537,7 +522,7 @@ class LocalTrainer:
         replay_ids: dict[str, list[int]] = {}
         for name in sl.phase.replay:
             game = self.game_named(name)
-            count, size = self._replay_shape(sl.phase, game)
+            count, size = sl.phase.replay_items[name], sl.phase.groups[name]
             batch = engine.buffers[replays_buffer(game)].next_batch(count)
             replay_ids[name] = [item_id for item_id, _ in batch]
             for j, (item_id, item) in enumerate(batch):

@@ -25,7 +25,7 @@ schedule online {{ steps = 7 }}
 
 def compile_ok(tmp_path: Path, algo: str = "grpo", settings: str = "group = 2"):
     res = compile_source(str(tmp_path / "s.ask"), SPEC.format(algo=algo, settings=settings))
-    assert res.ok, [d.message for d in res.sink.diagnostics]
+    assert res.ok, [d.message for d in res.sink.items]
     return res.ir
 
 
@@ -83,3 +83,64 @@ def test_an_ir_written_with_the_settings_as_written_still_reads(tmp_path):
     read = type(exp).model_validate(old)
     assert read.training[0].given == ["clip_high", "group", "lr"]
     assert read.training[0].written() == exp.training[0].written()
+
+
+TWO_ROLES = """model m = hf("smollm2-135m-instruct")
+role p {{ model = m; prompt = "propose"; trained }}
+role s {{ model = m; prompt = "solve"; trained }}
+buffer qs {{ capacity = 50 }}
+game propose for i in range(0, 5) {{
+    x = ask p
+    push qs: {{q: x}}
+    reward p = 1.0
+}}
+game big for i in range(0, 3) sample 4 {{
+    x = ask p
+    reward p = 1.0
+}}
+game solve for q in qs {{
+    y = ask s
+    reward s = 1.0
+}}
+train p with grpo {{ {p} }}
+train s with grpo {{ {s} }}
+schedule alternating {{ p = 2; s = 1; iterations = 3 }}
+"""
+
+
+def test_each_phase_is_lowered_with_its_games_group_and_step_sizes(tmp_path):
+    """The schedule's phases are in the IR with each game's group, the sessions a step
+    plays and the items a replaying step takes: a `sample N` game's N wins over the
+    block's `group`; `batch` counts sessions in whole groups; one group without it."""
+    res = compile_source(str(tmp_path / "s.ask"), TWO_ROLES.format(p="group = 2; batch = 5", s="group = 3; batch = 7"))
+    assert res.ok, [d.message for d in res.sink.items]
+    (cycle,) = res.ir.train_cycles
+    assert cycle.iterations == 3
+    p, s = cycle.phases
+    assert (p.name, p.roles, p.plain, p.replay, p.steps) == ("p", ("p",), ("propose", "big"), (), 2)
+    assert (p.groups, p.batch, p.replay_items) == ({"propose": 2, "big": 4}, 5, {})
+    assert (s.plain, s.replay, s.groups, s.replay_items) == ((), ("solve",), {"solve": 3}, {"solve": 3})  # 7 -> 9 sessions
+    # without `batch`: one group a step, of the phase's first plain game; a replay takes one group
+    res = compile_source(str(tmp_path / "s.ask"), TWO_ROLES.format(p="group = 2", s=""))
+    p, s = res.ir.train_cycles[0].phases
+    assert (p.batch, s.groups, s.replay_items) == (2, {"solve": 1}, {"solve": 1})
+
+
+def test_the_trainer_and_the_job_plan_with_the_lowered_sizes(tmp_path):
+    """The sizes are read, not computed again: a phase whose lowered `batch` is changed in
+    the IR (as a later lowering rule would) plans that many sessions, locally and in the
+    job's prompts per step."""
+    from askspec.runtime.train.planner import StepPlanner
+    from askspec.runtime.targets.openrlhf.check import Phase
+    from askspec.runtime.targets.openrlhf.generate import step_prompts
+
+    exp = compile_source(str(tmp_path / "s.ask"), TWO_ROLES.format(p="group = 2; batch = 5", s="")).ir
+    cycle = exp.train_cycles[0]
+    p = cycle.phases[0].model_copy(update={"batch": 8})
+    exp.train_cycles = [cycle.model_copy(update={"phases": [p, cycle.phases[1]]})]
+    games = [g for g in exp.games if g.name in p.plain]
+    planner = StepPlanner(exp, games, exp.param_values(), {}, 0, p.groups, p.batch)
+    assert planner.sessions_per_step(1) == 8 and {x.group_size for x in planner.plans(1)} == {2}
+    job_phase = Phase(role="p", games=["propose"], training=exp.training[0], algorithm="grpo", substituted=None,
+                      group=2, steps=None)
+    assert step_prompts(exp, job_phase, games[0]) == 4  # 8 sessions in groups of 2

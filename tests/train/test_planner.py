@@ -131,7 +131,7 @@ def test_pasodoble_stages_alternating_phases_and_sizes():
     # GRPO group is the `sample` call's siblings (the I questions, the J answers), not
     # repeated sessions
     assert [p.group_size for p in t.planners["proposer"].plans(1)] == [1]
-    assert t._replay_shape(solv, t.game_named("practice")) == (12, 1)
+    assert (solv.replay_items["practice"], solv.groups["practice"]) == (12, 1)
     # the lr schedule of each role counts its own updates
     assert t.by_role["proposer"].steps == 4 and t.by_role["solver"].steps == 2
     # session indices of steps never overlap; the evaluations: 2 items x 3 samples x 1 weights

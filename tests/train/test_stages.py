@@ -13,7 +13,6 @@ import pytest
 from askspec.ir import model as ir
 from askspec.lang.compiler import compile_file, compile_source
 from askspec.runtime.train import schedule
-from askspec.runtime.train.config import config_from_ir
 from askspec.runtime.engine.passk import evaluation_rows, pass_at_k
 from askspec.runtime.train.stages import sft_batch, sft_trajectories
 
@@ -106,7 +105,7 @@ def test_an_sft_record_s_system_field_is_the_prompt_s_system_message():
 
 def test_the_schedule_runs_the_stages_in_order():
     exp = compile_file(str(SPEC), {}).ir
-    slots = schedule.slots(exp, [config_from_ir(t, exp) for t in exp.training])
+    slots = schedule.slots(exp)
     assert [(s.step, s.phase.stage, s.phase.kind) for s in slots] == [
         (1, "cold_start", "sft"), (2, "cold_start", "sft"), (3, "rl", "play"), (4, "heldout", "evaluate")]
     assert slots[2].phase.plain == ("practice",)  # the held-out game is not trained on
@@ -402,13 +401,10 @@ def test_the_posthoc_selection_without_a_plateau_keeps_the_last_step():
 
 
 def test_a_sample_game_is_held_out_of_the_schedule_and_needs_no_reward():
-    from askspec.runtime.train.config import config_from_ir
-    from askspec.runtime.train.schedule import phases
-
     def outer_games(text: str) -> tuple[str, ...]:
         res = compile_source("s.ask", text)
         assert res.ok, [(d.code, d.message) for d in res.sink.items]
-        (outer,), _ = phases(res.ir, [config_from_ir(t, res.ir) for t in res.ir.training])
+        (outer,) = next(c.phases for c in res.ir.train_cycles if c.phases[0].kind == "play")
         return outer.plain
 
     stage = "stage rl train\nstage t_eval retrain { role = student; game = practice; sample = write }\n"
@@ -434,7 +430,7 @@ def test_the_closing_line_counts_the_steps_a_plateau_left_unplayed():
                          "data = qs; steps = 6; keep = plateau(reward, window = 1, fraction = 0.5) }\n"
                          "stage heldout evaluate { games = [test]; score = correct }\n")
     assert res.ok, [(d.code, d.message) for d in res.sink.items]
-    slots = schedule.slots(res.ir, [config_from_ir(t, res.ir) for t in res.ir.training])
+    slots = schedule.slots(res.ir)
     assert [s.phase.stage for s in slots] == ["rl"] + ["fresh"] * 6 + ["heldout"]
     trainer = SimpleNamespace(slots=slots, steps=len(slots), stage_state=StageState())
     assert LocalTrainer.steps_done(trainer) == "8 step(s)"  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from askspec import __version__
 from askspec.ir import model as ir
 from askspec.ir.canonical import experiment_hash
-from askspec.ir.plansize import group_size, replays_buffer, whole_groups
+from askspec.ir.plansize import replays_buffer
 from askspec.ir.vocab import HF_WEIGHTS_BACKENDS
 from askspec.ir.walk import all_steps
 from askspec.diagnostics import DiagnosticSink
@@ -184,7 +184,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
             sampling["max_tokens"] = role.max_tokens
         games = [g for g in exp.games if g.name in phase.games]
         lines = []
-        replay = _replay(phase, games)
+        replay = _replay(exp, phase, games)
         for g in games:
             if replay is not None:
                 break  # its prompts are drawn from the buffer when the phase starts (phase_data.py)
@@ -218,7 +218,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
         elif batch is None:  # up to 16 elements a step: a step's rollouts must cover the actor processes
             sched = mapping.schedule(len(lines), phase.group, min(len(lines), 16), phase.steps)
         else:
-            prompts = step_prompts(phase, games[0])
+            prompts = step_prompts(exp, phase, games[0])
             # the local run's steps (a block without `steps`: the schedule's, else 1)
             steps = phase.steps if phase.steps is not None else mapping.lowered(phase.training).steps
             n_elements, elements_lines = len(lines), lines
@@ -241,15 +241,15 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
         explained = [(f, v, _WHY.get(f, "")) for f, v in flags]
         others = [r for r in trained if r != phase.role and _asked(games, r)]
         servers, endpoints, frozen = _frozen(exp, games, phase.role, others)
-        notes = [_step_difference(phase, games[0], sched)] + list(sched.notes) + ([len_note] if len_note else [])
+        notes = [_step_difference(exp, phase, games[0], sched)] + list(sched.notes) + ([len_note] if len_note else [])
         if gpus < mapping.ACTOR_GPUS:
             notes.append(f"ACTOR_GPUS defaults to {gpus}, not {mapping.ACTOR_GPUS}: DeepSpeed needs a step's "
                          f"{sched.rollouts_per_step} rollouts (--train.batch_size) to be a whole multiple of the actor "
                          "GPUs (launch.sh checks the values it is given: docs/cluster.md, \"Batch sizes and GPUs\")")
-        size = group_size(games[0], mapping.lowered(phase.training).group)
-        if batch is not None and whole_groups(batch, size) != batch:
+        size = local_phase(exp, phase, games[0]).groups[games[0].name]
+        if batch is not None and step_prompts(exp, phase, games[0]) * size != batch:
             notes.append(f"batch = {batch} sessions in whole groups of {size}: each step plays "
-                         f"{whole_groups(batch, size)} sessions, as a local run does")
+                         f"{step_prompts(exp, phase, games[0]) * size} sessions, as a local run does")
         shared = [f["role"] for f in frozen if f["role"] not in others and _derives_from(exp, exp.role(f["role"]).model, model.name)]
         if shared:
             notes.append(f"{', '.join(shared)} play(s) on '{role.model}' (the trained role's model) or a model derived "
@@ -276,11 +276,11 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
     return out
 
 
-def _step_difference(phase: Phase, game: ir.Game, sched: mapping.Schedule) -> str:
+def _step_difference(exp: ir.Experiment, phase: Phase, game: ir.Game, sched: mapping.Schedule) -> str:
     """The README's line on a step's batch: the rollouts one optimizer step of the job
     trains on against a local step's (a learning rate tuned on one transfers to the other
     only when they are equal)."""
-    local = step_prompts(phase, game) if not (phase.inner_loop or phase.sample_calls) else 1
+    local = step_prompts(exp, phase, game) if not (phase.inner_loop or phase.sample_calls) else 1
     job = (f"a step of this job trains on {sched.prompts_per_step} prompt(s) x {phase.group} rollouts = "
            f"{sched.rollouts_per_step} (--rollout.batch_size x --rollout.n_samples_per_prompt = --train.batch_size)")
     if local == sched.prompts_per_step:
@@ -364,7 +364,7 @@ def _draw(exp: ir.Experiment, phase: Phase, games: list[ir.Game]) -> dict | None
     StepPlanner takes them (`batch` in whole groups, one group without)."""
     if exp.schedule is None or exp.schedule.kind != "alternating" or phase.steps is None or not games:
         return None
-    return {"steps": phase.steps, "items": step_prompts(phase, games[0])}
+    return {"steps": phase.steps, "items": step_prompts(exp, phase, games[0])}
 
 
 # the most prompt lines written to make a phase's `steps` exact where one cycle of its walk would not
@@ -385,16 +385,25 @@ def _walk(lines: list[dict], prompts: int, steps: int) -> list[dict]:
     return [lines[k % len(lines)] for k in range(n)]
 
 
-def step_prompts(phase: Phase, game: ir.Game) -> int:
+def step_prompts(exp: ir.Experiment, phase: Phase, game: ir.Game) -> int:
     """The elements of `game` one local step of the phase plays, which are the job's
-    prompts of one OpenRLHF step (--rollout.batch_size): `batch` sessions in whole groups
-    of the game's group (its `sample N` sessions, else the block's `group`), one group
-    without `batch`, as the trainer's StepPlanner and _replay_shape take them. A session
+    prompts of one OpenRLHF step (--rollout.batch_size): the local run's lowered phase
+    (ir.TrainPhase) that trains the job's role on the game: the items it replays, else the
+    elements its planner takes, each a whole group, until they reach its `batch`. A session
     whose `sample N ask` replies are the group is one element: there `batch` counts
     prompts, each of N rollouts."""
-    cfg = mapping.lowered(phase.training)
-    size = group_size(game, cfg.group)
-    return whole_groups(cfg.batch, size) // size
+    local = local_phase(exp, phase, game)
+    if game.name in local.replay_items:
+        return local.replay_items[game.name]
+    return -(-local.batch // local.groups[game.name])
+
+
+def local_phase(exp: ir.Experiment, phase: Phase, game: ir.Game) -> ir.TrainPhase:
+    """The local schedule's phase that a job's phase mirrors: a retrain stage's (a phase
+    with the stage's data set), else the phase playing `game` that updates the role."""
+    kind = "retrain" if phase.data else "play"
+    return next(ph for c in exp.train_cycles for ph in c.phases
+                if ph.kind == kind and phase.role in ph.roles and game.name in ph.groups)
 
 
 def _extension(p: _PhaseOut, plan: JobPlan) -> dict[str, Any]:
@@ -408,15 +417,15 @@ def _extension(p: _PhaseOut, plan: JobPlan) -> dict[str, Any]:
     return out
 
 
-def _replay(phase: Phase, games: list[ir.Game]) -> dict | None:
+def _replay(exp: ir.Experiment, phase: Phase, games: list[ir.Game]) -> dict | None:
     """How a phase whose game replays a buffer draws its prompts (check.py allows one such
     game per phase, in an alternating schedule): the local schedule's `items` per step
-    (the trainer's _replay_shape: `batch` in whole groups, one group without it)."""
+    (its lowered phase's `replay_items`)."""
     game = next((g for g in games if replays_buffer(g) is not None), None)
     if game is None or phase.steps is None:
         return None
     return {"game": game.name, "buffer": replays_buffer(game), "steps": phase.steps,
-            "items": step_prompts(phase, game)}
+            "items": step_prompts(exp, phase, game)}
 
 
 def _datasets(exp: ir.Experiment, spec_path: str) -> dict[str, list]:

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from askspec.ir import model as ir
-from askspec.ir.plansize import group_size
 from askspec.lang.paths import MAX_DATA_BYTES, MAX_STATE_BYTES, FileRefused, read_regular
 
 from askspec.runtime.engine.resume import json_cell
@@ -159,17 +158,14 @@ def phase_steps(exp: ir.Experiment, role: str, iteration: int) -> list[int]:
 
 def _slots(exp: ir.Experiment, role: str, iteration: int) -> list:
     from askspec.runtime.train import schedule
-    from askspec.runtime.train.config import config_from_ir
 
-    configs = [config_from_ir(t, exp) for t in exp.training]
-    return [s for s in schedule.slots(exp, configs)
+    return [s for s in schedule.slots(exp)
             if s.phase.kind == "play" and s.iteration == iteration and role in s.phase.roles]
 
 
-def _config(exp: ir.Experiment, role: str):
-    from askspec.runtime.train.config import config_from_ir
-
-    return config_from_ir(next(t for t in exp.training if t.role == role), exp)
+def _phase(exp: ir.Experiment, role: str) -> ir.TrainPhase:
+    """The lowered phase that plays `role`'s steps (its sizes)."""
+    return next(ph for c in exp.train_cycles for ph in c.phases if ph.kind == "play" and role in ph.roles)
 
 
 def _plain_batches(exp: ir.Experiment, role: str, elements: list[dict], steps: int,
@@ -177,13 +173,12 @@ def _plain_batches(exp: ir.Experiment, role: str, elements: list[dict], steps: i
     """The elements of the `steps` steps of `role`'s phase in `iteration`: the local
     StepPlanner's walk (train.planner.StepPlanner._take), continuing over the role's
     earlier phases: each step takes elements in plan order, cycling, until its sessions
-    (each element's group) reach the train block's `batch` (one element's group without)."""
+    (each element's group) reach the phase's `batch` (both the lowered phase's)."""
     if not elements:
         return []
-    cfg = _config(exp, role)
-    games = {g.name: g for g in exp.games}
-    sizes = [group_size(games[json.loads(e["label"])["game"]], cfg.group) for e in elements]
-    batch = cfg.batch or sizes[0]
+    phase = _phase(exp, role)
+    sizes = [phase.groups[json.loads(e["label"])["game"]] for e in elements]
+    batch = phase.batch
     pos, out = 0, []
     for n in range((iteration - 1) * steps + steps):
         taken: list[dict] = []
