@@ -370,6 +370,19 @@ class BlockChecks:
             j.retries = self.ctx.const_int(a["retries"].value, "retries") or 0
         self.ctx.exp.judges.append(j)
 
+    def _nested_blocks(self, d: A.BlockDecl, opts: dict) -> None:
+        """A nested schedule's outer role, and its inner role when the inner loop runs (the
+        grounded outer reward), train with a train block of their own: its steps and sizes."""
+        blocks = {t.role for t in self.ctx.exp.training}
+        trained = {r.name for r in self.ctx.exp.roles if r.trained}  # (an untrained one is E405 already)
+        grounded = opts.get("outer_reward", "grounded") == "grounded"
+        spans = {a.name: a.value.span for a in d.attrs}
+        for which in ("outer", "inner") if grounded else ("outer",):
+            role = opts.get(which)
+            if role in trained and role not in blocks:
+                self.ctx.err("E405", f"the {which} role '{role}' of a nested schedule has no train block", spans[which],
+                             f"add `train {role} with grpo {{ ... }}`")
+
     def block_schedule(self, d: A.BlockDecl) -> None:
         if d.name not in SCHEDULES:
             self.ctx.err("E405", f"unknown schedule '{d.name}'", d.name_span, suggest(d.name, SCHEDULES) or f"schedules: {', '.join(sorted(SCHEDULES))}")
@@ -426,6 +439,7 @@ class BlockChecks:
             for need in ("outer", "inner"):
                 if need not in opts:
                     self.ctx.err("E106", f"a nested schedule needs '{need}'", d.name_span)
+            self._nested_blocks(d, opts)
             if opts.get("outer_reward", "grounded") == "grounded":
                 for need in ("practice", "evaluate"):
                     if need not in opts:

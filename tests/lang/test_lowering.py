@@ -144,3 +144,16 @@ def test_the_trainer_and_the_job_plan_with_the_lowered_sizes(tmp_path):
     job_phase = Phase(role="p", games=["propose"], training=exp.training[0], algorithm="grpo", substituted=None,
                       group=2, steps=None)
     assert step_prompts(exp, job_phase, games[0]) == 4  # 8 sessions in groups of 2
+
+
+def test_a_nested_schedules_trained_roles_need_train_blocks(tmp_path):
+    """The outer role's steps (and, with the inner loop, the inner role's sizes) come from
+    their train blocks: a trained role without one is an error, not a crash."""
+    spec = ('model m = hf("smollm2-135m-instruct")\nrole t { model = m; prompt = "teach"; trained }\n'
+            'role s { model = m; prompt = "learn"; trained }\ngame teach { x = ask t\n reward t = 1.0 }\n'
+            "train t with grpo { group = 2 }\nschedule nested { outer = OUTER; inner = INNER; outer_reward = intrinsic }\n")
+    ok = compile_source(str(tmp_path / "n.ask"), spec.replace("OUTER", "t").replace("INNER", "s"))
+    assert ok.ok and ok.ir.inner_phase is None  # intrinsic: no inner loop, the inner role needs no block
+    bad = compile_source(str(tmp_path / "n.ask"), spec.replace("OUTER", "s").replace("INNER", "t"))
+    errors = [(d.code, d.message) for d in bad.sink.items if d.severity == "error"]
+    assert errors == [("E405", "the outer role 's' of a nested schedule has no train block")]
