@@ -26,10 +26,10 @@ install() {
   "$PYTHON_VENV" -m pip install -q "$@"
 }
 if [ -z "${ASKSPEC_SETUP_PIP:-}" ] && "$PYTHON_VENV" -m pip install -q uv >/dev/null 2>&1; then
-  UV_ARGS=$("$PYTHON_VENV" scripts/pip_sources.py)
+  UV_ARGS=$("$PYTHON_VENV" scripts/pip_sources.py) || unset UV_ARGS  # pip then
 fi
 install -e '.[dev]'
-# Without their own dependencies, in one pip call:
+# Without their own dependencies, in one install call:
 # - OpenRLHF 0.11.2 for the tests of `compile --target openrlhf`: its own code (argument
 #   parser, agent executors) runs on CPU without its GPU dependencies. The wheel also
 #   installs a top-level `tests` package, which would shadow ours: removed below.
