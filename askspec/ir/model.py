@@ -8,6 +8,7 @@ changes its experiment hash.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -327,11 +328,29 @@ class Role(Node):
     recover: Recovery = Field(default_factory=Recovery)
     max_tokens: int | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
+    # the role's sampling on its declared model, lowered (`merged_sampling`): what a call
+    # sends before an ask's own `with sampling` and a run's --max-tokens cap; a role bound
+    # per session (no model of its own): the defaults and its own fields. Empty in an IR
+    # written before it.
+    resolved_sampling: dict[str, Any] = Field(default_factory=dict)
     # a cap on the tokens of a prompt that opens the role's conversation (a call with
     # nothing remembered), counted with the backend's tokenizer; left out of the hash when
     # None (canonical.py)
     max_prompt_tokens: int | None = None
     prompt_overflow: PromptOverflow | None = None
+
+
+def merged_sampling(defaults: Mapping[str, Any], model_sampling: Mapping[str, Any], role: Role) -> dict[str, Any]:
+    """`role`'s sampling fields on a model whose own are `model_sampling`: the IR's defaults
+    (`Experiment.sampling_defaults`), the model's over them, the role's over those, its
+    `max_tokens` last. The one rule: the compiler lowers each role's on its declared model
+    into `Role.resolved_sampling` (what a job and an estimate read); the engine applies it
+    to the model a run binds the role to (`--model` may bind another), then an ask's own
+    fields and the run's cap (runtime/engine/calls.py)."""
+    out = {**defaults, **model_sampling, **role.sampling}
+    if role.max_tokens is not None:
+        out["max_tokens"] = role.max_tokens
+    return out
 
 
 class Dataset(Node):

@@ -17,7 +17,7 @@ from . import ast as A
 from . import profiles
 from .blocks import BlockChecks
 from .checker_base import CheckContext
-from .roles import RoleChecks
+from .roles import RoleChecks, lower_sampling
 from .stages import StageChecks
 from .training import TrainingChecks, lower_training
 from .consts import INVALID, NotConstant, OutOfRange, TooLarge, const_eval, parse_override
@@ -246,6 +246,7 @@ def _models_and_roles(ctx: CheckContext, decls: list) -> None:
         if isinstance(d, A.RoleDecl):
             ctx.role_checks.role(d)
     ctx.role_checks.check_conversations()
+    lower_sampling(ctx.exp)
 
 
 def _data_and_blocks(ctx: CheckContext, decls: list) -> None:

@@ -27,6 +27,15 @@ PROMPT_OVERFLOW_HINT = ("prompt_overflow = truncate_left (cut the start of the n
                         "end(OUTCOME) (end the session with that outcome)")
 
 
+def lower_sampling(exp: ir.Experiment) -> ir.Experiment:
+    """Each role's `resolved_sampling`: its fields on its declared model (ir.merged_sampling),
+    once the models, roles and sampling defaults are known."""
+    for r in exp.roles:
+        m = exp.model(r.model) if r.model else None
+        r.resolved_sampling = ir.merged_sampling(exp.sampling_defaults, m.sampling if m is not None else {}, r)
+    return exp
+
+
 class RoleChecks:
     """The models and roles pass (compiler.py runs it after the parameters and templates)."""
 

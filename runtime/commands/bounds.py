@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from askspec.ir import model as ir
+from askspec.ir.vocab import SAMPLING_DEFAULTS
 from askspec.ir.render import route_call_bounds
 from askspec.terminal import printable
 
@@ -41,15 +42,14 @@ def _plus(a: float | None, b: float | None) -> float | None:
 
 def completion_cap(exp: ir.Experiment, role: ir.Role, asks: Iterable[ir.AskStep] = ()) -> int:
     """The most completion tokens one call of `role` can take: its ask's `with sampling`,
-    else the role's, else its model's max_tokens, else the backends' default (the order of
-    calls.ModelCalls.sampling); over every ask of the role in the game."""
-    base = role.max_tokens or role.sampling.get("max_tokens")
-    if base is None:
-        # a role bound per session (`bind`) may play any model: the largest budget of them
-        models = [exp.model(role.model)] if role.model else list(exp.models)
-        default = exp.default_max_tokens()
-        base = max((int(m.sampling.get("max_tokens") or default) for m in models if m is not None), default=default)
-    caps = [int(base)]
+    else the role's fields merged over its model's (ir.merged_sampling, the engine's rule);
+    over every ask of the role in the game."""
+    # a role bound per session (`bind`) may play any model: the largest budget of them
+    defaults = exp.sampling_defaults or SAMPLING_DEFAULTS
+    models = [exp.model(role.model)] if role.model else list(exp.models)
+    samplings = [m.sampling for m in models if m is not None] or [{}]
+    base = max(int(ir.merged_sampling(defaults, s, role)["max_tokens"]) for s in samplings)
+    caps = [base]
     for a in asks:
         own = a.sampling_for(role.name).get("max_tokens")
         if isinstance(own, int):

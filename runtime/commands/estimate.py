@@ -4,7 +4,7 @@ Per stage, game and role: the model calls, prompt and completion tokens. Upper b
 come from the plan alone: planned sessions (askspec.ir.plansize) × the game's call
 bounds per session (`Game.call_bounds`, the checker's) and its routes' judge calls per
 group (render.route_call_bounds), × each call's completion budget (`max_tokens`, the
-engine's own resolution: calls.ModelCalls.sampling) and, for a role that remembers
+engine's own rule: ir.merged_sampling) and, for a role that remembers
 nothing and caps its prompt (`max_prompt_tokens`), × that cap. Expected values come from
 a recorded run of the spec (`--from RUN`: its spending per session of each game, scaled
 to this plan) or from a short pilot run (`--pilot N`). A train block adds its trained

@@ -62,10 +62,7 @@ class ModelCalls:
         key = (role, binding.name)
         hit = self._sampling.get(key)
         if hit is None:
-            sampling = {**self.defaults, **binding.sampling, **r.sampling}
-            if r.max_tokens is not None:
-                sampling["max_tokens"] = r.max_tokens
-            sampling = binding.capped(sampling)
+            sampling = binding.capped(ir.merged_sampling(self.defaults, binding.sampling, r))
             model_seed = sampling.pop("seed", None)
             stop = sampling.pop("stop", None) or ()
             fields = {k: v for k, v in sampling.items() if k in Sampling.__dataclass_fields__}

@@ -157,3 +157,47 @@ def test_a_nested_schedules_trained_roles_need_train_blocks(tmp_path):
     bad = compile_source(str(tmp_path / "n.ask"), spec.replace("OUTER", "s").replace("INNER", "t"))
     errors = [(d.code, d.message) for d in bad.sink.items if d.severity == "error"]
     assert errors == [("E405", "the outer role 's' of a nested schedule has no train block")]
+
+
+SAMPLED = """model m = hf("smollm2-135m-instruct") {{ temperature = 0.7; top_p = 0.9; max_tokens = 64 }}
+role a {{ model = m; prompt = "guess a number"; trained; {role} }}
+game g for i in range(0, 8) {{
+    x = ask a
+    reward a = 1.0
+}}
+train a with grpo {{ group = 2 }}
+"""
+
+
+def test_each_roles_sampling_is_lowered_on_its_model(tmp_path):
+    """A role's sampling arrives merged: the IR's defaults, its model's fields over them,
+    its own over those, its `max_tokens` last; the engine's rule for a bound model is the
+    same function, and the job's flags read the lowered fields."""
+    from askspec.ir.model import merged_sampling
+    from askspec.runtime.engine.calls import ModelCalls
+    from askspec.runtime.engine.state import ModelBinding
+
+    exp = compile_source(str(tmp_path / "s.ask"), SAMPLED.format(role="temperature = 0.2; max_tokens = 32")).ir
+    (role,) = exp.roles
+    assert role.resolved_sampling == {"temperature": 0.2, "top_p": 0.9, "max_tokens": 32}
+    plain = compile_source(str(tmp_path / "s.ask"), SAMPLED.format(role="memory = full")).ir
+    assert plain.roles[0].resolved_sampling == {"temperature": 0.7, "top_p": 0.9, "max_tokens": 64}
+    # the engine merges the same way over whatever model a run binds (here: the declared one)
+    binding = ModelBinding(name="m", backend=None, weights="", sampling=dict(exp.models[0].sampling))  # type: ignore[arg-type]
+    fields, _ = ModelCalls(None, defaults=exp.sampling_defaults).sampling("a", role, binding)  # type: ignore[arg-type]
+    assert {k: fields[k] for k in role.resolved_sampling} == merged_sampling(exp.sampling_defaults, binding.sampling, role)
+    assert {k: fields[k] for k in role.resolved_sampling} == role.resolved_sampling
+
+
+def test_the_job_passes_the_lowered_sampling(tmp_path):
+    """`--rollout.*` flags come from the role's lowered sampling, the defaults included:
+    a spec that sets no max_tokens passes askspec's (what a local call uses), not OpenRLHF's."""
+    import re
+
+    from askspec.runtime.targets.openrlhf.generate import compile_job
+
+    res = compile_source(str(tmp_path / "s.ask"), SAMPLED.replace(" max_tokens = 64 ", " ").format(role="memory = full"))
+    assert res.ok
+    assert compile_job(res, str(tmp_path / "s.ask"), str(tmp_path / "job"), {}) == 0
+    flag = dict(re.findall(r"(--rollout\.\w+) (\S+)", (tmp_path / "job" / "launch.sh").read_text()))
+    assert (flag["--rollout.max_new_tokens"], flag["--rollout.temperature"], flag["--rollout.top_p"]) == ("256", "0.7", "0.9")

@@ -53,7 +53,7 @@ _WHY = {
     "--data.max_len": "`max_len`, else the role's calls per session x max_tokens + prompt room",
     "--reward.clip_range": "no clipping: rewards are summed as the spec says",
     "--train.seed": "the experiment's seed",
-    "--rollout.max_new_tokens": "the trained role's max_tokens",
+    "--rollout.max_new_tokens": "the trained role's max_tokens (askspec's default where the spec sets none, as a local call)",
     "--rollout.temperature": "the trained role's temperature",
     "--rollout.top_p": "the trained role's top_p",
     "--actor.adam.lr": "`lr`",
@@ -179,9 +179,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
     for phase in [*plan.phases, *(s.phase for s in plan.stages if s.phase is not None)]:
         role = exp.role(phase.role)
         model = _role_model(exp, phase.role)
-        sampling = {**model.sampling, **role.sampling}
-        if role.max_tokens is not None:
-            sampling["max_tokens"] = role.max_tokens
+        sampling = role.resolved_sampling  # on its declared model, the IR's defaults included (as a local run's calls)
         games = [g for g in exp.games if g.name in phase.games]
         lines = []
         replay = _replay(exp, phase, games)
@@ -201,7 +199,7 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
         calls = max(max(1, g.call_bounds.get(phase.role, 1) // phase.siblings.get(g.name, 1)) for g in games)
         # a turn's budget: the role's, or an ask's own `with sampling { max_tokens }` where larger
         # (the agent caps each call at what is left of max_len, so max_len must hold the largest)
-        turn_tokens = max([int(sampling.get("max_tokens", exp.default_max_tokens()))] + [
+        turn_tokens = max([int(sampling["max_tokens"])] + [
             _ask_max_tokens(s, phase.role) for g in games for s in all_steps(g.body)
             if s.kind == "ask" and phase.role in s.roles and "max_tokens" in s.sampling_for(phase.role)])
         max_len, len_note = _max_len(exp, phase, model, calls * turn_tokens + mapping.CONTEXT_ALLOWANCE, max_len_flag,

@@ -140,9 +140,9 @@ def training_flags(algorithm: str, t: ir.Training, group: int, sched: Schedule, 
         ("--reward.clip_range", ["-" + REWARD_CLIP, REWARD_CLIP]),
         ("--train.seed", [str(seed)]),
     ]
-    if "max_tokens" in sampling:
-        flags.append(("--rollout.max_new_tokens", [str(int(sampling["max_tokens"]))]))
-    flags.append(("--rollout.temperature", [_num(sampling.get("temperature", 1.0))]))
+    # the role's lowered sampling (ir.Role.resolved_sampling): the IR's defaults under its own
+    flags.append(("--rollout.max_new_tokens", [str(int(sampling["max_tokens"]))]))
+    flags.append(("--rollout.temperature", [_num(sampling["temperature"])]))
     if sampling.get("top_p") is not None:
         flags.append(("--rollout.top_p", [_num(sampling["top_p"])]))
     if "lr" in settings:
