@@ -144,6 +144,10 @@ def reply_parser(parser: ir.ReplyParser) -> Callable[[str], tuple[dict[str, Any]
     return hit[1]
 
 
+# parsers whose fields are named after the spec's tags: their names are the IR's (the
+# checker's, by vocab.tag_field), not named again here
+NAMED_TAGS = ("sections", "tags")
+
 # id(ir.ReplyParser) -> (that parser, its `reply_fields`): a role's parser arguments are
 # checked and prepared once, not on every reply
 _COMPILED: dict[int, tuple[ir.ReplyParser, Callable[[str], tuple[dict[str, Any], bool, list[str]]]]] = {}
@@ -152,7 +156,8 @@ _COMPILED: dict[int, tuple[ir.ReplyParser, Callable[[str], tuple[dict[str, Any],
 def _compile(parser: ir.ReplyParser) -> tuple[ir.ReplyParser, Callable[[str], tuple[dict[str, Any], bool, list[str]]]]:
     if len(_COMPILED) >= 1024:  # many experiments in one process (tests): start over
         _COMPILED.clear()
-    fields_of = parsers.compile_fields(parser.kind, parser.args)
+    named = parser.kind in NAMED_TAGS and bool(parser.fields)  # (an IR without them: the tag rule)
+    fields_of = parsers.compile_fields(parser.kind, parser.args, parser.fields if named else None)
     required = tuple(parser.required)
     fallback_answer = parsers.fallback_answer
 

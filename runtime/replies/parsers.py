@@ -221,9 +221,10 @@ _SectionsSetup = tuple[tuple[str, ...], tuple[str, ...], dict[str, str], tuple[s
 
 
 @lru_cache(maxsize=256)
-def _sections_setup(tags: tuple[str, ...], required: tuple[str, ...] | None) -> _SectionsSetup:
+def _sections_setup(tags: tuple[str, ...], required: tuple[str, ...] | None,
+                    given: tuple[str, ...] | None = None) -> _SectionsSetup:
     checked = tuple(_checked_tags(tags, "sections"))
-    names = tuple(field_name(t) for t in checked)
+    names = _named(checked, given)
     by_tag = dict(zip(checked, names))
     required_names: tuple[str, ...]
     if required is None:
@@ -237,6 +238,16 @@ def _sections_setup(tags: tuple[str, ...], required: tuple[str, ...] | None) -> 
             req.append(name)
         required_names = tuple(req)
     return checked, names, by_tag, required_names, _tag_regex(checked)
+
+
+def _named(tags: Sequence[str], given: Sequence[str] | None) -> tuple[str, ...]:
+    """The tags' field names: `given` (the IR's, `ReplyParser.fields`, which the checker
+    named by the same rule) when the caller has them, else `field_name`'s."""
+    if given is None:
+        return tuple(field_name(t) for t in tags)
+    if len(given) < len(tags):
+        raise ValueError(f"{len(tags)} tags but {len(given)} field names")
+    return tuple(given[:len(tags)])
 
 
 def _sections_run(raw: str, setup: _SectionsSetup) -> ParsedReply:
@@ -806,7 +817,7 @@ def _xml_tag_regex(tag: str) -> re.Pattern[str]:
     return re.compile(r"<\s*" + re.escape(tag) + r"\s*>(.*?)<\s*/\s*" + re.escape(tag) + r"\s*>", re.DOTALL | re.IGNORECASE)
 
 
-def xml_tags(text: Any, tags: Sequence[str], boxed: str | None = None) -> ParsedReply:
+def xml_tags(text: Any, tags: Sequence[str], boxed: str | None = None, names: Sequence[str] | None = None) -> ParsedReply:
     """XML-style sections `<tag>...</tag>` (PasoDoble's and SOAR's proposer formats).
 
     Rule: for each tag the LAST complete `<tag>...</tag>` pair counts (tag names match
@@ -816,8 +827,9 @@ def xml_tags(text: Any, tags: Sequence[str], boxed: str | None = None) -> Parsed
     raw = _as_text(text)
     fields: dict[str, Any] = {}
     missing: list[str] = []
+    by_tag = dict(zip(tags, _named(tags, names)))
     for tag in tags:
-        name = field_name(tag)
+        name = by_tag[tag]
         found = _xml_tag_regex(tag).findall(raw)
         value = found[-1].strip() if found else None
         fields[name] = value
@@ -826,7 +838,7 @@ def xml_tags(text: Any, tags: Sequence[str], boxed: str | None = None) -> Parsed
     if boxed is not None:
         from askspec.runtime.replies.verify import parses_as_math
 
-        inner = fields.get(field_name(boxed))
+        inner = fields.get(by_tag.get(boxed, field_name(boxed)))
         box = last_boxed(inner) if inner else None
         fields["answer"] = box
         if not box or not parses_as_math(box):
@@ -912,12 +924,22 @@ def compile_parser(name: str, args: Mapping[str, Any] | None = None) -> Callable
     return run
 
 
-def compile_fields(name: str, args: Mapping[str, Any] | None = None) -> Callable[[Any], tuple[dict[str, Any], bool, list[str]]]:
+def compile_fields(name: str, args: Mapping[str, Any] | None = None, names: Sequence[str] | None = None
+                   ) -> Callable[[Any], tuple[dict[str, Any], bool, list[str]]]:
     """`compile_parser` giving (fields, ok, missing) of the `ParsedReply`, without building
-    one where the parser need not (the engine's per-reply path)."""
+    one where the parser need not (the engine's per-reply path). `names`: the field names
+    of a `sections` or `tags` parser's tags as the IR gives them (`ReplyParser.fields`)."""
     fn, bound = _bound_parser(name, args)
+    if fn is _p_tags and names is not None:
+        tags, boxed, given = list(bound["tags"]), bound.get("boxed"), tuple(names)
+
+        def run_tags(text: Any) -> tuple[dict[str, Any], bool, list[str]]:
+            result = xml_tags(text, tags, boxed, given)
+            return result.fields, result.ok, result.missing
+
+        return run_tags
     if fn is _p_sections:
-        setup = _bound_sections(bound)
+        setup = _bound_sections(bound, None if names is None else tuple(names))
 
         def run_sections(text: Any) -> tuple[dict[str, Any], bool, list[str]]:
             fields, missing = _sections_fields(text if type(text) is str else _as_text(text), setup)
@@ -943,8 +965,8 @@ def _bound_parser(name: str, args: Mapping[str, Any] | None) -> tuple[Callable[[
     return fn, bound
 
 
-def _bound_sections(bound: dict[str, Any]) -> _SectionsSetup:
+def _bound_sections(bound: dict[str, Any], names: tuple[str, ...] | None = None) -> _SectionsSetup:
     tags, required = bound["tags"], bound.get("required")
     if required is not None:
         required = (required,) if isinstance(required, str) else tuple(required)
-    return _sections_setup((tags,) if isinstance(tags, str) else tuple(tags), required)
+    return _sections_setup((tags,) if isinstance(tags, str) else tuple(tags), required, names)

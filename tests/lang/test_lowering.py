@@ -201,3 +201,27 @@ def test_the_job_passes_the_lowered_sampling(tmp_path):
     assert compile_job(res, str(tmp_path / "s.ask"), str(tmp_path / "job"), {}) == 0
     flag = dict(re.findall(r"(--rollout\.\w+) (\S+)", (tmp_path / "job" / "launch.sh").read_text()))
     assert (flag["--rollout.max_new_tokens"], flag["--rollout.temperature"], flag["--rollout.top_p"]) == ("256", "0.7", "0.9")
+
+
+def test_the_engine_names_a_replys_fields_as_the_ir_does(tmp_path):
+    """A `sections` or `tags` parser's field names are the IR's (`ReplyParser.fields`, the
+    checker's one tag -> field rule): the engine reads them rather than naming the tags
+    again, so an IR whose names differ parses into those names."""
+    from askspec.ir import model as ir
+    from askspec.runtime.engine.calls import reply_fields
+
+    res = compile_source(str(tmp_path / "s.ask"), 'model m = hf("smollm2-135m-instruct")\n'
+                         'role a { model = m; prompt = "p"; reply = sections("#Draft#", "#Final Answer#") }\n'
+                         'role b { model = m; prompt = "p"; reply = tags("think", "answer_box", boxed = "answer_box") }\n'
+                         "game g { x = ask a\n y = ask b }\n")
+    assert res.ok, [d.message for d in res.sink.items]
+    sections, tags = res.ir.roles[0].reply, res.ir.roles[1].reply
+    assert sections.fields == ["draft", "finalanswer"] and tags.fields == ["think", "answer_box", "answer"]
+    fields, ok, _ = reply_fields(sections, "#Draft# a plan #Final Answer# 42")
+    assert ok and (fields["draft"], fields["finalanswer"]) == ("a plan", "42")
+    renamed = ir.ReplyParser(kind="sections", args=sections.args, fields=["plan", "final"], required=["final"])
+    fields, ok, _ = reply_fields(renamed, "#Draft# a plan #Final Answer# 42")
+    assert ok and (fields["plan"], fields["final"]) == ("a plan", "42") and "draft" not in fields
+    renamed = ir.ReplyParser(kind="tags", args=tags.args, fields=["reasoning", "box", "answer"], required=tags.required)
+    fields, ok, _ = reply_fields(renamed, "<think>hm</think><answer_box>so \\boxed{7}</answer_box>")
+    assert ok and (fields["reasoning"], fields["box"], fields["answer"]) == ("hm", "so \\boxed{7}", "7")
