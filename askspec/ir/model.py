@@ -605,6 +605,10 @@ class Experiment(Node):
     inner_phase: TrainPhase | None = None
 
     # lookups used by the runtime
+    def train_phases(self) -> list[TrainPhase]:
+        """Every lowered phase of the schedule, cycle by cycle (each once)."""
+        return [ph for c in self.train_cycles for ph in c.phases]
+
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)
 

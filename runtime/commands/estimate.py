@@ -135,7 +135,7 @@ def stage_sessions(exp: ir.Experiment, eval_only: bool = False,
                 counts[name] = None if n is None else n * int(o.get("samples") or 1) * weights
             out.append((st.name, counts))
         elif st.kind == "retrain" and o.get("game") in games:
-            phase = next((ph for c in exp.train_cycles for ph in c.phases if ph.stage == st.name), None)
+            phase = next((ph for ph in exp.train_phases() if ph.stage == st.name), None)
             per_step = phase.batch if phase is not None else 1
             out.append((st.name, {o["game"]: int(o.get("steps") or 1) * per_step}))
     return out
@@ -147,8 +147,7 @@ def _trained_games(exp: ir.Experiment) -> dict[str, list[ir.Game]]:
     otherwise every role's steps play the schedule's games."""
     sched = exp.schedule
     if sched is not None and sched.kind == "alternating":
-        cycle = next((c.phases for c in exp.train_cycles if c.phases[0].kind == "play"), [])
-        named = {ph.name: {*ph.plain, *ph.replay} for ph in cycle}
+        named = {ph.name: {*ph.plain, *ph.replay} for ph in exp.train_phases() if ph.kind == "play"}
         return {t.role: [g for g in exp.games if g.name in named.get(t.role, ())] for t in exp.training}
     games = first_phase(exp)  # (the held-out games left out)
     chosen = sched.options.get("games") if sched is not None else None

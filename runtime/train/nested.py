@@ -209,7 +209,7 @@ class InnerLoop:
 
     # -- sizes -------------------------------------------------------------------------------
 
-    def _practice_shape(self) -> ir.TrainPhase:
+    def _practice_phase(self) -> ir.TrainPhase:
         """The practice game's groups and sessions per inner step (the IR's inner phase)."""
         phase = self.trainer.exp.inner_phase
         assert phase is not None  # lowered for every nested schedule with a practice game
@@ -224,7 +224,7 @@ class InnerLoop:
         if not self.grounded:
             return 0
         steps = self.s.inner_steps + self.s.extra_inner_steps
-        per_copy = steps * self._practice_shape().batch + self._eval_items()
+        per_copy = steps * self._practice_phase().batch + self._eval_items()
         return self._eval_items() + self.s.datasets * self.s.copies * per_copy
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -357,7 +357,7 @@ class InnerLoop:
         """The first session index of copy j of dataset k in the outer step whose sessions
         start at `index0`: a range of its own after the baseline's (max_sessions), so a
         copy's sessions are numbered alike whichever process trains it, and in what order."""
-        per_copy = (self.s.inner_steps + self.s.extra_inner_steps) * self._practice_shape().batch + self._eval_items()
+        per_copy = (self.s.inner_steps + self.s.extra_inner_steps) * self._practice_phase().batch + self._eval_items()
         return index0 + self._eval_items() + ((k - 1) * self.s.copies + (j - 1)) * per_copy
 
     def work_root(self) -> Path:
@@ -443,9 +443,9 @@ class InnerLoop:
         from askspec.runtime.train.batch import build_batch
 
         assert self.practice is not None
-        shape = self._practice_shape()
+        phase = self._practice_phase()
         # the copy's i-th step takes the next elements of the dataset (the planner cycles it)
-        plans = self._plans(self.practice, ds.items, shape.groups, shape.batch,
+        plans = self._plans(self.practice, ds.items, phase.groups, phase.batch,
                             derive_seed(self.trainer.seed, "nested", step, ds.k, j), step, f"d{ds.k}c{j}i{i}", n=i)
         log.reset()
         await engine.run_phase(plans)

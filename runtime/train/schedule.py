@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 from askspec.ir import model as ir
 
-Phase = ir.TrainPhase
-
 
 @dataclass(frozen=True)
 class Slot:

@@ -96,8 +96,8 @@ class LocalTrainer:
         self.evaluated: dict[str, list[Element]] = {}  # an evaluate stage's elements
         for ph in {s.phase.name: s.phase for s in self.slots}.values():
             if ph.kind == "evaluate":
-                self.evaluated[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
-                                                      dict(datasets), seed, ph.groups, ph.batch).elements
+                self.evaluated[ph.name] = StepPlanner.elements_of(exp, [g for g in exp.games if g.name in ph.plain], params,
+                                                                  dict(datasets))
             elif ph.plain:
                 self.planners[ph.name] = StepPlanner(exp, [g for g in exp.games if g.name in ph.plain], params,
                                                      dict(datasets), seed, ph.groups, ph.batch)

@@ -245,9 +245,10 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
                          f"{sched.rollouts_per_step} rollouts (--train.batch_size) to be a whole multiple of the actor "
                          "GPUs (launch.sh checks the values it is given: docs/cluster.md, \"Batch sizes and GPUs\")")
         size = local_phase(exp, phase, games[0]).groups[games[0].name]
-        if batch is not None and step_prompts(exp, phase, games[0]) * size != batch:
-            notes.append(f"batch = {batch} sessions in whole groups of {size}: each step plays "
-                         f"{step_prompts(exp, phase, games[0]) * size} sessions, as a local run does")
+        played = step_prompts(exp, phase, games[0]) * size
+        if batch is not None and played != batch:
+            notes.append(f"batch = {batch} sessions in whole groups of {size}: each step plays {played} sessions, "
+                         "as a local run does")
         shared = [f["role"] for f in frozen if f["role"] not in others and _derives_from(exp, exp.role(f["role"]).model, model.name)]
         if shared:
             notes.append(f"{', '.join(shared)} play(s) on '{role.model}' (the trained role's model) or a model derived "
@@ -400,8 +401,7 @@ def local_phase(exp: ir.Experiment, phase: Phase, game: ir.Game) -> ir.TrainPhas
     """The local schedule's phase that a job's phase mirrors: a retrain stage's (a phase
     with the stage's data set), else the phase playing `game` that updates the role."""
     kind = "retrain" if phase.data else "play"
-    return next(ph for c in exp.train_cycles for ph in c.phases
-                if ph.kind == kind and phase.role in ph.roles and game.name in ph.groups)
+    return next(ph for ph in exp.train_phases() if ph.kind == kind and phase.role in ph.roles and game.name in ph.groups)
 
 
 def _extension(p: _PhaseOut, plan: JobPlan) -> dict[str, Any]:

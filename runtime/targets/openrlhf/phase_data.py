@@ -165,7 +165,7 @@ def _slots(exp: ir.Experiment, role: str, iteration: int) -> list:
 
 def _phase(exp: ir.Experiment, role: str) -> ir.TrainPhase:
     """The lowered phase that plays `role`'s steps (its sizes)."""
-    return next(ph for c in exp.train_cycles for ph in c.phases if ph.kind == "play" and role in ph.roles)
+    return next(ph for ph in exp.train_phases() if ph.kind == "play" and role in ph.roles)
 
 
 def _plain_batches(exp: ir.Experiment, role: str, elements: list[dict], steps: int,
