@@ -131,10 +131,10 @@ class Plan:
         except Unknown:  # a shape the arithmetic does not know: evaluate the (small) list
             items = _items(game, self.params, self.collections)
             for item in items:
-                _bind(game, item)
+                bind(game, item)
             return len(items) * game.times * game.group_size
         for item in itertools.islice(_iter_items(game, self.params, self.collections), 1):
-            _bind(game, item)  # lazily made items share one shape: the first one tells
+            bind(game, item)  # lazily made items share one shape: the first one tells
         return n
 
     def __len__(self) -> int:
@@ -145,7 +145,7 @@ class Plan:
         end = self.start + self.total
         for game in self.games:
             for item_index, item in enumerate(_iter_items(game, self.params, self.collections)):
-                bindings = _bind(game, item)
+                bindings = bind(game, item)
                 for rep in range(game.times):
                     group_id = f"{game.name}-g{item_index:05d}-r{rep:03d}" if game.group_size > 1 else None
                     for member in range(game.group_size):
@@ -192,7 +192,8 @@ def _lazy_list(e: ir.Expr, env: Env) -> Any:
     return value
 
 
-def _bind(game: ir.Game, item: Any) -> dict[str, Any]:
+def bind(game: ir.Game, item: Any) -> dict[str, Any]:
+    """The names of `game`'s `for` pattern bound to one of its items."""
     if not game.pattern:
         return {}
     if len(game.pattern) == 1:
@@ -206,7 +207,7 @@ def _bind(game: ir.Game, item: Any) -> dict[str, Any]:
 def game_elements(game: ir.Game, params: dict[str, Any], collections: dict[str, list]) -> list[dict[str, Any]]:
     """The game's elements in plan order, each as its pattern bindings (`for (a, b) in ...`
     -> {a:, b:}); a game without `for` has one element with no bindings."""
-    return [_bind(game, item) for item in _iter_items(game, params, collections)]
+    return [bind(game, item) for item in _iter_items(game, params, collections)]
 
 
 def plan_sessions(exp: ir.Experiment, params: dict[str, Any], datasets: dict[str, list], seed: int,

@@ -36,12 +36,12 @@ from typing import Any, Iterator, Mapping
 from askspec.ir import model as ir
 from askspec.ir.plansize import weight_rounds
 
-from askspec.runtime.engine.plan import SessionPlan, derive_seed, replays_buffer
+from askspec.runtime.engine.plan import SessionPlan, bind, replays_buffer
 from askspec.runtime.train import schedule
 from askspec.runtime.train.checkpoints import BUFFERS, STAGES, CheckpointDamaged, RunCheckpoints
 from askspec.runtime.train.config import config_from_ir
 from askspec.runtime.train.nested import InnerLoop
-from askspec.runtime.train.planner import MAX_REFILL_ROUNDS, Element, StepPlanner
+from askspec.runtime.train.planner import MAX_REFILL_ROUNDS, Draw, Element, StepPlanner
 from askspec.runtime.train.stage_steps import StageState, StageSteps
 from askspec.runtime.train.steplog import StepLog, jsonable
 from askspec.runtime.train.update import (Metrics, Played, TurnKeys, gate_reason, mismatched_roles, rollout_rows,
@@ -526,17 +526,8 @@ class LocalTrainer:
             batch = engine.buffers[replays_buffer(game)].next_batch(count)
             replay_ids[name] = [item_id for item_id, _ in batch]
             for j, (item_id, item) in enumerate(batch):
-                if game.pattern and len(game.pattern) == 1:
-                    bindings = {game.pattern[0]: item}
-                else:
-                    bindings = dict(zip(game.pattern, list(item))) if game.pattern else {}
-                group_id = f"{name}-t{sl.step:06d}-e{j:03d}" if size > 1 else None
-                for member in range(size):
-                    k = index0 + len(plans)
-                    plans.append(SessionPlan(index=k, session_id=f"s{k:06d}", game=name, group_id=group_id,
-                                             group_size=size, bindings=bindings, step=sl.step, stage=sl.phase.stage,
-                                             seed=derive_seed(self.seed, name, item_id, "replay", sl.step, member),
-                                             item_index=j))
+                plans += [dataclasses.replace(p, stage=sl.phase.stage) for p in Draw("replay", sl.step, j).sessions(
+                    self.seed, name, item_id, bind(game, item), size, index0 + len(plans), item_index=j)]
         return plans, replay_ids
 
     def checkpoint(self, step: int, metrics: dict[str, dict[str, Any]], engine=None) -> None:

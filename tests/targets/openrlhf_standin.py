@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
 
     lines = [json.loads(x) for x in (phase / "prompts.jsonl").read_text(encoding="utf-8").splitlines()]
     labels = [json.loads(x["label"]) for x in lines]
-    steps = sorted({int(lb["step"]) for lb in labels})
+    steps = sorted({int(lb["draw"]["step"]) for lb in labels})
     writer = RunWriter.create(os.environ["ASKSPEC_RUNS"], experiment=exp.name, experiment_hash=experiment_hash(exp),
                               ir_json=to_json(exp), spec_files={}, seed=seed, roles={}, params=params,
                               planned_sessions=0, argv=["openrlhf-standin", *argv])
@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
             return 3
         played = loop.run_until_complete(trainer._play(sl, engine, log))
         # the step's elements in plan order (a group's sessions share one), against its prompts
-        want = [json.dumps([lb["game"], lb["bindings"]], sort_keys=True) for lb in labels if lb["step"] == step]
+        want = [json.dumps([lb["game"], lb["bindings"]], sort_keys=True) for lb in labels if lb["draw"]["step"] == step]
         got = list(dict.fromkeys(json.dumps([p.game, p.bindings], sort_keys=True) for p in played.plans))
         if got != want:
             print(f"standin: step {step} plays {got}, but the driver's prompts are {want}", file=sys.stderr)

@@ -40,6 +40,20 @@ def make_job(spec: Path, out: Path, sets: dict[str, str], substitutes: dict | No
     return out
 
 
+def undrawn(job: Path) -> None:
+    """The job's prompt lines without their draws: the agent then plays the k-th group of an
+    element as repeat k of `askspec run`'s plan (its seeds and group ids), for a test that
+    compares the agent with an `askspec run`. A drawn line plays the local trainer's group
+    (test_a_drawn_line_plays_the_local_steps_sessions)."""
+    path = job / "prompts.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    for line in lines:
+        label = json.loads(line["label"])
+        label.pop("draw", None)
+        line["label"] = json.dumps(label)
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
 def replay_frozen_roles(job: Path, recording: Path) -> None:
     """Point every frozen model of job.json at the replay backend (job.json's endpoints are
     meant to be edited; the test serves the frozen roles from the same recording)."""
@@ -144,6 +158,7 @@ def test_reasoning_arena_tournament_rewards_match_replay(tmp_path, tokenizer, mo
     assert routes == ["keep", "tournament:arena"]
 
     job = make_job(spec, tmp_path / "job", sets, {"cispo": "grpo"})
+    undrawn(job)  # the tournament's pairs follow the group's seeds: `askspec run`'s here
     replay_frozen_roles(job, recording)
     monkeypatch.setenv("ASKSPEC_RUNS", str(tmp_path / "agent-runs"))
     responses, engine = asyncio.run(drive(job, tokenizer, elements=2, group=4, replies=policy))

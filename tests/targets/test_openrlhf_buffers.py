@@ -133,9 +133,9 @@ def test_replaying_phase_draws_from_the_buffer_as_it_stands(tmp_path) -> None:
     # the last phases' prompts, each labelled with its local step: the filler's x = 2 (the
     # local planner's next element), the learner's items 1 ({x: 1}) and 2 ({x: 2}), one a step
     labels = [json.loads(json.loads(x)["label"]) for x in (job / "phase-1-filler" / "prompts.jsonl").read_text().splitlines()]
-    assert [(lb["element"], lb["bindings"], lb["step"]) for lb in labels] == [(1, {"x": 2}, 4)]
+    assert [(lb["element"], lb["bindings"], lb["draw"]["step"]) for lb in labels] == [(1, {"x": 2}, 4)]
     labels = [json.loads(json.loads(x)["label"]) for x in (job / "phase-2-learner" / "prompts.jsonl").read_text().splitlines()]
-    assert [(lb["element"], lb["bindings"], lb["step"]) for lb in labels] == [(1, {"item": {"x": 1}}, 5),
+    assert [(lb["element"], lb["bindings"], lb["draw"]["step"]) for lb in labels] == [(1, {"item": {"x": 1}}, 5),
                                                                              (2, {"item": {"x": 2}}, 6)]
     state = json.loads((job / phase_data.STATE).read_text())
     assert state["buffers"]["seen"]["ids"] == [1, 2, 3] and state["buffers"]["seen"]["cursor"] == 2
@@ -368,7 +368,7 @@ def test_pasodobles_proposer_phases_play_the_local_schedules_steps(tmp_path) -> 
             if sl.phase.kind == "play" and sl.iteration == it and sl.phase.name == "proposer":
                 plans = local.planners["proposer"].plans(sl.n, local.index0[sl.step - 1], sl.step)
                 want += [(sl.step, p.game, p.bindings) for p in plans]  # one session a passage (its sample siblings)
-        assert [(lb["step"], lb["game"], lb["bindings"]) for lb in labels] == want
+        assert [(lb["draw"]["step"], lb["game"], lb["bindings"]) for lb in labels] == want
         played |= {lb["bindings"]["passage"]["id"] for lb in labels}
     assert len(played) == 4  # two passages a phase, none played twice
 
@@ -419,7 +419,7 @@ def test_pasodobles_solver_phase_steps_are_the_local_steps(tmp_path) -> None:
             plans, _ = local.plans(sl, engine)
             want += [(sl.step, p.game, p.bindings) for p in plans]
             per_step.append(len(plans))
-    assert [(lb["step"], lb["game"], lb["bindings"]) for lb in labels] == want
+    assert [(lb["draw"]["step"], lb["game"], lb["bindings"]) for lb in labels] == want
     assert per_step == [12, 12] and n == 24  # replay_questions a step
 
     args = parse_train_ppo_ray(train_flags(launch_argv(phase / "launch.sh", tmp_path)[0]))

@@ -155,7 +155,7 @@ def test_closed_gate_takes_no_update(job, ext, openrlhf, tmp_path, monkeypatch) 
     module, generator = openrlhf
     assert json.loads((job / "job.json").read_text())["extension"] == {
         "advantages": {"estimator": "grpo", "std": "sample"}, "update_gate": True,
-        "lr_schedule": {"steps": 1, "warmup": 0, "decay": "constant", "floor": 0.0}}
+        "lr_schedule": {"steps": 1, "warmup": 0, "decay": "constant", "floor": 0.0}, "prompt_order": "sequential"}
     (call,) = launch_argv(job / "launch.sh", tmp_path)
     assert call[call.index("--") + 3] == "askspec_ext.train_ppo_ray"
     args = parse_train_ppo_ray(train_flags(call))  # OpenRLHF's own parser: no flag of ours
@@ -278,17 +278,20 @@ def test_refuses_another_openrlhf(job, ext, openrlhf, monkeypatch) -> None:
 
 def test_worker_hook_waits_for_what_the_job_asks(job, ext, monkeypatch) -> None:
     """Ray runs askspec_ext.train_ppo_ray.install_when_loaded in every worker: a gated grpo
-    job's waits for OpenRLHF's PPO trainer (the gate) and its experience maker (askspec's
-    advantages), not the loss module (it trains with no CISPO), importing nothing."""
+    job's waits for OpenRLHF's PPO trainer (the gate), its experience maker (askspec's
+    advantages) and the DeepSpeed strategy (the prompts in order), not the loss module (it
+    trains with no CISPO), importing nothing."""
     ext(job)
     entry = importlib.import_module("askspec_ext.train_ppo_ray")
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finders go with the test
-    for name in ("openrlhf.models.loss", "openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.experience_maker"):
+    for name in ("openrlhf.models.loss", "openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.experience_maker",
+                 "openrlhf.utils.deepspeed.deepspeed"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     entry.install_when_loaded()
     entry.install_when_loaded()  # twice: still one finder each
     waiting = [f.module for f in sys.meta_path if type(f).__name__ == "_InstallAfterLoad"]
-    assert sorted(waiting) == ["openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.experience_maker"]
+    assert sorted(waiting) == ["openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ppo_utils.experience_maker",
+                               "openrlhf.utils.deepspeed.deepspeed"]
     assert "openrlhf.trainer.ppo_trainer" not in sys.modules
     assert "openrlhf.trainer.ppo_utils.experience_maker" not in sys.modules
 
@@ -326,7 +329,7 @@ def test_a_gate_only_job_is_refused_for_the_gate_not_for_cispo(tmp_path, ext, mo
     assert main(["compile", str(tmp_path / "ppo.ask"), "--target", "openrlhf", "-o", str(job)]) == 0
     spec = json.loads((job / "job.json").read_text())
     assert spec["extension"] == {"advantages": {"estimator": "grpo", "std": "sample"}, "update_gate": True,
-                                 "lr_schedule": {"steps": 1, "warmup": 0, "decay": "constant", "floor": 0.0}}
+                                 "lr_schedule": {"steps": 1, "warmup": 0, "decay": "constant", "floor": 0.0}, "prompt_order": "sequential"}
     spec["extension"] = {"update_gate": True}
     (job / "job.json").write_text(json.dumps(spec))
     message = refusal(ext, job, monkeypatch)

@@ -171,10 +171,12 @@ def test_online_schedule_chooses_games_and_steps(tmp_path) -> None:
     spec.write_text(ONLINE)
     job = compile_to(tmp_path, spec, [])
     labels = [json.loads(json.loads(line)["label"]) for line in (job / "prompts.jsonl").read_text().splitlines()]
-    assert [(x["game"], x["bindings"]["x"]) for x in labels] == [("a", 1), ("a", 2), ("a", 3), ("a", 4)]
+    # 4 elements, 2 per step (batch 4 / group 2): the 6 steps' 12 groups, each with its place in the local schedule
+    assert [(x["game"], x["bindings"]["x"]) for x in labels] == [("a", x) for x in (1, 2, 3, 4) * 3]
+    assert [(x["draw"]["step"], x["draw"]["at"], x["draw"]["epoch"]) for x in labels] == \
+        [(s, j, (2 * (s - 1) + j) // 4) for s in range(1, 7) for j in range(2)]
     args = parse_train_ppo_ray(train_flags(launch_argv(job / "launch.sh", tmp_path)[0]))
-    # 4 elements, 2 per step (batch 4 / group 2): 2 steps per pass, 3 passes for 6 steps
-    assert (args.rollout.batch_size, args.train.batch_size, args.train.num_episodes) == (2, 4, 3)
+    assert (args.rollout.batch_size, args.train.batch_size, args.train.num_episodes) == (2, 4, 1)
     assert args.algo.advantage.estimator == "rloo" and args.rollout.n_samples_per_prompt == 2
 
 
@@ -276,7 +278,7 @@ def test_pasodoble_phases_and_stages_parse_with_openrlhf(tmp_path) -> None:
         assert ext == {"advantages": {"estimator": "grpo", "std": "sample"}, "carry_state": True,
                        # (T_P = 10 proposer steps, T_S = 5 solver steps, 60 iterations)
                        "lr_schedule": {"steps": 600 if gated else 300, "warmup": 0, "decay": "constant", "floor": 0.0},
-                       **({"update_gate": True} if gated else {})}
+                       "prompt_order": "sequential", **({"update_gate": True} if gated else {})}
         assert call[call.index("--") + 3] == "askspec_ext.train_ppo_ray" and (phase / "askspec_ext").is_dir()
         assert args.algo.advantage.estimator == "group_norm" and args.actor.policy_loss_type == "ppo"
     for stage in sorted(job.glob("stage-*/sft.sh")):

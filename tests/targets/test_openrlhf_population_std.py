@@ -110,9 +110,10 @@ ONE_STEP = {"steps": 1, "warmup": 0, "decay": "constant", "floor": 0.0}  # these
 
 
 def job_extension(job: Path) -> dict:
-    """job.json's `extension`, its learning-rate schedule checked (every RL job has one)."""
+    """job.json's `extension`, its learning-rate schedule and prompt order checked (every RL
+    job has both)."""
     ext = json.loads((job / "job.json").read_text()).get("extension") or {}
-    assert ext.pop("lr_schedule") == ONE_STEP
+    assert ext.pop("lr_schedule") == ONE_STEP and ext.pop("prompt_order") == "sequential"
     return ext
 
 

@@ -69,6 +69,7 @@ from askspec.runtime.engine.stateful import SharedHistory, StatefulScorers
 from askspec.runtime.scoring.trajectory import trained_turns, trajectory_return
 from askspec.runtime.targets.openrlhf.tokens import Conversation, OpenRLHFBackend, Siblings
 from askspec.runtime.targets.openrlhf.jobfile import FILE as JOB_FILE, InnerLoop, PhaseJob, read_phase_job
+from askspec.runtime.train.planner import Draw
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,7 @@ class _Group:
 
     group_id: str
     size: int
+    draw: Draw | None = None
     round: int = 0
     joined: int = 0
     route: str = "none"  # the trained role's route, once the group is routed
@@ -264,7 +266,7 @@ class GameAgent:
         self._engine: Engine | None = None
         self._recorder: _Recorder | None = None
         self._index = itertools.count()
-        self._rounds: dict[tuple[str, int], int] = {}
+        self._rounds: dict[tuple, int] = {}
         self._groups: dict[tuple, _Group] = {}
         self._sessions: dict[tuple, _Siblings] = {}
 
@@ -331,12 +333,9 @@ class GameAgent:
         size = self.group_size if self.group_size > 1 else 1
         key = (id(sampling_params), prompt, label)
         group = self._join(key, element, size)
-        member = group.joined - 1
-        index = next(self._index)
-        plan = SessionPlan(index=index, session_id=f"s{index:06d}", game=game.name,
-                           group_id=group.group_id if size > 1 else None, group_size=size,
-                           bindings=dict(element.get("bindings") or {}),
-                           seed=derive_seed(self.seed, game.name, int(element["element"]), group.round, member))
+        plan = self._plan(element, group.draw, group.round, group.joined - 1, size,
+                          group.group_id if size > 1 else None)
+        index = plan.index
         conv = Conversation(tokenizer=hf_tokenizer, engine=llm_engine, sampling_params=sampling_params,
                             max_length=max_length)
         self.backend.conversations[index] = conv
@@ -375,11 +374,10 @@ class GameAgent:
         key = (id(sampling_params), prompt, label)
         sib = self._sessions.get(key)
         if sib is None:
-            index = next(self._index)
-            game, item = element["game"], int(element["element"])
-            plan = SessionPlan(index=index, session_id=f"s{index:06d}", game=game, group_id=None, group_size=1,
-                               bindings=dict(element.get("bindings") or {}),
-                               seed=derive_seed(self.seed, game, item, self._round(game, item), 0))
+            game = element["game"]
+            draw = Draw.from_label(element.get("draw"))
+            plan = self._plan(element, draw, self._round(element, draw), 0, 1, None)
+            index = plan.index
             members = [Conversation(tokenizer=hf_tokenizer, engine=llm_engine, sampling_params=sampling_params,
                                     max_length=max_length) for _ in range(n)]
             self.backend.conversations[index] = Siblings(members, calls=self.sample_calls.get(game, 1))
@@ -472,20 +470,45 @@ class GameAgent:
             recorder.writer.session_finished(plan.session_id, attempt, status="error", outcome=None, error=error, vars={})
             return SessionResult(plan=plan, status="error", error=error, attempt=attempt)
 
-    def _round(self, game: str, index: int) -> int:
-        """The k-th group (or session of siblings) of an element in this process is repeat k
-        of `askspec run`'s plan: the same group id and session seeds (plan.py), so both play
-        the same sessions."""
-        n = self._rounds.get((game, index), 0)
-        self._rounds[(game, index)] = n + 1
+    def _round(self, element: dict, draw: Draw | None) -> int:
+        """How many groups (or sessions of siblings) of this element, at this draw, this
+        process played before: a line played again (another episode over the prompts) is
+        a group of its own."""
+        key = (element["game"], int(element["element"]), draw)
+        n = self._rounds.get(key, 0)
+        self._rounds[key] = n + 1
         return n
+
+    def _plan(self, element: dict, draw: Draw | None, round_: int, member: int, size: int,
+              group_id: str | None) -> SessionPlan:
+        """The session of `member` of a group of the prompt's element. A prompt line with a
+        draw (the local planner's walk, written by generate.py and phase_data.py) is the
+        local schedule's group, and its sessions are the trainer's: Draw.sessions, the seeds
+        a local run plays that group under. A line without one (a nested or a `batch`-less
+        phase's, whose steps are not a local step's) plays the k-th group of an element as
+        repeat k of `askspec run`'s plan: the same seeds (plan.py)."""
+        index = next(self._index)
+        game, item = element["game"], int(element["element"])
+        bindings = dict(element.get("bindings") or {})
+        if draw is None:
+            return SessionPlan(index=index, session_id=f"s{index:06d}", game=game, group_id=group_id, group_size=size,
+                               bindings=bindings, seed=derive_seed(self.seed, game, item, round_, member))
+        (plan,) = draw.sessions(self.seed, game, item, bindings, size, index, members=range(member, member + 1))
+        if round_:  # the line played again: fresh seeds
+            plan = dataclasses.replace(plan, seed=derive_seed(plan.seed, "again", round_))
+        return dataclasses.replace(plan, group_id=group_id)
 
     def _join(self, key: tuple, element: dict, size: int) -> _Group:
         group = self._groups.get(key)
         if group is None or group.joined >= size:
             game, index = element["game"], int(element["element"])
-            n = self._round(game, index)
-            group = self._groups[key] = _Group(group_id=f"{game}-g{index:05d}-r{n:03d}", size=size, round=n)
+            draw = Draw.from_label(element.get("draw"))
+            n = self._round(element, draw)
+            if draw is None:
+                group_id = f"{game}-g{index:05d}-r{n:03d}"
+            else:  # the local schedule's group id (a line played again: one of its own)
+                group_id = (draw.group_id(game, size) or f"{game}-t{draw.step:06d}-e{draw.at:03d}") + (f"-x{n}" if n else "")
+            group = self._groups[key] = _Group(group_id=group_id, size=size, draw=draw, round=n)
         group.joined += 1
         if group.joined == size:
             self._groups.pop(key, None)  # full: the next call with this key starts a new group

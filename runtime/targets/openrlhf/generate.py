@@ -6,7 +6,6 @@ module, or print the refusals (check.py) and write nothing."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -27,6 +26,7 @@ from askspec.diagnostics import DiagnosticSink
 from askspec.terminal import printable
 
 from askspec.runtime.engine.plan import game_elements, load_dataset
+from askspec.runtime.train.planner import Draw
 from askspec.runtime.targets.openrlhf import escape, jobfile, mapping, multi, stages, world
 from askspec.runtime.targets.openrlhf.askspec_ext import carry
 from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check, roles_asked, span_of
@@ -219,17 +219,14 @@ def _build(exp: ir.Experiment, plan: JobPlan, spec_path: str, sink: DiagnosticSi
             prompts = step_prompts(exp, phase, games[0])
             # the local run's steps (a block without `steps`: the schedule's, else 1)
             steps = phase.steps if phase.steps is not None else mapping.lowered(phase.training).steps
-            n_elements, elements_lines = len(lines), lines
-            # passes over the elements are whole local steps only when a step's elements divide them (a
-            # step with more elements than there are repeats some), and the spec's steps only in whole passes
-            if n_elements % prompts or steps % (n_elements // prompts):
-                lines = _walk(lines, prompts, steps)
+            n_elements = len(lines)
+            lines = _planned_lines(exp, phase, games, params, datasets, seed, steps)
             sched = mapping.schedule(len(lines), phase.group, prompts, steps)
-            if lines is not elements_lines:
-                sched.notes.insert(0, f"prompts.jsonl holds the elements the local steps take ({len(lines)} lines "
-                                      f"from the {n_elements} elements, {prompts} a step, in plan order, cycling): passes "
-                                      "over the elements themselves would not be whole local steps, or not the "
-                                      f"spec's {steps}")
+            sched.notes.insert(0, f"prompts.jsonl holds the groups the local steps play ({len(lines)} lines from the "
+                                  f"{n_elements} elements, {prompts} a step, in plan order, cycling: the local "
+                                  "planner's walk), each labelled with its place in the local schedule, whose seeds "
+                                  "and group id the agent plays it under; OpenRLHF reads them in order "
+                                  "(askspec_ext/sequential.py), so the job's step k plays the local step k's groups")
         flags = mapping.training_flags(phase.algorithm, phase.training, phase.group, sched, sampling, max_len, seed)
         flags += mapping.setting_flags(phase.training)
         gpus = _actor_gpus(flags)
@@ -366,22 +363,39 @@ def _draw(exp: ir.Experiment, phase: Phase, games: list[ir.Game]) -> dict | None
     return {"steps": phase.steps, "items": step_prompts(exp, phase, games[0])}
 
 
-# the most prompt lines written to make a phase's `steps` exact where one cycle of its walk would not
-MAX_WALK = 4096
+def _planned_lines(exp: ir.Experiment, phase: Phase, games: list[ir.Game], params: dict[str, Any],
+                   datasets: dict[str, list], seed: int, steps: int) -> list[dict]:
+    """A prompt line per group of the `steps` steps the local schedule's phase (`local_phase`)
+    plays, as its StepPlanner walks them (the one walk: whole steps, the spec's steps
+    exactly, where passes over the elements would not be whole steps: OpenRLHF 0.11.2
+    trains a pass's remainder as a step of its own). Each line's label carries the group's
+    Draw where the local run plays it under the job's seed (not a retrain stage's data, whose
+    planner has seeds of its own, nor a phase that several iterations walk on: phase_data.py
+    draws those), so the agent plays the local group's seeds and group id."""
+    from askspec.runtime.train import schedule
+    from askspec.runtime.train.nested import data_name
+    from askspec.runtime.train.planner import StepPlanner
 
-
-def _walk(lines: list[dict], prompts: int, steps: int) -> list[dict]:
-    """The elements the local StepPlanner's steps take, `prompts` a step in plan order,
-    cycling: all `steps` steps' (one pass: the spec's steps exactly) when that is at most
-    one cycle's lcm(elements, prompts) lines or MAX_WALK, else one cycle (passes over it:
-    the next multiple of its steps). Passes over the elements themselves would not do
-    when `prompts` does not divide them: OpenRLHF 0.11.2 trains a pass's remainder as a
-    step of its own (its samples generator keeps a partial last batch), which DeepSpeed
-    then accumulates into the next step's update."""
-    n = math.lcm(len(lines), prompts)
-    if steps * prompts <= max(n, MAX_WALK):
-        n = steps * prompts
-    return [lines[k % len(lines)] for k in range(n)]
+    local = local_phase(exp, phase, games[0])
+    collections = dict(datasets)
+    if phase.data:  # a retrain stage plays the game over the stage's data set
+        collections[data_name(games[0]) or ""] = datasets[phase.data]
+    groups = {g.name: local.groups.get(g.name, phase.group) for g in games}
+    try:
+        planner = StepPlanner(exp, games, params, collections, seed, groups, local.batch)
+    except Exception as e:  # EvalError or ValueError from a game's `for` expression
+        raise JobError(f"cannot list the elements of {', '.join(g.name for g in games)}: {e}") from None
+    slots = [sl for sl in schedule.slots(exp) if sl.phase == local]
+    drawn = not phase.data and len(slots) == steps and all(sl.iteration == 1 for sl in slots)
+    lines: dict[int, dict] = {}  # each element's line, made once (a long walk passes over them many times)
+    out = []
+    for n in range(1, steps + 1):
+        for element, draw in planner.groups(n, slots[n - 1].step if drawn else n):
+            line = lines.get(id(element))
+            if line is None:
+                line = lines[id(element)] = prompt_line(element.game.name, element.item_index, element.bindings)
+            out.append(with_draw(line, draw) if drawn else line)
+    return out
 
 
 def step_prompts(exp: ir.Experiment, phase: Phase, game: ir.Game) -> int:
@@ -445,12 +459,23 @@ def _derives_from(exp: ir.Experiment, name: str | None, base: str) -> bool:
     return False
 
 
-def prompt_line(game: str, index: int, bindings: dict) -> dict:
+def prompt_line(game: str, index: int, bindings: dict, draw: Draw | None = None) -> dict:
+    """A prompt line: the game's element, and where the local schedule plays it (`draw`:
+    the agent then plays the group under the local run's seeds and group id)."""
     shown = json.dumps(bindings, ensure_ascii=False, default=str)
     if len(shown) > 200:
         shown = shown[:197] + "..."
     label = json.dumps({"game": game, "element": index, "bindings": bindings}, ensure_ascii=False, default=str)
-    return {"prompt": f"{game} #{index} {shown}", "label": label}
+    line = {"prompt": f"{game} #{index} {shown}", "label": label}
+    return with_draw(line, draw) if draw is not None else line
+
+
+def with_draw(line: dict, draw: Draw) -> dict:
+    """`line` (a prompt line without a draw) labelled with `draw`: the label's JSON object
+    with one more key, spliced in rather than parsed and written again (a long walk writes
+    the same element's line thousands of times)."""
+    label = line["label"]
+    return {**line, "label": label[:-1] + ', "draw": ' + json.dumps(draw.label()) + "}"}
 
 
 def _asked(games: list[ir.Game], role: str) -> bool:

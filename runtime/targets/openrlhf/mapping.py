@@ -180,8 +180,9 @@ def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
     std: every RL job computes askspec's advantages over askspec's groups, dropped, failed
     and unrewarded rollouts left out, as the local trainer does), `update_gate` (the block's
     `update_when`, for a phase of the RL schedule: a retrain stage updates every step, as
-    askspec's own trainer does) and `lr_schedule` (every RL job: the role's warm-up and decay
-    over its whole schedule, askspec_ext/schedule.py)."""
+    askspec's own trainer does), `lr_schedule` (every RL job: the role's warm-up and decay
+    over its whole schedule, askspec_ext/schedule.py) and `prompt_order` (every RL job: its
+    prompts read in the order written, askspec_ext/sequential.py)."""
     estimator, loss = openrlhf_algorithm(algorithm, t.written())
     out: dict[str, Any] = {}
     if loss in EXTENSION_LOSSES:
@@ -195,6 +196,8 @@ def extension(algorithm: str, t: ir.Training, gated: bool) -> dict[str, Any]:
     # the learning rate of every optimizer step as the local trainer's, over the role's whole
     # schedule (askspec_ext/schedule.py; OpenRLHF lays its schedule over one launch's steps)
     out["lr_schedule"] = lr_schedule(lowered(t))
+    # the prompts in the order the job wrote them, the local steps' groups (askspec_ext/sequential.py)
+    out["prompt_order"] = "sequential"
     return out
 
 

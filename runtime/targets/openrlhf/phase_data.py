@@ -43,11 +43,13 @@ from typing import Any
 from askspec.ir import model as ir
 from askspec.lang.paths import MAX_DATA_BYTES, MAX_STATE_BYTES, FileRefused, read_regular
 
+from askspec.runtime.engine.plan import bind
 from askspec.runtime.engine.resume import json_cell
 from askspec.runtime.engine.state import SessionBook
 from askspec.runtime.scoring.buffers import ReplayBuffer
 from askspec.runtime.store.layout import write_json_atomic
 from askspec.runtime.targets.openrlhf.jobfile import JobFileError, PhaseJob, read_phase_job
+from askspec.runtime.train.planner import Draw, step_elements
 
 STATE = Path("buffers") / "state.json"
 STORE = Path("runs") / "buffers"  # the run store of the job's buffer events
@@ -169,39 +171,31 @@ def _phase(exp: ir.Experiment, role: str) -> ir.TrainPhase:
 
 
 def _plain_batches(exp: ir.Experiment, role: str, elements: list[dict], steps: int,
-                   iteration: int) -> list[list[dict]]:
-    """The elements of the `steps` steps of `role`'s phase in `iteration`: the local
-    StepPlanner's walk (train.planner.StepPlanner._take), continuing over the role's
-    earlier phases: each step takes elements in plan order, cycling, until its sessions
-    (each element's group) reach the phase's `batch` (both the lowered phase's)."""
+                   iteration: int) -> list[list[tuple[dict, Draw]]]:
+    """The elements of the `steps` steps of `role`'s phase in `iteration`, each with its
+    draw: the local StepPlanner's walk (train.planner.step_elements), continuing over the
+    role's earlier phases: each step takes elements in plan order, cycling, until its
+    sessions (each element's group) reach the phase's `batch` (both the lowered phase's)."""
     if not elements:
         return []
     phase = _phase(exp, role)
     sizes = [phase.groups[json.loads(e["label"])["game"]] for e in elements]
-    batch = phase.batch
+    global_steps = phase_steps(exp, role, iteration)
     pos, out = 0, []
     for n in range((iteration - 1) * steps + steps):
-        taken: list[dict] = []
-        sessions = 0
-        while sessions < batch:
-            taken.append(elements[(pos + len(taken)) % len(elements)])
-            sessions += sizes[(pos + len(taken) - 1) % len(elements)]
-        pos += len(taken)
+        count = step_elements(sizes, pos, phase.batch)
         if n >= (iteration - 1) * steps:
-            out.append(taken)
+            step = global_steps[n - (iteration - 1) * steps]
+            out.append([(elements[(pos + j) % len(elements)], Draw("train", step, j, (pos + j) // len(elements)))
+                        for j in range(count)])
+        pos += count
     return out
-
-
-def _with_step(line: dict, step: int) -> dict:
-    label = json.loads(line["label"])
-    label["step"] = step
-    return {**line, "label": json.dumps(label, ensure_ascii=False, default=str)}
 
 
 def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
     """Write a drawn phase's prompts.jsonl (and a replaying phase's replays.json); the
     number of prompts (0 when the buffer is empty, or the phase is not drawn)."""
-    from askspec.runtime.targets.openrlhf.generate import prompt_line
+    from askspec.runtime.targets.openrlhf.generate import prompt_line, with_draw
 
     job, exp = _job(phase_dir)
     role = job.trained_role
@@ -217,14 +211,12 @@ def prompts(job_root: Path, phase_dir: Path, iteration: int = 1) -> int:
         batches = _draw(buf, int(replay["steps"]), int(replay["items"]))
         for step, batch in zip(phase_steps(exp, role, iteration), batches):
             plan.append([item_id for item_id, _ in batch])
-            for item_id, item in batch:
-                bindings = {game.pattern[0]: item} if len(game.pattern) == 1 else dict(zip(game.pattern, list(item)))
-                lines.append(_with_step(prompt_line(game.name, item_id, bindings), step))
+            for j, (item_id, item) in enumerate(batch):
+                lines.append(prompt_line(game.name, item_id, bind(game, item), Draw("replay", step, j)))
     elif draw:
         elements = [json.loads(x) for x in _read(phase_dir / ELEMENTS, MAX_DATA_BYTES).splitlines()]
-        batches_ = _plain_batches(exp, role, elements, int(draw["steps"]), iteration)
-        for step, taken in zip(phase_steps(exp, role, iteration), batches_):
-            lines += [_with_step(e, step) for e in taken]
+        for taken in _plain_batches(exp, role, elements, int(draw["steps"]), iteration):
+            lines += [with_draw(e, d) for e, d in taken]
     else:
         return 0
     write_json_atomic(phase_dir / HISTORY, history(_state(job_root)))
@@ -270,14 +262,16 @@ def _prompt_order(phase_dir: Path, job: PhaseJob, sessions: list) -> list[tuple[
     """`sessions` in the order of the phase's prompts.jsonl, as the local schedule plays
     its elements, whatever order OpenRLHF ran them in (its data loader shuffles the
     prompts) and however many rollout processes recorded them, each with the local step
-    its prompt belongs to (None for a prompt set written at compile time): the k-th
+    its prompt belongs to (its draw's; None for a line without one): the k-th
     session of a prompt belongs to that prompt's (k // sessions per prompt)-th occurrence
     in the data set (a prompt drawn for two steps is played by both); a prompt's sessions
     keep the order they started in."""
     places: dict[tuple[str, str], list[tuple[int, int | None]]] = {}  # prompt -> its (position, step)s
     for pos, line in enumerate(_read(phase_dir / "prompts.jsonl", MAX_DATA_BYTES).splitlines()):
         label = json.loads(json.loads(line)["label"])
-        places.setdefault((label["game"], _key(label.get("bindings") or {})), []).append((pos, label.get("step")))
+        draw = Draw.from_label(label.get("draw"))
+        places.setdefault((label["game"], _key(label.get("bindings") or {})), []).append(
+            (pos, draw.step if draw is not None else None))
     siblings = job.siblings
     seen: dict[tuple[str, str], int] = {}
     keyed = []

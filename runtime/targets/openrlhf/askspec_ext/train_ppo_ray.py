@@ -4,8 +4,9 @@
 `--actor.policy_loss_type`, and the hooks the job asks for (job.json's `extension`):
 askspec's advantages (its estimator over its groups, `std` included: advantages.py), its
 training step (gate.py: a step with no loss token skipped, the update gate of
-`update_when`), the role's state carried from its previous phase (carry.py) and its
-learning-rate schedule laid out over the role's whole schedule (schedule.py), each
+`update_when`), the role's state carried from its previous phase (carry.py), its
+learning-rate schedule laid out over the role's whole schedule (schedule.py) and its
+prompts read in the order askspec wrote them, the local steps' (sequential.py), each
 checked against the OpenRLHF it was written for before Ray starts.
 
 The Ray workers build the loss, the experiences and the training steps, so they install
@@ -23,7 +24,7 @@ import contextlib
 import runpy
 from typing import Any, Iterator
 
-from . import advantages, carry, cispo, gate, pinned, schedule
+from . import advantages, carry, cispo, gate, pinned, schedule, sequential
 
 SETUP_HOOK = "askspec_ext.train_ppo_ray.install_when_loaded"
 
@@ -47,6 +48,8 @@ def install_when_loaded() -> None:
         gate.install_when_loaded()
     if carry.used(settings):
         carry.install_when_loaded()
+    if sequential.used(settings):
+        sequential.install_when_loaded()
 
 
 def with_setup_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
@@ -91,6 +94,8 @@ def main() -> None:
         gate.check_version()
     if carry.used(settings):
         carry.check_version()
+    if sequential.used(settings):
+        sequential.check_version()
     if schedule.used(settings):  # (in this process, the driver: it builds the actor groups)
         schedule.check_version()
         schedule.install_when_loaded()
