@@ -125,6 +125,7 @@ class StepPlanner:
         if not self.elements:
             raise ValueError("the trained games plan no sessions (an empty data set?)")
         self.batch = batch
+        self._sizes = [e.size for e in self.elements]
         self._starts: list[tuple[int, int]] = [(0, 0)]  # per step: (first element position, first index)
 
     @classmethod
@@ -144,7 +145,7 @@ class StepPlanner:
         return pos, self._take(pos), index
 
     def _take(self, pos: int) -> int:
-        return step_elements([e.size for e in self.elements], pos, self.batch)
+        return step_elements(self._sizes, pos, self.batch)
 
     def _sessions(self, pos: int, count: int) -> int:
         return sum(self.elements[(pos + i) % len(self.elements)].size for i in range(count))
