@@ -1,6 +1,6 @@
 """Which sessions a training step plays (`StepPlanner`): the trained games' elements in
 plan order, cycling, in whole groups, `batch` sessions a step (both the lowered phase's:
-askspec/lang/phases.py; the walk itself is `step_spans`); each group's place in the
+askspec/lang/phases.py; the walk itself is `step_elements`); each group's place in the
 schedule (`Draw`), which names its sessions' seeds and group id, so that a resumed run
 replays the same step under the same seeds; and the groups played in place of resampled
 ones (`refill`).

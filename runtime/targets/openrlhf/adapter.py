@@ -506,8 +506,8 @@ class GameAgent:
             n = self._round(element, draw)
             if draw is None:
                 group_id = f"{game}-g{index:05d}-r{n:03d}"
-            else:  # the local schedule's group id (a line played again: one of its own)
-                group_id = (draw.group_id(game, size) or f"{game}-t{draw.step:06d}-e{draw.at:03d}") + (f"-x{n}" if n else "")
+            else:  # the local schedule's group id (a line played again: one of its own); none for a group of one
+                group_id = (draw.group_id(game, size) or "") + (f"-x{n}" if n else "")
             group = self._groups[key] = _Group(group_id=group_id, size=size, draw=draw, round=n)
         group.joined += 1
         if group.joined == size:

@@ -26,7 +26,7 @@ from askspec.diagnostics import DiagnosticSink
 from askspec.terminal import printable
 
 from askspec.runtime.engine.plan import game_elements, load_dataset
-from askspec.runtime.train.planner import Draw
+from askspec.runtime.train.planner import Draw, StepPlanner
 from askspec.runtime.targets.openrlhf import escape, jobfile, mapping, multi, stages, world
 from askspec.runtime.targets.openrlhf.askspec_ext import carry
 from askspec.runtime.targets.openrlhf.check import JobPlan, Phase, asks_of, check, roles_asked, span_of
@@ -374,7 +374,6 @@ def _planned_lines(exp: ir.Experiment, phase: Phase, games: list[ir.Game], param
     draws those), so the agent plays the local group's seeds and group id."""
     from askspec.runtime.train import schedule
     from askspec.runtime.train.nested import data_name
-    from askspec.runtime.train.planner import StepPlanner
 
     local = local_phase(exp, phase, games[0])
     collections = dict(datasets)

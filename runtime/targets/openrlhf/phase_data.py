@@ -260,8 +260,8 @@ def _sessions(runs: Path) -> list[tuple[dict, str, SessionBook, dict, str]]:
 
 def _prompt_order(phase_dir: Path, job: PhaseJob, sessions: list) -> list[tuple[int | None, tuple]]:
     """`sessions` in the order of the phase's prompts.jsonl, as the local schedule plays
-    its elements, whatever order OpenRLHF ran them in (its data loader shuffles the
-    prompts) and however many rollout processes recorded them, each with the local step
+    its elements, whatever order OpenRLHF's rollout processes ran them in and however
+    many of them recorded them, each with the local step
     its prompt belongs to (its draw's; None for a line without one): the k-th
     session of a prompt belongs to that prompt's (k // sessions per prompt)-th occurrence
     in the data set (a prompt drawn for two steps is played by both); a prompt's sessions
