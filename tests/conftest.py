@@ -23,10 +23,18 @@ fixtures keep their runs until the session ends, and a full run wrote ~24 GB of 
 
 The suite's process is its own, as `askspec run`'s is: torch's CPU threads are set here
 as the command sets them (no library module sets them: docs/architecture.md).
+
+The order of the files on pytest-xdist's workers (`--dist loadfile`, as .ci/run runs them):
+longest first, from each file's seconds measured in a CI run (tests/durations.json; a file
+not listed there is counted at UNKNOWN_TEST_S a test). xdist's own order (most tests
+first) left the few-test end-to-end files (one test of 40 s) for last, queued on one worker
+while the other ran out of work: a minute of one idle core at the end of a run. Refresh
+the figures with `python scripts/test_durations.py build/junit.xml` after a .ci/run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -39,6 +47,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
     # read by torch's OpenMP when it starts (torch is not imported here: most tests never need it)
     os.environ.setdefault("OMP_NUM_THREADS", str(default_threads()))
+    if getattr(config.option, "dist", "no") == "loadfile":  # (on xdist's controller)
+        config.option.loadscopereorder = False  # it keeps the order its workers collect in
+
+
+DURATIONS = Path(__file__).with_name("durations.json")
+UNKNOWN_TEST_S = 0.2  # a test of a file the durations do not list yet (most tests take less)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: each file's tests together, the longest file first (the workers
+    collect; xdist checks that they collected alike and deals their files out in order)."""
+    if not hasattr(config, "workerinput"):
+        return
+    measured = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def seconds(name: str) -> float:
+        return measured.get(name, UNKNOWN_TEST_S * len(files[name]))
+
+    items[:] = [item for name in sorted(files, key=seconds, reverse=True) for item in files[name]]
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from askspec.tui.screens.compare import CompareScreen
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.transcript import TranscriptScreen
 
-from tui_helpers import real_runs, screen_text, shows, wait_until  # noqa: F401 (fixture)
+from tui_helpers import real_runs, screen_text, shows, type_text, wait_until  # noqa: F401 (fixture)
 
 SIZE = (150, 45)
 
@@ -50,22 +50,28 @@ async def test_open_run_filter_sessions_and_sort(real_runs):
         await open_run(pilot, app, "ask_e")
         await wait_until(pilot, shows(app, "s000000", "s000001", "s000002", "3 sessions"))
         await pilot.press("slash")
-        await pilot.press(*"outcome:too_easy")
+        await type_text(pilot, "outcome:too_easy")
         await pilot.press("enter")
         await wait_until(pilot, shows(app, "1 session", "matching 'outcome:too_easy'"))
         text = screen_text(app)
         assert "s000002" in text and "s000000" not in text and "s000001" not in text
         # full-text search over turn texts
         app.screen.query_one("#filter").value = ""
-        await pilot.press("slash", *'"What is 2+2"', "enter")
+        await pilot.press("slash")
+        await type_text(pilot, '"What is 2+2"')
+        await pilot.press("enter")
         await wait_until(pilot, shows(app, "1 session", "s000000"))
         assert "s000002" not in screen_text(app)
         # a reward range on a role, and a bad filter shown inline
         app.screen.query_one("#filter").value = ""
-        await pilot.press("slash", *"role:questioner reward:..0", "enter")
+        await pilot.press("slash")
+        await type_text(pilot, "role:questioner reward:..0")
+        await pilot.press("enter")
         await wait_until(pilot, shows(app, "1 session", "s000001"))
         app.screen.query_one("#filter").value = ""
-        await pilot.press("slash", *"reward:abc", "enter")
+        await pilot.press("slash")
+        await type_text(pilot, "reward:abc")
+        await pilot.press("enter")
         await wait_until(pilot, shows(app, "not a number"))
         app.screen.query_one("#filter").value = ""
         await pilot.press("slash", "enter")
@@ -152,9 +158,11 @@ async def test_sql_console_result_error_and_history(real_runs):
         await open_run(pilot, app, "ask_e")
         await pilot.press("4")
         await wait_until(pilot, lambda: app.focused is not None and app.focused.id == "sql")
-        await pilot.press(*"select outcome, count(*) as n from sessions where run_id like '%ask_e%' group by all order by outcome", "enter")
+        await type_text(pilot, "select outcome, count(*) as n from sessions where run_id like '%ask_e%' group by all order by outcome")
+        await pilot.press("enter")
         await wait_until(pilot, shows(app, "3 rows in", "too_easy"), what="the query's result")
-        await pilot.press(*"select nope from sessions", "enter")
+        await type_text(pilot, "select nope from sessions")
+        await pilot.press("enter")
         await wait_until(pilot, shows(app, "⚠", "nope"), what="the inline error")
         assert isinstance(app.screen, RunScreen)  # no crash
         assert "too_easy" in screen_text(app)  # the last good result stays
@@ -219,7 +227,7 @@ async def test_command_palette_opens_a_run(real_runs):
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, shows(app, "reasoning_arena"))
         await pilot.press("ctrl+p")
-        await pilot.press(*"open run reasoning")
+        await type_text(pilot, "open run reasoning")
         await pilot.pause(0.5)
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen)

@@ -26,7 +26,7 @@ from askspec.tui.screens import sessions
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.transcript import TranscriptScreen
 
-from tui_helpers import ROOT, build_demo_run, freeze, screen_text, shows, wait_until
+from tui_helpers import ROOT, build_demo_run, freeze, screen_text, shows, type_text, wait_until
 
 SIZE = (150, 40)
 
@@ -74,7 +74,7 @@ async def _filter(pilot, app, text: str, typed: bool = False) -> None:
     if not box.has_focus:  # (after an empty result it keeps the focus: no table to go back to)
         await pilot.press("slash")
     if typed:
-        await pilot.press(*text)
+        await type_text(pilot, text)
     else:
         box.value = text
     await pilot.press("enter")
@@ -125,7 +125,7 @@ async def test_ids_paths_and_filters_holding_markup_show_as_written(tmp_path):
         await wait_until(pilot, shows(app, "runs[/b]", "plain-[bold]a", "plain-[i]b"), what="the runs")
         # the palette lists the runs by id
         await pilot.press("ctrl+p")
-        await pilot.press(*"open run")
+        await type_text(pilot, "open run")
         await wait_until(pilot, shows(app, "open run 20260102-030405-plain-[bold]a"), what="the palette")
         await pilot.press("escape")
         await pilot.press("space", "down", "space")  # marked, then compared (their ids in the head line)

@@ -17,7 +17,7 @@ from askspec.tui.screens import sessions
 from askspec.tui.screens.run import RunScreen
 from askspec.tui.screens.transcript import TranscriptScreen
 
-from tui_helpers import build_grpo_run, screen_text, shows, wait_until
+from tui_helpers import build_grpo_run, screen_text, shows, type_text, wait_until
 
 SIZE = (160, 40)
 RUN_A = "20260102-030405-arith-grpo01"
@@ -65,13 +65,17 @@ async def test_session_variables_step_and_item_are_columns_and_filters(grpo_runs
             assert f" {col} " in head + " ", (col, head)
         assert "__step__" not in head and "var:item" not in head  # (the engine's keys, the bound item)
         # a variable, compared as a number, and the training step
-        await pilot.press("slash", *"var:questions>3 step:2", "enter")
+        await pilot.press("slash")
+        await type_text(pilot, "var:questions>3 step:2")
+        await pilot.press("enter")
         await wait_until(pilot, shows(app, "3 sessions", "matching 'var:questions>3 step:2'"))
         text = screen_text(app)
         assert "s000015" in text and "s000019" in text and "s000023" in text and "s000003" not in text
         await pilot.press("home")  # (a key on the table: letters are keys again)
         app.screen.query_one("#filter").value = ""
-        await pilot.press("slash", *"var:correct=true stage:warmup", "enter")
+        await pilot.press("slash")
+        await type_text(pilot, "var:correct=true stage:warmup")
+        await pilot.press("enter")
         await wait_until(pilot, shows(app, "1 session", "s000000"))
         assert "s000012" not in screen_text(app)  # (the same item in stage main)
 

@@ -192,6 +192,20 @@ async def wait_until(pilot, condition, timeout: float = 15.0, what: str = "") ->
     raise AssertionError(f"timed out waiting for {what or condition}:\n{screen_text(pilot.app)}")
 
 
+async def type_text(pilot, text: str) -> None:
+    """Type ``text`` as a fast typist does: one key event a character, in order, then let
+    the app run until it is idle. (Pilot.press waits for the app to go idle after every
+    key, about 60 ms a character: a typed query took seconds.)"""
+    from textual import events
+    from textual.keys import _character_to_key
+
+    for char in text:
+        event = events.Key(_character_to_key(char), char)
+        event.set_sender(pilot.app)
+        pilot.app._driver.send_message(event)
+    await pilot.pause()
+
+
 def shows(app, *needles: str):
     return lambda: all(n in screen_text(app) for n in needles)
 
