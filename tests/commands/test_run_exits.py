@@ -17,7 +17,7 @@ import pytest
 
 from askspec.runtime.store import layout
 
-pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model)
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]  # tests/: fake_models and slow_model, the specs' python models

@@ -23,6 +23,8 @@ from askspec.runtime.targets.openrlhf import phase_data
 
 from openrlhf_harness import launch_argv, parse_train_ppo_ray, train_flags
 
+pytestmark = pytest.mark.multicore  # driver.sh's launches and phase_data calls beside it
+
 SPECS = Path(__file__).parent / "specs"
 
 RAY = '''#!{python}

@@ -27,7 +27,7 @@ from askspec.runtime.train.nested import datasets_of
 from askspec.runtime.train.trainer import LocalTrainer
 from askspec.runtime.train.steplog import StepLog
 
-pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+pytestmark = [pytest.mark.slow, pytest.mark.multicore]  # the service and its two workers on a local Ray
 
 ray = pytest.importorskip("ray")
 

@@ -22,6 +22,8 @@ from askspec.runtime.store.views import open_store
 from askspec.runtime.targets.openrlhf.askspec_ext import multi_policy
 from tests.targets.openrlhf_harness import parse_train_ppo_ray
 
+pytestmark = pytest.mark.multicore  # a local Ray: each role's actors beside the driver
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 EVENT_FIELDS = "step, event, item, value, reason"

@@ -22,7 +22,7 @@ from askspec.runtime.targets.openrlhf import phase_data
 
 from test_openrlhf_paso_e2e import EVENT_FIELDS, SERVE_FROZEN, _drive, local  # noqa: F401  (its local run of `spec`)
 
-pytestmark = pytest.mark.slow  # a local run and a driver run of four launches
+pytestmark = [pytest.mark.slow, pytest.mark.multicore]  # driver.sh with its frozen servers and launches
 
 HERE = Path(__file__).parent
 

@@ -27,7 +27,7 @@ from askspec.cli import main
 from askspec.runtime.store.views import open_store
 from askspec.runtime.targets.openrlhf import phase_data
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.multicore]  # driver.sh with its frozen servers and launches
 
 HERE = Path(__file__).parent
 SERVE_FROZEN = '''#!/usr/bin/env bash

@@ -16,7 +16,7 @@ from askspec.runtime.train.batch import SessionRecord
 from askspec.runtime.train.nested import LoopState, datasets_of, decide, median_copy
 from askspec.runtime.train.trainer import LocalTrainer
 
-pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model)
 
 SPEC = Path(__file__).parent / "specs" / "tiny_nested.ask"
 

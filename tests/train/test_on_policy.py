@@ -27,7 +27,7 @@ from askspec.runtime.backends.hf import HFBackend
 from askspec.runtime.store.views import open_store
 from askspec.runtime.train.policy import TrainedPolicy
 
-pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model)
 
 ON_POLICY_KL = 1e-9  # float noise is ~1e-13; a stale cache gave 3e-6 (lr 0.003) to 1e-2 (lr 0.03)
 ON_POLICY_ABS = 1e-5  # float noise ~1e-7; a stale cache gave 1.5e-3 and more

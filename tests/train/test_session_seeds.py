@@ -28,7 +28,7 @@ from askspec.runtime.store.views import open_store
 from askspec.runtime.train import stages
 from askspec.runtime.train.trainer import LocalTrainer
 
-pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model)
 
 SPECS = Path(__file__).parent / "specs"
 ALTERNATING = SPECS / "tiny_alternating_shared.ask"  # both phases play the same game

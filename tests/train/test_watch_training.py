@@ -27,7 +27,7 @@ from askspec.runtime.store.views import open_store
 from askspec.runtime.train.batch import Trajectory, Turn
 from askspec.runtime.train.config import config_from_ir
 
-pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model: scheduled first)
+pytestmark = pytest.mark.slow  # (askspec processes, a Ray cluster or a real model)
 
 
 # two groups of 4 a step; the reward is the test's: a constant (no signal), or one that
