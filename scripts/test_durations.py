@@ -2,8 +2,8 @@
 
     python scripts/test_durations.py build/junit.xml
 
-.ci/run writes that report. tests/conftest.py orders the files on the xdist workers by
-these figures, longest first (why: its docstring). A test's time in the report is its
+.ci/run writes that report. tests/suite_order.py orders the files on the xdist workers
+by these figures (how and why: its docstring). A test's time in the report is its
 setup, call and teardown together, so a module fixture counts in its file's first test.
 """
 

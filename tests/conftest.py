@@ -24,20 +24,11 @@ fixtures keep their runs until the session ends, and a full run wrote ~24 GB of 
 The suite's process is its own, as `askspec run`'s is: torch's CPU threads are set here
 as the command sets them (no library module sets them: docs/architecture.md).
 
-The order of the files on pytest-xdist's workers (`--dist loadfile`, as .ci/run runs them):
-longest first, from each file's seconds measured in a CI run (tests/durations.json; a file
-not listed there is counted at UNKNOWN_TEST_S a test), except that the files marked
-`multicore` (Ray actors, a job's driver with its launches: more than one busy core) are
-spread out, each followed by at least its own length of other files. xdist's own order
-(most tests first) left the few-test end-to-end files for last, queued on one worker while
-the other ran out of work (a minute of one idle core); longest first ran the multicore
-files side by side at the start, each slower by a quarter. Refresh the figures with
-`python scripts/test_durations.py build/junit.xml` after a .ci/run.
+The order of the test files on pytest-xdist's workers: tests/suite_order.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -54,35 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False  # it keeps the order its workers collect in
 
 
-DURATIONS = Path(__file__).with_name("durations.json")
-UNKNOWN_TEST_S = 0.2  # a test of a file the durations do not list yet (most tests take less)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker: each file's tests together, in `file_order` (the workers collect;
-    xdist checks that they collected alike and deals their files out in that order)."""
-    if not hasattr(config, "workerinput"):
-        return
-    measured = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    files: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        files.setdefault(item.nodeid.split("::")[0], []).append(item)
-    seconds = {name: measured.get(name, UNKNOWN_TEST_S * len(its)) for name, its in files.items()}
-    multicore = {name for name, its in files.items() if any(i.get_closest_marker("multicore") for i in its)}
-    items[:] = [item for name in file_order(seconds, multicore) for item in files[name]]
+    if hasattr(config, "workerinput"):  # on an xdist worker (the workers collect)
+        from suite_order import order_items
 
-
-def file_order(seconds: dict[str, float], multicore: set[str]) -> list[str]:
-    """Longest first; after each multicore file, other files of at least its seconds."""
-    rest = sorted((f for f in seconds if f not in multicore), key=seconds.__getitem__, reverse=True)
-    order: list[str] = []
-    for name in sorted(multicore, key=seconds.__getitem__, reverse=True):
-        order.append(name)
-        owed = seconds[name]
-        while owed > 0 and rest:
-            order.append(rest.pop(0))
-            owed -= seconds[order[-1]]
-    return order + rest
+        order_items(items)
 
 
 @pytest.fixture(scope="session")
