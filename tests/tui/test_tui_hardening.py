@@ -68,7 +68,7 @@ def _plain_run(out, run_id="20260102-030405-plain-run001", session_ids=("s000000
 
 async def _filter(pilot, app, text: str, typed: bool = False) -> None:
     """Open the filter box with `/` and submit ``text`` with Enter; ``typed`` types it key
-    by key as a person would (~70 ms a key under Pilot), otherwise it is pasted in."""
+    by key as a person would (type_text), otherwise it is pasted in."""
     box = app.screen.query_one("#filter")
     box.value = ""
     if not box.has_focus:  # (after an empty result it keeps the focus: no table to go back to)
