@@ -238,7 +238,10 @@ from askspec.tui.screens.run import RunScreen
 async def main():
     app = AskspecApp(sys.argv[1])
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and "session" in screen_text(app))
+        # the table loaded and focused ("session" alone matched the tab's label before it
+        # was: under load the 4 then went into the filter box, not to the SQL tab)
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and "3 sessions" in screen_text(app)
+                         and app.focused is not None and app.focused.id != "filter")
         await pilot.press("4")
         await wait_until(pilot, shows(app, "views over this run alone"))
         app.focused.value = "SELECT sum(range) FROM range(10000000000000)"  # (pasted: typing costs ~3 s)
